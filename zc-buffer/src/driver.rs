@@ -1,0 +1,254 @@
+//! The [`Driver`] trait: what zcnet's drivers (virtio-net, TAP) implement and the stack consumes.
+//!
+//! It lives here, beside the frames, so that drivers depend on this crate only and keep working
+//! when the stack changes.
+
+use core::fmt;
+use core::task::{Context, Poll};
+
+use crate::rx::RxFrame;
+use crate::tx::TxFrame;
+
+bitflags::bitflags! {
+    /// Checksums the device computes on transmit or verifies on receive, so the stack need not.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct ChecksumOffloads: u16 {
+        /// The device fills in IPv4 header checksums of transmitted frames.
+        const IPV4_TX = 1 << 0;
+        /// The device verified IPv4 header checksums of received frames.
+        const IPV4_RX = 1 << 1;
+        /// The device fills in UDP checksums of transmitted frames.
+        const UDP_TX = 1 << 2;
+        /// The device verified UDP checksums of received frames.
+        const UDP_RX = 1 << 3;
+        /// The device fills in TCP checksums of transmitted frames.
+        const TCP_TX = 1 << 4;
+        /// The device verified TCP checksums of received frames.
+        const TCP_RX = 1 << 5;
+        /// The device fills in ICMP/ICMPv6 checksums of transmitted frames.
+        const ICMP_TX = 1 << 6;
+        /// The device verified ICMP/ICMPv6 checksums of received frames.
+        const ICMP_RX = 1 << 7;
+    }
+}
+
+/// What frames the device carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Medium {
+    /// Ethernet II frames (virtio-net, TAP).
+    Ethernet,
+    /// Bare IP packets (TUN, PPP).
+    Ip,
+}
+
+/// What a driver can do, for the stack to size frames and skip work the device does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Capabilities {
+    /// The frames the device carries.
+    pub medium: Medium,
+    /// The largest IP packet the link carries (1500 on standard Ethernet), excluding the
+    /// link-layer header.
+    pub mtu: usize,
+    /// Bytes the driver writes in front of each frame it transmits (12 for a virtio-net header,
+    /// 0 for TAP): the stack leaves at least this much headroom in a [`TxFrame`] after its
+    /// headers.
+    pub tx_headroom: usize,
+    /// Checksum work the device does.
+    pub checksum: ChecksumOffloads,
+    /// The most frames worth handling per wakeup before yielding (a ring's size, say); `None`
+    /// when the driver has no preference.
+    pub max_burst: Option<usize>,
+}
+
+impl Capabilities {
+    /// The largest frame the driver transmits or receives, link-layer header included
+    /// (`mtu + 14` on Ethernet).
+    pub fn max_frame_len(&self) -> usize {
+        match self.medium {
+            Medium::Ethernet => self.mtu + ETHERNET_HEADER_LEN,
+            Medium::Ip => self.mtu,
+        }
+    }
+}
+
+/// Length of an Ethernet II header (destination, source, EtherType).
+pub const ETHERNET_HEADER_LEN: usize = 14;
+
+/// The device's link-layer address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HardwareAddress {
+    /// A 48-bit Ethernet MAC address.
+    Ethernet([u8; 6]),
+    /// No link-layer address (an IP medium).
+    Ip,
+}
+
+impl fmt::Display for HardwareAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HardwareAddress::Ethernet(m) => write!(
+                f,
+                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                m[0], m[1], m[2], m[3], m[4], m[5]
+            ),
+            HardwareAddress::Ip => f.write_str("ip"),
+        }
+    }
+}
+
+/// Whether the link can carry frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LinkState {
+    /// Frames go out and come in.
+    Up,
+    /// No carrier: transmits fail with [`TxError::LinkDown`].
+    Down,
+}
+
+/// Why a driver refused a frame. The frame's slot has gone back to the pool; the stack counts the
+/// drop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TxError {
+    /// The frame is longer than [`Capabilities::max_frame_len`] (or than what the device takes).
+    TooLong {
+        /// The frame's length.
+        len: usize,
+        /// The largest the device takes.
+        max: usize,
+    },
+    /// The frame's headroom is smaller than [`Capabilities::tx_headroom`].
+    NoHeadroom,
+    /// The link is down.
+    LinkDown,
+    /// The device failed (an I/O error from the host, a broken ring).
+    Device,
+}
+
+impl fmt::Display for TxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            TxError::TooLong { len, max } => {
+                write!(f, "frame of {len} bytes exceeds the device's {max}")
+            }
+            TxError::NoHeadroom => f.write_str("frame lacks the driver's headroom"),
+            TxError::LinkDown => f.write_str("link is down"),
+            TxError::Device => f.write_str("device error"),
+        }
+    }
+}
+
+impl core::error::Error for TxError {}
+
+/// A network device that moves pool slots, never copies.
+///
+/// # The contract
+///
+/// * **Receive.** [`poll_receive`](Self::poll_receive) first tops up the device's RX ring from
+///   the pool, then returns the oldest completed frame as an [`RxFrame`]. After *each*
+///   completion the driver posts a fresh FREE slot in the completed one's place
+///   ([`FramePool::try_alloc_rx`](crate::FramePool::try_alloc_rx)), so frames an application
+///   holds use up the pool's spare slots, never the ring. When the pool has no slot to post,
+///   the driver registers the caller's waker with
+///   [`FramePool::poll_alloc_rx`](crate::FramePool::poll_alloc_rx): the next frame dropped
+///   anywhere wakes it, and the next `poll_receive` refills. A frame that arrives while the ring
+///   is empty is dropped by the device and counted, never queued without bound.
+/// * **Wakers.** `Pending` from a `poll_*` method means the caller's waker is registered and
+///   will be woken when that call may make progress (a device interrupt, a TX completion, a
+///   returned slot) — never "poll me again soon".
+/// * **Transmit.** [`poll_transmit_frame`](Self::poll_transmit_frame) returns a [`TxFrame`] only
+///   when the device can take it now (its TX queue has room and the pool a slot); otherwise it
+///   registers the waker for the TX completion that makes room. [`transmit`](Self::transmit)
+///   takes the frame; the driver keeps it as an [`InFlight`](crate::InFlight) until completion
+///   and drops it then. A driver never silently drops a frame it accepted.
+///
+/// # Example
+///
+/// A loopback device that hands every transmitted frame back as received — the smallest
+/// complete implementation (it copies, as a loopback must; real drivers do not):
+///
+/// ```
+/// use core::task::{Context, Poll, Waker};
+/// use zcnet_buffer::*;
+///
+/// struct Loopback {
+///     pool: &'static FramePool,
+///     ring: Option<PostedSlot>,
+///     done: Option<RxFrame>,
+/// }
+///
+/// impl Driver for Loopback {
+///     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
+///         if self.ring.is_none() {
+///             if let Poll::Ready(slot) = self.pool.poll_alloc_rx(cx) {
+///                 self.ring = Some(slot);
+///             }
+///         }
+///         match self.done.take() {
+///             Some(frame) => Poll::Ready(frame),
+///             None => Poll::Pending, // a real driver registers its RX interrupt waker here
+///         }
+///     }
+///     fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+///         self.pool.poll_alloc_tx(cx)
+///     }
+///     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
+///         let mut slot = self.ring.take().ok_or(TxError::Device)?;
+///         let n = ledger::copy(CopySite::Driver, slot.buffer_mut(), &frame);
+///         self.done = Some(slot.complete(n).map_err(|_| TxError::Device)?);
+///         drop(frame.into_device()); // "transmitted" at once
+///         Ok(())
+///     }
+///     fn capabilities(&self) -> Capabilities {
+///         Capabilities {
+///             medium: Medium::Ethernet,
+///             mtu: 1500,
+///             tx_headroom: 0,
+///             checksum: ChecksumOffloads::empty(),
+///             max_burst: None,
+///         }
+///     }
+///     fn hardware_address(&self) -> HardwareAddress {
+///         HardwareAddress::Ethernet([2, 0, 0, 0, 0, 1])
+///     }
+///     fn poll_link_state(&mut self, _cx: &mut Context<'_>) -> LinkState {
+///         LinkState::Up
+///     }
+/// }
+///
+/// static POOL: StaticPool<8, 2048> = StaticPool::new();
+/// let pool = POOL.init(DEFAULT_HEADROOM).unwrap();
+/// let mut dev = Loopback { pool, ring: None, done: None };
+/// let mut cx = Context::from_waker(Waker::noop());
+///
+/// assert!(dev.poll_receive(&mut cx).is_pending()); // posts one slot
+/// let Poll::Ready(mut tx) = dev.poll_transmit_frame(&mut cx) else { unreachable!() };
+/// tx.append(5).unwrap().copy_from_slice(b"hello");
+/// dev.transmit(tx).unwrap();
+/// let Poll::Ready(rx) = dev.poll_receive(&mut cx) else { unreachable!() };
+/// assert_eq!(&rx[..], b"hello");
+/// drop(rx);
+/// drop(dev);
+/// assert_eq!(pool.audit().unwrap().free, 8);
+/// ```
+pub trait Driver {
+    /// Refills the RX ring, then returns the next received frame, or registers `cx`'s waker for
+    /// the next RX completion (and for a returned slot if the ring could not be refilled).
+    fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame>;
+
+    /// Returns a frame the device can transmit right away, or registers `cx`'s waker for the TX
+    /// completion (or returned slot) that makes one available.
+    fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame>;
+
+    /// Hands `frame` (its bytes are the whole link-layer frame) to the device. On an error the
+    /// frame's slot has gone back to the pool.
+    fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError>;
+
+    /// What the device can do. Constant for the driver's lifetime.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The device's link-layer address.
+    fn hardware_address(&self) -> HardwareAddress;
+
+    /// The link state now; registers `cx`'s waker for the next change.
+    fn poll_link_state(&mut self, cx: &mut Context<'_>) -> LinkState;
+}

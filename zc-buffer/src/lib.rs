@@ -1,0 +1,102 @@
+//! # zcnet-buffer: the memory frames live in
+//!
+//! This crate is the bottom of zcnet's data path. A [`FramePool`] carves `'static` memory (a
+//! `static`, DMA memory, a leaked box) into fixed-size slots that never move. Slots travel as
+//! owning leases, each the only way to reach its bytes:
+//!
+//! ```text
+//!  RX  pool ─try_alloc_rx─► PostedSlot ─(device writes)─ complete ─► RxFrame ─► stack
+//!        ▲                   (POSTED)                                 (STACK)    │ lend_to_app
+//!        │                                                                       ▼
+//!        └───────────── drop, any thread or interrupt: lock-free ─────────── RxFrame (LENT, app)
+//!
+//!  TX  pool ─try_alloc_tx─► TxFrame ─write payload, push_header─► into_device ─► InFlight
+//!        ▲                   (TX, headroom)                                       (DEVICE)
+//!        └───────────────────────────── drop on completion ──────────────────────────┘
+//! ```
+//!
+//! * [`RxFrame`] derefs to the received bytes; [`advance`](RxFrame::advance) and
+//!   [`truncate`](RxFrame::truncate) strip headers and trailers without copying. Dropping it
+//!   returns the slot with one compare-exchange and wakes the driver if it waits to refill its
+//!   ring.
+//! * [`TxFrame`] reserves headroom, so the payload is written once and headers go in front
+//!   ([`push_header`](TxFrame::push_header)).
+//! * Exhaustion is `None` or `Poll::Pending`, counted in [`PoolStats`]: never a panic, never an
+//!   allocation. Bad lengths are [`FrameError`]s.
+//! * [`FramePool::occupancy`] counts slots per [`SlotState`]; [`FramePool::audit`] proves that no
+//!   slot was lost or returned twice.
+//! * The [`Driver`] trait is what zcnet's drivers implement and the stack consumes; drivers depend
+//!   on this crate only.
+//! * The [`ledger`] counts every payload copy zcnet makes, per [`CopySite`].
+//!
+//! `no_std`, no allocator needed ([`StaticPool`] puts everything in a `static`); the `alloc`
+//! feature adds [`FramePool::leak`]. Targets need 64-bit atomic compare-exchange.
+//!
+//! ```
+//! use zcnet_buffer::{FramePool, PoolConfig, SlotState};
+//!
+//! let pool = FramePool::leak(PoolConfig::new(4)).unwrap();
+//!
+//! // The driver posts a slot, the device fills it, the driver completes it.
+//! let mut posted = pool.try_alloc_rx().unwrap();
+//! posted.buffer_mut()[..6].copy_from_slice(b"hdrabc");
+//! let mut frame = posted.complete(6).unwrap();
+//! frame.advance(3).unwrap(); // strip a 3-byte header, no copy
+//! assert_eq!(&frame[..], b"abc");
+//! assert_eq!(pool.occupancy().stack, 1);
+//!
+//! // Dropped anywhere, the slot goes back.
+//! std::thread::spawn(move || drop(frame)).join().unwrap();
+//! assert_eq!(pool.audit().unwrap().free, 4);
+//!
+//! // Transmit: payload first, headers in front.
+//! let mut tx = pool.try_alloc_tx().unwrap();
+//! tx.append(5).unwrap().copy_from_slice(b"hello");
+//! tx.push_header(2).unwrap().copy_from_slice(b"H:");
+//! assert_eq!(&tx[..], b"H:hello");
+//! assert_eq!(pool.slot_state(tx.slot_index()), Some(SlotState::Tx));
+//! ```
+
+#![no_std]
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[cfg(test)]
+extern crate std;
+
+mod driver;
+mod error;
+#[cfg(any(feature = "alloc", test))]
+mod heap;
+pub mod ledger;
+mod pool;
+mod region;
+mod rx;
+mod slot;
+#[cfg(not(loom))]
+mod storage;
+mod sync;
+mod tx;
+mod waker_cell;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+pub use driver::{
+    Capabilities, ChecksumOffloads, Driver, HardwareAddress, LinkState, Medium, TxError,
+    ETHERNET_HEADER_LEN,
+};
+pub use error::{FrameError, PoolError};
+pub use ledger::CopySite;
+pub use pool::{
+    AuditError, FramePool, Occupancy, PoolConfig, PoolStats, DEFAULT_HEADROOM, DEFAULT_SLOT_SIZE,
+    MAX_SLOTS, MAX_SLOT_SIZE, SLOT_ALIGN,
+};
+pub use region::{AddressMap, FrameRegion};
+pub use rx::{PostedSlot, RxFrame};
+pub use slot::{SlotMeta, SlotState};
+#[cfg(not(loom))]
+pub use storage::{PoolCell, StaticPool};
+pub use tx::{InFlight, TxFrame};

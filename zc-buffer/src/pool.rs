@@ -1,0 +1,675 @@
+//! [`FramePool`]: fixed-size slots over `'static` memory, handed out as leases and returned on
+//! drop through a lock-free free list.
+//!
+//! # Ground rules
+//!
+//! * **Slots never move.** The region is `'static` and the pool never frees it; a slot's bytes are
+//!   reachable only through the one lease that owns the slot (a [`PostedSlot`], [`RxFrame`],
+//!   [`TxFrame`] or [`InFlight`]). Leases are neither `Clone` nor `Copy`, so exactly one owner
+//!   exists per slot that is not FREE.
+//! * **The free list** is a Treiber stack threaded through [`SlotMeta::next`], whose head is one
+//!   `AtomicU64` (`head`, layout below). Pop and push are each one compare-exchange loop: no lock,
+//!   no allocation, safe from any thread and from interrupt context (an interrupted
+//!   compare-exchange simply retries). The 38-bit tag, bumped by every successful
+//!   compare-exchange, defeats ABA: a popper that read `head = x, next(x) = y` cannot install `y`
+//!   after `x` was popped and pushed back meanwhile.
+//! * **Waiting for a slot** needs no second atomic on the return path. A waiter that finds the
+//!   list empty first registers its waker in its [`WakerCell`], then sets its *waiting bit* in
+//!   `head` with the same compare-exchange that observes the list empty. A return clears both
+//!   waiting bits with the compare-exchange that pushes the slot, then wakes the cells whose bits
+//!   it cleared. Because both sides modify the same word, one of them always sees the other:
+//!   no wakeup is lost, and a return when nobody waits costs exactly one compare-exchange.
+//! * One waiter per direction: the RX cell belongs to the driver refilling its ring, the TX cell
+//!   to the one task that allocates TX frames (the stack's egress). A second party must
+//!   multiplex through that owner; registering it in the same cell would displace the first.
+//!
+//! ```text
+//!  head: | tag (38 bits) | TX waiting | RX waiting | index of the first free slot (24 bits) |
+//!          63        26        25           24        23                                   0
+//!  index == NIL (0xFF_FFFF): the list is empty
+//! ```
+
+use core::fmt;
+use core::task::{Context, Poll};
+
+use crate::error::PoolError;
+use crate::region::FrameRegion;
+use crate::rx::PostedSlot;
+use crate::slot::{SlotMeta, SlotState};
+use crate::sync::{AtomicU64, Ordering::*, StatCounter};
+use crate::tx::TxFrame;
+use crate::waker_cell::WakerCell;
+
+/// Slot sizes are multiples of this, and regions start on this boundary (one cache line).
+pub const SLOT_ALIGN: usize = 64;
+/// The largest slot: 1 MiB (a 65535-byte MTU frame plus headroom fits many times over).
+pub const MAX_SLOT_SIZE: usize = 1 << 20;
+/// The most slots one pool can have (the free-list head stores a 24-bit index).
+pub const MAX_SLOTS: usize = (1 << INDEX_BITS) - 1;
+/// The slot size when none is configured: a 1514-byte Ethernet frame plus headroom, rounded up.
+pub const DEFAULT_SLOT_SIZE: usize = 2048;
+/// TX headroom when none is configured: virtio-net header (12) + Ethernet (14) + IPv6 (40) + TCP
+/// with options (60) = 126, rounded up to 128.
+pub const DEFAULT_HEADROOM: usize = 128;
+
+const INDEX_BITS: u32 = 24;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+/// The "no slot" index: end of the free list, or an empty list when it is the head's index.
+const NIL: u32 = INDEX_MASK as u32;
+/// Set in `head` while the RX waiter sleeps until a slot is returned.
+const RX_WAITING: u64 = 1 << INDEX_BITS;
+/// Set in `head` while the TX waiter sleeps until a slot is returned.
+const TX_WAITING: u64 = 1 << (INDEX_BITS + 1);
+const WAITING_BITS: u64 = RX_WAITING | TX_WAITING;
+/// One step of the ABA tag, which takes the bits above the waiting bits.
+const TAG_ONE: u64 = 1 << (INDEX_BITS + 2);
+
+#[inline]
+fn head_index(word: u64) -> u32 {
+    (word & INDEX_MASK) as u32
+}
+
+/// The head word after a successful change from `old`: new index, new waiting bits, tag + 1.
+#[inline]
+fn next_head(old: u64, index: u32, waiting: u64) -> u64 {
+    ((old & !(INDEX_MASK | WAITING_BITS)).wrapping_add(TAG_ONE)) | waiting | u64::from(index)
+}
+
+/// Keeps a hot atomic on a cache line of its own.
+#[repr(align(64))]
+struct CachePadded<T>(T);
+
+/// Geometry of a pool: how many slots, how large, and how much TX headroom.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Number of slots (1 ..= [`MAX_SLOTS`]).
+    pub slots: usize,
+    /// Bytes per slot: a non-zero multiple of [`SLOT_ALIGN`], at most [`MAX_SLOT_SIZE`].
+    /// Default [`DEFAULT_SLOT_SIZE`].
+    pub slot_size: usize,
+    /// Bytes reserved in front of a fresh [`TxFrame`]'s data for headers pushed later.
+    /// Default [`DEFAULT_HEADROOM`]; must be smaller than `slot_size`.
+    pub headroom: usize,
+}
+
+impl PoolConfig {
+    /// `slots` slots of [`DEFAULT_SLOT_SIZE`] bytes with [`DEFAULT_HEADROOM`].
+    pub const fn new(slots: usize) -> Self {
+        Self {
+            slots,
+            slot_size: DEFAULT_SLOT_SIZE,
+            headroom: DEFAULT_HEADROOM,
+        }
+    }
+
+    /// The same configuration with another slot size.
+    pub const fn with_slot_size(mut self, slot_size: usize) -> Self {
+        self.slot_size = slot_size;
+        self
+    }
+
+    /// The same configuration with another TX headroom.
+    pub const fn with_headroom(mut self, headroom: usize) -> Self {
+        self.headroom = headroom;
+        self
+    }
+
+    /// Bytes of memory the region must provide: `slots * slot_size` (saturating).
+    pub const fn region_len(&self) -> usize {
+        self.slots.saturating_mul(self.slot_size)
+    }
+
+    /// Checks the geometry on its own (region and metadata are checked by [`FramePool::new`]).
+    pub const fn validate(&self) -> Result<(), PoolError> {
+        if self.slots == 0 {
+            return Err(PoolError::NoSlots);
+        }
+        if self.slots > MAX_SLOTS {
+            return Err(PoolError::TooManySlots {
+                requested: self.slots,
+            });
+        }
+        if self.slot_size == 0
+            || !self.slot_size.is_multiple_of(SLOT_ALIGN)
+            || self.slot_size > MAX_SLOT_SIZE
+        {
+            return Err(PoolError::BadSlotSize {
+                slot_size: self.slot_size,
+            });
+        }
+        if self.headroom >= self.slot_size {
+            return Err(PoolError::HeadroomTooLarge {
+                headroom: self.headroom,
+                slot_size: self.slot_size,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// How many slots are in each state, from [`FramePool::occupancy`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    /// On the free list.
+    pub free: usize,
+    /// In the driver's RX ring.
+    pub posted: usize,
+    /// Received, held by the stack.
+    pub stack: usize,
+    /// Received, held by the application.
+    pub lent: usize,
+    /// Being filled for transmission.
+    pub tx: usize,
+    /// Handed to the device for transmission.
+    pub device: usize,
+}
+
+impl Occupancy {
+    /// The count for one state.
+    pub fn get(&self, state: SlotState) -> usize {
+        match state {
+            SlotState::Free => self.free,
+            SlotState::Posted => self.posted,
+            SlotState::Stack => self.stack,
+            SlotState::Lent => self.lent,
+            SlotState::Tx => self.tx,
+            SlotState::Device => self.device,
+        }
+    }
+
+    fn count(&mut self, state: SlotState) {
+        match state {
+            SlotState::Free => self.free += 1,
+            SlotState::Posted => self.posted += 1,
+            SlotState::Stack => self.stack += 1,
+            SlotState::Lent => self.lent += 1,
+            SlotState::Tx => self.tx += 1,
+            SlotState::Device => self.device += 1,
+        }
+    }
+
+    /// Sum over all states: always the pool's slot count.
+    pub fn total(&self) -> usize {
+        self.free + self.posted + self.stack + self.lent + self.tx + self.device
+    }
+
+    /// Slots not on the free list.
+    pub fn in_use(&self) -> usize {
+        self.total() - self.free
+    }
+}
+
+impl fmt::Display for Occupancy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, state) in SlotState::ALL.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{}={}", state.name(), self.get(*state))?;
+        }
+        Ok(())
+    }
+}
+
+/// Exhaustion counters, from [`FramePool::stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// RX allocations that found no free slot (`try_alloc_rx` returning `None`, `poll_alloc_rx`
+    /// returning `Pending`).
+    pub rx_exhausted: u64,
+    /// TX allocations that found no free slot.
+    pub tx_exhausted: u64,
+}
+
+/// What [`FramePool::audit`] found wrong. Any of these means a bug in zcnet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuditError {
+    /// The free list is longer than the pool: it has a cycle (a slot was returned twice).
+    FreeListCycle,
+    /// A slot on the free list is not in the FREE state.
+    ListedSlotNotFree {
+        /// The slot.
+        slot: usize,
+        /// Its state.
+        state: SlotState,
+    },
+    /// The free list and the FREE state disagree on how many slots are free (a slot was lost).
+    FreeCountMismatch {
+        /// Slots on the free list.
+        listed: usize,
+        /// Slots in the FREE state.
+        free: usize,
+    },
+}
+
+impl fmt::Display for AuditError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            AuditError::FreeListCycle => f.write_str("the free list has a cycle"),
+            AuditError::ListedSlotNotFree { slot, state } => {
+                write!(f, "slot {slot} is on the free list but {}", state.name())
+            }
+            AuditError::FreeCountMismatch { listed, free } => {
+                write!(f, "{listed} slots on the free list, {free} in state FREE")
+            }
+        }
+    }
+}
+
+impl core::error::Error for AuditError {}
+
+/// A pool of fixed-size frame slots over `'static` memory. See the [module docs](self) for the
+/// rules it keeps and [the crate docs](crate) for a complete example.
+///
+/// Leases borrow the pool for `'static`, so a pool lives in a `static`
+/// ([`StaticPool`](crate::StaticPool), [`PoolCell`](crate::PoolCell)) or is leaked
+/// ([`FramePool::leak`] with the `alloc` feature).
+pub struct FramePool {
+    /// The free-list head (layout in the module docs). The only word every lease and return
+    /// touches.
+    head: CachePadded<AtomicU64>,
+    /// The driver refilling its RX ring waits here (see `RX_WAITING`).
+    rx_waiter: WakerCell,
+    /// The task allocating TX frames waits here (see `TX_WAITING`).
+    tx_waiter: WakerCell,
+    region: FrameRegion,
+    meta: &'static [SlotMeta],
+    slot_size: usize,
+    headroom: usize,
+    rx_exhausted: StatCounter,
+    tx_exhausted: StatCounter,
+}
+
+// SAFETY: the region's bytes are reached only through the unique lease that owns a slot (module
+// ground rules), and every shared field is an atomic or a `WakerCell`, which is `Sync`.
+unsafe impl Sync for FramePool {}
+// SAFETY: as above; nothing in the pool is tied to the thread that built it.
+unsafe impl Send for FramePool {}
+
+impl fmt::Debug for FramePool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FramePool")
+            .field("slots", &self.meta.len())
+            .field("slot_size", &self.slot_size)
+            .field("headroom", &self.headroom)
+            .field("occupancy", &self.occupancy())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FramePool {
+    /// Builds a pool of `config.slots` slots over `region`, with `meta` for bookkeeping (its first
+    /// `config.slots` entries are used and reset). All slots start FREE.
+    ///
+    /// Errors when the configuration is invalid ([`PoolConfig::validate`]), the region is too
+    /// small or not aligned to [`SLOT_ALIGN`], or `meta` is too short.
+    pub fn new(
+        region: FrameRegion,
+        meta: &'static mut [SlotMeta],
+        config: PoolConfig,
+    ) -> Result<Self, PoolError> {
+        config.validate()?;
+        let needed = config.region_len();
+        if region.len < needed {
+            return Err(PoolError::RegionTooSmall {
+                needed,
+                given: region.len,
+            });
+        }
+        if !(region.ptr.as_ptr() as usize).is_multiple_of(SLOT_ALIGN) {
+            return Err(PoolError::Misaligned);
+        }
+        if meta.len() < config.slots {
+            return Err(PoolError::MetaTooSmall {
+                needed: config.slots,
+                given: meta.len(),
+            });
+        }
+        let meta: &'static [SlotMeta] = &meta[..config.slots];
+        for (i, m) in meta.iter().enumerate() {
+            m.state.store(SlotState::Free as u8, Relaxed);
+            let next = if i + 1 < config.slots {
+                (i + 1) as u32
+            } else {
+                NIL
+            };
+            m.next.store(next, Relaxed);
+        }
+        Ok(Self {
+            head: CachePadded(AtomicU64::new(0)),
+            rx_waiter: WakerCell::new(),
+            tx_waiter: WakerCell::new(),
+            region,
+            meta,
+            slot_size: config.slot_size,
+            headroom: config.headroom,
+            rx_exhausted: StatCounter::new(),
+            tx_exhausted: StatCounter::new(),
+        })
+    }
+
+    /// The pool's geometry.
+    pub fn config(&self) -> PoolConfig {
+        PoolConfig {
+            slots: self.meta.len(),
+            slot_size: self.slot_size,
+            headroom: self.headroom,
+        }
+    }
+
+    /// Number of slots.
+    pub fn slot_count(&self) -> usize {
+        self.meta.len()
+    }
+
+    /// Bytes per slot.
+    pub fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+
+    /// Headroom of a fresh [`TxFrame`].
+    pub fn headroom(&self) -> usize {
+        self.headroom
+    }
+
+    /// Takes a free slot to post to the device's RX ring (FREE → POSTED), or `None` (counted in
+    /// [`PoolStats::rx_exhausted`]) when every slot is in use.
+    pub fn try_alloc_rx(&'static self) -> Option<PostedSlot> {
+        match self.pop() {
+            Some(slot) => Some(self.posted(slot)),
+            None => {
+                self.rx_exhausted.add(1);
+                None
+            }
+        }
+    }
+
+    /// Like [`try_alloc_rx`](Self::try_alloc_rx), but when no slot is free it registers `cx`'s
+    /// waker, which the next returned slot wakes. For the one driver that refills from this pool.
+    pub fn poll_alloc_rx(&'static self, cx: &mut Context<'_>) -> Poll<PostedSlot> {
+        match self.poll_pop(cx, RX_WAITING, &self.rx_waiter) {
+            Poll::Ready(slot) => Poll::Ready(self.posted(slot)),
+            Poll::Pending => {
+                self.rx_exhausted.add(1);
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Takes a free slot as a [`TxFrame`] with [`headroom`](Self::headroom) reserved (FREE → TX),
+    /// or `None` (counted in [`PoolStats::tx_exhausted`]).
+    pub fn try_alloc_tx(&'static self) -> Option<TxFrame> {
+        match self.pop() {
+            Some(slot) => Some(self.tx(slot)),
+            None => {
+                self.tx_exhausted.add(1);
+                None
+            }
+        }
+    }
+
+    /// Like [`try_alloc_tx`](Self::try_alloc_tx), but when no slot is free it registers `cx`'s
+    /// waker, which the next returned slot wakes. For the one task that allocates TX frames.
+    pub fn poll_alloc_tx(&'static self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        match self.poll_pop(cx, TX_WAITING, &self.tx_waiter) {
+            Poll::Ready(slot) => Poll::Ready(self.tx(slot)),
+            Poll::Pending => {
+                self.tx_exhausted.add(1);
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Counts the slots in each state by reading every slot's state byte. Exact when no other
+    /// thread is moving slots; a consistent-enough picture otherwise (each slot is counted once,
+    /// in a state it was in during the scan).
+    pub fn occupancy(&self) -> Occupancy {
+        let mut occ = Occupancy::default();
+        for m in self.meta {
+            occ.count(m.state());
+        }
+        occ
+    }
+
+    /// Exhaustion counters since the pool was built or [`take_stats`](Self::take_stats) last ran.
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            rx_exhausted: self.rx_exhausted.get(),
+            tx_exhausted: self.tx_exhausted.get(),
+        }
+    }
+
+    /// Returns the exhaustion counters and resets them to zero.
+    pub fn take_stats(&self) -> PoolStats {
+        PoolStats {
+            rx_exhausted: self.rx_exhausted.take(),
+            tx_exhausted: self.tx_exhausted.take(),
+        }
+    }
+
+    /// Walks the free list and checks it against the slots' states: every listed slot is FREE,
+    /// every FREE slot is listed once, no slot is lost or listed twice. Returns the occupancy.
+    ///
+    /// Meaningful only while no other thread leases or returns slots (at the end of a test, or
+    /// with the driver stopped); it never misbehaves otherwise, but may then report a spurious
+    /// mismatch.
+    pub fn audit(&self) -> Result<Occupancy, AuditError> {
+        let occ = self.occupancy();
+        let mut listed = 0usize;
+        let mut at = head_index(self.head.0.load(Acquire));
+        while at != NIL {
+            listed += 1;
+            if listed > self.meta.len() {
+                return Err(AuditError::FreeListCycle);
+            }
+            let m = &self.meta[at as usize];
+            let state = m.state();
+            if state != SlotState::Free {
+                return Err(AuditError::ListedSlotNotFree {
+                    slot: at as usize,
+                    state,
+                });
+            }
+            at = m.next.load(Relaxed);
+        }
+        if listed != occ.free {
+            return Err(AuditError::FreeCountMismatch {
+                listed,
+                free: occ.free,
+            });
+        }
+        Ok(occ)
+    }
+
+    /// The slot whose memory contains `ptr`, if any: lets tests and benchmarks prove that bytes
+    /// an application sees are the very bytes the device wrote.
+    pub fn slot_of(&self, ptr: *const u8) -> Option<usize> {
+        let base = self.region.ptr.as_ptr() as usize;
+        let offset = (ptr as usize).checked_sub(base)?;
+        let slot = offset / self.slot_size;
+        (slot < self.meta.len()).then_some(slot)
+    }
+
+    /// The state a slot is in right now (`None` for an index out of range).
+    pub fn slot_state(&self, slot: usize) -> Option<SlotState> {
+        self.meta.get(slot).map(SlotMeta::state)
+    }
+
+    // ---- crate-internal: used by the lease types -------------------------------------------
+
+    /// First byte of `slot`.
+    pub(crate) fn slot_ptr(&self, slot: u32) -> *mut u8 {
+        debug_assert!((slot as usize) < self.meta.len());
+        // SAFETY: `slot < slots` (leases only carry indices the pool handed out), and the region
+        // holds at least `slots * slot_size` bytes (checked in `new`), so the offset stays inside
+        // the region's allocation.
+        unsafe { self.region.ptr.as_ptr().add(slot as usize * self.slot_size) }
+    }
+
+    /// Bytes `start..end` of `slot`.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the lease on `slot` and no `&mut` to those bytes exists for `'a`;
+    /// `start <= end <= slot_size`.
+    pub(crate) unsafe fn bytes<'a>(&self, slot: u32, start: u32, end: u32) -> &'a [u8] {
+        debug_assert!(start <= end && end as usize <= self.slot_size);
+        let ptr = self.slot_ptr(slot).wrapping_add(start as usize);
+        // SAFETY: the range lies inside the slot, which lies inside the 'static region
+        // (precondition and `slot_ptr`); the caller guarantees no mutable alias for `'a`.
+        unsafe { core::slice::from_raw_parts(ptr, (end - start) as usize) }
+    }
+
+    /// Bytes `start..end` of `slot`, writable.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the lease on `slot` and no other reference to those bytes exists for
+    /// `'a`; `start <= end <= slot_size`.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn bytes_mut<'a>(&self, slot: u32, start: u32, end: u32) -> &'a mut [u8] {
+        debug_assert!(start <= end && end as usize <= self.slot_size);
+        let ptr = self.slot_ptr(slot).wrapping_add(start as usize);
+        // SAFETY: as in `bytes`, and the caller guarantees the borrow is unique for `'a`.
+        unsafe { core::slice::from_raw_parts_mut(ptr, (end - start) as usize) }
+    }
+
+    /// Device address of byte `offset` of `slot`.
+    pub(crate) fn device_addr(&self, slot: u32, offset: usize) -> u64 {
+        self.region.device_addr(self.slot_ptr(slot) as usize) + offset as u64
+    }
+
+    /// Moves `slot` from `from` to `to`. Debug builds check the edge and the current state.
+    #[inline]
+    pub(crate) fn transition(&self, slot: u32, from: SlotState, to: SlotState) {
+        let m = &self.meta[slot as usize];
+        if cfg!(debug_assertions) {
+            assert!(
+                from.can_become(to),
+                "zcnet-buffer: {} -> {} is not a slot transition",
+                from.name(),
+                to.name()
+            );
+            if let Err(found) = m
+                .state
+                .compare_exchange(from as u8, to as u8, Relaxed, Relaxed)
+            {
+                panic!(
+                    "zcnet-buffer: slot {slot} moved {} -> {} but was {:?}",
+                    from.name(),
+                    to.name(),
+                    SlotState::from_u8(found)
+                );
+            }
+        } else {
+            m.state.store(to as u8, Relaxed);
+        }
+    }
+
+    /// Returns `slot`, currently in state `from`, to the free list and wakes whoever waits.
+    pub(crate) fn release(&self, slot: u32, from: SlotState) {
+        self.transition(slot, from, SlotState::Free);
+        self.push(slot);
+    }
+
+    fn posted(&'static self, slot: u32) -> PostedSlot {
+        self.transition(slot, SlotState::Free, SlotState::Posted);
+        PostedSlot::new(self, slot)
+    }
+
+    fn tx(&'static self, slot: u32) -> TxFrame {
+        self.transition(slot, SlotState::Free, SlotState::Tx);
+        TxFrame::new(self, slot, self.headroom as u32)
+    }
+
+    // ---- the free list -------------------------------------------------------------------
+
+    fn pop(&self) -> Option<u32> {
+        let mut cur = self.head.0.load(Acquire);
+        loop {
+            let index = head_index(cur);
+            if index == NIL {
+                return None;
+            }
+            // A stale `next` (the slot was popped and pushed back since we loaded `cur`) is
+            // harmless: the tag has moved on, so the compare-exchange below fails.
+            let next = self.meta[index as usize].next.load(Relaxed);
+            let new = next_head(cur, next, cur & WAITING_BITS);
+            match self
+                .head
+                .0
+                .compare_exchange_weak(cur, new, Acquire, Acquire)
+            {
+                Ok(_) => return Some(index),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Pops a slot, or registers `cx` in `cell` and sets `bit` in the head in the same
+    /// compare-exchange that finds the list empty (module ground rules).
+    fn poll_pop(&self, cx: &mut Context<'_>, bit: u64, cell: &WakerCell) -> Poll<u32> {
+        if let Some(slot) = self.pop() {
+            return Poll::Ready(slot);
+        }
+        cell.register(cx.waker());
+        let mut cur = self.head.0.load(Acquire);
+        loop {
+            let index = head_index(cur);
+            let new = if index == NIL {
+                next_head(cur, NIL, (cur & WAITING_BITS) | bit)
+            } else {
+                // A slot came back between the first attempt and now: take it and stop waiting.
+                let next = self.meta[index as usize].next.load(Relaxed);
+                next_head(cur, next, (cur & WAITING_BITS) & !bit)
+            };
+            match self.head.0.compare_exchange_weak(cur, new, AcqRel, Acquire) {
+                Ok(_) if index == NIL => return Poll::Pending,
+                Ok(_) => return Poll::Ready(index),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    fn push(&self, slot: u32) {
+        let mut cur = self.head.0.load(Relaxed);
+        loop {
+            self.meta[slot as usize]
+                .next
+                .store(head_index(cur), Relaxed);
+            // Clearing the waiting bits here is what hands the wakeup to us (module docs).
+            let new = next_head(cur, slot, 0);
+            match self.head.0.compare_exchange_weak(cur, new, AcqRel, Relaxed) {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
+        if cur & RX_WAITING != 0 {
+            self.rx_waiter.wake();
+        }
+        if cur & TX_WAITING != 0 {
+            self.tx_waiter.wake();
+        }
+    }
+
+    /// The region's start and the metadata slice, for `heap::reclaim`.
+    #[cfg(all(test, loom))]
+    pub(crate) fn parts(&self) -> (core::ptr::NonNull<u8>, *const [SlotMeta]) {
+        (self.region.ptr, self.meta as *const [SlotMeta])
+    }
+
+    #[cfg(test)]
+    pub(crate) fn waiting_bits(&self) -> (bool, bool) {
+        let h = self.head.0.load(Acquire);
+        (h & RX_WAITING != 0, h & TX_WAITING != 0)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn waiters_registered(&self) -> (bool, bool) {
+        (
+            self.rx_waiter.is_registered(),
+            self.tx_waiter.is_registered(),
+        )
+    }
+}

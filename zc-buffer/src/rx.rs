@@ -1,0 +1,216 @@
+//! The receive leases: [`PostedSlot`] (a buffer the device may write) and [`RxFrame`] (a received
+//! frame the stack or the application holds).
+
+use core::fmt;
+use core::mem::ManuallyDrop;
+use core::ops::Deref;
+
+use crate::error::FrameError;
+use crate::pool::FramePool;
+use crate::slot::SlotState;
+
+/// A slot lent to the device as a receive buffer (state POSTED).
+///
+/// The driver keeps it (for virtio, in its token → slot map) while the device owns the memory,
+/// then turns it into an [`RxFrame`] with [`complete`](Self::complete). Dropping it returns the
+/// slot to the pool (a ring reset, a driver shutting down).
+pub struct PostedSlot {
+    pool: &'static FramePool,
+    slot: u32,
+}
+
+impl PostedSlot {
+    pub(crate) fn new(pool: &'static FramePool, slot: u32) -> Self {
+        Self { pool, slot }
+    }
+
+    /// The slot's index in its pool.
+    pub fn slot_index(&self) -> usize {
+        self.slot as usize
+    }
+
+    /// The pool the slot belongs to.
+    pub fn pool(&self) -> &'static FramePool {
+        self.pool
+    }
+
+    /// Bytes the device may write: the whole slot.
+    pub fn capacity(&self) -> usize {
+        self.pool.slot_size()
+    }
+
+    /// The device (physical) address of the slot's first byte.
+    pub fn device_addr(&self) -> u64 {
+        self.pool.device_addr(self.slot, 0)
+    }
+
+    /// The whole slot, for a driver that receives by CPU write (a TAP `read`) or that must hand
+    /// the device a slice (virtio-drivers' `receive_begin`).
+    pub fn buffer_mut(&mut self) -> &mut [u8] {
+        let end = self.capacity() as u32;
+        // SAFETY: this lease owns the slot exclusively (pool ground rules) and `&mut self` makes
+        // the returned borrow unique; `0 <= slot_size`.
+        unsafe { self.pool.bytes_mut(self.slot, 0, end) }
+    }
+
+    /// The device wrote `len` bytes from the slot's start: the slot becomes an [`RxFrame`]
+    /// (POSTED → STACK).
+    ///
+    /// A `len` larger than the slot is an error (a misbehaving device); the slot then returns to
+    /// the pool and the driver should count a drop.
+    pub fn complete(self, len: usize) -> Result<RxFrame, FrameError> {
+        self.complete_range(0, len)
+    }
+
+    /// The device wrote a frame of `len` bytes starting `offset` bytes into the slot (after a
+    /// virtio-net header, say). Errors like [`complete`](Self::complete).
+    pub fn complete_range(self, offset: usize, len: usize) -> Result<RxFrame, FrameError> {
+        let capacity = self.capacity();
+        let end = offset.checked_add(len).filter(|&end| end <= capacity);
+        let Some(end) = end else {
+            return Err(FrameError::Length {
+                requested: offset.saturating_add(len),
+                available: capacity,
+            });
+        };
+        let this = ManuallyDrop::new(self);
+        this.pool
+            .transition(this.slot, SlotState::Posted, SlotState::Stack);
+        Ok(RxFrame {
+            pool: this.pool,
+            slot: this.slot,
+            start: offset as u32,
+            end: end as u32,
+            lent: false,
+        })
+    }
+}
+
+impl Drop for PostedSlot {
+    fn drop(&mut self) {
+        self.pool.release(self.slot, SlotState::Posted);
+    }
+}
+
+impl fmt::Debug for PostedSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostedSlot")
+            .field("slot", &self.slot)
+            .finish()
+    }
+}
+
+/// A received frame: an owning lease on one pool slot (state STACK, or LENT once handed to the
+/// application).
+///
+/// It derefs to the received bytes. [`advance`](Self::advance) and
+/// [`truncate`](Self::truncate) strip headers and trailers without copying. Dropping it —
+/// on any thread, or in an interrupt handler — returns the slot to the pool without a lock or an
+/// allocation and wakes the driver if it waits to refill its ring. It is `Send` but not `Clone`:
+/// exactly one owner per slot.
+pub struct RxFrame {
+    pool: &'static FramePool,
+    slot: u32,
+    /// Offset of the first visible byte inside the slot. Invariant: `start <= end <= slot_size`.
+    start: u32,
+    /// Offset one past the last visible byte inside the slot.
+    end: u32,
+    /// Whether the frame was lent to the application (state LENT rather than STACK).
+    lent: bool,
+}
+
+impl RxFrame {
+    /// Hides the first `n` bytes (a header already parsed). Errors if the frame is shorter.
+    pub fn advance(&mut self, n: usize) -> Result<(), FrameError> {
+        if n > self.len() {
+            return Err(FrameError::Length {
+                requested: n,
+                available: self.len(),
+            });
+        }
+        self.start += n as u32;
+        Ok(())
+    }
+
+    /// Keeps only the first `len` bytes (drops a trailer or padding). Errors if the frame is
+    /// shorter than `len`.
+    pub fn truncate(&mut self, len: usize) -> Result<(), FrameError> {
+        if len > self.len() {
+            return Err(FrameError::Length {
+                requested: len,
+                available: self.len(),
+            });
+        }
+        self.end = self.start + len as u32;
+        Ok(())
+    }
+
+    /// Marks the frame as owned by the application (STACK → LENT): the stack calls this when it
+    /// moves the frame into a zero-copy socket's queue. Calling it again does nothing.
+    pub fn lend_to_app(&mut self) {
+        if !self.lent {
+            self.pool
+                .transition(self.slot, SlotState::Stack, SlotState::Lent);
+            self.lent = true;
+        }
+    }
+
+    /// Whether [`lend_to_app`](Self::lend_to_app) was called.
+    pub fn is_lent(&self) -> bool {
+        self.lent
+    }
+
+    /// The slot's index in its pool.
+    pub fn slot_index(&self) -> usize {
+        self.slot as usize
+    }
+
+    /// The pool the frame belongs to.
+    pub fn pool(&self) -> &'static FramePool {
+        self.pool
+    }
+
+    /// Offset of the first visible byte inside the slot (grows with [`advance`](Self::advance)).
+    pub fn offset_in_slot(&self) -> usize {
+        self.start as usize
+    }
+}
+
+impl Deref for RxFrame {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: this lease owns the slot exclusively, `&self` rules out a `&mut` for the
+        // borrow, and `start <= end <= slot_size` (set by `complete_range`, kept by `advance` and
+        // `truncate`).
+        unsafe { self.pool.bytes(self.slot, self.start, self.end) }
+    }
+}
+
+impl AsRef<[u8]> for RxFrame {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Drop for RxFrame {
+    fn drop(&mut self) {
+        let from = if self.lent {
+            SlotState::Lent
+        } else {
+            SlotState::Stack
+        };
+        self.pool.release(self.slot, from);
+    }
+}
+
+impl fmt::Debug for RxFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RxFrame")
+            .field("slot", &self.slot)
+            .field("offset", &self.start)
+            .field("len", &self.len())
+            .field("lent", &self.lent)
+            .finish()
+    }
+}

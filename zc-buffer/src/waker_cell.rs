@@ -1,0 +1,162 @@
+//! [`WakerCell`]: one waker slot that one party registers in and any thread or interrupt handler
+//! wakes, without a lock.
+//!
+//! # Ground rules
+//!
+//! * At most one registrant at a time (the pool has one cell for the RX refiller and one for the
+//!   TX waiter). A second concurrent `register` is ignored rather than corrupting the cell.
+//! * Any number of concurrent `wake` calls, from any thread or from interrupt context.
+//! * Nobody spins: when a `wake` lands while `register` is storing a waker, `register` itself does
+//!   the wake before returning; when a `register` lands while a `wake` is taking the old waker,
+//!   `register` wakes the new waker at once. Either way the newest registered waker learns of
+//!   every wake that happened after it was registered.
+//! * The stored `Waker` is only touched by the party that moved `state` out of [`WAITING`]: the
+//!   registrant while it holds [`REGISTERING`], a waker while it holds [`WAKING`] alone.
+
+use core::task::Waker;
+
+use crate::sync::{AtomicUsize, Ordering::*, UnsafeCell};
+
+/// Idle: nobody is inside the cell. Whoever moves the state away from here owns the waker slot.
+const WAITING: usize = 0;
+/// A `register` call owns the waker slot.
+const REGISTERING: usize = 0b01;
+/// A `wake` call owns the waker slot (or, combined with `REGISTERING`, a wake arrived while a
+/// registration was in progress and the registrant must deliver it).
+const WAKING: usize = 0b10;
+
+/// A lock-free single-registrant waker slot (see the module docs for the rules).
+pub(crate) struct WakerCell {
+    state: AtomicUsize,
+    /// Touched only by the owner of the slot, as defined by `state`.
+    waker: UnsafeCell<Option<Waker>>,
+}
+
+impl core::fmt::Debug for WakerCell {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("WakerCell")
+            .field("state", &self.state.load(Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Ends a registration: leaves `REGISTERING` and delivers a wake that arrived meanwhile. It runs on
+/// the normal path and also if cloning or dropping a waker panics while the registrant owns the
+/// slot, so a panicking waker can neither wedge the cell nor swallow a wake.
+struct FinishRegistration<'a>(&'a WakerCell);
+
+impl Drop for FinishRegistration<'_> {
+    fn drop(&mut self) {
+        let cell = self.0;
+        if cell
+            .state
+            .compare_exchange(REGISTERING, WAITING, AcqRel, Acquire)
+            .is_err()
+        {
+            // A wake arrived while we were registering (state is REGISTERING|WAKING) and left
+            // the delivery to us.
+            // SAFETY: REGISTERING is still set, so this registration still owns the slot.
+            let waker = cell.waker.with_mut(|slot| unsafe { (*slot).take() });
+            cell.state.swap(WAITING, AcqRel);
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    }
+}
+
+impl WakerCell {
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        Self {
+            state: AtomicUsize::new(WAITING),
+            waker: UnsafeCell::new(None),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        Self {
+            state: AtomicUsize::new(WAITING),
+            waker: UnsafeCell::new(None),
+        }
+    }
+
+    /// Stores `waker` so that the next [`wake`](Self::wake) wakes it.
+    ///
+    /// An unchanged waker (`will_wake`) is kept without cloning; a different one replaces the old,
+    /// which is dropped without being woken.
+    pub(crate) fn register(&self, waker: &Waker) {
+        match self
+            .state
+            .compare_exchange(WAITING, REGISTERING, Acquire, Acquire)
+        {
+            Ok(_) => {
+                let finish = FinishRegistration(self);
+                // SAFETY: moving `state` from WAITING to REGISTERING gave this call exclusive
+                // ownership of the waker slot until it leaves REGISTERING (module ground rules);
+                // `wake` never touches the slot while REGISTERING is set.
+                let old = self.waker.with_mut(|slot| unsafe {
+                    match &*slot {
+                        Some(current) if current.will_wake(waker) => None,
+                        _ => (*slot).replace(waker.clone()),
+                    }
+                });
+                // Dropping the replaced waker may run foreign code; do it while we still own the
+                // slot so that `finish` also runs if it panics.
+                drop(old);
+                drop(finish);
+            }
+            Err(WAKING) => {
+                // A wake is taking the previous waker right now; it happened after our caller
+                // decided to wait, so the new waker must hear of it.
+                waker.wake_by_ref();
+            }
+            Err(_) => {
+                // A concurrent `register` (a contract violation: one registrant at a time). Leave
+                // the other registration in place; this caller is not woken by the cell.
+            }
+        }
+    }
+
+    /// Wakes the registered waker, if any, and empties the cell.
+    pub(crate) fn wake(&self) {
+        if let Some(waker) = self.take() {
+            waker.wake();
+        }
+    }
+
+    /// Removes and returns the registered waker, if any.
+    fn take(&self) -> Option<Waker> {
+        match self.state.fetch_or(WAKING, AcqRel) {
+            WAITING => {
+                // SAFETY: we moved the state from WAITING to WAKING, so we own the slot until we
+                // clear WAKING; `register` only touches it after winning WAITING -> REGISTERING.
+                let waker = self.waker.with_mut(|slot| unsafe { (*slot).take() });
+                self.state.fetch_and(!WAKING, Release);
+                waker
+            }
+            _ => {
+                // Either a registration is in progress (it will see WAKING and deliver the wake)
+                // or another wake owns the slot and is delivering it already.
+                None
+            }
+        }
+    }
+
+    /// Whether a waker is currently stored. Only meaningful when nobody else uses the cell.
+    #[cfg(test)]
+    pub(crate) fn is_registered(&self) -> bool {
+        if self.state.load(Acquire) != WAITING {
+            return true;
+        }
+        // SAFETY: tests call this only when no other thread uses the cell.
+        self.waker.with(|slot| unsafe { (*slot).is_some() })
+    }
+}
+
+// SAFETY: the `Waker` inside is `Send + Sync`; access to it is serialised by `state` as the
+// module's ground rules describe.
+unsafe impl Send for WakerCell {}
+// SAFETY: as above; every method takes `&self` and synchronises through `state`.
+unsafe impl Sync for WakerCell {}
