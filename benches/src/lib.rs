@@ -1,1 +1,158 @@
-//! placeholder
+//! A small benchmark harness shared by zcnet's benchmark binaries: repeated runs, medians, and
+//! markdown tables of zcnet beside its peers measured in the same run.
+//!
+//! The machines these run on are shared and noisy, so every figure is the median of several
+//! runs, and comparisons are ratios between rows measured in the same process, one after the
+//! other, never against numbers from another run.
+
+use std::time::{Duration, Instant};
+
+/// How much work a benchmark binary does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Full measurement (the figures in BENCHMARKS.md).
+    Full,
+    /// A fast smoke run for CI: the same code paths, fewer iterations; its numbers are not
+    /// quoted anywhere.
+    Quick,
+}
+
+impl Mode {
+    /// `Quick` when `--quick` is among the arguments or `ZCNET_BENCH_QUICK` is set; arguments that
+    /// cargo passes (`--bench`) are ignored.
+    pub fn from_env() -> Mode {
+        let quick_arg = std::env::args().any(|a| a == "--quick");
+        let quick_env = std::env::var_os("ZCNET_BENCH_QUICK").is_some_and(|v| v != "0");
+        if quick_arg || quick_env {
+            Mode::Quick
+        } else {
+            Mode::Full
+        }
+    }
+
+    /// `full` or `quick` scaled by the mode.
+    pub fn pick<T>(self, full: T, quick: T) -> T {
+        match self {
+            Mode::Full => full,
+            Mode::Quick => quick,
+        }
+    }
+}
+
+/// The median of `samples` (the mean of the middle two for an even count). Panics on an empty
+/// slice, which no benchmark produces.
+pub fn median(samples: &mut [f64]) -> f64 {
+    assert!(!samples.is_empty(), "median of no samples");
+    samples.sort_by(f64::total_cmp);
+    let n = samples.len();
+    if n % 2 == 1 {
+        samples[n / 2]
+    } else {
+        (samples[n / 2 - 1] + samples[n / 2]) / 2.0
+    }
+}
+
+/// Runs `run` `runs` times; each call returns (elapsed, operations). Returns the median
+/// nanoseconds per operation and the spread (min, max) across runs.
+pub fn ns_per_op(runs: usize, mut run: impl FnMut() -> (Duration, u64)) -> Sample {
+    let mut v: Vec<f64> = (0..runs)
+        .map(|_| {
+            let (t, ops) = run();
+            t.as_nanos() as f64 / ops.max(1) as f64
+        })
+        .collect();
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(0.0, f64::max);
+    Sample {
+        median: median(&mut v),
+        min,
+        max,
+        runs,
+    }
+}
+
+/// Times `ops` calls of `f`.
+pub fn time_ops(ops: u64, mut f: impl FnMut()) -> (Duration, u64) {
+    let start = Instant::now();
+    for _ in 0..ops {
+        f();
+    }
+    (start.elapsed(), ops)
+}
+
+/// One measured figure: nanoseconds per operation over several runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    /// Median over the runs.
+    pub median: f64,
+    /// Fastest run.
+    pub min: f64,
+    /// Slowest run.
+    pub max: f64,
+    /// Number of runs.
+    pub runs: usize,
+}
+
+/// A markdown table under construction.
+#[derive(Debug, Default)]
+pub struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column titles.
+    pub fn new(header: &[&str]) -> Self {
+        Self {
+            header: header.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Appends a row (as many cells as columns).
+    pub fn row(&mut self, cells: Vec<String>) {
+        assert_eq!(cells.len(), self.header.len(), "row width");
+        self.rows.push(cells);
+    }
+
+    /// The table as GitHub-flavoured markdown.
+    pub fn to_markdown(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!("| {} |\n", self.header.join(" | ")));
+        s.push_str(&format!(
+            "|{}\n",
+            self.header.iter().map(|_| "---|").collect::<String>()
+        ));
+        for r in &self.rows {
+            s.push_str(&format!("| {} |\n", r.join(" | ")));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn ns_per_op_reports_median_and_spread() {
+        let mut durations = [30u64, 10, 20].into_iter();
+        let s = ns_per_op(3, || {
+            (Duration::from_nanos(durations.next().unwrap() * 10), 10)
+        });
+        assert_eq!((s.median, s.min, s.max, s.runs), (20.0, 10.0, 30.0, 3));
+    }
+
+    #[test]
+    fn markdown_table() {
+        let mut t = Table::new(&["a", "b"]);
+        t.row(vec!["1".into(), "2".into()]);
+        assert_eq!(t.to_markdown(), "| a | b |\n|---|---|\n| 1 | 2 |\n");
+    }
+}

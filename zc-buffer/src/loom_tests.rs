@@ -1,1 +1,175 @@
+//! loom models of the pool's concurrent paths: returns racing the driver's refill, concurrent
+//! returns, returns racing waker registration, and the free list's ABA defence.
+//!
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p zcnet-buffer --release --lib` (see
+//! `scripts/test-all.sh`, which also sets `LOOM_MAX_PREEMPTIONS`).
+//!
+//! A lost wakeup shows up as a loom deadlock: every waiter here blocks in `loom::future::block_on`,
+//! which parks until woken, so an execution in which the pool forgets to wake fails. A lost or
+//! doubly returned slot shows up in `FramePool::audit`, run after every execution.
 
+use core::future::poll_fn;
+
+use loom::future::block_on;
+use loom::thread;
+
+use crate::*;
+
+/// A small pool freed at the end of each explored execution, after an audit that proves the slot
+/// count was conserved exactly.
+struct ModelPool {
+    pool: &'static FramePool,
+    slots: usize,
+}
+
+impl ModelPool {
+    fn new(slots: usize) -> Self {
+        let pool = FramePool::leak(
+            PoolConfig::new(slots)
+                .with_slot_size(SLOT_ALIGN)
+                .with_headroom(0),
+        )
+        .unwrap();
+        Self { pool, slots }
+    }
+}
+
+impl Drop for ModelPool {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return; // leak rather than double-panic; loom reports the first failure
+        }
+        let occ = self.pool.audit().expect("free list consistent");
+        assert_eq!(
+            occ.free, self.slots,
+            "every slot back on the free list: {occ}"
+        );
+        // SAFETY: made by `FramePool::leak`; every lease was dropped (the audit just counted all
+        // slots FREE) and `self` is the last user.
+        unsafe { crate::heap::reclaim(self.pool) };
+    }
+}
+
+fn rx_frame(pool: &'static FramePool) -> RxFrame {
+    pool.try_alloc_rx().unwrap().complete(1).unwrap()
+}
+
+/// The app drops its frame on another thread while the driver, out of slots, waits to refill its
+/// ring: the driver gets the slot and is woken (no lost wakeup), exactly once returned.
+#[test]
+fn frame_dropped_on_another_thread_vs_driver_refill() {
+    loom::model(|| {
+        let m = ModelPool::new(1);
+        let pool = m.pool;
+        let mut frame = rx_frame(pool);
+        frame.lend_to_app();
+        let app = thread::spawn(move || drop(frame));
+        let posted = block_on(poll_fn(|cx| pool.poll_alloc_rx(cx)));
+        app.join().unwrap();
+        assert_eq!(pool.occupancy().posted, 1);
+        assert_eq!(pool.audit().unwrap().free, 0);
+        drop(posted);
+    });
+}
+
+/// Same race, but the driver uses the non-blocking path and the frame may still be in the app's
+/// hands: either it gets the slot or it sees `None`; the slot is never lost or duplicated.
+#[test]
+fn try_refill_vs_concurrent_drop() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let held = rx_frame(pool);
+        let ring = pool.try_alloc_rx().unwrap();
+        let app = thread::spawn(move || drop(held));
+        let refill = pool.try_alloc_rx();
+        app.join().unwrap();
+        let occ = pool.audit().unwrap();
+        match &refill {
+            Some(_) => assert_eq!((occ.posted, occ.free), (2, 0)),
+            None => assert_eq!((occ.posted, occ.free), (1, 1)),
+        }
+        drop((ring, refill));
+    });
+}
+
+/// Two threads return slots at the same moment while the TX waiter sleeps on an empty pool: both
+/// returns land on the free list, the waiter is woken and takes one.
+#[test]
+fn two_concurrent_returns_with_a_waiter() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let a = rx_frame(pool);
+        let b = pool.try_alloc_tx().unwrap();
+        let t1 = thread::spawn(move || drop(a));
+        let t2 = thread::spawn(move || drop(b));
+        let got = block_on(poll_fn(|cx| pool.poll_alloc_tx(cx)));
+        t1.join().unwrap();
+        t2.join().unwrap();
+        assert_eq!(pool.audit().unwrap().free, 1);
+        drop(got);
+    });
+}
+
+/// Two concurrent returns with nobody waiting: the free list ends up with both, each once.
+#[test]
+fn two_concurrent_returns() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let a = pool.try_alloc_tx().unwrap().into_device();
+        let b = rx_frame(pool);
+        let t = thread::spawn(move || drop(a));
+        drop(b);
+        t.join().unwrap();
+    });
+}
+
+/// The RX and TX waiters register while slots come back: each registration races a return, and
+/// both waiters must finish (their wakeups are carried by the bits in the free-list head).
+#[test]
+fn return_vs_waker_registration_both_directions() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let a = pool.try_alloc_tx().unwrap();
+        let b = pool.try_alloc_tx().unwrap();
+        let rx = thread::spawn(move || {
+            let slot = block_on(poll_fn(|cx| pool.poll_alloc_rx(cx)));
+            drop(slot);
+        });
+        let tx = thread::spawn(move || {
+            let frame = block_on(poll_fn(|cx| pool.poll_alloc_tx(cx)));
+            drop(frame);
+        });
+        drop(a);
+        drop(b);
+        rx.join().unwrap();
+        tx.join().unwrap();
+    });
+}
+
+/// A popper is preempted between reading the head and its compare-exchange while another thread
+/// pops two slots and pushes the first back (the ABA pattern): the tag must make the stale
+/// compare-exchange fail, so no slot is leased twice and none is lost.
+#[test]
+fn free_list_survives_aba() {
+    loom::model(|| {
+        let m = ModelPool::new(3);
+        let pool = m.pool;
+        let t = thread::spawn(move || {
+            let x = pool.try_alloc_tx().unwrap();
+            let y = pool.try_alloc_tx().unwrap();
+            drop(x);
+            drop(y);
+        });
+        let mine = pool.try_alloc_tx().unwrap();
+        let slot = mine.slot_index();
+        t.join().unwrap();
+        // `mine` is still leased: nobody else may have been handed its slot.
+        assert_eq!(pool.slot_state(slot), Some(SlotState::Tx));
+        assert_eq!(pool.audit().unwrap().free, 2);
+        drop(mine);
+    });
+}

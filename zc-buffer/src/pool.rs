@@ -75,6 +75,30 @@ fn next_head(old: u64, index: u32, waiting: u64) -> u64 {
     ((old & !(INDEX_MASK | WAITING_BITS)).wrapping_add(TAG_ONE)) | waiting | u64::from(index)
 }
 
+/// Exponential backoff after a failed compare-exchange on the head: under contention, retrying at
+/// once only steals the cache line back from the thread about to succeed. Bounded (at most
+/// 2^MAX_STEP spin hints per retry) and never sleeps, so it stays safe in interrupt context.
+struct Backoff(u32);
+
+impl Backoff {
+    const MAX_STEP: u32 = 6;
+
+    fn new() -> Self {
+        Self(0)
+    }
+
+    #[inline]
+    fn snooze(&mut self) {
+        #[cfg(not(loom))]
+        for _ in 0..(1u32 << self.0) {
+            core::hint::spin_loop();
+        }
+        if self.0 < Self::MAX_STEP {
+            self.0 += 1;
+        }
+    }
+}
+
 /// Keeps a hot atomic on a cache line of its own.
 #[repr(align(64))]
 struct CachePadded<T>(T);
@@ -586,6 +610,7 @@ impl FramePool {
     // ---- the free list -------------------------------------------------------------------
 
     fn pop(&self) -> Option<u32> {
+        let mut backoff = Backoff::new();
         let mut cur = self.head.0.load(Acquire);
         loop {
             let index = head_index(cur);
@@ -602,7 +627,10 @@ impl FramePool {
                 .compare_exchange_weak(cur, new, Acquire, Acquire)
             {
                 Ok(_) => return Some(index),
-                Err(actual) => cur = actual,
+                Err(actual) => {
+                    backoff.snooze();
+                    cur = actual;
+                }
             }
         }
     }
@@ -633,6 +661,7 @@ impl FramePool {
     }
 
     fn push(&self, slot: u32) {
+        let mut backoff = Backoff::new();
         let mut cur = self.head.0.load(Relaxed);
         loop {
             self.meta[slot as usize]
@@ -642,7 +671,10 @@ impl FramePool {
             let new = next_head(cur, slot, 0);
             match self.head.0.compare_exchange_weak(cur, new, AcqRel, Relaxed) {
                 Ok(_) => break,
-                Err(actual) => cur = actual,
+                Err(actual) => {
+                    backoff.snooze();
+                    cur = actual;
+                }
             }
         }
         if cur & RX_WAITING != 0 {
@@ -659,13 +691,13 @@ impl FramePool {
         (self.region.ptr, self.meta as *const [SlotMeta])
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn waiting_bits(&self) -> (bool, bool) {
         let h = self.head.0.load(Acquire);
         (h & RX_WAITING != 0, h & TX_WAITING != 0)
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn waiters_registered(&self) -> (bool, bool) {
         (
             self.rx_waiter.is_registered(),

@@ -18,6 +18,17 @@ pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize}
 
 pub(crate) use core::sync::atomic::Ordering;
 
+/// Tells the processor (or loom's scheduler) that this thread is waiting for another one to
+/// finish a short critical section. Under loom this is a yield, so the model lets the other
+/// thread run instead of reporting a spin.
+#[inline]
+pub(crate) fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    core::hint::spin_loop();
+}
+
 /// An `UnsafeCell` with loom's closure-based API, so that code using it is written once.
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
@@ -34,7 +45,7 @@ impl<T> UnsafeCell<T> {
     }
 
     /// Runs `f` with a shared pointer to the contents. The caller upholds the aliasing rules.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg_attr(any(not(test), loom), allow(dead_code))]
     pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
         f(self.0.get())
     }
