@@ -108,6 +108,13 @@ impl fmt::Debug for PostedSlot {
 /// on any thread, or in an interrupt handler — returns the slot to the pool without a lock or an
 /// allocation and wakes the driver if it waits to refill its ring. It is `Send` but not `Clone`:
 /// exactly one owner per slot.
+///
+/// ```compile_fail
+/// # use zcnet_buffer::{FramePool, PoolConfig};
+/// let pool = FramePool::leak(PoolConfig::new(1)).unwrap();
+/// let frame = pool.try_alloc_rx().unwrap().complete(0).unwrap();
+/// let twin = frame.clone(); // no: two owners of one slot
+/// ```
 pub struct RxFrame {
     pool: &'static FramePool,
     slot: u32,
