@@ -2,19 +2,49 @@
 //!
 //! zcnet's stack is two tasks, *ingress* and *egress*, that must run only when there is work:
 //! woken by a driver interrupt, by a socket, or by a protocol timer — never by a busy-poll. This
-//! crate is the runtime that makes that true:
+//! crate is the runtime that makes that true.
 //!
 //! ```text
 //!  driver IRQ ─┐                         ┌─► ingress task ─► poll_ingress_single (bounded batch)
 //!  socket op ──┼─► waker ─► run queue ───┤
 //!  timer wheel ┘   (lock-free, queued    └─► egress task  ─► poll_egress, then sleep_until(poll_at)
 //!                   at most once)
-//!  idle: wait until the wheel's next deadline or a signal (Linux: one epoll_wait)
+//!  idle: Platform::wait(next timer deadline) — on Linux one epoll_wait, also the fd reactor
 //! ```
 //!
-//! Status: the executor, the intrusive hierarchical timer wheel and the Linux platform arrive
-//! with issue 3 ("zcnet-executor: a no_std executor with an intrusive hierarchical timer
-//! wheel"). This crate depends on nothing of zcnet's, so it can be used on its own.
+//! * [`Executor`]: single-threaded run loop; wakers work from any thread or interrupt handler.
+//!   Tasks live in `static` [`TaskStorage`] slots or, with `alloc`, in boxes; [`JoinHandle`]s
+//!   yield their output; [`Executor::block_on`], [`Executor::run`], [`Executor::run_until_idle`].
+//! * The run queue is an intrusive lock-free stack taken whole by the executor; a SCHEDULED bit
+//!   keeps a task queued at most once, and a wake during a poll re-queues it after the poll.
+//! * [`Platform`]: the integrator's clock, wait and signal. With `std`, [`linux::LinuxPlatform`]
+//!   serves all three with one `epoll_wait` and also dispatches fd readiness.
+//! * [`time`]: [`time::sleep`], [`time::sleep_until`], [`time::timeout`], [`time::interval`] on a
+//!   hierarchical timer wheel (6 levels × 64 slots, 1 ms ticks by default, O(1) insert and cancel,
+//!   O(levels) next deadline). Each [`time::Sleep`] embeds its wheel entry.
+//!
+//! This crate depends on nothing of zcnet's. `no_std`; features `alloc` (boxed tasks) and `std`
+//! (the Linux platform, implies `alloc`).
 
 #![no_std]
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[cfg(any(test, feature = "std"))]
+extern crate std;
+
+mod executor;
+#[cfg(feature = "std")]
+pub mod linux;
+mod platform;
+mod run_queue;
+mod sync;
+mod task;
+pub mod time;
+
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+pub use executor::{Executor, ExecutorStats, Spawner};
+pub use platform::{Instant, Platform};
+pub use task::{JoinHandle, SpawnError, TaskStorage, STORAGE_ALIGN};

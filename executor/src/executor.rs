@@ -1,0 +1,484 @@
+//! [`Executor`]: the run loop, the spawner, and the timer state it owns.
+//!
+//! # Ground rules
+//!
+//! * One thread runs an executor at a time (`run`, `block_on` or `run_until_idle`); wakers may be
+//!   woken from any thread or interrupt handler.
+//! * The run loop: take the whole run queue, poll each task once, fire due timers, and when there
+//!   is nothing left, ask the platform to wait until the wheel's next deadline. It never spins:
+//!   with no task ready and no timer pending it waits with no deadline at all.
+//! * "Queue empty" and "going to sleep" are one compare-exchange on the run queue's head (see
+//!   `run_queue.rs`), so an enqueue can never slip in between unnoticed.
+//! * The timer lock is never taken in interrupt context, and wakers are never woken with it held.
+
+use core::fmt;
+use core::future::Future;
+use core::pin::pin;
+use core::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+use core::time::Duration;
+
+use crate::platform::{Instant, Platform};
+use crate::run_queue::{Notify, RunQueue};
+use crate::sync::{AtomicBool, Mutex, Ordering::*};
+use crate::task::{header_from_waker, task_waker, JoinHandle, SpawnError, TaskRef, TaskStorage};
+use crate::time::wheel::Wheel;
+use crate::time::Sleep;
+
+/// The executor is called `Core` inside the crate: what task headers point to.
+pub(crate) type Core = Executor;
+
+/// Wakers taken from the wheel per lock hold; woken after the lock is released.
+const WAKE_BATCH: usize = 32;
+
+/// The timer wheel and what the executor needs to know about sleeping, under one lock.
+pub(crate) struct Timers {
+    pub(crate) wheel: Wheel,
+    /// While the executor waits: the tick it waits for (`u64::MAX`: no deadline). `None` while
+    /// it is awake.
+    sleeping_until: Option<u64>,
+}
+
+impl Timers {
+    /// Called after inserting a deadline: whether the executor must be signalled because it
+    /// sleeps past it.
+    pub(crate) fn note_insert(&mut self, tick: u64) -> bool {
+        match self.sleeping_until {
+            Some(until) if tick < until => {
+                self.sleeping_until = Some(tick);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Counters an executor keeps ([`Executor::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecutorStats {
+    /// Task polls (and polls of `block_on`'s future).
+    pub polls: u64,
+    /// Times the run loop asked the platform to wait.
+    pub waits: u64,
+    /// Timers that fired.
+    pub timers_fired: u64,
+    /// Signals sent to a waiting executor (by wakes or earlier deadlines).
+    pub signals: u64,
+}
+
+/// Statistics counter: relaxed, never used to synchronise, deliberately outside loom's model.
+struct Counter(core::sync::atomic::AtomicU64);
+
+impl Counter {
+    const fn new() -> Self {
+        Self(core::sync::atomic::AtomicU64::new(0))
+    }
+    fn add(&self, n: u64) {
+        self.0.fetch_add(n, core::sync::atomic::Ordering::Relaxed);
+    }
+    fn get(&self) -> u64 {
+        self.0.load(core::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A single-threaded executor with a hierarchical timer wheel, driven by a [`Platform`].
+///
+/// It lives for `'static` (a `static`, or [`Executor::leak`]) because task headers and wakers
+/// point to it.
+///
+/// ```
+/// use core::time::Duration;
+/// use zcnet_executor::{time, Executor};
+/// # use zcnet_executor::linux::LinuxPlatform;
+/// # let platform = LinuxPlatform::leak().unwrap();
+/// let executor: &'static Executor = Executor::leak(platform);
+/// let spawner = executor.spawner();
+/// let answer = executor.block_on(async move {
+///     let child = spawner.spawn(async {
+///         time::sleep(Duration::from_millis(5)).await;
+///         21
+///     });
+///     child.await * 2
+/// });
+/// assert_eq!(answer, 42);
+/// ```
+pub struct Executor {
+    queue: RunQueue,
+    pub(crate) timers: Mutex<Timers>,
+    platform: &'static dyn Platform,
+    tick_nanos: u64,
+    /// Set while a thread runs the loop (one at a time).
+    running: AtomicBool,
+    polls: Counter,
+    waits: Counter,
+    timers_fired: Counter,
+    signals: Counter,
+}
+
+impl fmt::Debug for Executor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Executor")
+            .field("tick_nanos", &self.tick_nanos)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+static MAIN_VTABLE: RawWakerVTable =
+    RawWakerVTable::new(main_clone, main_wake, main_wake, main_drop);
+
+fn main_clone(data: *const ()) -> RawWaker {
+    RawWaker::new(data, &MAIN_VTABLE)
+}
+
+fn main_wake(data: *const ()) {
+    // SAFETY: main wakers are made only from a `&'static Executor`.
+    let exec = unsafe { &*data.cast::<Executor>() };
+    exec.notify(exec.queue.wake_main());
+}
+
+fn main_drop(_: *const ()) {}
+
+/// Releases the "running" flag when the run loop ends (also by unwinding).
+struct RunningGuard<'a>(&'a AtomicBool);
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Release);
+    }
+}
+
+impl Executor {
+    /// An executor with 1 ms timer ticks, for a `static`.
+    #[cfg(not(loom))]
+    pub const fn new(platform: &'static dyn Platform) -> Self {
+        Self::with_tick(platform, Duration::from_millis(1))
+    }
+
+    /// An executor whose timer wheel counts in `tick`s (deadlines are rounded up to a tick).
+    /// Panics on a zero tick.
+    #[cfg(not(loom))]
+    pub const fn with_tick(platform: &'static dyn Platform, tick: Duration) -> Self {
+        let nanos = tick.as_nanos();
+        assert!(nanos > 0 && nanos <= u64::MAX as u128, "tick out of range");
+        Self {
+            queue: RunQueue::new(),
+            timers: Mutex::new(Timers {
+                wheel: Wheel::new(),
+                sleeping_until: None,
+            }),
+            platform,
+            tick_nanos: nanos as u64,
+            running: AtomicBool::new(false),
+            polls: Counter::new(),
+            waits: Counter::new(),
+            timers_fired: Counter::new(),
+            signals: Counter::new(),
+        }
+    }
+
+    /// An executor with `tick`-long timer ticks (loom builds have no `const` constructors).
+    #[cfg(loom)]
+    pub fn with_tick(platform: &'static dyn Platform, tick: Duration) -> Self {
+        Self {
+            queue: RunQueue::new(),
+            timers: Mutex::new(Timers {
+                wheel: Wheel::new(),
+                sleeping_until: None,
+            }),
+            platform,
+            tick_nanos: tick.as_nanos() as u64,
+            running: AtomicBool::new(false),
+            polls: Counter::new(),
+            waits: Counter::new(),
+            timers_fired: Counter::new(),
+            signals: Counter::new(),
+        }
+    }
+
+    /// An executor on the heap with 1 ms ticks, leaked so it lives for `'static`.
+    #[cfg(feature = "alloc")]
+    pub fn leak(platform: &'static dyn Platform) -> &'static Executor {
+        extern crate alloc;
+        alloc::boxed::Box::leak(alloc::boxed::Box::new(Self::with_tick(
+            platform,
+            Duration::from_millis(1),
+        )))
+    }
+
+    /// A handle that spawns tasks onto this executor.
+    pub fn spawner(&'static self) -> Spawner {
+        Spawner { exec: self }
+    }
+
+    /// The platform's clock.
+    pub fn now(&self) -> Instant {
+        self.platform.now()
+    }
+
+    /// A [`Sleep`] until `deadline`, usable outside tasks too (it knows its executor).
+    pub fn sleep_until(&'static self, deadline: Instant) -> Sleep {
+        let mut s = Sleep::at(deadline);
+        s.bind(self);
+        s
+    }
+
+    /// A [`Sleep`] of `duration` from now.
+    pub fn sleep(&'static self, duration: Duration) -> Sleep {
+        self.sleep_until(self.now() + duration)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> ExecutorStats {
+        ExecutorStats {
+            polls: self.polls.get(),
+            waits: self.waits.get(),
+            timers_fired: self.timers_fired.get(),
+            signals: self.signals.get(),
+        }
+    }
+
+    /// Timer entries currently armed (in the wheel or expired and not yet collected).
+    pub fn armed_timers(&self) -> usize {
+        self.timers.lock().wheel.len()
+    }
+
+    /// Runs `future` to completion on the current thread, running spawned tasks and timers
+    /// meanwhile. Panics if another thread is running this executor.
+    pub fn block_on<F: Future>(&'static self, future: F) -> F::Output {
+        let _running = self.enter();
+        let mut future = pin!(future);
+        // SAFETY: MAIN_VTABLE's functions uphold the RawWaker contract for a `&'static Executor`
+        // (they only read it; clone/drop are no-ops on a 'static pointer).
+        let waker = unsafe {
+            Waker::from_raw(RawWaker::new(
+                (self as *const Self).cast::<()>(),
+                &MAIN_VTABLE,
+            ))
+        };
+        let mut cx = Context::from_waker(&waker);
+        let mut main_woken = true;
+        loop {
+            if main_woken {
+                self.polls.add(1);
+                if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+                    return v;
+                }
+            }
+            main_woken = self.turn(true);
+        }
+    }
+
+    /// Runs tasks and timers forever (a kernel's main loop). Panics if another thread is running
+    /// this executor.
+    pub fn run(&'static self) -> ! {
+        let _running = self.enter();
+        loop {
+            self.turn(true);
+        }
+    }
+
+    /// Polls every ready task and fires every due timer, repeatedly, until nothing is ready;
+    /// never waits. For tests. Returns the number of task polls it made.
+    pub fn run_until_idle(&'static self) -> u64 {
+        let _running = self.enter();
+        let before = self.polls.get();
+        while self.queue.has_work() || self.timers_due() {
+            self.turn(false);
+        }
+        self.polls.get() - before
+    }
+
+    fn enter(&self) -> RunningGuard<'_> {
+        assert!(
+            self.running
+                .compare_exchange(false, true, Acquire, Relaxed)
+                .is_ok(),
+            "zcnet-executor: an executor is run by one thread at a time"
+        );
+        RunningGuard(&self.running)
+    }
+
+    /// One turn of the loop: run the queued tasks, fire timers, and wait if there is nothing to
+    /// do (when `may_wait`). Returns whether `block_on`'s future was woken.
+    fn turn(&'static self, may_wait: bool) -> bool {
+        let (batch, mut main_woken) = self.queue.take_all();
+        for task in batch {
+            self.poll_task(task);
+        }
+        self.fire_timers();
+        if main_woken || self.queue.has_work() || !may_wait {
+            return main_woken;
+        }
+        // Idle: sleep until the next timer, unless an enqueue beats us to it.
+        let deadline = {
+            let mut timers = self.timers.lock();
+            let next = timers.wheel.next_expiration();
+            timers.sleeping_until = Some(next.unwrap_or(u64::MAX));
+            next.map(|tick| Instant::from_nanos(tick.saturating_mul(self.tick_nanos)))
+        };
+        if self.queue.try_sleep() {
+            self.waits.add(1);
+            self.platform.wait(deadline);
+            self.queue.end_sleep();
+        }
+        self.timers.lock().sleeping_until = None;
+        let (batch, woken) = self.queue.take_all();
+        main_woken |= woken;
+        for task in batch {
+            self.poll_task(task);
+        }
+        main_woken
+    }
+
+    fn poll_task(&self, task: TaskRef) {
+        task.start_poll();
+        self.polls.add(1);
+        let waker = task_waker(task);
+        let mut cx = Context::from_waker(&waker);
+        // SAFETY: we hold the queue's reference and just set RUNNING.
+        match unsafe { task.poll(&mut cx) } {
+            Poll::Ready(()) => {
+                task.complete();
+                // SAFETY: the queue's reference, given back once.
+                unsafe { task.ref_dec() };
+            }
+            Poll::Pending => {
+                if task.end_poll_pending() {
+                    // Woken during the poll: back in the queue, keeping the queue's reference.
+                    self.enqueue(task);
+                } else {
+                    // SAFETY: the queue's reference, given back once.
+                    unsafe { task.ref_dec() };
+                }
+            }
+        }
+    }
+
+    /// Moves due timers to the pending list and wakes them, in batches, outside the lock.
+    fn fire_timers(&self) {
+        let now_tick = self.now_tick();
+        let mut timers = self.timers.lock();
+        timers.wheel.advance(now_tick);
+        loop {
+            let mut batch: [Option<core::task::Waker>; WAKE_BATCH] = [const { None }; WAKE_BATCH];
+            let mut n = 0;
+            let mut fired = 0;
+            while n < WAKE_BATCH {
+                match timers.wheel.take_pending() {
+                    Some(w) => {
+                        fired += 1;
+                        if w.is_some() {
+                            batch[n] = w;
+                            n += 1;
+                        }
+                    }
+                    None => break,
+                }
+            }
+            drop(timers);
+            self.timers_fired.add(fired);
+            for w in batch.iter_mut().take(n) {
+                if let Some(w) = w.take() {
+                    w.wake();
+                }
+            }
+            if n < WAKE_BATCH {
+                return;
+            }
+            timers = self.timers.lock();
+        }
+    }
+
+    fn timers_due(&self) -> bool {
+        let now = self.now_tick();
+        self.timers
+            .lock()
+            .wheel
+            .next_expiration()
+            .is_some_and(|t| t <= now)
+    }
+
+    fn now_tick(&self) -> u64 {
+        self.now().as_nanos() / self.tick_nanos
+    }
+
+    /// The tick at or after `deadline` (deadlines round up, so a timer never fires early).
+    pub(crate) fn deadline_tick(&self, deadline: Instant) -> u64 {
+        deadline.as_nanos().div_ceil(self.tick_nanos)
+    }
+
+    /// Puts a task on the run queue and signals the platform if the executor sleeps.
+    pub(crate) fn enqueue(&self, task: TaskRef) {
+        self.notify(self.queue.push(task));
+    }
+
+    fn notify(&self, n: Notify) {
+        if n == Notify::Signal {
+            self.signal();
+        }
+    }
+
+    pub(crate) fn signal(&self) {
+        self.signals.add(1);
+        self.platform.signal();
+    }
+
+    /// The executor a waker belongs to, if it is a task waker or a `block_on` waker of ours.
+    pub(crate) fn from_waker(waker: &Waker) -> Option<&'static Executor> {
+        if let Some(task) = header_from_waker(waker) {
+            return Some(task.core());
+        }
+        if core::ptr::eq(waker.vtable(), &MAIN_VTABLE) {
+            // SAFETY: main wakers are made only from a `&'static Executor`.
+            return Some(unsafe { &*waker.data().cast::<Executor>() });
+        }
+        None
+    }
+}
+
+/// Spawns tasks onto an executor. `Copy`; get one from [`Executor::spawner`] or, inside a task,
+/// [`Spawner::current`].
+#[derive(Clone, Copy, Debug)]
+pub struct Spawner {
+    exec: &'static Executor,
+}
+
+impl Spawner {
+    /// The spawner of the executor running the task whose context this is (`None` outside a
+    /// zcnet executor).
+    pub fn current(cx: &Context<'_>) -> Option<Spawner> {
+        Executor::from_waker(cx.waker()).map(|exec| Spawner { exec })
+    }
+
+    /// The executor this spawner spawns onto.
+    pub fn executor(&self) -> &'static Executor {
+        self.exec
+    }
+
+    /// Spawns `future` into a `static` slot; errors if the slot is in use or too small.
+    pub fn spawn_in<F, const SIZE: usize>(
+        &self,
+        storage: &'static TaskStorage<SIZE>,
+        future: F,
+    ) -> Result<JoinHandle<F::Output>, SpawnError>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let task = storage.spawn(self.exec, future)?;
+        self.exec.enqueue(task);
+        Ok(JoinHandle::new(task))
+    }
+
+    /// Spawns `future` in a heap allocation.
+    #[cfg(feature = "alloc")]
+    pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let task = crate::task::spawn_boxed(self.exec, future);
+        self.exec.enqueue(task);
+        JoinHandle::new(task)
+    }
+}

@@ -1,0 +1,155 @@
+//! The run queue: an intrusive lock-free stack of task headers that any thread or interrupt
+//! handler pushes onto and the executor empties in one swap.
+//!
+//! The head word also carries two flags in the low bits of the pointer (headers are 8-byte
+//! aligned):
+//!
+//! * `SLEEPING`: the executor found the queue empty and is about to wait (or waits) on the
+//!   platform. Set by the same compare-exchange that observes the queue empty; cleared by the
+//!   push that ends the emptiness, which then signals the platform. One word, so "queue empty" and
+//!   "going to sleep" cannot be separated by an enqueue: no lost wakeup, and no signal (a syscall
+//!   on Linux) while the executor is awake.
+//! * `MAIN_WOKEN`: `block_on`'s top-level future was woken. It is not a task, so its wake is a
+//!   flag here, with the same guarantee.
+
+use core::ptr;
+
+use crate::sync::{AtomicPtr, Ordering::*};
+use crate::task::{Header, TaskRef};
+
+const SLEEPING: usize = 0b01;
+const MAIN_WOKEN: usize = 0b10;
+const FLAGS: usize = SLEEPING | MAIN_WOKEN;
+
+/// What `push` and `wake_main` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Notify {
+    /// The executor is awake: nothing more to do.
+    None,
+    /// The executor was sleeping: the caller must signal the platform.
+    Signal,
+}
+
+pub(crate) struct RunQueue {
+    head: AtomicPtr<Header>,
+}
+
+/// A batch taken from the queue, oldest first.
+pub(crate) struct Batch {
+    /// Oldest task first, linked through `Header::next`.
+    head: *mut Header,
+}
+
+impl Iterator for Batch {
+    type Item = TaskRef;
+
+    fn next(&mut self) -> Option<TaskRef> {
+        let cur = ptr::NonNull::new(self.head)?;
+        let task = TaskRef(cur);
+        self.head = task.header().next.load(Relaxed);
+        Some(task)
+    }
+}
+
+impl RunQueue {
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        Self {
+            head: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        Self {
+            head: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// Pushes a task whose SCHEDULED bit the caller just set (so it is in no queue). Lock-free.
+    pub(crate) fn push(&self, task: TaskRef) -> Notify {
+        let node = task.0.as_ptr();
+        let mut cur = self.head.load(Relaxed);
+        loop {
+            let next = cur.map_addr(|a| a & !FLAGS);
+            task.header().next.store(next, Relaxed);
+            // Keep MAIN_WOKEN, clear SLEEPING: whoever clears SLEEPING signals.
+            let new = node.map_addr(|a| a | (cur.addr() & MAIN_WOKEN));
+            match self.head.compare_exchange_weak(cur, new, AcqRel, Relaxed) {
+                Ok(_) => {
+                    return if cur.addr() & SLEEPING != 0 {
+                        Notify::Signal
+                    } else {
+                        Notify::None
+                    }
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Flags the top-level future as woken.
+    pub(crate) fn wake_main(&self) -> Notify {
+        let mut cur = self.head.load(Relaxed);
+        loop {
+            let new = cur.map_addr(|a| (a & !SLEEPING) | MAIN_WOKEN);
+            if new == cur {
+                return Notify::None;
+            }
+            match self.head.compare_exchange_weak(cur, new, AcqRel, Relaxed) {
+                Ok(_) => {
+                    return if cur.addr() & SLEEPING != 0 {
+                        Notify::Signal
+                    } else {
+                        Notify::None
+                    }
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Takes every queued task (oldest first) and the MAIN_WOKEN flag.
+    pub(crate) fn take_all(&self) -> (Batch, bool) {
+        let taken = self.head.swap(ptr::null_mut(), AcqRel);
+        let main = taken.addr() & MAIN_WOKEN != 0;
+        // The stack is newest first; reverse it so tasks run in the order they were woken.
+        let mut rest = taken.map_addr(|a| a & !FLAGS);
+        let mut reversed: *mut Header = ptr::null_mut();
+        while let Some(node) = ptr::NonNull::new(rest) {
+            let task = TaskRef(node);
+            rest = task.header().next.load(Relaxed);
+            task.header().next.store(reversed, Relaxed);
+            reversed = node.as_ptr();
+        }
+        (Batch { head: reversed }, main)
+    }
+
+    /// Marks the executor as going to sleep if the queue is empty and the main future not woken.
+    /// Returns `false` (stay awake) otherwise.
+    pub(crate) fn try_sleep(&self) -> bool {
+        self.head
+            .compare_exchange(
+                ptr::null_mut(),
+                ptr::without_provenance_mut(SLEEPING),
+                AcqRel,
+                Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// The executor is awake again: clears SLEEPING if no push cleared it already.
+    pub(crate) fn end_sleep(&self) {
+        let _ = self.head.compare_exchange(
+            ptr::without_provenance_mut(SLEEPING),
+            ptr::null_mut(),
+            AcqRel,
+            Relaxed,
+        );
+    }
+
+    /// Whether a task is queued or the main future woken (for `run_until_idle`).
+    pub(crate) fn has_work(&self) -> bool {
+        self.head.load(Acquire).addr() & !SLEEPING != 0
+    }
+}

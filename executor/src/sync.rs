@@ -1,0 +1,103 @@
+//! The `sync` shim: atomics, cells and the one lock this crate uses, switched to loom's
+//! model-checked versions under `RUSTFLAGS="--cfg loom"`.
+//!
+//! (zcnet-buffer has a shim of its own: the dependency rules keep the executor free of zcnet's
+//! other crates, and each shim is a dozen lines.)
+
+#[cfg(not(loom))]
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
+
+pub(crate) use core::sync::atomic::Ordering;
+
+/// The lock guarding the timer wheel: a spin lock normally (no OS needed; critical sections are
+/// a few list operations), loom's mutex under loom.
+#[cfg(loom)]
+pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+#[cfg(loom)]
+pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+#[cfg(loom)]
+impl<T> Mutex<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self(loom::sync::Mutex::new(value))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap()
+    }
+}
+
+#[cfg(not(loom))]
+pub(crate) use spin::Mutex;
+
+#[cfg(not(loom))]
+mod spin {
+    use core::cell::UnsafeCell;
+    use core::ops::{Deref, DerefMut};
+    use core::sync::atomic::{AtomicBool, Ordering};
+
+    /// A test-and-test-and-set spin lock. Never taken in interrupt context (see the executor's
+    /// ground rules), so a holder cannot be interrupted by another would-be holder on its core.
+    pub(crate) struct Mutex<T> {
+        locked: AtomicBool,
+        value: UnsafeCell<T>,
+    }
+
+    // SAFETY: `value` is reached only through a guard, and at most one guard exists at a time
+    // (`locked` is acquired with an Acquire compare-exchange and released with a Release store).
+    unsafe impl<T: Send> Sync for Mutex<T> {}
+    // SAFETY: moving the lock moves the value; no thread-affine state inside.
+    unsafe impl<T: Send> Send for Mutex<T> {}
+
+    impl<T> Mutex<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            Self {
+                locked: AtomicBool::new(false),
+                value: UnsafeCell::new(value),
+            }
+        }
+
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            loop {
+                if self
+                    .locked
+                    .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return MutexGuard(self);
+                }
+                while self.locked.load(Ordering::Relaxed) {
+                    core::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    /// Holds the lock; releases it on drop (also during unwinding).
+    pub(crate) struct MutexGuard<'a, T>(&'a Mutex<T>);
+
+    impl<T> Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            // SAFETY: the guard's existence means this thread holds the lock.
+            unsafe { &*self.0.value.get() }
+        }
+    }
+
+    impl<T> DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            // SAFETY: the guard's existence means this thread holds the lock, and `&mut self`
+            // makes this borrow unique.
+            unsafe { &mut *self.0.value.get() }
+        }
+    }
+
+    impl<T> Drop for MutexGuard<'_, T> {
+        fn drop(&mut self) {
+            self.0.locked.store(false, Ordering::Release);
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Task wakers: a `Waker` is a counted pointer to the task's header.
+
+use core::mem::ManuallyDrop;
+use core::ptr::NonNull;
+use core::task::{RawWaker, RawWakerVTable, Waker};
+
+use super::raw::{Header, TaskRef};
+
+static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop_waker);
+
+fn task(data: *const ()) -> TaskRef {
+    // SAFETY: every RawWaker with this vtable was made from a non-null header pointer.
+    TaskRef(unsafe { NonNull::new_unchecked(data as *mut Header) })
+}
+
+unsafe fn clone(data: *const ()) -> RawWaker {
+    task(data).ref_inc();
+    RawWaker::new(data, &VTABLE)
+}
+
+unsafe fn wake(data: *const ()) {
+    let t = task(data);
+    t.wake_by_ref();
+    // SAFETY: `wake` consumes the waker, and with it one reference.
+    unsafe { t.ref_dec() };
+}
+
+unsafe fn wake_by_ref(data: *const ()) {
+    task(data).wake_by_ref();
+}
+
+unsafe fn drop_waker(data: *const ()) {
+    // SAFETY: dropping the waker gives back its reference.
+    unsafe { task(data).ref_dec() };
+}
+
+/// A waker for `task` that borrows a reference the caller holds (the executor's, during a poll):
+/// it must not outlive that reference, and is never dropped (clones count their own).
+pub(crate) fn task_waker(task: TaskRef) -> ManuallyDrop<Waker> {
+    // SAFETY: the vtable's functions uphold the RawWaker contract for a header pointer: clone
+    // adds a reference, wake/drop release one, all thread-safe through the state word.
+    ManuallyDrop::new(unsafe {
+        Waker::from_raw(RawWaker::new(task.0.as_ptr() as *const (), &VTABLE))
+    })
+}
+
+/// The task behind `waker`, if it is one of this crate's task wakers.
+pub(crate) fn header_from_waker(waker: &Waker) -> Option<TaskRef> {
+    if core::ptr::eq(waker.vtable(), &VTABLE) {
+        Some(task(waker.data()))
+    } else {
+        None
+    }
+}

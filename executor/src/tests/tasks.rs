@@ -1,0 +1,250 @@
+//! Tasks: spawning, joining, static slots, wakes during polls, reference counting.
+
+use std::boxed::Box;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::vec::Vec;
+
+use super::virtual_executor;
+use crate::{SpawnError, Spawner, TaskStorage};
+
+#[test]
+fn block_on_returns_the_output() {
+    let (_, exec) = virtual_executor();
+    assert_eq!(exec.block_on(async { 7 }), 7);
+    assert_eq!(exec.stats().polls, 1);
+}
+
+#[test]
+fn spawned_tasks_run_and_join() {
+    let (_, exec) = virtual_executor();
+    let sp = exec.spawner();
+    let out = exec.block_on(async move {
+        let a = sp.spawn(async { 1 });
+        let b = sp.spawn(async { 2 });
+        a.await + b.await
+    });
+    assert_eq!(out, 3);
+}
+
+#[test]
+fn spawning_from_inside_a_task() {
+    let (_, exec) = virtual_executor();
+    let out = exec.block_on(async {
+        let sp = core::future::poll_fn(|cx| Poll::Ready(Spawner::current(cx).unwrap())).await;
+        let inner = sp.spawn(async move {
+            let sp2 = core::future::poll_fn(|cx| Poll::Ready(Spawner::current(cx).unwrap())).await;
+            sp2.spawn(async { "grandchild" }).await
+        });
+        inner.await
+    });
+    assert_eq!(out, "grandchild");
+}
+
+#[test]
+fn static_storage_is_claimed_and_reusable_after_completion() {
+    static SLOT: TaskStorage<128> = TaskStorage::new();
+    let (_, exec) = virtual_executor();
+    let sp = exec.spawner();
+    let h = sp.spawn_in(&SLOT, async { 5u32 }).unwrap();
+    assert!(SLOT.is_claimed());
+    assert_eq!(
+        sp.spawn_in(&SLOT, async { 6u32 }).unwrap_err(),
+        SpawnError::Busy
+    );
+    assert_eq!(exec.block_on(h), 5);
+    // Completed, join handle consumed: the slot is free again.
+    assert!(!SLOT.is_claimed());
+    let h = sp.spawn_in(&SLOT, async { 6u32 }).unwrap();
+    assert_eq!(exec.block_on(h), 6);
+    assert!(!SLOT.is_claimed());
+
+    let big = [0u8; 200];
+    let err = sp.spawn_in(&SLOT, async move { big.len() }).unwrap_err();
+    assert!(
+        matches!(err, SpawnError::TooLarge { available: 128, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn detached_task_frees_its_slot_when_done() {
+    static SLOT: TaskStorage<128> = TaskStorage::new();
+    let (_, exec) = virtual_executor();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    drop(exec.spawner().spawn_in(&SLOT, async move {
+        r.fetch_add(1, SeqCst);
+        Box::new(9) // an output with a destructor, dropped by the executor
+    }));
+    exec.run_until_idle();
+    assert_eq!(ran.load(SeqCst), 1);
+    assert!(!SLOT.is_claimed());
+}
+
+/// A future that wakes itself during its own poll, `n` times.
+struct SelfWaking {
+    left: usize,
+    polls: Arc<AtomicUsize>,
+}
+
+impl core::future::Future for SelfWaking {
+    type Output = ();
+    fn poll(mut self: core::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.polls.fetch_add(1, SeqCst);
+        if self.left == 0 {
+            return Poll::Ready(());
+        }
+        self.left -= 1;
+        // Woken twice during the poll: queued once, polled once more.
+        cx.waker().wake_by_ref();
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[test]
+fn wake_during_poll_requeues_once() {
+    let (_, exec) = virtual_executor();
+    let polls = Arc::new(AtomicUsize::new(0));
+    let h = exec.spawner().spawn(SelfWaking {
+        left: 3,
+        polls: polls.clone(),
+    });
+    exec.run_until_idle();
+    assert!(h.is_finished());
+    assert_eq!(
+        polls.load(SeqCst),
+        4,
+        "one poll per wake-during-poll, never two"
+    );
+}
+
+#[test]
+fn a_pending_task_nobody_can_wake_is_dropped() {
+    struct DropFlag(Arc<AtomicUsize>);
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let (_, exec) = virtual_executor();
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let flag = DropFlag(dropped.clone());
+    let h = exec.spawner().spawn(async move {
+        let _f = flag;
+        core::future::pending::<()>().await
+    });
+    exec.run_until_idle();
+    assert_eq!(dropped.load(SeqCst), 0, "the join handle keeps it");
+    drop(h);
+    assert_eq!(
+        dropped.load(SeqCst),
+        1,
+        "last reference gone: future dropped"
+    );
+}
+
+#[test]
+fn wakers_from_other_threads_reschedule() {
+    let (_, exec) = virtual_executor();
+    let slot: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+    let s = slot.clone();
+    let mut first = true;
+    let h = exec.spawner().spawn(core::future::poll_fn(move |cx| {
+        if first {
+            first = false;
+            *s.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        } else {
+            Poll::Ready(11)
+        }
+    }));
+    exec.run_until_idle();
+    assert!(!h.is_finished());
+    let w = slot.lock().unwrap().take().unwrap();
+    std::thread::spawn(move || w.wake()).join().unwrap();
+    assert_eq!(exec.block_on(h), 11);
+}
+
+#[test]
+fn join_handle_waker_can_change() {
+    let (_, exec) = virtual_executor();
+    let gate: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+    let g = gate.clone();
+    let mut first = true;
+    let mut h = exec.spawner().spawn(core::future::poll_fn(move |cx| {
+        if first {
+            first = false;
+            *g.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        } else {
+            Poll::Ready("done")
+        }
+    }));
+    exec.run_until_idle();
+    // Poll the join handle with two different wakers; the second must be the one woken.
+    let (c1, w1) = counting();
+    let (c2, w2) = counting();
+    assert!(core::pin::Pin::new(&mut h)
+        .poll(&mut Context::from_waker(&w1))
+        .is_pending());
+    assert!(core::pin::Pin::new(&mut h)
+        .poll(&mut Context::from_waker(&w2))
+        .is_pending());
+    assert!(core::pin::Pin::new(&mut h)
+        .poll(&mut Context::from_waker(&w2))
+        .is_pending());
+    gate.lock().unwrap().take().unwrap().wake();
+    exec.run_until_idle();
+    assert_eq!((c1.load(SeqCst), c2.load(SeqCst)), (0, 1));
+    assert_eq!(
+        core::pin::Pin::new(&mut h).poll(&mut Context::from_waker(&w2)),
+        Poll::Ready("done")
+    );
+}
+
+fn counting() -> (Arc<AtomicUsize>, Waker) {
+    struct W(Arc<AtomicUsize>);
+    impl std::task::Wake for W {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let c = Arc::new(AtomicUsize::new(0));
+    (c.clone(), Waker::from(Arc::new(W(c))))
+}
+
+#[test]
+fn many_tasks_many_wakes() {
+    let (_, exec) = virtual_executor();
+    let sp = exec.spawner();
+    let total = exec.block_on(async move {
+        let handles: Vec<_> = (0..1000u64)
+            .map(|i| {
+                sp.spawn(async move {
+                    for _ in 0..(i % 5) {
+                        crate::time::sleep(core::time::Duration::from_millis(i % 7)).await;
+                    }
+                    i
+                })
+            })
+            .collect();
+        let mut sum = 0;
+        for h in handles {
+            sum += h.await;
+        }
+        sum
+    });
+    assert_eq!(total, (0..1000).sum::<u64>());
+}
+
+#[test]
+#[should_panic(expected = "one thread at a time")]
+fn nested_block_on_is_refused() {
+    let (_, exec) = virtual_executor();
+    exec.block_on(async { exec.block_on(async {}) });
+}
+
+use core::future::Future;

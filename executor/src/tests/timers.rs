@@ -1,0 +1,197 @@
+//! Timers on virtual time: ordering, past and far deadlines, cancellation, timeout, interval, and
+//! the 100k-sleeps ordering test.
+
+use core::future::Future;
+use core::pin::pin;
+use core::task::{Context, Poll};
+use core::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::vec::Vec;
+
+use super::{virtual_executor, MS};
+use crate::time::{self, Elapsed};
+use crate::Instant;
+
+#[test]
+fn sleep_completes_at_its_deadline_not_before() {
+    let (p, exec) = virtual_executor();
+    let start = exec.now();
+    exec.block_on(time::sleep(Duration::from_millis(250)));
+    assert_eq!(exec.now() - start, Duration::from_millis(250));
+    assert_eq!(exec.stats().timers_fired, 1);
+    // Sub-tick deadlines round up to the next tick.
+    p.advance(MS / 3);
+    let t = exec.now() + Duration::from_micros(10);
+    exec.block_on(time::sleep_until(t));
+    assert!(exec.now() >= t);
+    assert_eq!(exec.now().as_nanos() % MS, 0);
+}
+
+#[test]
+fn a_past_deadline_fires_at_once_without_the_wheel() {
+    let (p, exec) = virtual_executor();
+    p.advance(10 * MS);
+    exec.block_on(time::sleep_until(Instant::from_nanos(MS)));
+    exec.block_on(time::sleep(Duration::ZERO));
+    assert_eq!(exec.stats().timers_fired, 0);
+    assert_eq!(exec.stats().waits, 0);
+    assert_eq!(exec.armed_timers(), 0);
+}
+
+#[test]
+fn far_deadlines_cascade_down_and_fire_on_time() {
+    let (_, exec) = virtual_executor();
+    for d in [
+        Duration::from_millis(64),
+        Duration::from_millis(4097),
+        Duration::from_secs(3 * 3600),
+        Duration::from_secs(3 * 24 * 3600),
+        // Beyond the wheel's range (64^6 ms ≈ 2.2 years): parked at the top and re-inserted.
+        Duration::from_secs(5 * 365 * 24 * 3600),
+    ] {
+        let start = exec.now();
+        exec.block_on(time::sleep(d));
+        assert_eq!(exec.now() - start, d, "deadline {d:?}");
+    }
+}
+
+#[test]
+fn dropping_a_sleep_cancels_it() {
+    let (_, exec) = virtual_executor();
+    exec.block_on(async {
+        {
+            let mut s = pin!(time::sleep(Duration::from_secs(10)));
+            assert!(core::future::poll_fn(|cx| Poll::Ready(s.as_mut().poll(cx)))
+                .await
+                .is_pending());
+            assert_eq!(exec.armed_timers(), 1);
+        }
+        assert_eq!(exec.armed_timers(), 0);
+    });
+    // Nothing left to wait for: the executor never slept.
+    assert_eq!(exec.stats().waits, 0);
+}
+
+#[test]
+fn timeout_yields_ok_or_elapsed() {
+    let (_, exec) = virtual_executor();
+    let r = exec.block_on(time::timeout(Duration::from_millis(10), async { 3 }));
+    assert_eq!(r, Ok(3));
+    let r = exec.block_on(time::timeout(
+        Duration::from_millis(10),
+        time::sleep(Duration::from_millis(20)),
+    ));
+    assert_eq!(r, Err(Elapsed));
+    let start = exec.now();
+    let r = exec.block_on(time::timeout(
+        Duration::from_millis(30),
+        time::sleep(Duration::from_millis(20)),
+    ));
+    assert_eq!(r, Ok(()));
+    assert_eq!(exec.now() - start, Duration::from_millis(20));
+    assert_eq!(exec.armed_timers(), 0, "the losing timer was cancelled");
+}
+
+#[test]
+fn interval_ticks_on_schedule_and_skips_missed_ticks() {
+    let (p, exec) = virtual_executor();
+    let start = exec.now();
+    let ticks = exec.block_on(async {
+        let mut iv = time::interval(Duration::from_millis(10));
+        let mut v = Vec::new();
+        for i in 0..3 {
+            v.push(iv.tick().await);
+            if i == 1 {
+                // The task is late by 35 ms: ticks at +30 and +40 are skipped.
+                p.advance(35 * MS);
+            }
+        }
+        v
+    });
+    let ms = |t: Instant| (t - start).as_millis();
+    assert_eq!(
+        ticks.iter().map(|&t| ms(t)).collect::<Vec<_>>(),
+        [10, 20, 60]
+    );
+}
+
+#[test]
+fn reset_rearms_a_sleep() {
+    let (_, exec) = virtual_executor();
+    let start = exec.now();
+    exec.block_on(async {
+        let mut s = pin!(time::sleep(Duration::from_secs(100)));
+        let _ = core::future::poll_fn(|cx| Poll::Ready(s.as_mut().poll(cx))).await;
+        s.as_mut().reset(exec.now() + Duration::from_millis(5));
+        s.await;
+    });
+    assert_eq!(exec.now() - start, Duration::from_millis(5));
+}
+
+#[test]
+fn re_polling_with_a_new_waker_wakes_the_newest() {
+    let (_, exec) = virtual_executor();
+    let a = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let b = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    struct W(Arc<std::sync::atomic::AtomicUsize>);
+    impl std::task::Wake for W {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let wa = std::task::Waker::from(Arc::new(W(a.clone())));
+    let wb = std::task::Waker::from(Arc::new(W(b.clone())));
+    let mut s = std::boxed::Box::pin(exec.sleep(Duration::from_millis(5)));
+    assert!(s.as_mut().poll(&mut Context::from_waker(&wa)).is_pending());
+    assert!(s.as_mut().poll(&mut Context::from_waker(&wb)).is_pending());
+    exec.block_on(time::sleep(Duration::from_millis(10)));
+    use std::sync::atomic::Ordering::SeqCst;
+    assert_eq!((a.load(SeqCst), b.load(SeqCst)), (0, 1));
+    assert!(s.as_mut().poll(&mut Context::from_waker(&wa)).is_ready());
+}
+
+/// 100,000 concurrent sleeps with seeded random deadlines (many ties) complete in deadline order,
+/// none early.
+#[test]
+fn a_hundred_thousand_sleeps_complete_in_deadline_order() {
+    const N: u64 = 100_000;
+    let (_, exec) = virtual_executor();
+    let sp = exec.spawner();
+    let done: Arc<Mutex<Vec<(u64, u64)>>> = Arc::new(Mutex::new(Vec::with_capacity(N as usize)));
+    let mut rng = super::wheel_model::Rng(0x5eed_0001);
+    let start = exec.now();
+    let mut already_due = 0;
+    for _ in 0..N {
+        // Up to ~70 s, so every level below the top is exercised; ties are frequent.
+        let ms = match rng.next() % 4 {
+            0 => rng.next() % 64,
+            1 => rng.next() % 4096,
+            _ => rng.next() % 70_000,
+        };
+        let deadline = start + Duration::from_millis(ms);
+        if ms == 0 {
+            already_due += 1; // completes on its first poll, without the wheel
+        }
+        let done = done.clone();
+        drop(sp.spawn(async move {
+            time::sleep_until(deadline).await;
+            let now = time::now().await;
+            done.lock()
+                .unwrap()
+                .push((deadline.as_nanos(), now.as_nanos()));
+        }));
+    }
+    exec.run_until_idle();
+    assert_eq!(exec.armed_timers() as u64, N - already_due);
+    exec.block_on(time::sleep(Duration::from_secs(71)));
+    let done = done.lock().unwrap();
+    assert_eq!(done.len() as u64, N);
+    for w in done.windows(2) {
+        assert!(w[0].0 <= w[1].0, "completion order follows deadlines");
+    }
+    for &(deadline, at) in done.iter() {
+        assert!(at >= deadline, "never early");
+        assert!(at - deadline < MS, "fired in the deadline's tick");
+    }
+    assert_eq!(exec.armed_timers(), 0);
+}

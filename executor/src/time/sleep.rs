@@ -1,0 +1,190 @@
+//! [`Sleep`]: a future that completes at a deadline, backed by an intrusive wheel entry.
+
+use core::fmt;
+use core::future::Future;
+use core::pin::Pin;
+use core::ptr::addr_of_mut;
+use core::task::{Context, Poll};
+use core::time::Duration;
+
+use super::wheel::{Entry, Place};
+use crate::executor::Core;
+use crate::platform::Instant;
+
+/// When a `Sleep` ends: fixed, or relative to its first poll.
+#[derive(Clone, Copy, Debug)]
+enum Deadline {
+    At(Instant),
+    After(Duration),
+}
+
+/// Completes at its deadline. Made by [`sleep`](super::sleep), [`sleep_until`](super::sleep_until)
+/// or [`Executor::sleep`](crate::Executor::sleep).
+///
+/// Its timer entry is linked into the executor's wheel on the first poll (never before), and
+/// unlinked when it is dropped (cancellation is O(1)). A deadline already past completes on
+/// the first poll without touching the wheel. Must be polled by a task of a zcnet executor (or
+/// inside its `block_on`): that is how it finds the wheel.
+pub struct Sleep {
+    entry: Entry,
+    deadline: Deadline,
+    core: Option<&'static Core>,
+}
+
+impl fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sleep")
+            .field("deadline", &self.deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sleep {
+    pub(crate) fn at(deadline: Instant) -> Self {
+        Self {
+            entry: Entry::new(),
+            deadline: Deadline::At(deadline),
+            core: None,
+        }
+    }
+
+    pub(crate) fn after(duration: Duration) -> Self {
+        Self {
+            entry: Entry::new(),
+            deadline: Deadline::After(duration),
+            core: None,
+        }
+    }
+
+    /// Binds the sleep to `core` up front (for sleeps made outside tasks).
+    pub(crate) fn bind(&mut self, core: &'static Core) {
+        self.core = Some(core);
+    }
+
+    /// The deadline, once known (always for `sleep_until`; after the first poll for `sleep`).
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.deadline {
+            Deadline::At(t) => Some(t),
+            Deadline::After(_) => None,
+        }
+    }
+
+    /// Re-arms the sleep for a new deadline (cancelling the old one), as if newly made.
+    pub fn reset(self: Pin<&mut Self>, deadline: Instant) {
+        // SAFETY: nothing is moved out of the pinned struct; `entry` stays where it is.
+        let this = unsafe { self.get_unchecked_mut() };
+        if let Some(core) = this.core {
+            let mut timers = core.timers.lock();
+            // SAFETY: the entry is live and pinned; the timer lock is held.
+            unsafe { timers.wheel.remove(this.entry.state()) };
+        }
+        this.deadline = Deadline::At(deadline);
+    }
+
+    fn resolve(&mut self, core: &'static Core) -> Instant {
+        let at = match self.deadline {
+            Deadline::At(t) => t,
+            Deadline::After(d) => core.now() + d,
+        };
+        self.deadline = Deadline::At(at);
+        at
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // SAFETY: nothing is moved out of the pinned struct; `entry` stays where it is.
+        let this = unsafe { self.get_unchecked_mut() };
+        let core = match this.core {
+            Some(c) => c,
+            None => {
+                let c = Core::from_waker(cx.waker()).expect(
+                    "zcnet-executor: Sleep polled outside a zcnet executor; \
+                     use Executor::sleep or run it in a zcnet task",
+                );
+                this.core = Some(c);
+                c
+            }
+        };
+        let state = this.entry.state().as_ptr();
+        let mut timers = core.timers.lock();
+        // SAFETY: the entry is pinned inside `this` and only touched under the timer lock.
+        let place = unsafe { *addr_of_mut!((*state).place) };
+        match place {
+            Place::Fired => Poll::Ready(()),
+            Place::Pending => {
+                // Expired but not yet collected by the executor: complete now.
+                // SAFETY: as above.
+                unsafe { timers.wheel.remove(this.entry.state()) };
+                // SAFETY: as above.
+                unsafe { *addr_of_mut!((*state).place) = Place::Fired };
+                Poll::Ready(())
+            }
+            Place::Wheel { .. } => {
+                // SAFETY: as above.
+                let same = unsafe { (*addr_of_mut!((*state).waker)).as_ref() }
+                    .is_some_and(|w| w.will_wake(cx.waker()));
+                if !same {
+                    // Clone without the lock held, so a panicking clone leaves the wheel intact.
+                    drop(timers);
+                    let waker = cx.waker().clone();
+                    timers = core.timers.lock();
+                    // SAFETY: as above.
+                    match unsafe { *addr_of_mut!((*state).place) } {
+                        Place::Wheel { .. } => {
+                            // SAFETY: as above; the old waker is dropped after the lock below.
+                            let old = unsafe { (*addr_of_mut!((*state).waker)).replace(waker) };
+                            drop(timers);
+                            drop(old);
+                        }
+                        _ => {
+                            // Fired meanwhile: the old waker was taken (and woken); done.
+                            // SAFETY: as above.
+                            unsafe { timers.wheel.remove(this.entry.state()) };
+                            // SAFETY: as above.
+                            unsafe { *addr_of_mut!((*state).place) = Place::Fired };
+                            return Poll::Ready(());
+                        }
+                    }
+                }
+                Poll::Pending
+            }
+            Place::Idle => {
+                drop(timers);
+                let deadline = this.resolve(core);
+                let now = core.now();
+                if deadline <= now {
+                    // SAFETY: not linked, so nobody else looks at it.
+                    unsafe { *addr_of_mut!((*state).place) = Place::Fired };
+                    return Poll::Ready(());
+                }
+                let waker = cx.waker().clone();
+                let tick = core.deadline_tick(deadline);
+                let mut timers = core.timers.lock();
+                // SAFETY: the entry is pinned, Idle, and stays alive until `Drop` unlinks it;
+                // the lock is held.
+                unsafe {
+                    *addr_of_mut!((*state).waker) = Some(waker);
+                    timers.wheel.insert(this.entry.state(), tick);
+                }
+                let signal = timers.note_insert(tick);
+                drop(timers);
+                if signal {
+                    core.signal();
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        let Some(core) = self.core else { return };
+        let mut timers = core.timers.lock();
+        // SAFETY: the entry is live (we are its owner, being dropped) and the lock is held.
+        unsafe { timers.wheel.remove(self.entry.state()) };
+    }
+}
