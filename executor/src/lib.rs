@@ -42,6 +42,8 @@ mod sync;
 mod task;
 pub mod time;
 
+#[cfg(all(test, loom))]
+mod loom_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
 

@@ -212,7 +212,7 @@ impl Wheel {
     }
 
     /// The tick up to which the wheel has been processed.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn elapsed(&self) -> u64 {
         self.elapsed
     }

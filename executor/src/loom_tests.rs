@@ -1,0 +1,387 @@
+//! loom models of every waker handoff DESIGN.md lists for the executor. Run with
+//! `RUSTFLAGS="--cfg loom -C debug-assertions" cargo test -p zcnet-executor --release --lib`
+//! (`scripts/test-all.sh` sets `LOOM_MAX_PREEMPTIONS`).
+//!
+//! A lost wakeup shows up as a loom deadlock: the executor waits on [`LoomPlatform`], which
+//! blocks until signalled (or until a test thread moves virtual time past its deadline), so an
+//! execution in which nobody signals it fails. A task queued twice trips the debug assertion in
+//! `TaskRef::start_poll`; a leaked task leaks the `loom::sync::Arc` its future holds, which loom
+//! reports.
+
+use core::future::{poll_fn, Future};
+use core::pin::Pin;
+use core::task::{Context, Poll, Waker};
+use core::time::Duration;
+use std::boxed::Box;
+use std::sync::Arc as StdArc;
+use std::task::Wake;
+
+use loom::sync::atomic::{AtomicBool, AtomicUsize};
+use loom::sync::{Arc, Condvar, Mutex};
+use loom::thread;
+
+use crate::sync::Ordering::SeqCst;
+use crate::{Executor, Instant, Platform};
+
+const MS: u64 = 1_000_000;
+
+/// Blocks in `wait` until signalled or until virtual time (moved only by `advance`) reaches the
+/// deadline.
+struct LoomPlatform {
+    state: Mutex<(bool, u64)>,
+    cv: Condvar,
+}
+
+impl LoomPlatform {
+    fn new() -> Self {
+        Self {
+            state: Mutex::new((false, 0)),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Time passes: wakes waiters whose deadline is reached (this is not a signal).
+    fn advance(&self, nanos: u64) {
+        self.state.lock().unwrap().1 += nanos;
+        self.cv.notify_all();
+    }
+}
+
+impl Platform for LoomPlatform {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.state.lock().unwrap().1)
+    }
+
+    fn wait(&self, deadline: Option<Instant>) {
+        let mut g = self.state.lock().unwrap();
+        loop {
+            if g.0 {
+                g.0 = false;
+                return;
+            }
+            if deadline.is_some_and(|d| d.as_nanos() <= g.1) {
+                return;
+            }
+            g = self.cv.wait(g).unwrap();
+        }
+    }
+
+    fn signal(&self) {
+        self.state.lock().unwrap().0 = true;
+        self.cv.notify_all();
+    }
+}
+
+// SAFETY-free: loom's Mutex and Condvar are Sync.
+
+/// An executor and its platform for one loom execution, freed at the end.
+struct Model {
+    platform: &'static LoomPlatform,
+    exec: &'static Executor,
+}
+
+impl Model {
+    fn new() -> Self {
+        let platform: &'static LoomPlatform = Box::leak(Box::new(LoomPlatform::new()));
+        let exec: &'static Executor = Box::leak(Box::new(Executor::with_tick(
+            platform,
+            Duration::from_millis(1),
+        )));
+        Self { platform, exec }
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        assert_eq!(self.exec.armed_timers(), 0, "no timer left linked");
+        // SAFETY: every task and sleep of this execution is gone (threads joined, handles
+        // consumed), so nothing points to the executor or platform any more.
+        unsafe {
+            drop(Box::from_raw(self.exec as *const Executor as *mut Executor));
+            drop(Box::from_raw(self.platform as *const LoomPlatform as *mut LoomPlatform));
+        }
+    }
+}
+
+/// A slot a future parks its waker in and another thread wakes it from.
+#[derive(Default)]
+struct Gate {
+    open: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Gate {
+    /// Register-then-check, the pattern every leaf future uses.
+    fn poll(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.open.load(SeqCst) {
+            return Poll::Ready(());
+        }
+        *self.waker.lock().unwrap() = Some(cx.waker().clone());
+        if self.open.load(SeqCst) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn open(&self) {
+        self.open.store(true, SeqCst);
+        let w = self.waker.lock().unwrap().take();
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+}
+
+/// Wake vs register on `block_on`'s own future: the executor must not sleep through it.
+#[test]
+fn wake_vs_register_main_future() {
+    loom::model(|| {
+        let m = Model::new();
+        let gate = Arc::new(Gate::default());
+        let g = gate.clone();
+        let t = thread::spawn(move || g.open());
+        m.exec.block_on(poll_fn(|cx| gate.poll(cx)));
+        t.join().unwrap();
+    });
+}
+
+/// An enqueue racing the executor between "queue empty" and "wait": a task woken from another
+/// thread while the executor goes idle is still run.
+#[test]
+fn enqueue_between_queue_empty_and_wait() {
+    loom::model(|| {
+        let m = Model::new();
+        let gate = Arc::new(Gate::default());
+        let g = gate.clone();
+        let keep = Arc::new(()); // leaked if the task is never dropped
+        let task = m.exec.spawner().spawn(async move {
+            let _keep = keep;
+            poll_fn(|cx| g.poll(cx)).await;
+            5
+        });
+        let g2 = gate.clone();
+        let t = thread::spawn(move || g2.open());
+        assert_eq!(m.exec.block_on(task), 5);
+        t.join().unwrap();
+    });
+}
+
+/// Counts its polls; Pending until released, stashing its waker each time.
+struct Counted {
+    polls: Arc<AtomicUsize>,
+    gate: Arc<Gate>,
+}
+
+impl Future for Counted {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.polls.fetch_add(1, SeqCst);
+        self.gate.poll(cx)
+    }
+}
+
+/// A wake that lands while the task is being polled re-queues it after the poll (it is polled
+/// again), and it is queued once (a second queueing would trip `start_poll`'s assertion).
+#[test]
+fn wake_during_poll_requeues_once() {
+    loom::model(|| {
+        let m = Model::new();
+        let polls = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(Gate::default());
+        // The waker exists before the task's first poll finishes only through the gate; take a
+        // clone on the first poll and wake it from another thread, racing the poll itself.
+        let h = m.exec.spawner().spawn(Counted {
+            polls: polls.clone(),
+            gate: gate.clone(),
+        });
+        m.exec.run_until_idle(); // first poll: registers
+        let w = gate.waker.lock().unwrap().clone().unwrap();
+        let g = gate.clone();
+        let t = thread::spawn(move || {
+            w.wake_by_ref();
+            g.open();
+            w.wake();
+        });
+        m.exec.block_on(h);
+        t.join().unwrap();
+        let n = polls.load(SeqCst);
+        assert!((2..=4).contains(&n), "polled {n} times");
+    });
+}
+
+/// Two threads wake an idle pending task at once: it is queued once and polled once more.
+#[test]
+fn two_concurrent_wakers_enqueue_once() {
+    loom::model(|| {
+        let m = Model::new();
+        let polls = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(Gate::default());
+        let h = m.exec.spawner().spawn(Counted {
+            polls: polls.clone(),
+            gate: gate.clone(),
+        });
+        m.exec.run_until_idle();
+        assert_eq!(polls.load(SeqCst), 1);
+        let w1 = gate.waker.lock().unwrap().clone().unwrap();
+        let w2 = w1.clone();
+        let t1 = thread::spawn(move || w1.wake());
+        let t2 = thread::spawn(move || w2.wake_by_ref());
+        t1.join().unwrap();
+        t2.join().unwrap();
+        m.exec.run_until_idle();
+        assert_eq!(polls.load(SeqCst), 2, "one enqueue, one poll");
+        gate.open();
+        m.exec.block_on(h);
+    });
+}
+
+/// The last reference to a completed, detached task is a waker that another thread wakes and
+/// drops while the executor drops its own references: freed exactly once (no leak of the Arc
+/// the future held; no double free, which would corrupt loom's Arc tracking).
+#[test]
+fn last_reference_dropped_while_waking() {
+    loom::model(|| {
+        let m = Model::new();
+        let slot: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+        let s = slot.clone();
+        let keep = Arc::new(());
+        let h = m.exec.spawner().spawn(poll_fn(move |cx| {
+            let _ = &keep;
+            *s.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Ready(())
+        }));
+        drop(h);
+        let s2 = slot.clone();
+        let t = thread::spawn(move || loop {
+            let w = s2.lock().unwrap().take();
+            match w {
+                Some(w) => return w.wake(),
+                None => thread::yield_now(),
+            }
+        });
+        m.exec.run_until_idle();
+        t.join().unwrap();
+        // Whatever the interleaving, the waker clone is gone now, so is the task.
+        assert!(slot.lock().unwrap().is_none());
+    });
+}
+
+/// A timer firing races the `Sleep` being dropped on another thread: the entry is unlinked
+/// exactly once and the waker, if taken, is woken safely after the Sleep is gone.
+#[test]
+fn timer_fires_vs_sleep_dropped() {
+    loom::model(|| {
+        let m = Model::new();
+        let exec = m.exec;
+        let mut sleep = Box::pin(exec.sleep_until(Instant::from_nanos(MS)));
+        let gate = Arc::new(Gate::default());
+        let g = gate.clone();
+        // Poll once (links it) with a waker that opens nothing important.
+        assert!(sleep
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending());
+        let t = thread::spawn(move || {
+            drop(sleep);
+            g.open();
+        });
+        m.platform.advance(MS);
+        exec.run_until_idle();
+        t.join().unwrap();
+        assert!(gate.open.load(SeqCst));
+    });
+}
+
+struct Flag(std::sync::atomic::AtomicUsize);
+
+impl Wake for Flag {
+    fn wake(self: StdArc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn flag() -> (StdArc<Flag>, Waker) {
+    let f = StdArc::new(Flag(std::sync::atomic::AtomicUsize::new(0)));
+    (f.clone(), Waker::from(f))
+}
+
+/// A timer firing races a re-poll of its `Sleep` with a new waker: if the re-poll returns
+/// Pending, the new waker is the one woken.
+#[test]
+fn timer_fires_vs_repoll_with_new_waker() {
+    loom::model(|| {
+        let m = Model::new();
+        let exec = m.exec;
+        let (f1, w1) = flag();
+        let (f2, w2) = flag();
+        let mut sleep = Box::pin(exec.sleep_until(Instant::from_nanos(MS)));
+        assert!(sleep.as_mut().poll(&mut Context::from_waker(&w1)).is_pending());
+        let t = thread::spawn(move || {
+            let second = sleep.as_mut().poll(&mut Context::from_waker(&w2));
+            (second.is_pending(), sleep)
+        });
+        m.platform.advance(MS);
+        exec.run_until_idle();
+        let (pending, sleep) = t.join().unwrap();
+        let (n1, n2) = (
+            f1.0.load(std::sync::atomic::Ordering::SeqCst),
+            f2.0.load(std::sync::atomic::Ordering::SeqCst),
+        );
+        if pending {
+            assert_eq!((n1, n2), (0, 1), "the newest waker is woken");
+        } else {
+            assert_eq!(n2, 0);
+        }
+        assert_eq!(n1 + n2, 1, "exactly one wake");
+        drop(sleep);
+    });
+}
+
+/// The executor sleeps (no deadline, or a far one) when another thread links an earlier timer
+/// into its wheel: it must be signalled, re-arm its wait for the new deadline, and fire it when
+/// time reaches it. Time passing is not a signal here, so without the insert's signal the
+/// executor would sleep through the deadline (a loom deadlock).
+#[test]
+fn earlier_timer_inserted_while_the_executor_sleeps() {
+    loom::model(|| {
+        let m = Model::new();
+        let exec = m.exec;
+        let platform = m.platform;
+        let gate = Arc::new(Gate::default());
+        let g = gate.clone();
+        let t = thread::spawn(move || {
+            struct Opener(Arc<Gate>);
+            impl Wake for Opener {
+                fn wake(self: StdArc<Self>) {
+                    self.0.open();
+                }
+            }
+            let waker = Waker::from(StdArc::new(Opener(g)));
+            let mut sleep = Box::pin(exec.sleep_until(Instant::from_nanos(MS)));
+            if sleep
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_ready()
+            {
+                waker.wake_by_ref();
+            }
+            platform.advance(MS);
+            sleep
+        });
+        let far = exec.sleep(Duration::from_secs(3600));
+        exec.block_on(async {
+            let mut far = core::pin::pin!(far);
+            poll_fn(|cx| {
+                let _ = far.as_mut().poll(cx);
+                gate.poll(cx)
+            })
+            .await
+        });
+        let sleep = t.join().unwrap();
+        drop(sleep);
+    });
+}
