@@ -5,8 +5,8 @@
 #   QUICK_LOOM=1 bash scripts/test-all.sh   # loom with fewer preemptions (faster local runs)
 #
 # Steps: formatting, clippy (warnings are errors), unit + integration + doc tests, the loom
-# models (release build, own target dir, LOOM_MAX_PREEMPTIONS=3), benchmark smoke runs, and the
-# README's demo.
+# models (release build with debug assertions, own target dir, LOOM_MAX_PREEMPTIONS=3), an
+# AddressSanitizer run of the unsafe-heavy crates, benchmark smoke runs, and the README's demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,11 +21,19 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "unit, integration and doc tests"
 cargo test --workspace
 
-step "loom models (zcnet-buffer)"
+step "loom models (zcnet-buffer, zcnet-executor)"
 preemptions=3
 [ "${QUICK_LOOM:-0}" = 1 ] && preemptions=2
-RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="$preemptions" CARGO_TARGET_DIR=target-loom \
-    cargo test -p zcnet-buffer --release --lib
+# Debug assertions stay on: a task queued twice or a slot moved from the wrong state trips one.
+RUSTFLAGS="--cfg loom -C debug-assertions" LOOM_MAX_PREEMPTIONS="$preemptions" \
+    CARGO_TARGET_DIR=target-loom cargo test -p zcnet-buffer -p zcnet-executor --release --lib
+
+step "AddressSanitizer (zcnet-buffer, zcnet-executor, pool stress)"
+# The stable toolchain ships the ASan runtime; -Z needs RUSTC_BOOTSTRAP. Leak detection is off
+# because tests leak their pools and executors on purpose ('static by design).
+ASAN_OPTIONS=detect_leaks=0 RUSTC_BOOTSTRAP=1 RUSTFLAGS="-Zsanitizer=address" \
+    CARGO_TARGET_DIR=target-asan cargo test -p zcnet-buffer -p zcnet-executor -p zcnet-tests \
+    --target x86_64-unknown-linux-gnu --lib --tests
 
 step "benchmark smoke runs"
 cargo bench -p zcnet-benches --bench pool -- --quick

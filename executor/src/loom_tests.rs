@@ -101,7 +101,9 @@ impl Drop for Model {
         // consumed), so nothing points to the executor or platform any more.
         unsafe {
             drop(Box::from_raw(self.exec as *const Executor as *mut Executor));
-            drop(Box::from_raw(self.platform as *const LoomPlatform as *mut LoomPlatform));
+            drop(Box::from_raw(
+                self.platform as *const LoomPlatform as *mut LoomPlatform,
+            ));
         }
     }
 }
@@ -319,7 +321,10 @@ fn timer_fires_vs_repoll_with_new_waker() {
         let (f1, w1) = flag();
         let (f2, w2) = flag();
         let mut sleep = Box::pin(exec.sleep_until(Instant::from_nanos(MS)));
-        assert!(sleep.as_mut().poll(&mut Context::from_waker(&w1)).is_pending());
+        assert!(sleep
+            .as_mut()
+            .poll(&mut Context::from_waker(&w1))
+            .is_pending());
         let t = thread::spawn(move || {
             let second = sleep.as_mut().poll(&mut Context::from_waker(&w2));
             (second.is_pending(), sleep)

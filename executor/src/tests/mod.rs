@@ -55,3 +55,18 @@ pub(crate) fn virtual_executor() -> (&'static VirtualPlatform, &'static Executor
 }
 
 pub(crate) const MS: u64 = 1_000_000;
+
+static PANIC_VTABLE: core::task::RawWakerVTable = core::task::RawWakerVTable::new(
+    |_| panic!("this waker's clone panics"),
+    |_| {},
+    |_| {},
+    |_| {},
+);
+
+/// A waker whose `clone` panics: registering it must leave every structure consistent.
+pub(crate) fn panicking_clone_waker() -> core::task::Waker {
+    // SAFETY: the vtable's functions never use the data pointer.
+    unsafe {
+        core::task::Waker::from_raw(core::task::RawWaker::new(core::ptr::null(), &PANIC_VTABLE))
+    }
+}

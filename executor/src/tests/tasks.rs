@@ -248,3 +248,35 @@ fn nested_block_on_is_refused() {
 }
 
 use core::future::Future;
+
+#[test]
+fn a_join_handle_survives_a_waker_whose_clone_panics() {
+    let (_, exec) = virtual_executor();
+    let gate: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+    let g = gate.clone();
+    let mut first = true;
+    let mut h = exec.spawner().spawn(core::future::poll_fn(move |cx| {
+        if first {
+            first = false;
+            *g.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        } else {
+            Poll::Ready(1)
+        }
+    }));
+    exec.run_until_idle();
+    let bad = super::panicking_clone_waker();
+    let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+        let _ = core::pin::Pin::new(&mut h).poll(&mut Context::from_waker(&bad));
+    }));
+    assert!(r.is_err());
+    // Still consistent: a good waker registers and is woken on completion.
+    let (c, w) = counting();
+    assert!(core::pin::Pin::new(&mut h)
+        .poll(&mut Context::from_waker(&w))
+        .is_pending());
+    gate.lock().unwrap().take().unwrap().wake();
+    exec.run_until_idle();
+    assert_eq!(c.load(SeqCst), 1);
+    assert_eq!(exec.block_on(h), 1);
+}

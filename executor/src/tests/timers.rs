@@ -195,3 +195,32 @@ fn a_hundred_thousand_sleeps_complete_in_deadline_order() {
     }
     assert_eq!(exec.armed_timers(), 0);
 }
+
+#[test]
+fn a_sleep_survives_a_waker_whose_clone_panics() {
+    let (_, exec) = virtual_executor();
+    let bad = super::panicking_clone_waker();
+    let mut s = std::boxed::Box::pin(exec.sleep(Duration::from_millis(5)));
+    // First poll (insertion) with the bad waker: panics before touching the wheel.
+    let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+        let _ = s.as_mut().poll(&mut Context::from_waker(&bad));
+    }));
+    assert!(r.is_err());
+    assert_eq!(exec.armed_timers(), 0);
+    // A good poll links it; a bad re-poll panics without the lock held or the entry damaged.
+    assert!(s
+        .as_mut()
+        .poll(&mut Context::from_waker(std::task::Waker::noop()))
+        .is_pending());
+    let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+        let _ = s.as_mut().poll(&mut Context::from_waker(&bad));
+    }));
+    assert!(r.is_err());
+    assert_eq!(exec.armed_timers(), 1);
+    exec.block_on(time::sleep(Duration::from_millis(10)));
+    assert!(s
+        .as_mut()
+        .poll(&mut Context::from_waker(std::task::Waker::noop()))
+        .is_ready());
+    assert_eq!(exec.armed_timers(), 0);
+}
