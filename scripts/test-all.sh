@@ -37,6 +37,8 @@ ASAN_OPTIONS=detect_leaks=0 RUSTC_BOOTSTRAP=1 RUSTFLAGS="-Zsanitizer=address" \
 
 step "benchmark smoke runs"
 cargo bench -p zcnet-benches --bench pool -- --quick
+cargo bench -p zcnet-benches --bench timers -- --quick
+cargo bench -p zcnet-benches --bench executor -- --quick
 
 step "demo (README's first command)"
 cargo run -q -p zcnet-examples --bin pool-demo > /dev/null

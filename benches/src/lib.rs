@@ -5,7 +5,10 @@
 //! runs, and comparisons are ratios between rows measured in the same process, one after the
 //! other, never against numbers from another run.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use zcnet_executor::Platform;
 
 /// How much work a benchmark binary does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +30,14 @@ impl Mode {
             Mode::Quick
         } else {
             Mode::Full
+        }
+    }
+
+    /// How a table's heading describes the run: quick figures must not be quoted.
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Full => "full run",
+            Mode::Quick => "QUICK smoke run: figures not for quoting",
         }
     }
 
@@ -130,6 +141,84 @@ impl Table {
     }
 }
 
+/// A small seeded pseudo-random generator (SplitMix64): the same seed gives the same sequence on
+/// every machine, so every structure in a benchmark sees the same deadlines.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `lo..hi` (`lo < hi`); the bias of the multiply-shift is below 2^-32 for the
+    /// ranges the benchmarks use.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        assert!(lo < hi, "empty range");
+        let span = hi - lo;
+        lo + ((u128::from(self.next_u64()) * u128::from(span)) >> 64) as u64
+    }
+}
+
+/// A [`Platform`] on a virtual clock for deterministic timer benchmarks: time moves only when the
+/// benchmark calls [`advance`](Self::advance) or when the executor waits (`wait` jumps the clock
+/// to the deadline). `signal` sets a sticky flag that the next `wait` consumes.
+#[derive(Debug, Default)]
+pub struct VirtualClock {
+    nanos: AtomicU64,
+    signalled: AtomicBool,
+}
+
+impl VirtualClock {
+    /// A clock at zero, leaked so an executor can hold it for `'static`.
+    pub fn leak() -> &'static VirtualClock {
+        Box::leak(Box::default())
+    }
+
+    /// Moves the clock forward by `d`.
+    pub fn advance(&self, d: Duration) {
+        let d = u64::try_from(d.as_nanos()).expect("duration fits in u64 nanoseconds");
+        self.nanos.fetch_add(d, Ordering::Relaxed);
+    }
+
+    /// Whether a signal is pending (sent and not yet consumed by a `wait`).
+    pub fn is_signalled(&self) -> bool {
+        self.signalled.load(Ordering::Relaxed)
+    }
+}
+
+impl Platform for VirtualClock {
+    fn now(&self) -> zcnet_executor::Instant {
+        zcnet_executor::Instant::from_nanos(self.nanos.load(Ordering::Relaxed))
+    }
+
+    fn wait(&self, deadline: Option<zcnet_executor::Instant>) {
+        if self.signalled.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        match deadline {
+            Some(d) => {
+                self.nanos.fetch_max(d.as_nanos(), Ordering::Relaxed);
+            }
+            None => panic!("VirtualClock: wait with no deadline and no signal would never end"),
+        }
+    }
+
+    fn signal(&self) {
+        self.signalled.store(true, Ordering::Release);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +236,66 @@ mod tests {
             (Duration::from_nanos(durations.next().unwrap() * 10), 10)
         });
         assert_eq!((s.median, s.min, s.max, s.runs), (20.0, 10.0, 30.0, 3));
+    }
+
+    #[test]
+    fn rng_is_deterministic_and_in_range() {
+        let (mut a, mut b) = (Rng::new(7), Rng::new(7));
+        for _ in 0..1000 {
+            assert_eq!(a.next_u64(), b.next_u64());
+        }
+        let mut r = Rng::new(1);
+        let mut seen_low = false;
+        let mut seen_high = false;
+        for _ in 0..10_000 {
+            let v = r.range(10, 20);
+            assert!((10..20).contains(&v));
+            seen_low |= v == 10;
+            seen_high |= v == 19;
+        }
+        assert!(seen_low && seen_high, "both ends of the range occur");
+    }
+
+    #[test]
+    fn virtual_clock_advances_waits_and_keeps_signals() {
+        use zcnet_executor::Instant as At;
+        let c = VirtualClock::leak();
+        assert_eq!(c.now(), At::ZERO);
+        c.advance(Duration::from_millis(2));
+        assert_eq!(c.now().as_nanos(), 2_000_000);
+        // A wait jumps to its deadline, never backwards.
+        c.wait(Some(At::from_nanos(5_000_000)));
+        assert_eq!(c.now().as_nanos(), 5_000_000);
+        c.wait(Some(At::from_nanos(1)));
+        assert_eq!(c.now().as_nanos(), 5_000_000);
+        // A signal sent before the wait ends it at once, without moving the clock.
+        c.signal();
+        assert!(c.is_signalled());
+        c.wait(None);
+        assert!(!c.is_signalled());
+        assert_eq!(c.now().as_nanos(), 5_000_000);
+    }
+
+    #[test]
+    fn virtual_clock_drives_executor_timers() {
+        use std::future::Future;
+        use std::task::{Context, Waker};
+        let clock = VirtualClock::leak();
+        let exec = zcnet_executor::Executor::leak(clock);
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut sleep = std::pin::pin!(exec.sleep(Duration::from_millis(3)));
+        assert!(sleep.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(exec.armed_timers(), 1);
+        clock.advance(Duration::from_millis(2));
+        exec.run_until_idle();
+        assert_eq!(exec.stats().timers_fired, 0);
+        clock.advance(Duration::from_millis(1));
+        exec.run_until_idle();
+        assert_eq!(exec.stats().timers_fired, 1);
+        assert!(sleep.as_mut().poll(&mut cx).is_ready());
+        // block_on sleeps on the virtual clock: the wait jumps straight to the deadline.
+        exec.block_on(exec.sleep(Duration::from_secs(60)));
+        assert_eq!(clock.now().as_nanos(), 60_003_000_000);
     }
 
     #[test]

@@ -74,6 +74,13 @@ mod spin {
                 }
             }
         }
+
+        /// Whether some thread holds the lock right now (tests use it to prove a callback ran
+        /// outside the lock).
+        #[cfg(test)]
+        pub(crate) fn is_locked(&self) -> bool {
+            self.locked.load(Ordering::Acquire)
+        }
     }
 
     /// Holds the lock; releases it on drop (also during unwinding).

@@ -128,6 +128,49 @@ fn reset_rearms_a_sleep() {
     assert_eq!(exec.now() - start, Duration::from_millis(5));
 }
 
+/// A waker replaced after `reset` is dropped outside the timer lock: its drop may call back into
+/// the executor (here it records whether the lock was held; taking it would deadlock).
+#[test]
+fn a_replaced_waker_is_dropped_outside_the_timer_lock() {
+    use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
+    let (_, exec) = virtual_executor();
+    // 0 = not dropped yet, 1 = dropped with the lock free, 2 = dropped under the lock.
+    static DROPPED: AtomicU8 = AtomicU8::new(0);
+    struct Probe(&'static crate::Executor);
+    impl std::task::Wake for Probe {
+        fn wake(self: Arc<Self>) {}
+    }
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            let held = self.0.timers.is_locked();
+            DROPPED.store(if held { 2 } else { 1 }, SeqCst);
+        }
+    }
+    let mut s = std::boxed::Box::pin(exec.sleep(Duration::from_secs(100)));
+    let first = std::task::Waker::from(Arc::new(Probe(exec)));
+    assert!(s
+        .as_mut()
+        .poll(&mut Context::from_waker(&first))
+        .is_pending());
+    drop(first); // the entry now holds the only reference
+    s.as_mut().reset(exec.now() + Duration::from_secs(50));
+    assert_eq!(
+        DROPPED.load(SeqCst),
+        0,
+        "reset keeps the waker until the next poll"
+    );
+    let second = std::task::Waker::noop();
+    assert!(s
+        .as_mut()
+        .poll(&mut Context::from_waker(second))
+        .is_pending());
+    assert_eq!(
+        DROPPED.load(SeqCst),
+        1,
+        "old waker dropped, and outside the lock"
+    );
+}
+
 #[test]
 fn re_polling_with_a_new_waker_wakes_the_newest() {
     let (_, exec) = virtual_executor();

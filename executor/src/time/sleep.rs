@@ -115,11 +115,16 @@ impl Future for Sleep {
         match place {
             Place::Fired => Poll::Ready(()),
             Place::Pending => {
-                // Expired but not yet collected by the executor: complete now.
+                // Expired but not yet collected by the executor: complete now. The waker is
+                // taken out and dropped after the lock (a waker's drop may re-enter the executor).
                 // SAFETY: as above.
-                unsafe { timers.wheel.remove(this.entry.state()) };
-                // SAFETY: as above.
-                unsafe { *addr_of_mut!((*state).place) = Place::Fired };
+                let old = unsafe {
+                    timers.wheel.remove(this.entry.state());
+                    *addr_of_mut!((*state).place) = Place::Fired;
+                    (*addr_of_mut!((*state).waker)).take()
+                };
+                drop(timers);
+                drop(old);
                 Poll::Ready(())
             }
             Place::Wheel { .. } => {
@@ -164,13 +169,16 @@ impl Future for Sleep {
                 let tick = core.deadline_tick(deadline);
                 let mut timers = core.timers.lock();
                 // SAFETY: the entry is pinned, Idle, and stays alive until `Drop` unlinks it;
-                // the lock is held.
-                unsafe {
-                    *addr_of_mut!((*state).waker) = Some(waker);
+                // the lock is held. A waker left from before a `reset` is swapped out, not
+                // dropped here: it is dropped after the lock is released.
+                let old = unsafe {
+                    let old = (*addr_of_mut!((*state).waker)).replace(waker);
                     timers.wheel.insert(this.entry.state(), tick);
-                }
+                    old
+                };
                 let signal = timers.note_insert(tick);
                 drop(timers);
+                drop(old);
                 if signal {
                     core.signal();
                 }
