@@ -18,6 +18,9 @@ cargo fmt --all -- --check
 step "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "library crates build without std or alloc (the no_std configuration kernels use)"
+cargo check -p zcnet-buffer -p zcnet-executor -p zcnet-stack --no-default-features
+
 step "unit, integration and doc tests"
 cargo test --workspace
 

@@ -3,20 +3,85 @@
 //! The stack sits between a [`zcnet_buffer::Driver`] and the application's sockets:
 //!
 //! ```text
-//!  Driver ─RxFrame─► ingress task ─┬─ datagram for a zero-copy socket ─► socket queue ─► app
-//!                                  └─ everything else ─► smoltcp poll_ingress_single
-//!  app / sockets ─signal─► egress task ─► smoltcp poll_egress ─► TxFrame ─► Driver
-//!                              └─ sleeps on the timer wheel until smoltcp's poll_at
+//!  Driver ─RxFrame─► ingress task ─► smoltcp poll_ingress_single (bounded batch, then yield)
+//!                         └─ wakes egress only if smoltcp now wants to send earlier
+//!  sockets ─signal (only when they created work)─► egress task ─► smoltcp poll_egress ─► TxFrame
+//!                              └─ sleeps on the timer wheel until poll_at, or until signalled
 //! ```
 //!
-//! Status: the `Stack` handle, the `Runner` with its ingress and egress tasks, and the sockets
-//! arrive with issue 4 ("zcnet-stack: async smoltcp with separate ingress and egress tasks");
-//! zero-copy datagram sockets with issue 5. Until then this crate only fixes its place in the
-//! dependency graph: it builds on `zcnet-buffer` (frames, the driver trait) and `zcnet-executor`
-//! (tasks, timers).
+//! * [`Stack`]: a `Copy` handle for opening sockets and reading [`StackStats`].
+//! * [`Runner`]: the ingress and egress tasks; spawn them or run them.
+//! * The smoltcp adapter (`device.rs`) lends RX frames' bytes to smoltcp and lets it write
+//!   TX frames in place in pool slots: no copy at the device boundary.
+//! * Sockets: [`tcp::TcpSocket`], [`tcp::TcpListener`] (a real backlog), [`udp::UdpSocket`].
+//!
+//! Status: issue 4 is in progress. Done: the stack and runner, static IPv4/IPv6 configuration,
+//! TCP and UDP. Still to come: DHCPv4, SLAAC, DNS, ICMP and raw sockets, `split()`, the
+//! embedded-io-async traits, and the benchmark against plain smoltcp.
 
 #![no_std]
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
+mod config;
+mod device;
+mod runner;
+mod socket;
+mod stack;
+mod stats;
+
+pub use config::{
+    Config, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv6Address,
+    Ipv6Cidr, StaticV4, StaticV6,
+};
+pub use runner::{Never, Runner};
+pub use socket::{tcp, udp};
+pub use stack::{Stack, StackInner, StackResources, MAX_ORPHANS};
+pub use stats::{DropReason, StackStats};
 pub use zcnet_buffer as buffer;
 pub use zcnet_executor as executor;
+
+/// Why the stack or a socket could not be set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackError {
+    /// The [`StackResources`] were already used by another stack.
+    ResourcesInUse,
+    /// Every socket slot in the [`StackResources`] is taken.
+    NoSocketSlot,
+    /// The pool had no slot for the stack's scratch frame.
+    PoolExhausted,
+    /// The pool's slots are too small for the driver's headroom plus a minimal frame.
+    PoolTooSmall {
+        /// Slot size of the pool.
+        slot_size: usize,
+        /// Bytes needed at least.
+        needed: usize,
+    },
+    /// smoltcp's route table is full.
+    TooManyRoutes,
+    /// The endpoint cannot be used (port 0, unspecified address where one is needed).
+    Unaddressable,
+    /// A listener's buffer source had no buffers for a new socket.
+    NoBuffers,
+}
+
+impl core::fmt::Display for StackError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            StackError::ResourcesInUse => f.write_str("stack resources already in use"),
+            StackError::NoSocketSlot => f.write_str("no free socket slot"),
+            StackError::PoolExhausted => f.write_str("frame pool exhausted"),
+            StackError::PoolTooSmall { slot_size, needed } => {
+                write!(
+                    f,
+                    "pool slots of {slot_size} bytes, at least {needed} needed"
+                )
+            }
+            StackError::TooManyRoutes => f.write_str("route table full"),
+            StackError::Unaddressable => f.write_str("unaddressable endpoint"),
+            StackError::NoBuffers => f.write_str("no buffers for a new socket"),
+        }
+    }
+}
+
+impl core::error::Error for StackError {}

@@ -4,6 +4,10 @@
 //!   the trait's contract asks (re-post after every completion, drop and count when the ring is
 //!   empty), with the "device" side driven by the test.
 //! * [`wakers`]: wakers for plain threads — one that unparks a thread, one that counts.
+//! * [`wire`]: two drivers linked back to back in memory, with seeded fault injection, so two
+//!   stacks can talk inside one process.
 
+pub mod net;
 pub mod sim_nic;
 pub mod wakers;
+pub mod wire;

@@ -1,0 +1,197 @@
+//! [`Runner`]: the stack's two tasks.
+//!
+//! * **ingress** runs when the driver has frames (its waker is registered by
+//!   `Driver::poll_receive`), hands at most `ingress_budget` frames to smoltcp's
+//!   `poll_ingress_single`, then yields. It wakes egress only if smoltcp now wants to transmit
+//!   earlier than egress planned to wake (a reply, an ACK due).
+//! * **egress** runs when signalled (a socket created work, ingress made something due), when the
+//!   driver completes a transmission it was waiting for, or when its timer reaches smoltcp's
+//!   `poll_at`. It calls `poll_egress` until nothing more goes out, then sleeps on the timer wheel
+//!   until `poll_at`, or with no timer at all when smoltcp has no deadline. When the driver has no
+//!   TX frame it waits for the driver's TX-completion waker instead of retrying.
+//!
+//! Neither task ever polls smoltcp's whole `poll()`.
+
+use core::future::poll_fn;
+use core::pin::pin;
+use core::task::{Context, Poll};
+
+use smoltcp::iface::PollResult;
+use smoltcp::time::Duration as SmolDuration;
+use zcnet_executor::Instant;
+
+use crate::stack::{from_smol, Stack};
+
+/// The stack's ingress and egress tasks. Spawn both ([`Runner::spawn`]) or run them
+/// ([`Runner::run`]); the stack does nothing until they run.
+#[derive(Debug)]
+pub struct Runner {
+    pub(crate) stack: Stack,
+}
+
+/// Awaited forever.
+#[derive(Debug)]
+pub enum Never {}
+
+impl Runner {
+    /// The ingress task.
+    pub async fn ingress(stack: Stack) -> Never {
+        poll_fn(|cx| {
+            ingress_step(stack, cx);
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// The egress task.
+    pub async fn egress(stack: Stack) -> Never {
+        let mut timer = pin!(stack.inner.exec.sleep_until(Instant::MAX));
+        // The deadline the timer is armed for (`None`: disarmed, i.e. unlinked from the wheel).
+        let mut armed: Option<Instant> = None;
+        poll_fn(|cx| {
+            let next = egress_step(stack, cx);
+            match next {
+                Some(at) => {
+                    if armed != Some(at) {
+                        timer.as_mut().reset(at);
+                        armed = Some(at);
+                    }
+                    if timer.as_mut().poll(cx).is_ready() {
+                        // Already due: go round again (the executor re-polls us).
+                        armed = None;
+                        cx.waker().wake_by_ref();
+                    }
+                }
+                None => {
+                    if armed.is_some() {
+                        // Unlink the timer: with no deadline egress waits for a signal only.
+                        timer.as_mut().reset(Instant::MAX);
+                        armed = None;
+                    }
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Spawns both tasks on `spawner` (boxed; feature `alloc`). Without an allocator, run
+    /// [`Runner::run`] in a task of your own.
+    #[cfg(feature = "alloc")]
+    pub fn spawn(self, spawner: zcnet_executor::Spawner) {
+        let s = self.stack;
+        drop(spawner.spawn(async move {
+            let _ = Self::ingress(s).await;
+        }));
+        drop(spawner.spawn(async move {
+            let _ = Self::egress(s).await;
+        }));
+    }
+
+    /// Runs both tasks in the current task, forever.
+    pub async fn run(self) -> Never {
+        let s = self.stack;
+        let mut ingress = pin!(Self::ingress(s));
+        let mut egress = pin!(Self::egress(s));
+        poll_fn(|cx| {
+            let _ = ingress.as_mut().poll(cx);
+            let _ = egress.as_mut().poll(cx);
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+use core::future::Future;
+
+fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
+    let counters = &stack.inner.counters;
+    counters.ingress_poll();
+    let now = stack.now();
+    let mut st = stack.inner.state.lock();
+    let budget = st.ingress_budget;
+    let mut processed = 0;
+    while processed < budget {
+        let frame = match st.pending_rx.take() {
+            Some(f) => f,
+            None => match st.driver.poll_receive(cx) {
+                Poll::Ready(f) => {
+                    counters.frame_in();
+                    f
+                }
+                Poll::Pending => break,
+            },
+        };
+        let (mut dev, iface, sockets) = st.step(cx.waker(), Some(frame), counters);
+        let _ = iface.poll_ingress_single(now, &mut dev, sockets);
+        if let Some(unprocessed) = dev.rx.take() {
+            // No TX frame for a possible reply: keep the frame. The driver's TX waiter is
+            // egress's waker (registered by the attempt); egress wakes us when it runs.
+            st.pending_rx = Some(unprocessed);
+            // (Before egress first runs, the attempt registered our own waker instead.)
+            if st.egress_waker.is_some() {
+                st.ingress_waiting_tx = Some(cx.waker().clone());
+            }
+            break;
+        }
+        processed += 1;
+    }
+    if processed == budget {
+        // More may be waiting: yield to other tasks, then continue.
+        cx.waker().wake_by_ref();
+    }
+    if processed == 0 {
+        counters.idle_poll();
+    } else {
+        st.signal_egress_if_due(now);
+    }
+}
+
+/// One egress run; returns when egress should next wake by itself.
+fn egress_step(stack: Stack, cx: &mut Context<'_>) -> Option<Instant> {
+    let counters = &stack.inner.counters;
+    counters.egress_poll();
+    let now = stack.now();
+    let mut guard = stack.inner.state.lock();
+    let st: &mut crate::stack::State = &mut guard;
+    match &st.egress_waker {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => st.egress_waker = Some(cx.waker().clone()),
+    }
+    if let Some(w) = st.ingress_waiting_tx.take() {
+        // Ingress holds a frame it could not answer for want of a TX frame, and egress owns the
+        // driver's TX waiter: a TX completion (or other work) woke us, so let ingress retry.
+        w.wake();
+    }
+    st.iface.poll_maintenance(now);
+    let before = counters.snapshot().frames_out;
+    let mut starved = false;
+    loop {
+        let (mut dev, iface, sockets) = st.step(cx.waker(), None, counters);
+        let r = iface.poll_egress(now, &mut dev, sockets);
+        starved |= dev.starved;
+        if starved || r == PollResult::None {
+            break;
+        }
+    }
+    if counters.snapshot().frames_out == before {
+        counters.idle_poll();
+    }
+    let next = if starved {
+        // Woken by the driver's TX completion; no timer needed meanwhile.
+        None
+    } else {
+        st.iface.poll_at(now, &st.sockets).map(|at| {
+            // A deadline already past (smoltcp waiting on something other than us, e.g. a
+            // neighbour) would make egress spin: wait at least one millisecond.
+            if at <= now {
+                now + SmolDuration::from_millis(1)
+            } else {
+                at
+            }
+        })
+    };
+    st.egress_deadline = next;
+    st.reap_orphans(now);
+    next.map(from_smol)
+}

@@ -1,0 +1,4 @@
+//! Sockets over the stack.
+
+pub mod tcp;
+pub mod udp;

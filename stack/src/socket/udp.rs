@@ -1,0 +1,208 @@
+//! UDP: [`UdpSocket`] with `send_to` / `recv_from` and in-place variants.
+
+use core::future::poll_fn;
+use core::task::Poll;
+
+use smoltcp::iface::SocketHandle;
+use smoltcp::socket::udp;
+use smoltcp::storage::PacketMetadata;
+use smoltcp::time::Duration as SmolDuration;
+use zcnet_buffer::ledger::{self, CopySite};
+
+use crate::config::{IpEndpoint, IpListenEndpoint};
+use crate::stack::{Stack, State};
+use crate::StackError;
+
+/// Why a UDP operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UdpError {
+    /// The socket is not bound.
+    Unbound,
+    /// The destination cannot be used (no route, port 0, unspecified address).
+    Unaddressable,
+    /// The datagram does not fit the socket's send buffer at all.
+    TooLarge,
+    /// The received datagram was longer than the buffer given to `recv_from` (the rest is lost).
+    Truncated,
+}
+
+impl core::fmt::Display for UdpError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            UdpError::Unbound => "socket not bound",
+            UdpError::Unaddressable => "unaddressable endpoint",
+            UdpError::TooLarge => "datagram larger than the send buffer",
+            UdpError::Truncated => "datagram truncated",
+        })
+    }
+}
+
+impl core::error::Error for UdpError {}
+
+/// Buffers for a UDP socket: payload bytes and per-datagram metadata, for each direction.
+#[derive(Debug)]
+pub struct UdpBuffers {
+    rx: udp::PacketBuffer<'static>,
+    tx: udp::PacketBuffer<'static>,
+}
+
+impl UdpBuffers {
+    /// Buffers over caller-provided memory.
+    pub fn from_static(
+        rx_meta: &'static mut [PacketMetadata<udp::UdpMetadata>],
+        rx: &'static mut [u8],
+        tx_meta: &'static mut [PacketMetadata<udp::UdpMetadata>],
+        tx: &'static mut [u8],
+    ) -> Self {
+        Self {
+            rx: udp::PacketBuffer::new(rx_meta, rx),
+            tx: udp::PacketBuffer::new(tx_meta, tx),
+        }
+    }
+
+    /// Heap buffers: `packets` datagrams and `bytes` payload bytes per direction.
+    #[cfg(feature = "alloc")]
+    pub fn with_capacity(packets: usize, bytes: usize) -> Self {
+        extern crate alloc;
+        let meta = || alloc::vec![PacketMetadata::EMPTY; packets];
+        Self {
+            rx: udp::PacketBuffer::new(meta(), alloc::vec![0u8; bytes]),
+            tx: udp::PacketBuffer::new(meta(), alloc::vec![0u8; bytes]),
+        }
+    }
+}
+
+/// A UDP socket.
+#[derive(Debug)]
+pub struct UdpSocket {
+    stack: Stack,
+    handle: SocketHandle,
+}
+
+impl UdpSocket {
+    /// A socket bound to `endpoint` (port 0 is not allowed).
+    pub fn bind(
+        stack: Stack,
+        endpoint: impl Into<IpListenEndpoint>,
+        buffers: UdpBuffers,
+    ) -> Result<Self, StackError> {
+        let endpoint = endpoint.into();
+        let handle = stack.with(|st| {
+            if st.socket_count >= st.socket_capacity {
+                return Err(StackError::NoSocketSlot);
+            }
+            let mut s = udp::Socket::new(buffers.rx, buffers.tx);
+            s.bind(endpoint).map_err(|_| StackError::Unaddressable)?;
+            st.socket_count += 1;
+            Ok(st.sockets.add(s))
+        })?;
+        Ok(Self { stack, handle })
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut udp::Socket<'static>, &mut State) -> R) -> R {
+        self.stack.with(|st| {
+            let sock: *mut udp::Socket<'static> = st.sockets.get_mut::<udp::Socket>(self.handle);
+            // SAFETY: `sock` points into `st.sockets`, which `f` does not touch (it only uses
+            // `st` to signal egress); the lock is held for the whole call.
+            f(unsafe { &mut *sock }, st)
+        })
+    }
+
+    /// Sends `data` to `remote`, waiting while the send buffer is full.
+    pub async fn send_to(
+        &self,
+        data: &[u8],
+        remote: impl Into<IpEndpoint>,
+    ) -> Result<(), UdpError> {
+        let remote = remote.into();
+        self.send_to_with(data.len(), remote, |buf| {
+            ledger::copy(CopySite::AppToSocket, buf, data);
+        })
+        .await
+    }
+
+    /// Reserves `len` bytes in the send buffer for a datagram to `remote` and lets `f` write them
+    /// in place.
+    pub async fn send_to_with(
+        &self,
+        len: usize,
+        remote: IpEndpoint,
+        f: impl FnOnce(&mut [u8]),
+    ) -> Result<(), UdpError> {
+        let mut f = Some(f);
+        poll_fn(|cx| {
+            self.with(|s, st| {
+                if len > s.payload_send_capacity() {
+                    return Poll::Ready(Err(UdpError::TooLarge));
+                }
+                match s.send(len, remote) {
+                    Ok(buf) => {
+                        (f.take().expect("polled after completion"))(buf);
+                        st.signal_egress();
+                        Poll::Ready(Ok(()))
+                    }
+                    Err(udp::SendError::BufferFull) => {
+                        s.register_send_waker(cx.waker());
+                        Poll::Pending
+                    }
+                    Err(udp::SendError::Unaddressable) => Poll::Ready(Err(UdpError::Unaddressable)),
+                }
+            })
+        })
+        .await
+    }
+
+    /// Receives one datagram into `buf`: its length and sender. A datagram longer than `buf`
+    /// is cut to fit and reported as [`UdpError::Truncated`].
+    pub async fn recv_from(&self, buf: &mut [u8]) -> Result<(usize, IpEndpoint), UdpError> {
+        self.recv_from_with(|data, from| {
+            let n = ledger::copy(CopySite::SocketToApp, buf, data);
+            if n < data.len() {
+                Err(UdpError::Truncated)
+            } else {
+                Ok((n, from))
+            }
+        })
+        .await
+    }
+
+    /// Gives `f` the next datagram in place, with its sender.
+    pub async fn recv_from_with<R>(&self, f: impl FnOnce(&[u8], IpEndpoint) -> R) -> R {
+        let mut f = Some(f);
+        poll_fn(|cx| {
+            self.with(|s, _| match s.recv() {
+                Ok((data, meta)) => Poll::Ready((f.take().expect("polled after completion"))(
+                    data,
+                    meta.endpoint,
+                )),
+                Err(_) => {
+                    s.register_recv_waker(cx.waker());
+                    Poll::Pending
+                }
+            })
+        })
+        .await
+    }
+}
+
+/// How long a dropped UDP socket keeps trying to send what was queued (e.g. while its
+/// neighbour resolves) before the rest is discarded.
+const LINGER: SmolDuration = SmolDuration::from_secs(3);
+
+impl Drop for UdpSocket {
+    /// Datagrams already accepted by `send_to` are still sent after the socket is dropped (for up
+    /// to three seconds, e.g. while the neighbour resolves); the port is free again once they
+    /// are.
+    fn drop(&mut self) {
+        let handle = self.handle;
+        let now = self.stack.now();
+        self.stack.with(|st| {
+            let queued = st.sockets.get::<udp::Socket>(handle).send_queue() > 0;
+            if queued && st.adopt_orphan(handle, now + LINGER) {
+                return;
+            }
+            st.sockets.remove(handle);
+            st.socket_count -= 1;
+        })
+    }
+}

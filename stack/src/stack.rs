@@ -1,0 +1,355 @@
+//! [`Stack`], the `Copy` handle sockets use, and the state it guards.
+//!
+//! # Ground rules
+//!
+//! * All protocol state (smoltcp's interface and sockets) and the driver live in one
+//!   [`State`] behind a spin lock. Every holder (the ingress task, the egress task, a socket
+//!   operation) takes it for a bounded step and never across an `.await`.
+//! * Wakers are woken with the lock held only when they are executor wakers (which merely queue
+//!   a task); nothing called under the lock takes the lock again.
+//! * Socket operations signal egress only when they created work for it (data queued, connect,
+//!   close, listen, a read that reopened the receive window); registering a waker is not work.
+
+use core::cell::UnsafeCell;
+use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicBool, Ordering};
+use core::task::Waker;
+
+use smoltcp::iface::{Interface, SocketHandle, SocketSet, SocketStorage};
+use smoltcp::phy::DeviceCapabilities;
+use smoltcp::socket::Socket;
+use smoltcp::time::Instant as SmolInstant;
+use smoltcp::wire::{EthernetAddress, HardwareAddress as SmolHardwareAddress, IpCidr};
+use spin::mutex::SpinMutex;
+use zcnet_buffer::{Driver, FramePool, HardwareAddress, RxFrame, TxFrame};
+use zcnet_executor::{Executor, Instant};
+
+use crate::config::Config;
+use crate::device::{smoltcp_caps, StepDevice};
+use crate::stats::{Counters, StackStats};
+use crate::StackError;
+
+/// Everything the lock guards.
+pub(crate) struct State {
+    pub(crate) iface: Interface,
+    pub(crate) sockets: SocketSet<'static>,
+    /// Sockets in use and the storage's size: `SocketSet::add` panics when full, so the stack
+    /// checks first and returns [`StackError::NoSocketSlot`].
+    pub(crate) socket_count: usize,
+    pub(crate) socket_capacity: usize,
+    pub(crate) driver: &'static mut (dyn Driver + Send),
+    pub(crate) caps: DeviceCapabilities,
+    pub(crate) tx_headroom: usize,
+    /// A slot leased for good as scratch space (see `device.rs`).
+    pub(crate) scratch: TxFrame,
+    /// A frame taken from the driver that could not be processed yet (no TX frame for a reply).
+    pub(crate) pending_rx: Option<RxFrame>,
+    pub(crate) egress_waker: Option<Waker>,
+    /// The ingress task's waker while it holds a frame it could not process for want of a TX
+    /// frame: egress, which owns the driver's TX waiter, wakes it when it next runs.
+    pub(crate) ingress_waiting_tx: Option<Waker>,
+    /// What the egress task sleeps until (`None`: until signalled).
+    pub(crate) egress_deadline: Option<SmolInstant>,
+    pub(crate) ingress_budget: usize,
+    /// Sockets whose owner dropped them with work left: TCP connections still closing, UDP
+    /// sockets with datagrams still queued. They finish in the background and are removed once
+    /// done, or at their deadline.
+    pub(crate) orphans: [Option<Orphan>; MAX_ORPHANS],
+}
+
+/// A socket dropped by its owner that the stack finishes in the background.
+#[derive(Clone, Copy)]
+pub(crate) struct Orphan {
+    pub(crate) handle: SocketHandle,
+    /// Removed at this time even if unfinished (a peer that never answers, a neighbour that
+    /// never resolves).
+    pub(crate) until: SmolInstant,
+}
+
+/// How many dropped sockets with unfinished work (a TCP close, queued UDP datagrams) a stack
+/// keeps finishing in the background; beyond that a dropped TCP connection is reset and a dropped
+/// UDP socket's queue discarded.
+pub const MAX_ORPHANS: usize = 64;
+
+impl State {
+    /// A device for one ingress or egress step. `waker` is the stepping task's; the driver's TX
+    /// waiter is always the egress task's waker once egress has run (see `runner.rs`).
+    pub(crate) fn step<'s>(
+        &'s mut self,
+        waker: &'s Waker,
+        rx: Option<RxFrame>,
+        counters: &'s Counters,
+    ) -> (
+        StepDevice<'s>,
+        &'s mut Interface,
+        &'s mut SocketSet<'static>,
+    ) {
+        let dev = StepDevice {
+            driver: &mut *self.driver,
+            tx_waker: self.egress_waker.as_ref().unwrap_or(waker),
+            rx,
+            caps: self.caps.clone(),
+            tx_headroom: self.tx_headroom,
+            counters,
+            scratch: self.scratch.buffer_mut(),
+            starved: false,
+        };
+        (dev, &mut self.iface, &mut self.sockets)
+    }
+
+    /// Keeps a dropped socket until its work is done or `until`; `false` when there is no room
+    /// (the caller then removes it at once).
+    pub(crate) fn adopt_orphan(&mut self, handle: SocketHandle, until: SmolInstant) -> bool {
+        match self.orphans.iter_mut().find(|o| o.is_none()) {
+            Some(slot) => {
+                *slot = Some(Orphan { handle, until });
+                self.signal_egress();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes orphaned sockets that have finished their work or reached their deadline.
+    pub(crate) fn reap_orphans(&mut self, now: SmolInstant) {
+        for slot in self.orphans.iter_mut() {
+            let Some(o) = *slot else { continue };
+            let done = match self.sockets.get(o.handle) {
+                Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::Closed,
+                Socket::Udp(u) => u.send_queue() == 0,
+                #[allow(unreachable_patterns)]
+                _ => true,
+            };
+            if done || now >= o.until {
+                self.sockets.remove(o.handle);
+                self.socket_count -= 1;
+                *slot = None;
+            }
+        }
+    }
+
+    /// Wakes the egress task: something was queued for it.
+    pub(crate) fn signal_egress(&mut self) {
+        if let Some(w) = &self.egress_waker {
+            w.wake_by_ref();
+        }
+    }
+
+    /// Wakes egress if smoltcp now wants to transmit earlier than egress plans to wake.
+    pub(crate) fn signal_egress_if_due(&mut self, now: SmolInstant) {
+        let at = self.iface.poll_at(now, &self.sockets);
+        let earlier = match (at, self.egress_deadline) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(a), Some(d)) => a < d,
+        };
+        if earlier {
+            self.signal_egress();
+        }
+    }
+}
+
+/// The shared part of a stack: its state, counters, clock and pool.
+pub struct StackInner {
+    pub(crate) state: SpinMutex<State>,
+    pub(crate) counters: Counters,
+    pub(crate) exec: &'static Executor,
+    pub(crate) pool: &'static FramePool,
+}
+
+impl core::fmt::Debug for StackInner {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("StackInner")
+            .field("stats", &self.counters.snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Memory for a stack: socket slots and the stack's state, in a `static` (or leaked).
+pub struct StackResources<const SOCKETS: usize> {
+    claimed: AtomicBool,
+    sockets: UnsafeCell<[SocketStorage<'static>; SOCKETS]>,
+    inner: UnsafeCell<MaybeUninit<StackInner>>,
+}
+
+// SAFETY: the cells are written once, by the caller that wins `claimed`, before any reference to
+// their contents is handed out; afterwards the stack state is behind its lock.
+unsafe impl<const SOCKETS: usize> Sync for StackResources<SOCKETS> {}
+
+impl<const SOCKETS: usize> core::fmt::Debug for StackResources<SOCKETS> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("StackResources")
+            .field("sockets", &SOCKETS)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<const SOCKETS: usize> StackResources<SOCKETS> {
+    /// Unused resources, for a `static`.
+    pub const fn new() -> Self {
+        Self {
+            claimed: AtomicBool::new(false),
+            sockets: UnsafeCell::new([SocketStorage::EMPTY; SOCKETS]),
+            inner: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+}
+
+impl<const SOCKETS: usize> Default for StackResources<SOCKETS> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A cheap, `Copy` handle to a running stack, for opening sockets and reading counters.
+#[derive(Clone, Copy, Debug)]
+pub struct Stack {
+    pub(crate) inner: &'static StackInner,
+}
+
+/// Converts our clock to smoltcp's (microseconds).
+pub(crate) fn smol_now(exec: &Executor) -> SmolInstant {
+    SmolInstant::from_micros((exec.now().as_nanos() / 1000) as i64)
+}
+
+/// Converts smoltcp's clock back to ours.
+pub(crate) fn from_smol(t: SmolInstant) -> Instant {
+    Instant::from_nanos((t.total_micros().max(0) as u64).saturating_mul(1000))
+}
+
+impl Stack {
+    /// Builds a stack over `driver`, whose frames come from `pool`, running on `exec`. Returns
+    /// the handle and the [`Runner`](crate::Runner) whose two tasks must be spawned (or run) for
+    /// anything to happen.
+    ///
+    /// Errors if `resources` were used before, if the pool has no slot to spare, or if the pool's
+    /// slots cannot hold the driver's largest frame plus its headroom.
+    pub fn new<const SOCKETS: usize>(
+        exec: &'static Executor,
+        pool: &'static FramePool,
+        driver: &'static mut (dyn Driver + Send),
+        config: Config,
+        resources: &'static StackResources<SOCKETS>,
+    ) -> Result<(Stack, crate::Runner), StackError> {
+        if resources
+            .claimed
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(StackError::ResourcesInUse);
+        }
+        let dcaps = driver.capabilities();
+        let mut caps = smoltcp_caps(&dcaps);
+        let room = pool.slot_size().saturating_sub(dcaps.tx_headroom);
+        if room < 64 {
+            return Err(StackError::PoolTooSmall {
+                slot_size: pool.slot_size(),
+                needed: dcaps.tx_headroom + 64,
+            });
+        }
+        // Never let smoltcp build a frame that does not fit a slot after the driver's headroom.
+        caps.max_transmission_unit = caps.max_transmission_unit.min(room);
+        let mut scratch = pool.try_alloc_tx().ok_or(StackError::PoolExhausted)?;
+        // The whole slot as scratch space.
+        let _ = scratch.set_headroom(0);
+        let hw = match driver.hardware_address() {
+            HardwareAddress::Ethernet(mac) => SmolHardwareAddress::Ethernet(EthernetAddress(mac)),
+            HardwareAddress::Ip => SmolHardwareAddress::Ip,
+        };
+        let mut iconfig = smoltcp::iface::Config::new(hw);
+        iconfig.random_seed = config.random_seed;
+        // SAFETY: winning `claimed` makes this the only access to the socket storage, ever.
+        let storage: &'static mut [SocketStorage<'static>] =
+            unsafe { &mut *resources.sockets.get() };
+        let socket_capacity = storage.len();
+        let now = smol_now(exec);
+        let counters = Counters::new();
+        let mut state = State {
+            iface: {
+                // A throwaway device, only for smoltcp to read the capabilities.
+                let mut scratch_tx = [0u8; 0];
+                let mut dev = StepDevice {
+                    driver: &mut *driver,
+                    tx_waker: Waker::noop(),
+                    rx: None,
+                    caps: caps.clone(),
+                    tx_headroom: dcaps.tx_headroom,
+                    counters: &counters,
+                    scratch: &mut scratch_tx,
+                    starved: false,
+                };
+                Interface::new(iconfig, &mut dev, now)
+            },
+            sockets: SocketSet::new(storage),
+            socket_count: 0,
+            socket_capacity,
+            driver,
+            caps,
+            tx_headroom: dcaps.tx_headroom,
+            scratch,
+            pending_rx: None,
+            egress_waker: None,
+            ingress_waiting_tx: None,
+            egress_deadline: None,
+            ingress_budget: config.ingress_budget.max(1),
+            orphans: [None; MAX_ORPHANS],
+        };
+        state.iface.update_ip_addrs(|addrs| {
+            if let Some(v4) = config.ipv4 {
+                let _ = addrs.push(IpCidr::Ipv4(v4.address));
+            }
+            if let Some(v6) = config.ipv6 {
+                let _ = addrs.push(IpCidr::Ipv6(v6.address));
+            }
+        });
+        if let Some(gw) = config.ipv4.and_then(|v| v.gateway) {
+            state
+                .iface
+                .routes_mut()
+                .add_default_ipv4_route(gw)
+                .map_err(|_| StackError::TooManyRoutes)?;
+        }
+        if let Some(gw) = config.ipv6.and_then(|v| v.gateway) {
+            state
+                .iface
+                .routes_mut()
+                .add_default_ipv6_route(gw)
+                .map_err(|_| StackError::TooManyRoutes)?;
+        }
+        let inner = StackInner {
+            state: SpinMutex::new(state),
+            counters,
+            exec,
+            pool,
+        };
+        // SAFETY: as above, `claimed` gives this call the only access; written once, then only
+        // shared references are handed out.
+        let inner: &'static StackInner = unsafe { (*resources.inner.get()).write(inner) };
+        let stack = Stack { inner };
+        Ok((stack, crate::Runner { stack }))
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> StackStats {
+        self.inner.counters.snapshot()
+    }
+
+    /// The executor the stack runs on.
+    pub fn executor(&self) -> &'static Executor {
+        self.inner.exec
+    }
+
+    /// The pool the stack's frames come from.
+    pub fn pool(&self) -> &'static FramePool {
+        self.inner.pool
+    }
+
+    pub(crate) fn now(&self) -> SmolInstant {
+        smol_now(self.inner.exec)
+    }
+
+    /// Runs `f` with the state locked.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut self.inner.state.lock())
+    }
+}

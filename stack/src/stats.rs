@@ -1,0 +1,110 @@
+//! Stack counters: polls, frames, drops by reason. Relaxed atomics, read as a snapshot.
+
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Why the stack dropped a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// No TX frame could be built to fit what smoltcp produced.
+    TxTooLong,
+    /// The pool's headroom is smaller than the driver needs.
+    TxHeadroom,
+    /// The driver refused a frame (`TxError`).
+    TxDriver,
+}
+
+impl DropReason {
+    const COUNT: usize = 3;
+    /// Every reason, in the order [`StackStats::drops`] lists them.
+    pub const ALL: [DropReason; Self::COUNT] = [
+        DropReason::TxTooLong,
+        DropReason::TxHeadroom,
+        DropReason::TxDriver,
+    ];
+}
+
+/// A snapshot of the stack's counters ([`Stack::stats`](crate::Stack::stats)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackStats {
+    /// Times the ingress task ran.
+    pub ingress_polls: u64,
+    /// Times the egress task ran.
+    pub egress_polls: u64,
+    /// Ingress or egress runs that found nothing to do.
+    pub idle_polls: u64,
+    /// Frames received from the driver and handed to smoltcp.
+    pub frames_in: u64,
+    /// Frames handed to the driver.
+    pub frames_out: u64,
+    /// Drops per [`DropReason`], in [`DropReason::ALL`] order.
+    pub drops: [u64; DropReason::COUNT],
+}
+
+impl StackStats {
+    /// Drops for one reason.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize]
+    }
+
+    /// Ingress plus egress polls.
+    pub fn polls(&self) -> u64 {
+        self.ingress_polls + self.egress_polls
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    ingress_polls: AtomicU64,
+    egress_polls: AtomicU64,
+    idle_polls: AtomicU64,
+    frames_in: AtomicU64,
+    frames_out: AtomicU64,
+    drops: [AtomicU64; DropReason::COUNT],
+}
+
+impl Counters {
+    pub(crate) const fn new() -> Self {
+        Self {
+            ingress_polls: AtomicU64::new(0),
+            egress_polls: AtomicU64::new(0),
+            idle_polls: AtomicU64::new(0),
+            frames_in: AtomicU64::new(0),
+            frames_out: AtomicU64::new(0),
+            drops: [const { AtomicU64::new(0) }; DropReason::COUNT],
+        }
+    }
+
+    pub(crate) fn ingress_poll(&self) {
+        self.ingress_polls.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn egress_poll(&self) {
+        self.egress_polls.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn idle_poll(&self) {
+        self.idle_polls.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn frame_in(&self) {
+        self.frames_in.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn frame_out(&self) {
+        self.frames_out.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn drop(&self, reason: DropReason) {
+        self.drops[reason as usize].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> StackStats {
+        let mut drops = [0; DropReason::COUNT];
+        for (d, a) in drops.iter_mut().zip(&self.drops) {
+            *d = a.load(Relaxed);
+        }
+        StackStats {
+            ingress_polls: self.ingress_polls.load(Relaxed),
+            egress_polls: self.egress_polls.load(Relaxed),
+            idle_polls: self.idle_polls.load(Relaxed),
+            frames_in: self.frames_in.load(Relaxed),
+            frames_out: self.frames_out.load(Relaxed),
+            drops,
+        }
+    }
+}

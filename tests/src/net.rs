@@ -1,0 +1,66 @@
+//! Two stacks linked by an in-memory [`wire`](crate::wire), running on one executor.
+
+use zcnet_buffer::{FramePool, PoolConfig};
+use zcnet_executor::linux::LinuxPlatform;
+use zcnet_executor::Executor;
+use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Stack, StackResources, StaticV4};
+
+use crate::wire::{wire_pair, Faults, WireEnd};
+
+/// Address of stack A (10.0.0.1) and stack B (10.0.0.2).
+pub const ADDR: [Ipv4Address; 2] = [Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2)];
+
+/// Two stacks, their executor, and read access to the wire ends' counters.
+#[derive(Debug)]
+pub struct Pair {
+    /// The executor both stacks (and the test's tasks) run on.
+    pub exec: &'static Executor,
+    /// Stack A (10.0.0.1) and stack B (10.0.0.2).
+    pub stacks: [Stack; 2],
+    /// The wire ends (owned by the stacks; read their counters through these).
+    pub ends: [&'static WireEnd; 2],
+    /// The pools.
+    pub pools: [&'static FramePool; 2],
+}
+
+/// Sockets per stack in [`pair`].
+pub const SOCKETS: usize = 160;
+
+/// Builds two stacks over a wire with `faults`, each with a pool of `slots` slots, and spawns
+/// their runners.
+pub fn pair(faults: Faults, slots: usize) -> Pair {
+    let exec = Executor::leak(LinuxPlatform::leak().expect("epoll"));
+    let pools = [
+        FramePool::leak(PoolConfig::new(slots)).expect("pool"),
+        FramePool::leak(PoolConfig::new(slots)).expect("pool"),
+    ];
+    let (a, b) = wire_pair(exec, pools, faults);
+    let ends: [&'static mut WireEnd; 2] = [Box::leak(Box::new(a)), Box::leak(Box::new(b))];
+    let ptrs = [&*ends[0] as *const WireEnd, &*ends[1] as *const WireEnd];
+    let mut stacks = Vec::new();
+    for (i, end) in ends.into_iter().enumerate() {
+        let resources: &'static StackResources<SOCKETS> =
+            Box::leak(Box::new(StackResources::new()));
+        let config = Config {
+            ipv4: Some(StaticV4 {
+                address: Ipv4Cidr::new(ADDR[i], 24),
+                gateway: None,
+            }),
+            random_seed: 0x1234 + i as u64,
+            ..Config::default()
+        };
+        let (stack, runner) = Stack::new(exec, pools[i], end, config, resources).expect("stack");
+        runner.spawn(exec.spawner());
+        stacks.push(stack);
+    }
+    // SAFETY: the ends are leaked (never freed); the stacks own the only `&mut` and use it under
+    // their lock, while these shared references are used only to read the wire's counters,
+    // which sit behind the wire's own mutexes.
+    let ends = unsafe { [&*ptrs[0], &*ptrs[1]] };
+    Pair {
+        exec,
+        stacks: [stacks[0], stacks[1]],
+        ends,
+        pools,
+    }
+}
