@@ -27,6 +27,7 @@ mod config;
 mod device;
 mod runner;
 mod socket;
+mod socket_meta;
 mod stack;
 mod stats;
 

@@ -166,6 +166,7 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) -> Option<Instant> {
     st.iface.poll_maintenance(now);
     let before = counters.snapshot().frames_out;
     let mut starved = false;
+    st.metas.before_egress(&st.sockets);
     loop {
         let (mut dev, iface, sockets) = st.step(cx.waker(), None, counters);
         let r = iface.poll_egress(now, &mut dev, sockets);
@@ -174,6 +175,7 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) -> Option<Instant> {
             break;
         }
     }
+    st.metas.after_egress(&st.sockets);
     if counters.snapshot().frames_out == before {
         counters.idle_poll();
     }

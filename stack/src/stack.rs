@@ -17,6 +17,7 @@ use core::task::Waker;
 
 use smoltcp::iface::{Interface, SocketHandle, SocketSet, SocketStorage};
 use smoltcp::phy::DeviceCapabilities;
+use smoltcp::socket::AnySocket;
 use smoltcp::socket::Socket;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::{EthernetAddress, HardwareAddress as SmolHardwareAddress, IpCidr};
@@ -26,6 +27,7 @@ use zcnet_executor::{Executor, Instant};
 
 use crate::config::Config;
 use crate::device::{smoltcp_caps, StepDevice};
+use crate::socket_meta::{SocketMeta, SocketMetas};
 use crate::stats::{Counters, StackStats};
 use crate::StackError;
 
@@ -37,6 +39,8 @@ pub(crate) struct State {
     /// checks first and returns [`StackError::NoSocketSlot`].
     pub(crate) socket_count: usize,
     pub(crate) socket_capacity: usize,
+    /// Why TCP connections closed (smoltcp does not say); one record per socket slot.
+    pub(crate) metas: SocketMetas,
     pub(crate) driver: &'static mut (dyn Driver + Send),
     pub(crate) caps: DeviceCapabilities,
     pub(crate) tx_headroom: usize,
@@ -97,6 +101,27 @@ impl State {
         (dev, &mut self.iface, &mut self.sockets)
     }
 
+    /// Adds a socket, or errors when every slot is taken (smoltcp's `add` would panic).
+    pub(crate) fn add_socket<T: AnySocket<'static>>(
+        &mut self,
+        socket: T,
+    ) -> Result<SocketHandle, StackError> {
+        if self.socket_count >= self.socket_capacity {
+            return Err(StackError::NoSocketSlot);
+        }
+        self.socket_count += 1;
+        let handle = self.sockets.add(socket);
+        self.metas.reset(handle);
+        Ok(handle)
+    }
+
+    /// Removes a socket and frees its slot.
+    pub(crate) fn remove_socket(&mut self, handle: SocketHandle) {
+        self.sockets.remove(handle);
+        self.metas.reset(handle);
+        self.socket_count -= 1;
+    }
+
     /// Keeps a dropped socket until its work is done or `until`; `false` when there is no room
     /// (the caller then removes it at once).
     pub(crate) fn adopt_orphan(&mut self, handle: SocketHandle, until: SmolInstant) -> bool {
@@ -121,9 +146,10 @@ impl State {
                 _ => true,
             };
             if done || now >= o.until {
-                self.sockets.remove(o.handle);
-                self.socket_count -= 1;
                 *slot = None;
+                self.sockets.remove(o.handle);
+                self.metas.reset(o.handle);
+                self.socket_count -= 1;
             }
         }
     }
@@ -169,6 +195,7 @@ impl core::fmt::Debug for StackInner {
 pub struct StackResources<const SOCKETS: usize> {
     claimed: AtomicBool,
     sockets: UnsafeCell<[SocketStorage<'static>; SOCKETS]>,
+    metas: UnsafeCell<[SocketMeta; SOCKETS]>,
     inner: UnsafeCell<MaybeUninit<StackInner>>,
 }
 
@@ -190,6 +217,7 @@ impl<const SOCKETS: usize> StackResources<SOCKETS> {
         Self {
             claimed: AtomicBool::new(false),
             sockets: UnsafeCell::new([SocketStorage::EMPTY; SOCKETS]),
+            metas: UnsafeCell::new([SocketMeta::EMPTY; SOCKETS]),
             inner: UnsafeCell::new(MaybeUninit::uninit()),
         }
     }
@@ -261,6 +289,8 @@ impl Stack {
         // SAFETY: winning `claimed` makes this the only access to the socket storage, ever.
         let storage: &'static mut [SocketStorage<'static>] =
             unsafe { &mut *resources.sockets.get() };
+        // SAFETY: as above.
+        let metas: &'static mut [SocketMeta] = unsafe { &mut *resources.metas.get() };
         let socket_capacity = storage.len();
         let now = smol_now(exec);
         let counters = Counters::new();
@@ -283,6 +313,7 @@ impl Stack {
             sockets: SocketSet::new(storage),
             socket_count: 0,
             socket_capacity,
+            metas: SocketMetas::new(metas),
             driver,
             caps,
             tx_headroom: dcaps.tx_headroom,

@@ -101,6 +101,8 @@ struct Direction {
     queue: VecDeque<(Instant, Vec<u8>)>,
     rx_waker: Option<Waker>,
     stats: WireStats,
+    /// Everything sent this way is lost (a pulled cable), counted as `lost`.
+    cut: bool,
 }
 
 #[derive(Debug)]
@@ -144,6 +146,7 @@ pub fn wire_pair(
             queue: VecDeque::new(),
             rx_waker: None,
             stats: WireStats::default(),
+            cut: false,
         })
     };
     let shared = Arc::new(Shared {
@@ -165,6 +168,12 @@ impl WireEnd {
     /// What the direction leaving this end did.
     pub fn tx_stats(&self) -> WireStats {
         self.shared.dirs[self.side].lock().unwrap().stats
+    }
+
+    /// Cuts (`true`) or restores the direction leaving this end: while cut, every frame sent
+    /// from here is lost.
+    pub fn set_cut(&self, cut: bool) {
+        self.shared.dirs[self.side].lock().unwrap().cut = cut;
     }
 
     /// The MAC address of this end.
@@ -231,7 +240,7 @@ impl Driver for WireEnd {
         }
         let bytes = frame.to_vec();
         drop(frame.into_device()); // "transmitted": the sender's slot is free again
-        if d.rng.chance(d.faults.loss) {
+        if d.cut || d.rng.chance(d.faults.loss) {
             d.stats.lost += 1;
             return Ok(());
         }

@@ -1,19 +1,31 @@
-//! Two stacks over the in-memory wire: TCP handshake, transfer, orderly close; UDP echo.
+//! Two stacks over the in-memory wire: TCP handshake, transfer, half-close and orderly close;
+//! refused connections, connect timeouts, resets, idle timeouts and keep-alive; UDP echo.
 
-use std::time::Duration;
+use std::time::{Duration, Instant as StdInstant};
 
-use zcnet_stack::tcp::{TcpBuffers, TcpSocket, TcpState};
+use zcnet_executor::time::{sleep, timeout};
+use zcnet_stack::tcp::{TcpBuffers, TcpError, TcpSocket, TcpState};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
-use zcnet_stack::IpEndpoint;
+use zcnet_stack::{IpEndpoint, Ipv4Address, Stack};
 use zcnet_tests::net::{pair, ADDR};
 use zcnet_tests::wire::Faults;
 
+fn socket(stack: Stack) -> TcpSocket {
+    TcpSocket::new(stack, TcpBuffers::with_capacity(16384, 16384)).unwrap()
+}
+
+fn b_at(port: u16) -> IpEndpoint {
+    IpEndpoint::new(ADDR[1].into(), port)
+}
+
+/// Client sends 1 MB then shuts its write half; the server reads to end of stream, answers on
+/// its still-open write half, and closes; both see an orderly close.
 #[test]
-fn tcp_handshake_transfer_and_orderly_close() {
+fn handshake_transfer_half_close_and_orderly_close() {
     let p = pair(Faults::default(), 256);
     let [a, b] = p.stacks;
     let server = p.exec.spawner().spawn(async move {
-        let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(16384, 16384)).unwrap();
+        let mut s = socket(b);
         s.accept(7000).await.unwrap();
         let mut got = Vec::new();
         let mut buf = [0u8; 4096];
@@ -24,6 +36,11 @@ fn tcp_handshake_transfer_and_orderly_close() {
             }
             got.extend_from_slice(&buf[..n]);
         }
+        assert_eq!(
+            s.state(),
+            TcpState::CloseWait,
+            "peer's FIN seen, our side open"
+        );
         s.write_all(b"bye").await.unwrap();
         s.close();
         s.closed().await;
@@ -32,16 +49,18 @@ fn tcp_handshake_transfer_and_orderly_close() {
     let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let sent = data.clone();
     let reply = p.exec.block_on(async move {
-        let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(16384, 16384)).unwrap();
-        c.connect_timeout(
-            IpEndpoint::new(ADDR[1].into(), 7000),
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
+        let mut c = socket(a);
+        c.connect_timeout(b_at(7000), Duration::from_secs(5))
+            .await
+            .unwrap();
         assert_eq!(c.state(), TcpState::Established);
         c.write_all(&sent).await.unwrap();
         c.shutdown();
+        assert_eq!(
+            c.write(b"late").await,
+            Err(TcpError::InvalidState),
+            "writing after shutdown"
+        );
         let mut reply = Vec::new();
         let mut buf = [0u8; 64];
         loop {
@@ -52,6 +71,11 @@ fn tcp_handshake_transfer_and_orderly_close() {
             reply.extend_from_slice(&buf[..n]);
         }
         c.closed().await;
+        assert_eq!(
+            c.read(&mut buf).await,
+            Ok(0),
+            "end of stream stays end of stream"
+        );
         reply
     });
     assert_eq!(reply, b"bye");
@@ -59,10 +83,128 @@ fn tcp_handshake_transfer_and_orderly_close() {
     assert_eq!(got.len(), data.len());
     assert!(got == data, "byte-exact");
     let s = a.stats();
-    eprintln!("stack A: {s:?}");
     assert!(s.frames_out > 0 && s.frames_in > 0);
 }
 
+/// A SYN to a port nobody listens on is answered with RST: the connect is refused, at once.
+#[test]
+fn connecting_to_a_closed_port_is_refused() {
+    let p = pair(Faults::default(), 64);
+    let [a, _b] = p.stacks;
+    let started = StdInstant::now();
+    let r = p.exec.block_on(async move {
+        let mut c = socket(a);
+        c.connect_timeout(b_at(9), Duration::from_secs(5)).await
+    });
+    assert_eq!(r, Err(TcpError::ConnectionRefused));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused, not timed out"
+    );
+}
+
+/// A host that never answers: `connect_timeout` gives up with `TimedOut` after its timeout, and
+/// `connect` with a socket timeout set does the same through smoltcp's timer.
+#[test]
+fn connect_times_out_when_nobody_answers() {
+    let p = pair(Faults::default(), 64);
+    let [a, _b] = p.stacks;
+    let absent = IpEndpoint::new(Ipv4Address::new(10, 0, 0, 99).into(), 80);
+    let started = StdInstant::now();
+    let r = p.exec.block_on(async move {
+        let mut c = socket(a);
+        c.connect_timeout(absent, Duration::from_millis(300)).await
+    });
+    let took = started.elapsed();
+    assert_eq!(r, Err(TcpError::TimedOut));
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+
+    // The peer exists but the cable is cut: smoltcp's own timeout ends the handshake.
+    p.exec.block_on(async move {
+        let mut c = socket(a);
+        c.set_timeout(Some(Duration::from_millis(500)));
+        p.ends[0].set_cut(true);
+        let r = timeout(Duration::from_secs(5), c.connect(b_at(7000))).await;
+        p.ends[0].set_cut(false);
+        assert_eq!(r, Ok(Err(TcpError::TimedOut)));
+    });
+}
+
+/// The peer aborts: reads and writes on this side fail with `ConnectionReset`; the aborting side
+/// sees `Aborted`.
+#[test]
+fn a_reset_is_reported_as_reset_and_an_abort_as_aborted() {
+    let p = pair(Faults::default(), 64);
+    let [a, b] = p.stacks;
+    let server = p.exec.spawner().spawn(async move {
+        let mut s = socket(b);
+        s.accept(7001).await.unwrap();
+        let mut buf = [0u8; 4];
+        s.read(&mut buf).await.unwrap();
+        s.abort();
+        let mut buf = [0u8; 4];
+        (s.read(&mut buf).await, s.write(b"x").await)
+    });
+    let client = p.exec.block_on(async move {
+        let mut c = socket(a);
+        c.connect(b_at(7001)).await.unwrap();
+        c.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        let r = c.read(&mut buf).await;
+        let w = c.write(b"more").await;
+        (r, w)
+    });
+    assert_eq!(
+        client,
+        (
+            Err(TcpError::ConnectionReset),
+            Err(TcpError::ConnectionReset)
+        )
+    );
+    assert_eq!(
+        p.exec.block_on(server),
+        (Err(TcpError::Aborted), Err(TcpError::Aborted))
+    );
+}
+
+/// With keep-alive, an idle connection to a live peer stays up (probes are answered); when the
+/// cable is cut, the idle timeout ends it with `TimedOut`, distinct from a reset.
+#[test]
+fn keepalive_keeps_a_live_peer_and_the_timeout_detects_a_dead_one() {
+    let p = pair(Faults::default(), 64);
+    let [a, b] = p.stacks;
+    let _server = p.exec.spawner().spawn(async move {
+        let mut s = socket(b);
+        s.accept(7002).await.unwrap();
+        s.closed().await; // stays silent: never sends data
+    });
+    let a_end = p.ends[0];
+    let b_end = p.ends[1];
+    p.exec.block_on(async move {
+        let mut c = socket(a);
+        c.connect(b_at(7002)).await.unwrap();
+        c.set_keep_alive(Some(Duration::from_millis(100)));
+        c.set_timeout(Some(Duration::from_millis(400)));
+        let before = a_end.tx_stats().sent;
+        // Idle for longer than the timeout: keep-alive probes and their ACKs keep it up.
+        let mut buf = [0u8; 8];
+        let idle = timeout(Duration::from_millis(1000), c.read(&mut buf)).await;
+        assert!(idle.is_err(), "no data, no error while the peer answers");
+        assert_eq!(c.state(), TcpState::Established);
+        let probes = a_end.tx_stats().sent - before;
+        assert!(probes >= 5, "keep-alive probes sent while idle: {probes}");
+        // The peer vanishes.
+        b_end.set_cut(true);
+        let r = timeout(Duration::from_secs(5), c.read(&mut buf)).await;
+        assert_eq!(r, Ok(Err(TcpError::TimedOut)));
+    });
+}
+
+/// Datagrams both ways; the echo task drops its socket right after its last `send_to`, and that
+/// datagram is still delivered.
 #[test]
 fn udp_echo() {
     let p = pair(Faults::default(), 64);
@@ -79,14 +221,17 @@ fn udp_echo() {
         let c = UdpSocket::bind(a, 40000, UdpBuffers::with_capacity(8, 4096)).unwrap();
         for i in 0..10u8 {
             let msg = [i; 100];
-            c.send_to(&msg, IpEndpoint::new(ADDR[1].into(), 5353))
-                .await
-                .unwrap();
+            c.send_to(&msg, b_at(5353)).await.unwrap();
             let mut buf = [0u8; 1500];
-            let (n, from) = c.recv_from(&mut buf).await.unwrap();
+            let (n, from) = timeout(Duration::from_secs(5), c.recv_from(&mut buf))
+                .await
+                .expect("echo within 5 s")
+                .unwrap();
             assert_eq!(&buf[..n], &msg);
-            assert_eq!(from, IpEndpoint::new(ADDR[1].into(), 5353));
+            assert_eq!(from, b_at(5353));
         }
     });
     p.exec.block_on(echo);
+    // Give the stack a moment: nothing else should be sent.
+    p.exec.block_on(sleep(Duration::from_millis(10)));
 }

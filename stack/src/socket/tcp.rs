@@ -1,11 +1,24 @@
-//! TCP: [`TcpSocket`] (connect or accept one connection), [`TcpListener`] (a real backlog).
+//! TCP: [`TcpSocket`] (connect, or accept one connection), its halves ([`TcpReader`],
+//! [`TcpWriter`]), and the [`TcpListener`](super::tcp_listener::TcpListener) with a real backlog.
 //!
-//! Data moves through smoltcp's socket rings: `read`/`write` copy once between the ring and the
-//! caller's buffer (counted in the copy ledger as socket→app / app→socket); `read_with` /
-//! `write_with` give in-place access to the ring instead.
+//! Data moves through smoltcp's socket rings. `read` / `write` copy once between the ring and
+//! the caller's buffer (counted in the copy ledger as socket→app / app→socket); `read_with` /
+//! `write_with` hand the caller the ring itself instead, so the only copy left per payload byte
+//! is smoltcp's own between ring and frame.
+//!
+//! Every future here is cancel-safe: bytes move only in the poll that returns `Ready`, so a
+//! dropped `read` or `write` future loses nothing.
+//!
+//! # Errors: how a connection ended
+//!
+//! End of stream is `Ok(0)` from `read`. A connection that ended otherwise gives
+//! [`TcpError::ConnectionReset`] (the peer reset it), [`TcpError::TimedOut`] (no answer within
+//! [`set_timeout`](TcpSocket::set_timeout), or `connect_timeout`), [`TcpError::Aborted`] (this side
+//! called [`abort`](TcpSocket::abort)) or, from `connect`, [`TcpError::ConnectionRefused`].
 
 use core::future::poll_fn;
-use core::task::Poll;
+use core::marker::PhantomData;
+use core::task::{Context, Poll};
 
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
@@ -14,32 +27,40 @@ use smoltcp::time::Duration as SmolDuration;
 use zcnet_buffer::ledger::{self, CopySite};
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
+use crate::socket_meta::CloseCause;
 use crate::stack::{Stack, State};
 use crate::StackError;
 
+pub use super::tcp_listener::{TcpListener, MAX_BACKLOG};
 pub use smoltcp::socket::tcp::State as TcpState;
 
 /// Why a TCP operation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TcpError {
-    /// The connection is closed (reset by the peer, timed out, or aborted); no more data.
-    ConnectionClosed,
-    /// The operation does not fit the socket's state (e.g. connecting a socket in use, writing
-    /// after `shutdown`).
+    /// The peer reset the connection (RST), or it closed without an orderly end.
+    ConnectionReset,
+    /// The peer refused the connection (RST in answer to our SYN).
+    ConnectionRefused,
+    /// The peer did not answer within the socket's timeout (or `connect_timeout`'s).
+    TimedOut,
+    /// This side aborted the connection ([`TcpSocket::abort`]).
+    Aborted,
+    /// The operation does not fit the socket's state: connecting a socket already in use,
+    /// reading or writing one that never connected, writing after `shutdown`.
     InvalidState,
     /// The remote or local address cannot be used (no route, port 0, unspecified address).
     Unaddressable,
-    /// A `connect` did not complete within its timeout.
-    TimedOut,
 }
 
 impl core::fmt::Display for TcpError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(match self {
-            TcpError::ConnectionClosed => "connection closed",
+            TcpError::ConnectionReset => "connection reset by peer",
+            TcpError::ConnectionRefused => "connection refused",
+            TcpError::TimedOut => "timed out",
+            TcpError::Aborted => "connection aborted",
             TcpError::InvalidState => "invalid socket state",
             TcpError::Unaddressable => "unaddressable endpoint",
-            TcpError::TimedOut => "timed out",
         })
     }
 }
@@ -50,8 +71,8 @@ impl core::error::Error for TcpError {}
 /// socket is dropped.
 #[derive(Debug)]
 pub struct TcpBuffers {
-    rx: smoltcp::storage::RingBuffer<'static, u8>,
-    tx: smoltcp::storage::RingBuffer<'static, u8>,
+    pub(crate) rx: RingBuffer<'static, u8>,
+    pub(crate) tx: RingBuffer<'static, u8>,
 }
 
 impl TcpBuffers {
@@ -74,41 +95,195 @@ impl TcpBuffers {
     }
 }
 
-fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<SocketHandle, StackError> {
-    stack.with(|st| {
-        if st.socket_count >= st.socket_capacity {
-            return Err(StackError::NoSocketSlot);
-        }
-        st.socket_count += 1;
-        Ok(st.sockets.add(tcp::Socket::new(buffers.rx, buffers.tx)))
-    })
+/// Adds a closed TCP socket with `buffers` to the stack.
+pub(crate) fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<SocketHandle, StackError> {
+    stack.with(|st| st.add_socket(tcp::Socket::new(buffers.rx, buffers.tx)))
 }
 
-/// One TCP connection (or one socket waiting to become one).
+/// The stack and a socket's handle: what a socket and both its halves share. Every operation
+/// takes the stack lock for one bounded step.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Conn {
+    pub(crate) stack: Stack,
+    pub(crate) handle: SocketHandle,
+}
+
+impl Conn {
+    pub(crate) fn with<R>(self, f: impl FnOnce(&mut tcp::Socket<'static>, &mut State) -> R) -> R {
+        self.stack.with(|st| {
+            let sock: *mut tcp::Socket<'static> = st.sockets.get_mut::<tcp::Socket>(self.handle);
+            // SAFETY: `sock` points into `st.sockets`, which `f` never reaches through `st` (it
+            // only signals egress and updates the socket records); the lock is held for the
+            // whole call, so nothing else touches the socket meanwhile.
+            f(unsafe { &mut *sock }, st)
+        })
+    }
+
+    /// The error for an operation that cannot proceed on a connection that is not open.
+    fn closed_error(self, st: &State) -> TcpError {
+        let meta = st.metas.get(self.handle);
+        match meta.cause() {
+            Some(CloseCause::Aborted) => TcpError::Aborted,
+            Some(CloseCause::TimedOut) => TcpError::TimedOut,
+            None if meta.connected() && !meta.write_shut() => TcpError::ConnectionReset,
+            None => TcpError::InvalidState,
+        }
+    }
+
+    fn poll_read_with<R>(
+        self,
+        cx: &mut Context<'_>,
+        f: &mut Option<impl FnOnce(&mut [u8]) -> (usize, R)>,
+    ) -> Poll<Result<Option<R>, TcpError>> {
+        self.with(|s, st| {
+            if s.can_recv() {
+                let window_before = s.recv_capacity() - s.recv_queue();
+                let f = f.take().expect("read polled after completion");
+                let r = s.recv(f).map(Some).map_err(|_| TcpError::InvalidState);
+                // A read that reopens a window that had shrunk below half tells egress to
+                // advertise it (a window update); smaller reads are left to the next ACK.
+                let half = s.recv_capacity() / 2;
+                if window_before < half && s.recv_capacity() - s.recv_queue() >= half {
+                    st.signal_egress();
+                }
+                return Poll::Ready(r);
+            }
+            if s.may_recv() {
+                s.register_recv_waker(cx.waker());
+                return Poll::Pending;
+            }
+            match s.recv(|_| (0, ())) {
+                Err(tcp::RecvError::Finished) => Poll::Ready(Ok(None)),
+                _ if matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) => {
+                    s.register_recv_waker(cx.waker());
+                    Poll::Pending
+                }
+                _ => Poll::Ready(Err(self.closed_error(st))),
+            }
+        })
+    }
+
+    async fn read(self, buf: &mut [u8]) -> Result<usize, TcpError> {
+        let r = self
+            .read_with(|data| {
+                let n = ledger::copy(CopySite::SocketToApp, buf, data);
+                (n, n)
+            })
+            .await?;
+        Ok(r.unwrap_or(0))
+    }
+
+    async fn read_with<R>(
+        self,
+        f: impl FnOnce(&mut [u8]) -> (usize, R),
+    ) -> Result<Option<R>, TcpError> {
+        let mut f = Some(f);
+        poll_fn(|cx| self.poll_read_with(cx, &mut f)).await
+    }
+
+    async fn write(self, buf: &[u8]) -> Result<usize, TcpError> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.write_with(|space| {
+            let n = ledger::copy(CopySite::AppToSocket, space, buf);
+            (n, n)
+        })
+        .await
+    }
+
+    async fn write_all(self, mut buf: &[u8]) -> Result<(), TcpError> {
+        while !buf.is_empty() {
+            let n = self.write(buf).await?;
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+
+    async fn write_with<R>(self, f: impl FnOnce(&mut [u8]) -> (usize, R)) -> Result<R, TcpError> {
+        let mut f = Some(f);
+        poll_fn(|cx| {
+            self.with(|s, st| {
+                if s.can_send() {
+                    let f = f.take().expect("write polled after completion");
+                    let r = s.send(f).map_err(|_| TcpError::InvalidState);
+                    st.signal_egress();
+                    return Poll::Ready(r);
+                }
+                if s.may_send() || matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) {
+                    // Buffer full, or still connecting: wait.
+                    s.register_send_waker(cx.waker());
+                    return Poll::Pending;
+                }
+                if st.metas.get(self.handle).write_shut() {
+                    return Poll::Ready(Err(TcpError::InvalidState));
+                }
+                Poll::Ready(Err(self.closed_error(st)))
+            })
+        })
+        .await
+    }
+
+    async fn flush(self) -> Result<(), TcpError> {
+        poll_fn(|cx| {
+            self.with(|s, st| {
+                if s.send_queue() == 0 {
+                    return Poll::Ready(Ok(()));
+                }
+                if s.state() == TcpState::Closed {
+                    return Poll::Ready(Err(self.closed_error(st)));
+                }
+                s.register_send_waker(cx.waker());
+                Poll::Pending
+            })
+        })
+        .await
+    }
+
+    fn shutdown(self) {
+        self.with(|s, st| {
+            s.close();
+            st.metas.set_write_shut(self.handle);
+            st.signal_egress();
+        })
+    }
+
+    pub(crate) fn read_ready(self) -> bool {
+        self.with(|s, _| {
+            s.can_recv()
+                || !(s.may_recv() || matches!(s.state(), TcpState::SynSent | TcpState::SynReceived))
+        })
+    }
+
+    pub(crate) fn write_ready(self) -> bool {
+        self.with(|s, _| {
+            s.can_send()
+                || !(s.may_send() || matches!(s.state(), TcpState::SynSent | TcpState::SynReceived))
+        })
+    }
+}
+
+/// One TCP connection (or a socket waiting to become one).
+///
+/// Dropping it closes the connection gracefully in the background (see [`Drop`](#impl-Drop)).
 #[derive(Debug)]
 pub struct TcpSocket {
-    stack: Stack,
-    handle: SocketHandle,
+    pub(crate) conn: Conn,
 }
 
 impl TcpSocket {
     /// A closed socket with these buffers. Errors when the stack has no free socket slot.
     pub fn new(stack: Stack, buffers: TcpBuffers) -> Result<Self, StackError> {
         Ok(Self {
-            stack,
-            handle: add_socket(stack, buffers)?,
+            conn: Conn {
+                stack,
+                handle: add_socket(stack, buffers)?,
+            },
         })
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut tcp::Socket<'static>, &mut State) -> R) -> R {
-        self.stack.with(|st| {
-            // Borrow the socket out of the set while keeping `st` usable for signalling: take
-            // the socket by handle each time (cheap: an index).
-            let sock: *mut tcp::Socket<'static> = st.sockets.get_mut::<tcp::Socket>(self.handle);
-            // SAFETY: `sock` points into `st.sockets`, which `f` does not touch (it only uses
-            // `st` to signal egress); the lock is held for the whole call.
-            f(unsafe { &mut *sock }, st)
-        })
+        self.conn.with(f)
     }
 
     /// The connection state.
@@ -126,15 +301,19 @@ impl TcpSocket {
         self.with(|s, _| s.remote_endpoint())
     }
 
-    /// Connects to `remote` from an ephemeral port and waits until established. Errors with
-    /// [`TcpError::ConnectionClosed`] if the peer refuses (RST) or the handshake times out in
-    /// smoltcp; wrap in [`zcnet_executor::time::timeout`] for a deadline of your own, or use
-    /// [`connect_timeout`](Self::connect_timeout).
+    /// Connects to `remote` from an ephemeral port and waits until established.
+    ///
+    /// Errors: [`TcpError::ConnectionRefused`] when the peer answers with RST,
+    /// [`TcpError::TimedOut`] when a timeout set with [`set_timeout`](Self::set_timeout)
+    /// passes without an answer (without one smoltcp retries forever: use
+    /// [`connect_timeout`](Self::connect_timeout)), [`TcpError::InvalidState`] when the socket is
+    /// already in use, [`TcpError::Unaddressable`] for an unusable address.
     pub async fn connect(&mut self, remote: impl Into<IpEndpoint>) -> Result<(), TcpError> {
         let remote = remote.into();
-        let now = self.stack.now();
-        let port = self.stack.with(|st| ephemeral_port(st, now));
+        let now = self.conn.stack.now();
+        let handle = self.conn.handle;
         self.with(|s, st| {
+            let port = ephemeral_port(st, now);
             let cx = st.iface.context();
             s.connect(cx, remote, port).map_err(|e| match e {
                 tcp::ConnectError::InvalidState => TcpError::InvalidState,
@@ -144,57 +323,71 @@ impl TcpSocket {
             Ok(())
         })?;
         poll_fn(|cx| {
-            self.with(|s, _| match s.state() {
-                TcpState::Established => Poll::Ready(Ok(())),
-                TcpState::Closed | TcpState::TimeWait => {
-                    Poll::Ready(Err(TcpError::ConnectionClosed))
-                }
-                _ => {
+            self.with(|s, st| match s.state() {
+                TcpState::SynSent | TcpState::SynReceived => {
                     s.register_send_waker(cx.waker());
                     Poll::Pending
+                }
+                TcpState::Closed => Poll::Ready(Err(match st.metas.get(handle).cause() {
+                    Some(CloseCause::TimedOut) => TcpError::TimedOut,
+                    Some(CloseCause::Aborted) => TcpError::Aborted,
+                    None => TcpError::ConnectionRefused,
+                })),
+                _ => {
+                    // Established (or already past it: the peer may have sent data and FIN).
+                    st.metas.set_connected(handle);
+                    Poll::Ready(Ok(()))
                 }
             })
         })
         .await
     }
 
-    /// [`connect`](Self::connect) that gives up after `timeout` with [`TcpError::TimedOut`] and
-    /// aborts the attempt.
+    /// [`connect`](Self::connect) that gives up after `timeout`: the attempt is aborted and
+    /// the error is [`TcpError::TimedOut`].
     pub async fn connect_timeout(
         &mut self,
         remote: impl Into<IpEndpoint>,
         timeout: core::time::Duration,
     ) -> Result<(), TcpError> {
         let remote = remote.into();
-        let r = zcnet_executor::time::timeout(timeout, self.connect(remote)).await;
-        match r {
+        match zcnet_executor::time::timeout(timeout, self.connect(remote)).await {
             Ok(r) => r,
             Err(_) => {
-                self.abort();
+                let handle = self.conn.handle;
+                self.with(|s, st| {
+                    st.metas.set_cause(handle, CloseCause::TimedOut);
+                    s.abort();
+                    st.signal_egress();
+                });
                 Err(TcpError::TimedOut)
             }
         }
     }
 
-    /// Listens on `local` and waits for one connection to be established.
+    /// Listens on `local` and waits until one peer has connected. For many clients at once use
+    /// a [`TcpListener`].
     pub async fn accept(&mut self, local: impl Into<IpListenEndpoint>) -> Result<(), TcpError> {
         let local = local.into();
-        self.with(|s, st| {
+        let handle = self.conn.handle;
+        self.with(|s, _| {
+            // Listening creates no work for egress: the SYN arrives through ingress.
             s.listen(local).map_err(|e| match e {
                 tcp::ListenError::InvalidState => TcpError::InvalidState,
                 tcp::ListenError::Unaddressable => TcpError::Unaddressable,
-            })?;
-            st.signal_egress();
-            Ok(())
+            })
         })?;
         poll_fn(|cx| {
-            self.with(|s, _| match s.state() {
+            self.with(|s, st| match s.state() {
                 TcpState::Listen | TcpState::SynReceived => {
                     s.register_recv_waker(cx.waker());
                     Poll::Pending
                 }
-                TcpState::Closed => Poll::Ready(Err(TcpError::ConnectionClosed)),
-                _ => Poll::Ready(Ok(())),
+                TcpState::Closed => Poll::Ready(Err(self.conn.closed_error(st))),
+                _ => {
+                    st.metas.set_connected(handle);
+                    Poll::Ready(Ok(()))
+                }
             })
         })
         .await
@@ -202,140 +395,66 @@ impl TcpSocket {
 
     /// Reads into `buf`; `Ok(0)` means the peer closed its side (end of stream).
     pub async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TcpError> {
-        self.read_with(|data| {
-            let n = ledger::copy(CopySite::SocketToApp, buf, data);
-            (n, n)
-        })
-        .await
+        self.conn.read(buf).await
     }
 
-    /// Gives `f` the received bytes in place (the contiguous part of smoltcp's ring); `f`
-    /// returns how many it consumed and a result. Returns `Ok` of that result, or `Ok` with
-    /// `f` called on an empty slice at end of stream.
+    /// Gives `f` the received bytes in place (the contiguous part of smoltcp's ring, never
+    /// empty); `f` returns how many it consumed and a result. `Ok(None)` is end of stream.
     pub async fn read_with<R>(
         &mut self,
         f: impl FnOnce(&mut [u8]) -> (usize, R),
-    ) -> Result<R, TcpError> {
-        let mut f = Some(f);
-        poll_fn(|cx| {
-            self.with(|s, st| {
-                if s.can_recv() {
-                    let window_before = s.recv_capacity() - s.recv_queue();
-                    let f = f.take().expect("read_with polled after completion");
-                    let r = s.recv(f).map_err(|_| TcpError::ConnectionClosed);
-                    // A read that reopens a window that was small tells egress to advertise it.
-                    let window_after = s.recv_capacity() - s.recv_queue();
-                    if window_before < s.recv_capacity() / 2
-                        && window_after >= s.recv_capacity() / 2
-                    {
-                        st.signal_egress();
-                    }
-                    return Poll::Ready(r);
-                }
-                if !s.may_recv() {
-                    // End of stream, or the connection is gone.
-                    return Poll::Ready(match s.state() {
-                        TcpState::Closed | TcpState::Listen | TcpState::SynSent
-                            if s.remote_endpoint().is_none() =>
-                        {
-                            Err(TcpError::ConnectionClosed)
-                        }
-                        _ => {
-                            let f = f.take().expect("read_with polled after completion");
-                            Ok(f(&mut []).1)
-                        }
-                    });
-                }
-                s.register_recv_waker(cx.waker());
-                Poll::Pending
-            })
-        })
-        .await
+    ) -> Result<Option<R>, TcpError> {
+        self.conn.read_with(f).await
     }
 
-    /// Queues bytes from `buf`; returns how many were queued (waits while the send buffer is
-    /// full).
+    /// Queues bytes from `buf`; returns how many were queued, at least one unless `buf` is
+    /// empty (waits while the send buffer is full).
     pub async fn write(&mut self, buf: &[u8]) -> Result<usize, TcpError> {
-        self.write_with(|space| {
-            let n = ledger::copy(CopySite::AppToSocket, space, buf);
-            (n, n)
-        })
-        .await
+        self.conn.write(buf).await
     }
 
-    /// Writes all of `buf`.
-    pub async fn write_all(&mut self, mut buf: &[u8]) -> Result<(), TcpError> {
-        while !buf.is_empty() {
-            let n = self.write(buf).await?;
-            buf = &buf[n..];
-        }
-        Ok(())
+    /// Queues all of `buf`.
+    pub async fn write_all(&mut self, buf: &[u8]) -> Result<(), TcpError> {
+        self.conn.write_all(buf).await
     }
 
-    /// Gives `f` free space in smoltcp's send ring to write into in place; `f` returns how many
-    /// bytes it wrote and a result.
+    /// Gives `f` free space in smoltcp's send ring (contiguous, never empty) to write into in
+    /// place; `f` returns how many bytes it wrote and a result.
     pub async fn write_with<R>(
         &mut self,
         f: impl FnOnce(&mut [u8]) -> (usize, R),
     ) -> Result<R, TcpError> {
-        let mut f = Some(f);
-        poll_fn(|cx| {
-            self.with(|s, st| {
-                if !s.may_send() {
-                    return Poll::Ready(Err(TcpError::ConnectionClosed));
-                }
-                if s.can_send() {
-                    let f = f.take().expect("write_with polled after completion");
-                    let r = s.send(f).map_err(|_| TcpError::ConnectionClosed);
-                    st.signal_egress();
-                    return Poll::Ready(r);
-                }
-                s.register_send_waker(cx.waker());
-                Poll::Pending
-            })
-        })
-        .await
+        self.conn.write_with(f).await
     }
 
     /// Waits until everything written has been acknowledged by the peer.
     pub async fn flush(&mut self) -> Result<(), TcpError> {
-        poll_fn(|cx| {
-            self.with(|s, _| {
-                if s.send_queue() == 0 {
-                    return Poll::Ready(Ok(()));
-                }
-                if !s.may_send() && !s.is_active() {
-                    return Poll::Ready(Err(TcpError::ConnectionClosed));
-                }
-                s.register_send_waker(cx.waker());
-                Poll::Pending
-            })
-        })
-        .await
+        self.conn.flush().await
     }
 
-    /// Closes the write half (sends FIN after queued data); reading continues.
+    /// Closes the write half (FIN after queued data); reading continues until the peer closes.
     pub fn shutdown(&mut self) {
-        self.with(|s, st| {
-            s.close();
-            st.signal_egress();
-        })
+        self.conn.shutdown()
     }
 
-    /// Closes the connection gracefully (FIN after queued data).
+    /// Closes the connection gracefully: the same as [`shutdown`](Self::shutdown) (TCP has no
+    /// way to close only the read half); read until `Ok(0)` or wait for
+    /// [`closed`](Self::closed).
     pub fn close(&mut self) {
-        self.shutdown()
+        self.conn.shutdown()
     }
 
-    /// Resets the connection at once (RST).
+    /// Resets the connection at once (RST); later operations fail with [`TcpError::Aborted`].
     pub fn abort(&mut self) {
+        let handle = self.conn.handle;
         self.with(|s, st| {
+            st.metas.set_cause(handle, CloseCause::Aborted);
             s.abort();
             st.signal_egress();
         })
     }
 
-    /// Waits until the socket is fully closed (both FINs exchanged and acknowledged, or reset).
+    /// Waits until the socket is closed (both FINs exchanged and acknowledged, or reset).
     pub async fn closed(&mut self) {
         poll_fn(|cx| {
             self.with(|s, _| match s.state() {
@@ -349,12 +468,34 @@ impl TcpSocket {
         .await
     }
 
-    /// Sets an idle timeout: the connection is aborted if the peer does not answer for this long.
-    pub fn set_timeout(&mut self, timeout: Option<core::time::Duration>) {
-        self.with(|s, _| s.set_timeout(timeout.map(to_smol)))
+    /// Splits the socket into a read half and a write half that can be used from two tasks at
+    /// once (each waits on its own waker).
+    pub fn split(&mut self) -> (TcpReader<'_>, TcpWriter<'_>) {
+        (
+            TcpReader {
+                conn: self.conn,
+                _socket: PhantomData,
+            },
+            TcpWriter {
+                conn: self.conn,
+                _socket: PhantomData,
+            },
+        )
     }
 
-    /// Sends keep-alive probes after this much idle time.
+    /// Sets an idle timeout: the connection ends with [`TcpError::TimedOut`] when the peer does
+    /// not answer for this long (combine with [`set_keep_alive`](Self::set_keep_alive) to
+    /// detect a silent peer while idle). `None` waits forever.
+    pub fn set_timeout(&mut self, timeout: Option<core::time::Duration>) {
+        let handle = self.conn.handle;
+        self.with(|s, st| {
+            s.set_timeout(timeout.map(to_smol));
+            st.metas.set_watched(handle, timeout.is_some());
+            st.signal_egress(); // a new deadline for egress to honour
+        })
+    }
+
+    /// Sends keep-alive probes when the connection has been idle this long. `None` disables.
     pub fn set_keep_alive(&mut self, interval: Option<core::time::Duration>) {
         self.with(|s, st| {
             s.set_keep_alive(interval.map(to_smol));
@@ -362,9 +503,68 @@ impl TcpSocket {
         })
     }
 
-    /// Disables (`true`) or enables Nagle's algorithm.
+    /// Disables (`true`) or enables (`false`, the default) Nagle's algorithm.
     pub fn set_nodelay(&mut self, nodelay: bool) {
         self.with(|s, _| s.set_nagle_enabled(!nodelay))
+    }
+}
+
+/// The read half of a [`TcpSocket`] ([`TcpSocket::split`]).
+#[derive(Debug)]
+pub struct TcpReader<'a> {
+    pub(crate) conn: Conn,
+    _socket: PhantomData<&'a mut TcpSocket>,
+}
+
+impl TcpReader<'_> {
+    /// Like [`TcpSocket::read`].
+    pub async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TcpError> {
+        self.conn.read(buf).await
+    }
+
+    /// Like [`TcpSocket::read_with`].
+    pub async fn read_with<R>(
+        &mut self,
+        f: impl FnOnce(&mut [u8]) -> (usize, R),
+    ) -> Result<Option<R>, TcpError> {
+        self.conn.read_with(f).await
+    }
+}
+
+/// The write half of a [`TcpSocket`] ([`TcpSocket::split`]).
+#[derive(Debug)]
+pub struct TcpWriter<'a> {
+    pub(crate) conn: Conn,
+    _socket: PhantomData<&'a mut TcpSocket>,
+}
+
+impl TcpWriter<'_> {
+    /// Like [`TcpSocket::write`].
+    pub async fn write(&mut self, buf: &[u8]) -> Result<usize, TcpError> {
+        self.conn.write(buf).await
+    }
+
+    /// Like [`TcpSocket::write_all`].
+    pub async fn write_all(&mut self, buf: &[u8]) -> Result<(), TcpError> {
+        self.conn.write_all(buf).await
+    }
+
+    /// Like [`TcpSocket::write_with`].
+    pub async fn write_with<R>(
+        &mut self,
+        f: impl FnOnce(&mut [u8]) -> (usize, R),
+    ) -> Result<R, TcpError> {
+        self.conn.write_with(f).await
+    }
+
+    /// Like [`TcpSocket::flush`].
+    pub async fn flush(&mut self) -> Result<(), TcpError> {
+        self.conn.flush().await
+    }
+
+    /// Like [`TcpSocket::shutdown`]: the read half keeps reading.
+    pub fn shutdown(&mut self) {
+        self.conn.shutdown()
     }
 }
 
@@ -374,11 +574,13 @@ const LINGER: SmolDuration = SmolDuration::from_secs(60);
 impl Drop for TcpSocket {
     /// Dropping a connected socket closes it gracefully in the background: queued data is still
     /// sent, then FIN; the stack removes the socket once the close completes (or after a minute
-    /// without progress). Call [`abort`](TcpSocket::abort) first to reset instead.
+    /// without progress). Call [`abort`](TcpSocket::abort) first to reset instead. If the stack
+    /// already keeps [`MAX_ORPHANS`](crate::MAX_ORPHANS) such sockets, this one is removed at
+    /// once.
     fn drop(&mut self) {
-        let handle = self.handle;
-        let now = self.stack.now();
-        self.stack.with(|st| {
+        let handle = self.conn.handle;
+        let now = self.conn.stack.now();
+        self.conn.stack.with(|st| {
             let s = st.sockets.get_mut::<tcp::Socket>(handle);
             let lingering = match s.state() {
                 TcpState::Closed | TcpState::Listen | TcpState::SynSent => false,
@@ -388,17 +590,12 @@ impl Drop for TcpSocket {
                     true
                 }
             };
-            if lingering {
-                // smoltcp's timeout resets it after LINGER without progress; the orphan deadline
-                // is only a backstop.
-                let until = now + LINGER + LINGER;
-                if st.adopt_orphan(handle, until) {
-                    return;
-                }
-                // No room to keep it: reset it now.
+            // smoltcp's timeout resets it after LINGER without progress; the orphan deadline is
+            // only a backstop.
+            if lingering && st.adopt_orphan(handle, now + LINGER + LINGER) {
+                return;
             }
-            st.sockets.remove(handle);
-            st.socket_count -= 1;
+            st.remove_socket(handle);
         })
     }
 }
@@ -426,111 +623,4 @@ fn ephemeral_port(st: &mut State, now: smoltcp::time::Instant) -> u16 {
         }
     }
     FIRST
-}
-
-/// Accepts connections on one endpoint with a backlog: `backlog` sockets listen at once, and each
-/// one that becomes a connection is handed out and replaced by a fresh listening socket, so up to
-/// `backlog` clients can be in the handshake at the same time.
-#[derive(Debug)]
-pub struct TcpListener {
-    stack: Stack,
-    endpoint: IpListenEndpoint,
-    listening: [Option<SocketHandle>; MAX_BACKLOG],
-    backlog: usize,
-    make_buffers: fn() -> Option<TcpBuffers>,
-}
-
-/// The largest backlog a listener supports.
-pub const MAX_BACKLOG: usize = 64;
-
-impl TcpListener {
-    /// Listens on `endpoint` with `backlog` sockets (1..=[`MAX_BACKLOG`]), each with buffers from
-    /// `make_buffers` (called again for every replacement; `None` stops re-arming until an
-    /// accept finds buffers again).
-    pub fn bind(
-        stack: Stack,
-        endpoint: impl Into<IpListenEndpoint>,
-        backlog: usize,
-        make_buffers: fn() -> Option<TcpBuffers>,
-    ) -> Result<Self, StackError> {
-        let backlog = backlog.clamp(1, MAX_BACKLOG);
-        let mut l = Self {
-            stack,
-            endpoint: endpoint.into(),
-            listening: [None; MAX_BACKLOG],
-            backlog,
-            make_buffers,
-        };
-        for i in 0..backlog {
-            l.arm(i)?;
-        }
-        Ok(l)
-    }
-
-    fn arm(&mut self, i: usize) -> Result<(), StackError> {
-        let buffers = (self.make_buffers)().ok_or(StackError::NoBuffers)?;
-        let handle = add_socket(self.stack, buffers)?;
-        let endpoint = self.endpoint;
-        let ok = self.stack.with(|st| {
-            let r = st.sockets.get_mut::<tcp::Socket>(handle).listen(endpoint);
-            if r.is_err() {
-                st.sockets.remove(handle);
-                st.socket_count -= 1;
-            }
-            r.is_ok()
-        });
-        if !ok {
-            return Err(StackError::Unaddressable);
-        }
-        self.listening[i] = Some(handle);
-        Ok(())
-    }
-
-    /// Waits for the next established connection.
-    pub async fn accept(&mut self) -> Result<TcpSocket, StackError> {
-        let (i, handle) = poll_fn(|cx| {
-            // Re-arm slots whose buffers were unavailable earlier.
-            for i in 0..self.backlog {
-                if self.listening[i].is_none() {
-                    let _ = self.arm(i);
-                }
-            }
-            let found = self.stack.with(|st| {
-                for (i, h) in self.listening[..self.backlog].iter().enumerate() {
-                    let Some(h) = *h else { continue };
-                    let s = st.sockets.get_mut::<tcp::Socket>(h);
-                    match s.state() {
-                        TcpState::Listen | TcpState::SynReceived => {
-                            s.register_recv_waker(cx.waker())
-                        }
-                        // Established, or already closing: hand it out either way.
-                        _ => return Some((i, h)),
-                    }
-                }
-                None
-            });
-            match found {
-                Some(x) => Poll::Ready(x),
-                None => Poll::Pending,
-            }
-        })
-        .await;
-        self.listening[i] = None;
-        let _ = self.arm(i);
-        Ok(TcpSocket {
-            stack: self.stack,
-            handle,
-        })
-    }
-}
-
-impl Drop for TcpListener {
-    fn drop(&mut self) {
-        self.stack.with(|st| {
-            for h in self.listening.iter_mut().filter_map(Option::take) {
-                st.sockets.remove(h);
-                st.socket_count -= 1;
-            }
-        })
-    }
 }

@@ -87,15 +87,9 @@ impl UdpSocket {
         buffers: UdpBuffers,
     ) -> Result<Self, StackError> {
         let endpoint = endpoint.into();
-        let handle = stack.with(|st| {
-            if st.socket_count >= st.socket_capacity {
-                return Err(StackError::NoSocketSlot);
-            }
-            let mut s = udp::Socket::new(buffers.rx, buffers.tx);
-            s.bind(endpoint).map_err(|_| StackError::Unaddressable)?;
-            st.socket_count += 1;
-            Ok(st.sockets.add(s))
-        })?;
+        let mut s = udp::Socket::new(buffers.rx, buffers.tx);
+        s.bind(endpoint).map_err(|_| StackError::Unaddressable)?;
+        let handle = stack.with(|st| st.add_socket(s))?;
         Ok(Self { stack, handle })
     }
 
@@ -201,8 +195,7 @@ impl Drop for UdpSocket {
             if queued && st.adopt_orphan(handle, now + LINGER) {
                 return;
             }
-            st.sockets.remove(handle);
-            st.socket_count -= 1;
+            st.remove_socket(handle);
         })
     }
 }
