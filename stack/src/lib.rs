@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod backlog;
 mod config;
 mod device;
 mod runner;
@@ -31,6 +32,7 @@ mod socket_meta;
 mod stack;
 mod stats;
 
+pub use backlog::MAX_LISTENERS;
 pub use config::{
     Config, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv6Address,
     Ipv6Cidr, StaticV4, StaticV6,
@@ -64,6 +66,8 @@ pub enum StackError {
     Unaddressable,
     /// A listener's buffer source had no buffers for a new socket.
     NoBuffers,
+    /// The stack already tracks [`MAX_LISTENERS`] listener ports.
+    TooManyListeners,
 }
 
 impl core::fmt::Display for StackError {
@@ -81,6 +85,7 @@ impl core::fmt::Display for StackError {
             StackError::TooManyRoutes => f.write_str("route table full"),
             StackError::Unaddressable => f.write_str("unaddressable endpoint"),
             StackError::NoBuffers => f.write_str("no buffers for a new socket"),
+            StackError::TooManyListeners => f.write_str("too many listener ports"),
         }
     }
 }

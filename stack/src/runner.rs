@@ -18,9 +18,9 @@ use core::task::{Context, Poll};
 
 use smoltcp::iface::PollResult;
 use smoltcp::time::Duration as SmolDuration;
-use zcnet_executor::Instant;
 
-use crate::stack::{from_smol, Stack};
+use crate::stack::Stack;
+use crate::stats::DropReason;
 
 /// The stack's ingress and egress tasks. Spawn both ([`Runner::spawn`]) or run them
 /// ([`Runner::run`]); the stack does nothing until they run.
@@ -45,31 +45,8 @@ impl Runner {
 
     /// The egress task.
     pub async fn egress(stack: Stack) -> Never {
-        let mut timer = pin!(stack.inner.exec.sleep_until(Instant::MAX));
-        // The deadline the timer is armed for (`None`: disarmed, i.e. unlinked from the wheel).
-        let mut armed: Option<Instant> = None;
         poll_fn(|cx| {
-            let next = egress_step(stack, cx);
-            match next {
-                Some(at) => {
-                    if armed != Some(at) {
-                        timer.as_mut().reset(at);
-                        armed = Some(at);
-                    }
-                    if timer.as_mut().poll(cx).is_ready() {
-                        // Already due: go round again (the executor re-polls us).
-                        armed = None;
-                        cx.waker().wake_by_ref();
-                    }
-                }
-                None => {
-                    if armed.is_some() {
-                        // Unlink the timer: with no deadline egress waits for a signal only.
-                        timer.as_mut().reset(Instant::MAX);
-                        armed = None;
-                    }
-                }
-            }
+            egress_step(stack, cx);
             Poll::Pending
         })
         .await
@@ -122,6 +99,14 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
                 Poll::Pending => break,
             },
         };
+        if st
+            .listener_ports
+            .overflows(st.caps.medium, &frame, &st.sockets)
+        {
+            counters.drop(DropReason::BacklogFull);
+            processed += 1;
+            continue; // the frame drops here: its slot returns to the pool
+        }
         let (mut dev, iface, sockets) = st.step(cx.waker(), Some(frame), counters);
         let _ = iface.poll_ingress_single(now, &mut dev, sockets);
         if let Some(unprocessed) = dev.rx.take() {
@@ -147,8 +132,8 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
     }
 }
 
-/// One egress run; returns when egress should next wake by itself.
-fn egress_step(stack: Stack, cx: &mut Context<'_>) -> Option<Instant> {
+/// One egress run; ends by arming egress's timer for smoltcp's next deadline (or disarming it).
+fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     let counters = &stack.inner.counters;
     counters.egress_poll();
     let now = stack.now();
@@ -193,7 +178,6 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) -> Option<Instant> {
             }
         })
     };
-    st.egress_deadline = next;
     st.reap_orphans(now);
-    next.map(from_smol)
+    st.arm_egress_timer(next, cx.waker());
 }

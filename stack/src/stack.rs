@@ -11,9 +11,11 @@
 //!   close, listen, a read that reopened the receive window); registering a waker is not work.
 
 use core::cell::UnsafeCell;
+use core::future::Future;
 use core::mem::MaybeUninit;
+use core::pin::Pin;
 use core::sync::atomic::{AtomicBool, Ordering};
-use core::task::Waker;
+use core::task::{Context, Waker};
 
 use smoltcp::iface::{Interface, SocketHandle, SocketSet, SocketStorage};
 use smoltcp::phy::DeviceCapabilities;
@@ -23,8 +25,10 @@ use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::{EthernetAddress, HardwareAddress as SmolHardwareAddress, IpCidr};
 use spin::mutex::SpinMutex;
 use zcnet_buffer::{Driver, FramePool, HardwareAddress, RxFrame, TxFrame};
+use zcnet_executor::time::Sleep;
 use zcnet_executor::{Executor, Instant};
 
+use crate::backlog::ListenerPorts;
 use crate::config::Config;
 use crate::device::{smoltcp_caps, StepDevice};
 use crate::socket_meta::{SocketMeta, SocketMetas};
@@ -41,6 +45,8 @@ pub(crate) struct State {
     pub(crate) socket_capacity: usize,
     /// Why TCP connections closed (smoltcp does not say); one record per socket slot.
     pub(crate) metas: SocketMetas,
+    /// Ports with a `TcpListener`: SYNs beyond their backlog are dropped, not refused.
+    pub(crate) listener_ports: ListenerPorts,
     pub(crate) driver: &'static mut (dyn Driver + Send),
     pub(crate) caps: DeviceCapabilities,
     pub(crate) tx_headroom: usize,
@@ -54,6 +60,10 @@ pub(crate) struct State {
     pub(crate) ingress_waiting_tx: Option<Waker>,
     /// What the egress task sleeps until (`None`: until signalled).
     pub(crate) egress_deadline: Option<SmolInstant>,
+    /// The egress task's timer. It lives here, not in the task, so that ingress can move it
+    /// earlier (registering egress's waker) without waking egress just to re-arm it. Never
+    /// moved: the state sits in `'static` [`StackResources`] memory.
+    egress_timer: Sleep,
     pub(crate) ingress_budget: usize,
     /// Sockets whose owner dropped them with work left: TCP connections still closing, UDP
     /// sockets with datagrams still queued. They finish in the background and are removed once
@@ -161,16 +171,46 @@ impl State {
         }
     }
 
-    /// Wakes egress if smoltcp now wants to transmit earlier than egress plans to wake.
+    /// After ingress: wakes egress if smoltcp wants to transmit now. Otherwise moves egress's
+    /// timer to smoltcp's new deadline without waking egress: earlier (a delayed ACK is due),
+    /// later (an ACK cancelled a retransmission) or away (nothing pending), so egress runs once,
+    /// when there is something to send, and never for a deadline that no longer exists.
     pub(crate) fn signal_egress_if_due(&mut self, now: SmolInstant) {
         let at = self.iface.poll_at(now, &self.sockets);
-        let earlier = match (at, self.egress_deadline) {
-            (None, _) => false,
-            (Some(_), None) => true,
-            (Some(a), Some(d)) => a < d,
-        };
-        if earlier {
+        if at.is_some_and(|at| at <= now) {
             self.signal_egress();
+        } else if at != self.egress_deadline {
+            // Before egress first runs there is no waker; its first run computes the deadline.
+            if let Some(w) = self.egress_waker.take() {
+                self.arm_egress_timer(at, &w);
+                self.egress_waker = Some(w);
+            }
+        }
+    }
+
+    /// Arms egress's timer for `at` (`None`: disarms it) with egress's `waker`.
+    pub(crate) fn arm_egress_timer(&mut self, at: Option<SmolInstant>, waker: &Waker) {
+        // SAFETY: the state lives inside `StackInner`, written once into `'static`
+        // `StackResources` memory and never moved afterwards, so the timer is pinned.
+        let mut timer = unsafe { Pin::new_unchecked(&mut self.egress_timer) };
+        match at {
+            Some(at) => {
+                if self.egress_deadline != Some(at) {
+                    timer.as_mut().reset(from_smol(at));
+                    self.egress_deadline = Some(at);
+                }
+                if timer.poll(&mut Context::from_waker(waker)).is_ready() {
+                    // Already due: egress goes round again.
+                    self.egress_deadline = None;
+                    waker.wake_by_ref();
+                }
+            }
+            None => {
+                if self.egress_deadline.take().is_some() {
+                    // Unlink the timer: with no deadline egress waits for a signal only.
+                    timer.reset(Instant::MAX);
+                }
+            }
         }
     }
 }
@@ -314,6 +354,7 @@ impl Stack {
             socket_count: 0,
             socket_capacity,
             metas: SocketMetas::new(metas),
+            listener_ports: ListenerPorts::new(),
             driver,
             caps,
             tx_headroom: dcaps.tx_headroom,
@@ -322,6 +363,7 @@ impl Stack {
             egress_waker: None,
             ingress_waiting_tx: None,
             egress_deadline: None,
+            egress_timer: exec.sleep_until(Instant::MAX),
             ingress_budget: config.ingress_budget.max(1),
             orphans: [None; MAX_ORPHANS],
         };

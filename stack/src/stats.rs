@@ -11,15 +11,19 @@ pub enum DropReason {
     TxHeadroom,
     /// The driver refused a frame (`TxError`).
     TxDriver,
+    /// A SYN for a listener whose backlog was full (every listening socket busy): dropped so
+    /// the client retries, instead of refused.
+    BacklogFull,
 }
 
 impl DropReason {
-    const COUNT: usize = 3;
+    const COUNT: usize = 4;
     /// Every reason, in the order [`StackStats::drops`] lists them.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TxTooLong,
         DropReason::TxHeadroom,
         DropReason::TxDriver,
+        DropReason::BacklogFull,
     ];
 }
 

@@ -4,9 +4,12 @@
 //!   the trait's contract asks (re-post after every completion, drop and count when the ring is
 //!   empty), with the "device" side driven by the test.
 //! * [`wakers`]: wakers for plain threads — one that unparks a thread, one that counts.
+//! * [`clock::VirtualClock`]: simulated time, so timeout-heavy tests run at CPU speed.
+//! * [`net::pair`] / [`net::pair_on`]: two stacks over a wire, ready to use.
 //! * [`wire`]: two drivers linked back to back in memory, with seeded fault injection, so two
 //!   stacks can talk inside one process.
 
+pub mod clock;
 pub mod net;
 pub mod sim_nic;
 pub mod wakers;

@@ -26,10 +26,19 @@ pub struct Pair {
 /// Sockets per stack in [`pair`].
 pub const SOCKETS: usize = 160;
 
-/// Builds two stacks over a wire with `faults`, each with a pool of `slots` slots, and spawns
-/// their runners.
+/// Builds two stacks over a wire with `faults`, each with a pool of `slots` slots, on a new
+/// executor with the Linux platform (real time), and spawns their runners.
 pub fn pair(faults: Faults, slots: usize) -> Pair {
-    let exec = Executor::leak(LinuxPlatform::leak().expect("epoll"));
+    pair_on(
+        Executor::leak(LinuxPlatform::leak().expect("epoll")),
+        faults,
+        slots,
+    )
+}
+
+/// [`pair`] on an executor of the caller's (e.g. over a
+/// [`VirtualClock`](crate::clock::VirtualClock) for simulated time).
+pub fn pair_on(exec: &'static Executor, faults: Faults, slots: usize) -> Pair {
     let pools = [
         FramePool::leak(PoolConfig::new(slots)).expect("pool"),
         FramePool::leak(PoolConfig::new(slots)).expect("pool"),

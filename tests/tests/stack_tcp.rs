@@ -4,10 +4,12 @@
 use std::time::{Duration, Instant as StdInstant};
 
 use zcnet_executor::time::{sleep, timeout};
-use zcnet_stack::tcp::{TcpBuffers, TcpError, TcpSocket, TcpState};
+use zcnet_executor::Executor;
+use zcnet_stack::tcp::{TcpBuffers, TcpError, TcpListener, TcpSocket, TcpState};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
-use zcnet_stack::{IpEndpoint, Ipv4Address, Stack};
-use zcnet_tests::net::{pair, ADDR};
+use zcnet_stack::{DropReason, IpEndpoint, Ipv4Address, Stack};
+use zcnet_tests::clock::VirtualClock;
+use zcnet_tests::net::{pair, pair_on, ADDR};
 use zcnet_tests::wire::Faults;
 
 fn socket(stack: Stack) -> TcpSocket {
@@ -234,4 +236,67 @@ fn udp_echo() {
     p.exec.block_on(echo);
     // Give the stack a moment: nothing else should be sent.
     p.exec.block_on(sleep(Duration::from_millis(10)));
+}
+
+/// 100 clients connect at once to a listener with a backlog of 16: SYNs beyond the backlog are
+/// dropped (not refused) and retried by the clients, and every client is served.
+#[test]
+fn a_hundred_concurrent_clients_against_a_backlog_of_sixteen_are_all_served() {
+    const CLIENTS: usize = 100;
+    // Simulated time: the clients' SYN retransmissions (a second apart) pass at once.
+    let p = pair_on(Executor::leak(VirtualClock::leak()), Faults::default(), 512);
+    let [a, b] = p.stacks;
+    let sp = p.exec.spawner();
+    let server = sp.spawn(async move {
+        let make = || Some(TcpBuffers::with_capacity(2048, 2048));
+        let mut l = TcpListener::bind(b, 7100, 16, make).unwrap();
+        let mut handlers = Vec::new();
+        for _ in 0..CLIENTS {
+            let mut s = l.accept().await;
+            handlers.push(sp.spawn(async move {
+                let mut buf = [0u8; 64];
+                let n = s.read(&mut buf).await.unwrap();
+                s.write_all(&buf[..n]).await.unwrap();
+                s.close();
+                s.closed().await;
+            }));
+        }
+        for h in handlers {
+            h.await;
+        }
+    });
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            sp.spawn(async move {
+                let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(2048, 2048)).unwrap();
+                c.connect(b_at(7100)).await.unwrap();
+                let msg = format!("client {i:03}");
+                c.write_all(msg.as_bytes()).await.unwrap();
+                let mut buf = [0u8; 64];
+                let n = c.read(&mut buf).await.unwrap();
+                assert_eq!(&buf[..n], msg.as_bytes());
+                c.close();
+                c.closed().await;
+                i
+            })
+        })
+        .collect();
+    let served: Vec<usize> = p.exec.block_on(async move {
+        let mut v = Vec::new();
+        for c in clients {
+            v.push(
+                timeout(Duration::from_secs(120), c)
+                    .await
+                    .expect("served within 120 s"),
+            );
+        }
+        v
+    });
+    assert_eq!(served, (0..CLIENTS).collect::<Vec<_>>());
+    p.exec.block_on(server);
+    let dropped = b.stats().dropped(DropReason::BacklogFull);
+    assert!(
+        dropped > 0,
+        "the backlog overflowed, and SYNs were dropped: {dropped}"
+    );
 }

@@ -37,9 +37,14 @@ impl TcpListener {
         make_buffers: fn() -> Option<TcpBuffers>,
     ) -> Result<Self, StackError> {
         let backlog = backlog.clamp(1, MAX_BACKLOG);
+        let endpoint = endpoint.into();
+        if endpoint.port == 0 {
+            return Err(StackError::Unaddressable);
+        }
+        stack.with(|st| st.listener_ports.add(endpoint.port))?;
         let mut l = Self {
             stack,
-            endpoint: endpoint.into(),
+            endpoint,
             listening: [None; MAX_BACKLOG],
             backlog,
             make_buffers,
@@ -119,6 +124,7 @@ impl Drop for TcpListener {
             for h in self.listening.iter_mut().filter_map(Option::take) {
                 st.remove_socket(h);
             }
+            st.listener_ports.remove(self.endpoint.port);
         })
     }
 }
