@@ -31,6 +31,7 @@ use zcnet_executor::{Executor, Instant};
 use crate::backlog::ListenerPorts;
 use crate::config::Config;
 use crate::device::{smoltcp_caps, StepDevice};
+use crate::socket::SocketCx;
 use crate::socket_meta::{SocketMeta, SocketMetas};
 use crate::stats::{Counters, StackStats};
 use crate::StackError;
@@ -65,6 +66,8 @@ pub(crate) struct State {
     /// moved: the state sits in `'static` [`StackResources`] memory.
     egress_timer: Sleep,
     pub(crate) ingress_budget: usize,
+    /// xorshift64 state for ephemeral ports; never zero.
+    rng: u64,
     /// Sockets whose owner dropped them with work left: TCP connections still closing, UDP
     /// sockets with datagrams still queued. They finish in the background and are removed once
     /// done, or at their deadline.
@@ -109,6 +112,54 @@ impl State {
             starved: false,
         };
         (dev, &mut self.iface, &mut self.sockets)
+    }
+
+    /// Runs `f` on the socket behind `handle` and a [`SocketCx`] with the rest of the state it may
+    /// touch. Panics if `handle` is not a `T` (a bug: handles never leave their socket type).
+    pub(crate) fn with_socket<T: AnySocket<'static>, R>(
+        &mut self,
+        handle: SocketHandle,
+        f: impl FnOnce(&mut T, &mut SocketCx<'_>) -> R,
+    ) -> R {
+        let sock = self.sockets.get_mut::<T>(handle);
+        let mut cx = SocketCx {
+            iface: &mut self.iface,
+            metas: &mut self.metas,
+            egress_waker: self.egress_waker.as_ref(),
+        };
+        f(sock, &mut cx)
+    }
+
+    /// A port from the dynamic range (49152–65535) that no socket of this stack uses, picked at
+    /// random (RFC 6056: guessable ports help off-path attackers), or `None` when all are taken.
+    pub(crate) fn ephemeral_port(&mut self) -> Option<u16> {
+        const FIRST: u16 = 49152;
+        const SPAN: u32 = (u16::MAX - FIRST) as u32 + 1;
+        let start = self.random_u32() % SPAN;
+        (0..SPAN)
+            .map(|i| FIRST + ((start + i) % SPAN) as u16)
+            .find(|&port| {
+                !self.sockets.iter().any(|(_, s)| match s {
+                    Socket::Tcp(t) => {
+                        t.local_endpoint().is_some_and(|e| e.port == port)
+                            || t.listen_endpoint().port == port
+                    }
+                    Socket::Udp(u) => u.endpoint().port == port,
+                    #[allow(unreachable_patterns)]
+                    _ => false,
+                })
+            })
+    }
+
+    /// The next number of the stack's xorshift generator (seeded from
+    /// [`Config::random_seed`]); for port choice, not for cryptography.
+    pub(crate) fn random_u32(&mut self) -> u32 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        (x >> 32) as u32
     }
 
     /// Adds a socket, or errors when every slot is taken (smoltcp's `add` would panic).
@@ -365,6 +416,7 @@ impl Stack {
             egress_deadline: None,
             egress_timer: exec.sleep_until(Instant::MAX),
             ingress_budget: config.ingress_budget.max(1),
+            rng: config.random_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             orphans: [None; MAX_ORPHANS],
         };
         state.iface.update_ip_addrs(|addrs| {

@@ -241,6 +241,30 @@ fn udp_echo() {
 /// 100 clients connect at once to a listener with a backlog of 16: SYNs beyond the backlog are
 /// dropped (not refused) and retried by the clients, and every client is served.
 #[test]
+fn udp_port_zero_binds_distinct_random_ephemeral_ports() {
+    let p = pair(Faults::default(), 64);
+    let a = p.stacks[0];
+    let ports: Vec<u16> = (0..8)
+        .map(|_| {
+            let s = UdpSocket::bind(a, 0, UdpBuffers::with_capacity(1, 64)).unwrap();
+            let port = s.local_port();
+            core::mem::forget(s); // keep the port taken
+            port
+        })
+        .collect();
+    let mut sorted = ports.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), ports.len(), "ports are distinct: {ports:?}");
+    assert!(ports.iter().all(|&p| p >= 49152), "{ports:?}");
+    // Random, not sequential: some consecutive pair is far apart.
+    assert!(
+        ports.windows(2).any(|w| w[0].abs_diff(w[1]) > 16),
+        "{ports:?}"
+    );
+}
+
+#[test]
 fn a_hundred_concurrent_clients_against_a_backlog_of_sixteen_are_all_served() {
     const CLIENTS: usize = 100;
     // Simulated time: the clients' SYN retransmissions (a second apart) pass at once.

@@ -27,8 +27,9 @@ use smoltcp::time::Duration as SmolDuration;
 use zcnet_buffer::ledger::{self, CopySite};
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
+use crate::socket::SocketCx;
 use crate::socket_meta::CloseCause;
-use crate::stack::{Stack, State};
+use crate::stack::Stack;
 use crate::StackError;
 
 pub use super::tcp_listener::{TcpListener, MAX_BACKLOG};
@@ -48,7 +49,8 @@ pub enum TcpError {
     /// The operation does not fit the socket's state: connecting a socket already in use,
     /// reading or writing one that never connected, writing after `shutdown`.
     InvalidState,
-    /// The remote or local address cannot be used (no route, port 0, unspecified address).
+    /// The remote or local address cannot be used (no route, port 0, unspecified address), or
+    /// every ephemeral port is taken.
     Unaddressable,
 }
 
@@ -109,18 +111,15 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn with<R>(self, f: impl FnOnce(&mut tcp::Socket<'static>, &mut State) -> R) -> R {
-        self.stack.with(|st| {
-            let sock: *mut tcp::Socket<'static> = st.sockets.get_mut::<tcp::Socket>(self.handle);
-            // SAFETY: `sock` points into `st.sockets`, which `f` never reaches through `st` (it
-            // only signals egress and updates the socket records); the lock is held for the
-            // whole call, so nothing else touches the socket meanwhile.
-            f(unsafe { &mut *sock }, st)
-        })
+    pub(crate) fn with<R>(
+        self,
+        f: impl FnOnce(&mut tcp::Socket<'static>, &mut SocketCx<'_>) -> R,
+    ) -> R {
+        self.stack.with(|st| st.with_socket(self.handle, f))
     }
 
     /// The error for an operation that cannot proceed on a connection that is not open.
-    fn closed_error(self, st: &State) -> TcpError {
+    fn closed_error(self, st: &SocketCx<'_>) -> TcpError {
         let meta = st.metas.get(self.handle);
         match meta.cause() {
             Some(CloseCause::Aborted) => TcpError::Aborted,
@@ -282,7 +281,7 @@ impl TcpSocket {
         })
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut tcp::Socket<'static>, &mut State) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut tcp::Socket<'static>, &mut SocketCx<'_>) -> R) -> R {
         self.conn.with(f)
     }
 
@@ -310,17 +309,18 @@ impl TcpSocket {
     /// already in use, [`TcpError::Unaddressable`] for an unusable address.
     pub async fn connect(&mut self, remote: impl Into<IpEndpoint>) -> Result<(), TcpError> {
         let remote = remote.into();
-        let now = self.conn.stack.now();
         let handle = self.conn.handle;
-        self.with(|s, st| {
-            let port = ephemeral_port(st, now);
-            let cx = st.iface.context();
-            s.connect(cx, remote, port).map_err(|e| match e {
-                tcp::ConnectError::InvalidState => TcpError::InvalidState,
-                tcp::ConnectError::Unaddressable => TcpError::Unaddressable,
-            })?;
-            st.signal_egress();
-            Ok(())
+        self.conn.stack.with(|st| {
+            let port = st.ephemeral_port().ok_or(TcpError::Unaddressable)?;
+            st.with_socket(handle, |s: &mut tcp::Socket<'static>, st| {
+                s.connect(st.iface.context(), remote, port)
+                    .map_err(|e| match e {
+                        tcp::ConnectError::InvalidState => TcpError::InvalidState,
+                        tcp::ConnectError::Unaddressable => TcpError::Unaddressable,
+                    })?;
+                st.signal_egress();
+                Ok(())
+            })
         })?;
         poll_fn(|cx| {
             self.with(|s, st| match s.state() {
@@ -602,25 +602,4 @@ impl Drop for TcpSocket {
 
 fn to_smol(d: core::time::Duration) -> SmolDuration {
     SmolDuration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-}
-
-/// A port from the dynamic range not used by any socket of this stack.
-fn ephemeral_port(st: &mut State, now: smoltcp::time::Instant) -> u16 {
-    const FIRST: u16 = 49152;
-    let span = u16::MAX - FIRST;
-    let start = (now.total_micros().unsigned_abs() % u64::from(span)) as u16;
-    for i in 0..span {
-        let port = FIRST + (start + i) % span;
-        let used = st.sockets.iter().any(|(_, s)| match s {
-            smoltcp::socket::Socket::Tcp(t) => {
-                t.local_endpoint().is_some_and(|e| e.port == port)
-                    || t.listen_endpoint().port == port
-            }
-            _ => false,
-        });
-        if !used {
-            return port;
-        }
-    }
-    FIRST
 }

@@ -10,7 +10,8 @@ use smoltcp::time::Duration as SmolDuration;
 use zcnet_buffer::ledger::{self, CopySite};
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
-use crate::stack::{Stack, State};
+use crate::socket::SocketCx;
+use crate::stack::Stack;
 use crate::StackError;
 
 /// Why a UDP operation failed.
@@ -80,26 +81,35 @@ pub struct UdpSocket {
 }
 
 impl UdpSocket {
-    /// A socket bound to `endpoint` (port 0 is not allowed).
+    /// A socket bound to `endpoint`; port 0 picks a free ephemeral port at random (see
+    /// [`local_port`](Self::local_port)).
+    ///
+    /// Errors: [`StackError::Unaddressable`] when no ephemeral port is free,
+    /// [`StackError::NoSocketSlot`] when the stack's socket storage is full.
     pub fn bind(
         stack: Stack,
         endpoint: impl Into<IpListenEndpoint>,
         buffers: UdpBuffers,
     ) -> Result<Self, StackError> {
-        let endpoint = endpoint.into();
+        let mut endpoint = endpoint.into();
         let mut s = udp::Socket::new(buffers.rx, buffers.tx);
-        s.bind(endpoint).map_err(|_| StackError::Unaddressable)?;
-        let handle = stack.with(|st| st.add_socket(s))?;
+        let handle = stack.with(|st| {
+            if endpoint.port == 0 {
+                endpoint.port = st.ephemeral_port().ok_or(StackError::Unaddressable)?;
+            }
+            s.bind(endpoint).map_err(|_| StackError::Unaddressable)?;
+            st.add_socket(s)
+        })?;
         Ok(Self { stack, handle })
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut udp::Socket<'static>, &mut State) -> R) -> R {
-        self.stack.with(|st| {
-            let sock: *mut udp::Socket<'static> = st.sockets.get_mut::<udp::Socket>(self.handle);
-            // SAFETY: `sock` points into `st.sockets`, which `f` does not touch (it only uses
-            // `st` to signal egress); the lock is held for the whole call.
-            f(unsafe { &mut *sock }, st)
-        })
+    /// The port this socket is bound to.
+    pub fn local_port(&self) -> u16 {
+        self.with(|s, _| s.endpoint().port)
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut udp::Socket<'static>, &mut SocketCx<'_>) -> R) -> R {
+        self.stack.with(|st| st.with_socket(self.handle, f))
     }
 
     /// Sends `data` to `remote`, waiting while the send buffer is full.
