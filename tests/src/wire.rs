@@ -1,10 +1,14 @@
 //! An in-memory wire: two [`Driver`]s linked back to back, so two stacks can talk inside one
 //! process, with seeded fault injection (loss, reorder, duplication, corruption, delay, MTU).
 //!
-//! A transmitted frame's bytes are carried to the other end and written into a slot of *its*
-//! pool when it receives them: that write plays the receiving NIC's DMA, so it is not recorded in
-//! the copy ledger (zcnet's own copies are). The sender's slot returns to its pool at once, as
-//! after a completed transmission.
+//! A transmitted frame stays in its sender's pool slot (state DEVICE, like a frame on a real
+//! NIC's TX ring) while it is on the wire. When the other end receives it, its bytes are written
+//! into a slot of the *receiver's* pool — that write plays the receiving NIC's DMA, so it is not
+//! recorded in the copy ledger (zcnet's own copies are) — and only then does the sender's slot
+//! return to its pool, as after a completed transmission. So a frame crosses the wire with
+//! exactly one copy and no heap allocation, and a sender that outruns its receiver runs out of
+//! TX frames, as it would against a real ring. (A duplicated frame's second copy is the one
+//! exception: it is kept on the heap.)
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -13,8 +17,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use zcnet_buffer::{
-    Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, LinkState, Medium, RxFrame,
-    TxError, TxFrame,
+    Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, InFlight, LinkState,
+    Medium, RxFrame, TxError, TxFrame,
 };
 use zcnet_executor::time::Sleep;
 use zcnet_executor::{Executor, Instant};
@@ -94,11 +98,46 @@ impl Rng {
     }
 }
 
+/// What a queued frame's bytes are.
+#[derive(Debug)]
+enum Payload {
+    /// The sender's slot itself, released when the frame is delivered (or dropped).
+    Slot(InFlight),
+    /// A duplicate's own copy.
+    Heap(Vec<u8>),
+}
+
+impl Payload {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Slot(f) => f,
+            Payload::Heap(v) => v,
+        }
+    }
+}
+
+/// A frame on the wire.
+#[derive(Debug)]
+struct Queued {
+    /// When it may be delivered.
+    at: Instant,
+    payload: Payload,
+    /// A byte to flip on delivery: (index, bit mask).
+    corrupt: Option<(usize, u8)>,
+}
+
 #[derive(Debug)]
 struct Direction {
     faults: Faults,
     rng: Rng,
-    queue: VecDeque<(Instant, Vec<u8>)>,
+    queue: VecDeque<Queued>,
+    /// Sender slots held by queued frames, and the most there may be: the sender's "TX ring".
+    /// Half the sender's pool, so that each end always keeps slots to receive into (two ends
+    /// whose pools were all on the wire towards each other could never receive again).
+    slots_in_flight: usize,
+    ring: usize,
+    /// The sender's waker while its ring is full; woken when a frame is delivered.
+    tx_waker: Option<Waker>,
     rx_waker: Option<Waker>,
     stats: WireStats,
     /// Everything sent this way is lost (a pulled cable), counted as `lost`.
@@ -135,8 +174,11 @@ pub fn wire_pair(
     pools: [&'static FramePool; 2],
     faults: Faults,
 ) -> (WireEnd, WireEnd) {
-    let dir = |k: u64| {
+    let dir = |k: u64, sender: &FramePool| {
         Mutex::new(Direction {
+            slots_in_flight: 0,
+            ring: (sender.slot_count() / 2).max(1),
+            tx_waker: None,
             faults,
             rng: Rng(faults
                 .seed
@@ -150,7 +192,7 @@ pub fn wire_pair(
         })
     };
     let shared = Arc::new(Shared {
-        dirs: [dir(1), dir(2)],
+        dirs: [dir(1, pools[0]), dir(2, pools[1])],
     });
     let end = |side: usize| WireEnd {
         side,
@@ -191,7 +233,7 @@ impl Driver for WireEnd {
                 dir.rx_waker = Some(cx.waker().clone());
                 return Poll::Pending;
             }
-            Some((at, _)) => *at,
+            Some(q) => q.at,
         };
         if due > now {
             dir.rx_waker = Some(cx.waker().clone());
@@ -211,11 +253,28 @@ impl Driver for WireEnd {
             Poll::Ready(s) => s,
             Poll::Pending => return Poll::Pending,
         };
-        let (_, bytes) = dir.queue.pop_front().expect("front exists");
+        let q = dir.queue.pop_front().expect("front exists");
         dir.stats.delivered += 1;
+        let mut sender = None;
+        if matches!(q.payload, Payload::Slot(_)) {
+            dir.slots_in_flight -= 1;
+            sender = dir.tx_waker.take();
+        }
         drop(dir);
+        let bytes = q.payload.bytes();
         let n = bytes.len().min(slot.capacity());
-        slot.buffer_mut()[..n].copy_from_slice(&bytes[..n]); // the receiving NIC's DMA
+        let buf = &mut slot.buffer_mut()[..n];
+        buf.copy_from_slice(&bytes[..n]); // the receiving NIC's DMA
+        if let Some((i, mask)) = q.corrupt {
+            if let Some(b) = buf.get_mut(i) {
+                *b ^= mask;
+            }
+        }
+        // The sender's slot (if the payload is one) completes here and returns to its pool.
+        drop(q);
+        if let Some(w) = sender {
+            w.wake();
+        }
         match slot.complete(n) {
             Ok(f) => Poll::Ready(f),
             Err(_) => unreachable!("n <= capacity"),
@@ -223,6 +282,12 @@ impl Driver for WireEnd {
     }
 
     fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        let mut dir = self.shared.dirs[self.side].lock().unwrap();
+        if dir.slots_in_flight >= dir.ring {
+            dir.tx_waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        drop(dir);
         self.pool.poll_alloc_tx(cx)
     }
 
@@ -238,38 +303,54 @@ impl Driver for WireEnd {
                 max: d.faults.mtu,
             });
         }
-        let bytes = frame.to_vec();
-        drop(frame.into_device()); // "transmitted": the sender's slot is free again
         if d.cut || d.rng.chance(d.faults.loss) {
             d.stats.lost += 1;
-            return Ok(());
+            return Ok(()); // the frame drops here: "transmitted", its slot is free again
         }
-        let copies = if d.rng.chance(d.faults.duplicate) {
+        let duplicate = d.rng.chance(d.faults.duplicate);
+        let mut frames = [Some(Payload::Slot(frame.into_device())), None];
+        if duplicate {
             d.stats.duplicated += 1;
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
+            frames[1] = frames[0]
+                .as_ref()
+                .map(|p| Payload::Heap(p.bytes().to_vec()));
+        }
+        for payload in frames.into_iter().flatten() {
             if d.queue.len() >= d.faults.capacity {
                 d.stats.overflow += 1;
                 continue;
             }
-            let mut b = bytes.clone();
-            if d.rng.chance(d.faults.corrupt) && !b.is_empty() {
-                let i = (d.rng.next() % b.len() as u64) as usize;
-                b[i] ^= 1 << (d.rng.next() % 8);
-                d.stats.corrupted += 1;
+            if matches!(payload, Payload::Slot(_)) {
+                d.slots_in_flight += 1;
             }
+            let len = payload.bytes().len();
+            let corrupt = if d.rng.chance(d.faults.corrupt) && len > 0 {
+                d.stats.corrupted += 1;
+                let i = (d.rng.next() % len as u64) as usize;
+                Some((i, 1u8 << (d.rng.next() % 8)))
+            } else {
+                None
+            };
             let at = now + d.faults.delay;
             if d.rng.chance(d.faults.reorder) && !d.queue.is_empty() {
                 // Deliver ahead of the last queued frame (which then arrives after this one).
                 let last = d.queue.len() - 1;
-                let t = d.queue[last].0;
-                d.queue.insert(last, (t, b));
+                let at = d.queue[last].at;
+                d.queue.insert(
+                    last,
+                    Queued {
+                        at,
+                        payload,
+                        corrupt,
+                    },
+                );
                 d.stats.reordered += 1;
             } else {
-                d.queue.push_back((at, b));
+                d.queue.push_back(Queued {
+                    at,
+                    payload,
+                    corrupt,
+                });
             }
         }
         if let Some(w) = d.rx_waker.take() {
@@ -299,3 +380,66 @@ impl Driver for WireEnd {
 }
 
 use std::future::Future;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wakers::CountingWaker;
+    use zcnet_buffer::{PoolConfig, SlotState};
+
+    fn send(end: &mut WireEnd, cx: &mut Context<'_>, byte: u8) -> bool {
+        match end.poll_transmit_frame(cx) {
+            Poll::Ready(mut f) => {
+                f.set_len(60).unwrap();
+                f.fill(byte);
+                end.transmit(f).unwrap();
+                true
+            }
+            Poll::Pending => false,
+        }
+    }
+
+    #[test]
+    fn frames_cross_in_the_senders_slot_and_the_ring_applies_backpressure() {
+        let exec = Executor::leak(crate::clock::VirtualClock::leak());
+        let pools = [
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+        ];
+        let (mut a, mut b) = wire_pair(exec, pools, Faults::default());
+        let (tx_wakes, tx_waker) = CountingWaker::new();
+        let mut cx = Context::from_waker(&tx_waker);
+        // Half of A's pool may be on the wire; then A's TX side waits.
+        let mut sent = 0u8;
+        while send(&mut a, &mut cx, sent) {
+            sent += 1;
+            assert!(sent <= 4, "the ring holds half the pool");
+        }
+        assert_eq!(sent, 4);
+        assert_eq!(
+            pools[0].occupancy().get(SlotState::Device),
+            4,
+            "frames stay in A's slots"
+        );
+        // B receives one: one copy into B's pool, A's slot completes, A's TX side is woken.
+        let (_, rx_waker) = CountingWaker::new();
+        let f = match b.poll_receive(&mut Context::from_waker(&rx_waker)) {
+            Poll::Ready(f) => f,
+            Poll::Pending => panic!("a frame is due"),
+        };
+        assert_eq!(&f[..], &[0u8; 60][..]);
+        assert_eq!(pools[0].occupancy().get(SlotState::Device), 3);
+        assert_eq!(tx_wakes.wakes(), 1);
+        assert!(send(&mut a, &mut cx, 9));
+        // Order is kept and bytes are exact.
+        drop(f);
+        for want in [1u8, 2, 3, 9] {
+            match b.poll_receive(&mut Context::from_waker(&rx_waker)) {
+                Poll::Ready(f) => assert!(f.iter().all(|&x| x == want)),
+                Poll::Pending => panic!("frame {want} is due"),
+            }
+        }
+        assert_eq!(pools[0].occupancy().get(SlotState::Device), 0);
+        assert_eq!(pools[0].occupancy().in_use(), 0);
+    }
+}
