@@ -39,7 +39,7 @@ pub use config::{
 };
 pub use runner::{Never, Runner};
 pub use socket::{tcp, udp};
-pub use stack::{Stack, StackInner, StackResources, MAX_ORPHANS};
+pub use stack::{Stack, StackInner, StackResources};
 pub use stats::{DropReason, StackStats};
 pub use zcnet_buffer as buffer;
 pub use zcnet_executor as executor;

@@ -18,6 +18,7 @@ use core::hash::{Hash, Hasher};
 
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::{tcp, Socket};
+use smoltcp::time::Instant as SmolInstant;
 
 /// Why a TCP connection closed other than by an orderly exchange of FINs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +42,10 @@ pub(crate) struct SocketMeta {
     connected: bool,
     /// This side closed its write half (so failing writes are the caller's mistake).
     write_shut: bool,
+    /// The owner dropped the socket with work left (a TCP close in progress, UDP datagrams
+    /// queued): the stack finishes it and removes it once done, or at this deadline. Kept per
+    /// slot, so every socket can be an orphan at once and adopting one never fails.
+    orphan: Option<(SocketHandle, SmolInstant)>,
 }
 
 impl SocketMeta {
@@ -66,6 +71,7 @@ impl SocketMeta {
         cause: None,
         connected: false,
         write_shut: false,
+        orphan: None,
     };
 }
 
@@ -90,15 +96,44 @@ fn index(handle: SocketHandle) -> usize {
     h.0
 }
 
-/// The per-slot records and the count of watched sockets.
+/// The per-slot records and the counts of watched and orphaned sockets (scans are skipped
+/// while a count is zero).
 pub(crate) struct SocketMetas {
     slots: &'static mut [SocketMeta],
     watched: usize,
+    orphans: usize,
 }
 
 impl SocketMetas {
     pub(crate) fn new(slots: &'static mut [SocketMeta]) -> Self {
-        Self { slots, watched: 0 }
+        Self {
+            slots,
+            watched: 0,
+            orphans: 0,
+        }
+    }
+
+    /// Marks the socket an orphan, to be removed once done or at `until`.
+    pub(crate) fn adopt(&mut self, handle: SocketHandle, until: SmolInstant) {
+        if let Some(m) = self.slot(handle) {
+            if m.orphan.replace((handle, until)).is_none() {
+                self.orphans += 1;
+            }
+        }
+    }
+
+    /// How many slots to look at for orphans: none while there are none, else all.
+    pub(crate) fn orphan_scan_len(&self) -> usize {
+        if self.orphans == 0 {
+            0
+        } else {
+            self.slots.len()
+        }
+    }
+
+    /// The orphan in slot `i`, as (handle, deadline).
+    pub(crate) fn orphan_at(&self, i: usize) -> Option<(SocketHandle, SmolInstant)> {
+        self.slots.get(i).and_then(|m| m.orphan)
     }
 
     fn slot(&mut self, handle: SocketHandle) -> Option<&mut SocketMeta> {
@@ -109,7 +144,11 @@ impl SocketMetas {
     pub(crate) fn reset(&mut self, handle: SocketHandle) {
         self.unwatch(handle);
         if let Some(m) = self.slot(handle) {
+            let was_orphan = m.orphan.is_some();
             *m = SocketMeta::EMPTY;
+            if was_orphan {
+                self.orphans -= 1;
+            }
         }
     }
 

@@ -68,25 +68,7 @@ pub(crate) struct State {
     pub(crate) ingress_budget: usize,
     /// xorshift64 state for ephemeral ports; never zero.
     rng: u64,
-    /// Sockets whose owner dropped them with work left: TCP connections still closing, UDP
-    /// sockets with datagrams still queued. They finish in the background and are removed once
-    /// done, or at their deadline.
-    pub(crate) orphans: [Option<Orphan>; MAX_ORPHANS],
 }
-
-/// A socket dropped by its owner that the stack finishes in the background.
-#[derive(Clone, Copy)]
-pub(crate) struct Orphan {
-    pub(crate) handle: SocketHandle,
-    /// Removed at this time even if unfinished (a peer that never answers, a neighbour that
-    /// never resolves).
-    pub(crate) until: SmolInstant,
-}
-
-/// How many dropped sockets with unfinished work (a TCP close, queued UDP datagrams) a stack
-/// keeps finishing in the background; beyond that a dropped TCP connection is reset and a dropped
-/// UDP socket's queue discarded.
-pub const MAX_ORPHANS: usize = 64;
 
 impl State {
     /// A device for one ingress or egress step. `waker` is the stepping task's; the driver's TX
@@ -183,34 +165,29 @@ impl State {
         self.socket_count -= 1;
     }
 
-    /// Keeps a dropped socket until its work is done or `until`; `false` when there is no room
-    /// (the caller then removes it at once).
-    pub(crate) fn adopt_orphan(&mut self, handle: SocketHandle, until: SmolInstant) -> bool {
-        match self.orphans.iter_mut().find(|o| o.is_none()) {
-            Some(slot) => {
-                *slot = Some(Orphan { handle, until });
-                self.signal_egress();
-                true
-            }
-            None => false,
-        }
+    /// Keeps a dropped socket until its work is done or `until` (see [`SocketMetas::adopt`]):
+    /// a TCP connection still closing, UDP datagrams still queued.
+    pub(crate) fn adopt_orphan(&mut self, handle: SocketHandle, until: SmolInstant) {
+        self.metas.adopt(handle, until);
+        self.signal_egress();
     }
 
-    /// Removes orphaned sockets that have finished their work or reached their deadline.
+    /// Removes orphaned sockets that have finished their work or reached their deadline. A TCP
+    /// connection still open at its deadline was already reset by its own timeout (set when it
+    /// was orphaned); the deadline is a backstop.
     pub(crate) fn reap_orphans(&mut self, now: SmolInstant) {
-        for slot in self.orphans.iter_mut() {
-            let Some(o) = *slot else { continue };
-            let done = match self.sockets.get(o.handle) {
+        for i in 0..self.metas.orphan_scan_len() {
+            let Some((handle, until)) = self.metas.orphan_at(i) else {
+                continue;
+            };
+            let done = match self.sockets.get(handle) {
                 Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::Closed,
                 Socket::Udp(u) => u.send_queue() == 0,
                 #[allow(unreachable_patterns)]
                 _ => true,
             };
-            if done || now >= o.until {
-                *slot = None;
-                self.sockets.remove(o.handle);
-                self.metas.reset(o.handle);
-                self.socket_count -= 1;
+            if done || now >= until {
+                self.remove_socket(handle);
             }
         }
     }
@@ -417,7 +394,6 @@ impl Stack {
             egress_timer: exec.sleep_until(Instant::MAX),
             ingress_budget: config.ingress_budget.max(1),
             rng: config.random_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
-            orphans: [None; MAX_ORPHANS],
         };
         state.iface.update_ip_addrs(|addrs| {
             if let Some(v4) = config.ipv4 {

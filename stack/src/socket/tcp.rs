@@ -574,9 +574,8 @@ const LINGER: SmolDuration = SmolDuration::from_secs(60);
 impl Drop for TcpSocket {
     /// Dropping a connected socket closes it gracefully in the background: queued data is still
     /// sent, then FIN; the stack removes the socket once the close completes (or after a minute
-    /// without progress). Call [`abort`](TcpSocket::abort) first to reset instead. If the stack
-    /// already keeps [`MAX_ORPHANS`](crate::MAX_ORPHANS) such sockets, this one is removed at
-    /// once.
+    /// without progress). Call [`abort`](TcpSocket::abort) first to reset instead. Until then the
+    /// socket keeps its slot in the stack's socket storage.
     fn drop(&mut self) {
         let handle = self.conn.handle;
         let now = self.conn.stack.now();
@@ -592,10 +591,11 @@ impl Drop for TcpSocket {
             };
             // smoltcp's timeout resets it after LINGER without progress; the orphan deadline is
             // only a backstop.
-            if lingering && st.adopt_orphan(handle, now + LINGER + LINGER) {
-                return;
+            if lingering {
+                st.adopt_orphan(handle, now + LINGER + LINGER);
+            } else {
+                st.remove_socket(handle);
             }
-            st.remove_socket(handle);
         })
     }
 }

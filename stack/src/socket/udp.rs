@@ -202,10 +202,11 @@ impl Drop for UdpSocket {
         let now = self.stack.now();
         self.stack.with(|st| {
             let queued = st.sockets.get::<udp::Socket>(handle).send_queue() > 0;
-            if queued && st.adopt_orphan(handle, now + LINGER) {
-                return;
+            if queued {
+                st.adopt_orphan(handle, now + LINGER);
+            } else {
+                st.remove_socket(handle);
             }
-            st.remove_socket(handle);
         })
     }
 }
