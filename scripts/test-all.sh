@@ -21,6 +21,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "library crates build without std or alloc (the no_std configuration kernels use)"
 cargo check -p zcnet-buffer -p zcnet-executor -p zcnet-stack --no-default-features
 
+step "rustdoc (broken links are errors; the no_std stack's docs too)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR=target/doc-nostd cargo doc -p zcnet-stack --no-deps --no-default-features
+
 step "unit, integration and doc tests"
 cargo test --workspace
 

@@ -22,8 +22,9 @@ use smoltcp::time::Duration as SmolDuration;
 use crate::stack::Stack;
 use crate::stats::DropReason;
 
-/// The stack's ingress and egress tasks. Spawn both ([`Runner::spawn`]) or run them
-/// ([`Runner::run`]); the stack does nothing until they run.
+/// The stack's ingress and egress tasks. Spawn both (`Runner::spawn`, feature `alloc`), run them
+/// in a task of your own ([`Runner::run`]), or spawn [`Runner::ingress`] and [`Runner::egress`]
+/// into static task slots; the stack does nothing until they run.
 #[derive(Debug)]
 pub struct Runner {
     pub(crate) stack: Stack,

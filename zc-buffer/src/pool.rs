@@ -282,8 +282,9 @@ impl fmt::Display for AuditError {
 
 impl core::error::Error for AuditError {}
 
-/// A pool of fixed-size frame slots over `'static` memory. See the [module docs](self) for the
-/// rules it keeps and [the crate docs](crate) for a complete example.
+/// A pool of fixed-size frame slots over `'static` memory. The rules it keeps (slots never move,
+/// one owner per slot, a lock-free free list) are the "Ground rules" at the top of
+/// `zc-buffer/src/pool.rs`; [the crate docs](crate) have a complete example.
 ///
 /// Leases borrow the pool for `'static`, so a pool lives in a `static`
 /// ([`StaticPool`](crate::StaticPool), [`PoolCell`](crate::PoolCell)) or is leaked
