@@ -46,6 +46,7 @@ step "benchmark smoke runs"
 cargo bench -p zcnet-benches --bench pool -- --quick
 cargo bench -p zcnet-benches --bench timers -- --quick
 cargo bench -p zcnet-benches --bench executor -- --quick
+cargo bench -p zcnet-benches --bench stack -- --quick
 
 step "demo (README's first command)"
 cargo run -q -p zcnet-examples --bin pool-demo > /dev/null
