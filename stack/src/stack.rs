@@ -72,6 +72,8 @@ pub(crate) struct State {
     /// sockets with datagrams still queued. They finish in the background and are removed once
     /// done, or at their deadline.
     pub(crate) orphans: [Option<Orphan>; MAX_ORPHANS],
+    /// [`Config::dns_servers`], for the DNS sockets the application opens.
+    pub(crate) dns_servers: [Option<crate::config::IpAddress>; crate::config::MAX_DNS_SERVERS],
 }
 
 /// A socket dropped by its owner that the stack finishes in the background.
@@ -418,6 +420,7 @@ impl Stack {
             ingress_budget: config.ingress_budget.max(1),
             rng: config.random_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             orphans: [None; MAX_ORPHANS],
+            dns_servers: config.dns_servers,
         };
         state.iface.update_ip_addrs(|addrs| {
             if let Some(v4) = config.ipv4 {

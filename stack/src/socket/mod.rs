@@ -5,10 +5,17 @@
 //! smoltcp socket and a [`SocketCx`]: the rest of the state an operation may need, borrowed
 //! apart from the socket set so that no two `&mut` ever alias.
 
+mod buffers;
+pub mod dns;
+pub mod icmp;
 mod io;
+pub mod raw;
 pub mod tcp;
 mod tcp_listener;
 pub mod udp;
+
+pub use buffers::PacketBuffers;
+pub use smoltcp::storage::PacketMetadata;
 
 use core::task::Waker;
 
