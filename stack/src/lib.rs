@@ -38,8 +38,8 @@ mod stats;
 
 pub use backlog::MAX_LISTENERS;
 pub use config::{
-    Config, MAX_DNS_SERVERS, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv6Address,
-    Ipv6Cidr, StaticV4, StaticV6,
+    Config, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv6Address,
+    Ipv6Cidr, StaticV4, StaticV6, MAX_DNS_SERVERS,
 };
 pub use runner::{Never, Runner};
 pub use socket::{dns, icmp, raw, tcp, udp, PacketBuffers, PacketMetadata};

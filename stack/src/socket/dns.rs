@@ -38,7 +38,7 @@ use smoltcp::wire::DnsQueryType;
 pub use smoltcp::socket::dns::DnsQuery;
 
 use crate::config::{IpAddress, Ipv4Address, MAX_DNS_SERVERS};
-use crate::socket::SocketCx;
+use crate::socket::{routable, SocketCx};
 use crate::stack::Stack;
 use crate::StackError;
 
@@ -87,8 +87,8 @@ pub enum DnsError {
     InvalidName,
     /// [`Config::dns_servers`](crate::Config::dns_servers) names no server.
     NoServers,
-    /// The query could not be sent: the stack has no address to reach the first server from
-    /// (e.g. an IPv4 server and no IPv4 address configured).
+    /// The query could not be sent: the stack has no route to the first server (not on one of
+    /// its subnets and no route covers it) or no address to send from.
     Failed,
 }
 
@@ -231,8 +231,9 @@ impl DnsSocket {
         let first = self.servers().next().ok_or(DnsError::NoServers)?;
         let cap = SMOLTCP_SERVER_TIMEOUT * servers as u32 - Duration::from_millis(500);
         let query = self.with(|s, st| {
-            if st.iface.get_source_address(&first).is_none() {
-                // smoltcp would fail the query at once, like an NXDOMAIN answer.
+            if !routable(st.iface, &first) {
+                // smoltcp would fail the query at once (no source address), like an NXDOMAIN
+                // answer, or send it nowhere.
                 return Err(DnsError::Failed);
             }
             if self.in_flight.load(Ordering::Relaxed) >= self.slots {
@@ -284,9 +285,7 @@ impl DnsSocket {
 }
 
 /// The `Some` servers up to the first `None`, for smoltcp.
-fn server_list(
-    servers: &[Option<IpAddress>; MAX_DNS_SERVERS],
-) -> impl Deref<Target = [IpAddress]> {
+fn server_list(servers: &[Option<IpAddress>; MAX_DNS_SERVERS]) -> impl Deref<Target = [IpAddress]> {
     let mut list = DnsServerList {
         addrs: [IpAddress::Ipv4(Ipv4Address::UNSPECIFIED); MAX_DNS_SERVERS],
         len: 0,

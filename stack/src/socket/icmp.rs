@@ -19,7 +19,7 @@ use smoltcp::wire::{Icmpv4Message, Icmpv4Packet, Icmpv6Message, Icmpv6Packet};
 use zcnet_buffer::ledger::{self, CopySite};
 
 use crate::config::IpAddress;
-use crate::socket::{PacketBuffers, SocketCx};
+use crate::socket::{routable, PacketBuffers, SocketCx};
 use crate::stack::Stack;
 use crate::StackError;
 
@@ -29,8 +29,8 @@ pub const ECHO_HEADER_LEN: usize = 8;
 /// Why an ICMP operation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IcmpError {
-    /// The destination cannot be used: the unspecified address, or an IPv4 address the stack
-    /// has no source address (and so no route) for.
+    /// The destination cannot be used: the unspecified address, or one the stack has no route
+    /// to (not on one of its subnets, and no route, default or other, covers it).
     Unaddressable,
     /// The message does not fit the socket's send buffer at all.
     TooLarge,
@@ -133,7 +133,7 @@ impl IcmpSocket {
         let mut f = Some(f);
         poll_fn(|cx| {
             self.with(|s, st| {
-                if remote.is_unspecified() || st.iface.get_source_address(&remote).is_none() {
+                if !routable(st.iface, &remote) {
                     // smoltcp would accept it and drop it silently at send time.
                     return Poll::Ready(Err(IcmpError::Unaddressable));
                 }
