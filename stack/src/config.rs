@@ -22,6 +22,10 @@ pub struct StaticV6 {
     pub gateway: Option<Ipv6Address>,
 }
 
+/// How many DNS servers [`Config::dns_servers`] holds (as many as a resolv.conf may name).
+/// Matches smoltcp's `dns-max-server-count-3` feature, which zcnet-stack enables.
+pub const MAX_DNS_SERVERS: usize = 3;
+
 /// Stack configuration. Start from [`Config::default`] and set what you need.
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
@@ -34,6 +38,11 @@ pub struct Config {
     pub random_seed: u64,
     /// Frames the ingress task handles per wakeup before it yields to other tasks.
     pub ingress_budget: usize,
+    /// DNS servers a [`DnsSocket`](crate::dns::DnsSocket) asks, in order: the first `Some`
+    /// entries up to the first `None`, at most [`MAX_DNS_SERVERS`]. Each is tried until it
+    /// answers or about ten seconds pass, then the next. Default: none (name resolution fails
+    /// with [`DnsError::NoServers`](crate::dns::DnsError::NoServers)).
+    pub dns_servers: [Option<IpAddress>; MAX_DNS_SERVERS],
 }
 
 impl Default for Config {
@@ -43,6 +52,7 @@ impl Default for Config {
             ipv6: None,
             random_seed: 0x7a63_6e65_7400_0001,
             ingress_budget: 32,
+            dns_servers: [None; MAX_DNS_SERVERS],
         }
     }
 }

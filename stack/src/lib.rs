@@ -13,7 +13,11 @@
 //! * [`Runner`]: the ingress and egress tasks; spawn them or run them.
 //! * The smoltcp adapter (`device.rs`) lends RX frames' bytes to smoltcp and lets it write
 //!   TX frames in place in pool slots: no copy at the device boundary.
-//! * Sockets: [`tcp::TcpSocket`], [`tcp::TcpListener`] (a real backlog), [`udp::UdpSocket`].
+//! * Sockets: [`tcp::TcpSocket`], [`tcp::TcpListener`] (a real backlog), [`udp::UdpSocket`],
+//!   [`icmp::IcmpSocket`] (echo and `ping`; the stack itself answers pings),
+//!   [`dns::DnsSocket`] (A and AAAA lookups against [`Config::dns_servers`]) and
+//!   [`raw::RawSocket`] (whole IP packets of one protocol). Datagram sockets share one buffer
+//!   type, [`PacketBuffers`].
 //!
 //! Status: issue 4 is in progress. Done: the stack and runner, static IPv4/IPv6 configuration,
 //! TCP and UDP. Still to come: DHCPv4, SLAAC, DNS, ICMP and raw sockets, `split()`, the
@@ -35,10 +39,10 @@ mod stats;
 pub use backlog::MAX_LISTENERS;
 pub use config::{
     Config, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv6Address,
-    Ipv6Cidr, StaticV4, StaticV6,
+    Ipv6Cidr, StaticV4, StaticV6, MAX_DNS_SERVERS,
 };
 pub use runner::{Never, Runner};
-pub use socket::{tcp, udp};
+pub use socket::{dns, icmp, raw, tcp, udp, PacketBuffers, PacketMetadata};
 pub use stack::{Stack, StackInner, StackResources};
 pub use stats::{DropReason, StackStats};
 pub use zcnet_buffer as buffer;

@@ -68,6 +68,8 @@ pub(crate) struct State {
     pub(crate) ingress_budget: usize,
     /// xorshift64 state for ephemeral ports; never zero.
     rng: u64,
+    /// [`Config::dns_servers`], for the DNS sockets the application opens.
+    pub(crate) dns_servers: [Option<crate::config::IpAddress>; crate::config::MAX_DNS_SERVERS],
 }
 
 impl State {
@@ -394,6 +396,7 @@ impl Stack {
             egress_timer: exec.sleep_until(Instant::MAX),
             ingress_budget: config.ingress_budget.max(1),
             rng: config.random_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            dns_servers: config.dns_servers,
         };
         state.iface.update_ip_addrs(|addrs| {
             if let Some(v4) = config.ipv4 {

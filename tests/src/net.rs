@@ -39,6 +39,27 @@ pub fn pair(faults: Faults, slots: usize) -> Pair {
 /// [`pair`] on an executor of the caller's (e.g. over a
 /// [`VirtualClock`](crate::clock::VirtualClock) for simulated time).
 pub fn pair_on(exec: &'static Executor, faults: Faults, slots: usize) -> Pair {
+    pair_with_on(exec, faults, slots, |_, _| {})
+}
+
+/// [`pair`], with `configure(i, &mut config)` called on each stack's configuration (stack A is
+/// `i == 0`) before the stack is built, e.g. to set DNS servers or add IPv6 addresses.
+pub fn pair_with(faults: Faults, slots: usize, configure: impl FnMut(usize, &mut Config)) -> Pair {
+    pair_with_on(
+        Executor::leak(LinuxPlatform::leak().expect("epoll")),
+        faults,
+        slots,
+        configure,
+    )
+}
+
+/// [`pair_with`] on an executor of the caller's.
+pub fn pair_with_on(
+    exec: &'static Executor,
+    faults: Faults,
+    slots: usize,
+    mut configure: impl FnMut(usize, &mut Config),
+) -> Pair {
     let pools = [
         FramePool::leak(PoolConfig::new(slots)).expect("pool"),
         FramePool::leak(PoolConfig::new(slots)).expect("pool"),
@@ -50,7 +71,7 @@ pub fn pair_on(exec: &'static Executor, faults: Faults, slots: usize) -> Pair {
     for (i, end) in ends.into_iter().enumerate() {
         let resources: &'static StackResources<SOCKETS> =
             Box::leak(Box::new(StackResources::new()));
-        let config = Config {
+        let mut config = Config {
             ipv4: Some(StaticV4 {
                 address: Ipv4Cidr::new(ADDR[i], 24),
                 gateway: None,
@@ -58,6 +79,7 @@ pub fn pair_on(exec: &'static Executor, faults: Faults, slots: usize) -> Pair {
             random_seed: 0x1234 + i as u64,
             ..Config::default()
         };
+        configure(i, &mut config);
         let (stack, runner) = Stack::new(exec, pools[i], end, config, resources).expect("stack");
         runner.spawn(exec.spawner());
         stacks.push(stack);

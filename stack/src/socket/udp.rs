@@ -5,12 +5,11 @@ use core::task::Poll;
 
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::udp;
-use smoltcp::storage::PacketMetadata;
 use smoltcp::time::Duration as SmolDuration;
 use zcnet_buffer::ledger::{self, CopySite};
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
-use crate::socket::SocketCx;
+use crate::socket::{PacketBuffers, SocketCx};
 use crate::stack::Stack;
 use crate::StackError;
 
@@ -40,38 +39,9 @@ impl core::fmt::Display for UdpError {
 
 impl core::error::Error for UdpError {}
 
-/// Buffers for a UDP socket: payload bytes and per-datagram metadata, for each direction.
-#[derive(Debug)]
-pub struct UdpBuffers {
-    rx: udp::PacketBuffer<'static>,
-    tx: udp::PacketBuffer<'static>,
-}
-
-impl UdpBuffers {
-    /// Buffers over caller-provided memory.
-    pub fn from_static(
-        rx_meta: &'static mut [PacketMetadata<udp::UdpMetadata>],
-        rx: &'static mut [u8],
-        tx_meta: &'static mut [PacketMetadata<udp::UdpMetadata>],
-        tx: &'static mut [u8],
-    ) -> Self {
-        Self {
-            rx: udp::PacketBuffer::new(rx_meta, rx),
-            tx: udp::PacketBuffer::new(tx_meta, tx),
-        }
-    }
-
-    /// Heap buffers: `packets` datagrams and `bytes` payload bytes per direction.
-    #[cfg(feature = "alloc")]
-    pub fn with_capacity(packets: usize, bytes: usize) -> Self {
-        extern crate alloc;
-        let meta = || alloc::vec![PacketMetadata::EMPTY; packets];
-        Self {
-            rx: udp::PacketBuffer::new(meta(), alloc::vec![0u8; bytes]),
-            tx: udp::PacketBuffer::new(meta(), alloc::vec![0u8; bytes]),
-        }
-    }
-}
+/// Buffers for a UDP socket: payload bytes and per-datagram metadata, for each direction
+/// (see [`PacketBuffers`]).
+pub type UdpBuffers = PacketBuffers<udp::UdpMetadata>;
 
 /// A UDP socket.
 #[derive(Debug)]
