@@ -128,6 +128,8 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
     if processed == 0 {
         counters.idle_poll();
     } else {
+        // A DHCP answer or a router advertisement may have arrived: apply it.
+        crate::autoconf::after_poll(&mut st, now, counters);
         st.signal_egress_if_due(now);
     }
 }
@@ -161,6 +163,8 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
         }
     }
     st.metas.after_egress(&st.sockets);
+    // A DHCP lease may have expired, a SLAAC prefix or route timed out: apply it.
+    crate::autoconf::after_poll(st, now, counters);
     if counters.snapshot().frames_out == before {
         counters.idle_poll();
     }

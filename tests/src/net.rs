@@ -3,7 +3,7 @@
 use zcnet_buffer::{FramePool, PoolConfig};
 use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::Executor;
-use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Stack, StackResources, StaticV4};
+use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
 
 use crate::wire::{wire_pair, Faults, WireEnd};
 
@@ -39,6 +39,31 @@ pub fn pair(faults: Faults, slots: usize) -> Pair {
 /// [`pair`] on an executor of the caller's (e.g. over a
 /// [`VirtualClock`](crate::clock::VirtualClock) for simulated time).
 pub fn pair_on(exec: &'static Executor, faults: Faults, slots: usize) -> Pair {
+    pair_on_with(exec, faults, slots, |_, _| {})
+}
+
+/// [`pair`], with `configure(i, &mut config)` adjusting stack `i`'s configuration (which starts
+/// as in [`pair`]: static [`ADDR`]`[i]`/24) before the stack is built.
+pub fn pair_with(
+    faults: Faults,
+    slots: usize,
+    configure: impl FnMut(usize, &mut Config),
+) -> Pair {
+    pair_on_with(
+        Executor::leak(LinuxPlatform::leak().expect("epoll")),
+        faults,
+        slots,
+        configure,
+    )
+}
+
+/// [`pair_on`] with a `configure` hook as in [`pair_with`].
+pub fn pair_on_with(
+    exec: &'static Executor,
+    faults: Faults,
+    slots: usize,
+    mut configure: impl FnMut(usize, &mut Config),
+) -> Pair {
     let pools = [
         FramePool::leak(PoolConfig::new(slots)).expect("pool"),
         FramePool::leak(PoolConfig::new(slots)).expect("pool"),
@@ -50,14 +75,15 @@ pub fn pair_on(exec: &'static Executor, faults: Faults, slots: usize) -> Pair {
     for (i, end) in ends.into_iter().enumerate() {
         let resources: &'static StackResources<SOCKETS> =
             Box::leak(Box::new(StackResources::new()));
-        let config = Config {
-            ipv4: Some(StaticV4 {
+        let mut config = Config {
+            ipv4: Ipv4Config::Static(StaticV4 {
                 address: Ipv4Cidr::new(ADDR[i], 24),
                 gateway: None,
             }),
             random_seed: 0x1234 + i as u64,
             ..Config::default()
         };
+        configure(i, &mut config);
         let (stack, runner) = Stack::new(exec, pools[i], end, config, resources).expect("stack");
         runner.spawn(exec.spawner());
         stacks.push(stack);
