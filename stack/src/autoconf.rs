@@ -26,7 +26,7 @@ use core::task::{Poll, Waker};
 
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::dhcpv4;
-use smoltcp::time::Instant as SmolInstant;
+use smoltcp::time::{Duration as SmolDuration, Instant as SmolInstant};
 use smoltcp::wire::{HardwareAddress as SmolHardwareAddress, IpCidr};
 
 use crate::config::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Ipv6Address, Ipv6Cidr};
@@ -139,6 +139,11 @@ pub(crate) struct Autoconf {
     /// SLAAC on: smoltcp's address sync is watched through `slaac_updated_at`.
     slaac: bool,
     slaac_seen: SmolInstant,
+    /// Our copy of smoltcp's router solicitation schedule (see [`deadline`]): solicitations
+    /// left, when the next is due, and whether an advertisement ended discovery.
+    rs_left: u8,
+    rs_at: SmolInstant,
+    ra_seen: bool,
     /// Bumped on every applied change.
     generation: u32,
     waiters: [Option<Waker>; MAX_CONFIG_WAITERS],
@@ -151,17 +156,15 @@ impl Autoconf {
         lease: None,
         slaac: false,
         slaac_seen: SmolInstant::ZERO,
+        rs_left: 0,
+        rs_at: SmolInstant::ZERO,
+        ra_seen: false,
         generation: 0,
         waiters: [const { None }; MAX_CONFIG_WAITERS],
     };
 
     fn register(&mut self, waker: &Waker) {
-        if self
-            .waiters
-            .iter()
-            .flatten()
-            .any(|w| w.will_wake(waker))
-        {
+        if self.waiters.iter().flatten().any(|w| w.will_wake(waker)) {
             return;
         }
         if let Some(slot) = self.waiters.iter_mut().find(|w| w.is_none()) {
@@ -190,8 +193,7 @@ impl Autoconf {
 
 /// Refuses configurations that need a MAC on a driver without one (before anything is built).
 pub(crate) fn check(config: &Config, hw: &SmolHardwareAddress) -> Result<(), StackError> {
-    let needs_mac =
-        config.ipv4 == Ipv4Config::Dhcp || config.slaac || config.ipv6_link_local;
+    let needs_mac = config.ipv4 == Ipv4Config::Dhcp || config.slaac || config.ipv6_link_local;
     if needs_mac && !matches!(hw, SmolHardwareAddress::Ethernet(_)) {
         return Err(StackError::NotEthernet);
     }
@@ -229,9 +231,62 @@ pub(crate) fn setup(st: &mut State, config: &Config) -> Result<Autoconf, StackEr
         lease: None,
         slaac: config.slaac,
         slaac_seen: st.iface.slaac_updated_at(),
+        rs_left: SLAAC_SOLICITATIONS,
+        rs_at: SmolInstant::ZERO,
+        ra_seen: false,
         generation: 0,
         waiters: [const { None }; MAX_CONFIG_WAITERS],
     })
+}
+
+/// smoltcp 0.14's router solicitation schedule (`iface/slaac.rs`): three, four seconds apart.
+const SLAAC_SOLICITATIONS: u8 = 3;
+const SLAAC_SOLICITATION_INTERVAL: SmolDuration = SmolDuration::from_secs(4);
+/// How long egress sleeps on smoltcp's stale SLAAC deadline (see [`deadline`]).
+const SLAAC_STALE_BACKOFF: SmolDuration = SmolDuration::from_secs(1);
+
+/// Egress's next deadline: smoltcp's `poll_at`, corrected for two defects of smoltcp 0.14's
+/// SLAAC timing, for which we keep our own copy of its solicitation schedule:
+///
+/// 1. `Interface::poll_at` merges SLAAC's deadline with `Option::min`, so it is lost whenever
+///    no socket has a deadline (`None < Some`): smoltcp would send one router solicitation and
+///    never retransmit it. We add the next solicitation's time ourselves.
+/// 2. After its last unanswered solicitation smoltcp stays in its discovery phase with that
+///    solicitation's retry time, now past, as its deadline for good (until an advertisement
+///    arrives), which would wake egress every millisecond. When that stale deadline is all
+///    there is (`at <= now` and this egress run sent nothing) egress sleeps
+///    [`SLAAC_STALE_BACKOFF`] instead; socket work still wakes it at once, socket timers may run
+///    up to that late while the link has no IPv6 router.
+///
+/// `idle_egress`: called after an egress run that sent nothing.
+pub(crate) fn deadline(
+    st: &State,
+    now: SmolInstant,
+    at: Option<SmolInstant>,
+    idle_egress: bool,
+) -> Option<SmolInstant> {
+    let a = &st.autoconf;
+    if !a.slaac || a.ra_seen {
+        return at;
+    }
+    if a.rs_left > 0 {
+        return Some(at.map_or(a.rs_at, |at| at.min(a.rs_at)));
+    }
+    match at {
+        Some(at) if at <= now && idle_egress && a.rs_at <= now => Some(now + SLAAC_STALE_BACKOFF),
+        at => at,
+    }
+}
+
+/// After an egress run: notes a router solicitation smoltcp sent (its schedule, mirrored), then
+/// as [`after_poll`].
+pub(crate) fn after_egress(st: &mut State, now: SmolInstant, starved: bool, counters: &Counters) {
+    let a = &mut st.autoconf;
+    if a.slaac && !a.ra_seen && a.rs_left > 0 && a.rs_at <= now && !starved {
+        a.rs_left -= 1;
+        a.rs_at = now + SLAAC_SOLICITATION_INTERVAL;
+    }
+    after_poll(st, now, counters);
 }
 
 /// After an ingress batch or an egress run: applies what the DHCP client reported and what
@@ -261,11 +316,12 @@ pub(crate) fn after_poll(st: &mut State, now: SmolInstant, counters: &Counters) 
                 auto.lease = Some(lease);
                 changed = true;
             }
-            Some(dhcpv4::Event::Deconfigured) => {
+            // (Also reported once at start, with nothing configured yet: not a change.)
+            Some(dhcpv4::Event::Deconfigured) if auto.lease.take().is_some() => {
                 set_ipv4(iface, None, None);
-                auto.lease = None;
                 changed = true;
             }
+            Some(dhcpv4::Event::Deconfigured) => {}
         }
     }
     if st.autoconf.slaac {
@@ -273,6 +329,8 @@ pub(crate) fn after_poll(st: &mut State, now: SmolInstant, counters: &Counters) 
         let at = st.iface.slaac_updated_at();
         if at != st.autoconf.slaac_seen {
             st.autoconf.slaac_seen = at;
+            // Only an advertisement gives smoltcp something to sync: discovery is over.
+            st.autoconf.ra_seen = true;
             changed = true;
         }
     }

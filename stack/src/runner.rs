@@ -164,15 +164,17 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     }
     st.metas.after_egress(&st.sockets);
     // A DHCP lease may have expired, a SLAAC prefix or route timed out: apply it.
-    crate::autoconf::after_poll(st, now, counters);
-    if counters.snapshot().frames_out == before {
+    crate::autoconf::after_egress(st, now, starved, counters);
+    let idle = counters.snapshot().frames_out == before;
+    if idle {
         counters.idle_poll();
     }
     let next = if starved {
         // Woken by the driver's TX completion; no timer needed meanwhile.
         None
     } else {
-        st.iface.poll_at(now, &st.sockets).map(|at| {
+        let at = st.iface.poll_at(now, &st.sockets);
+        crate::autoconf::deadline(st, now, at, idle).map(|at| {
             // A deadline already past (smoltcp waiting on something other than us, e.g. a
             // neighbour) would make egress spin: wait at least one millisecond.
             if at <= now {

@@ -230,6 +230,7 @@ impl State {
     /// when there is something to send, and never for a deadline that no longer exists.
     pub(crate) fn signal_egress_if_due(&mut self, now: SmolInstant) {
         let at = self.iface.poll_at(now, &self.sockets);
+        let at = crate::autoconf::deadline(self, now, at, false);
         if at.is_some_and(|at| at <= now) {
             self.signal_egress();
         } else if at != self.egress_deadline {

@@ -44,11 +44,7 @@ pub fn pair_on(exec: &'static Executor, faults: Faults, slots: usize) -> Pair {
 
 /// [`pair`], with `configure(i, &mut config)` adjusting stack `i`'s configuration (which starts
 /// as in [`pair`]: static [`ADDR`]`[i]`/24) before the stack is built.
-pub fn pair_with(
-    faults: Faults,
-    slots: usize,
-    configure: impl FnMut(usize, &mut Config),
-) -> Pair {
+pub fn pair_with(faults: Faults, slots: usize, configure: impl FnMut(usize, &mut Config)) -> Pair {
     pair_on_with(
         Executor::leak(LinuxPlatform::leak().expect("epoll")),
         faults,
