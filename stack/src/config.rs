@@ -1,4 +1,4 @@
-//! How a stack is set up: addresses, routes, and tuning.
+//! How a stack is set up: addresses, routes, autoconfiguration, and tuning.
 
 pub use smoltcp::wire::{
     IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv6Address, Ipv6Cidr,
@@ -25,15 +25,57 @@ pub struct StaticV6 {
 /// How many DNS servers [`Config::dns_servers`] holds (as many as a resolv.conf may name).
 /// Matches smoltcp's `dns-max-server-count-3` feature, which zcnet-stack enables.
 pub const MAX_DNS_SERVERS: usize = 3;
+/// Where the stack's IPv4 address comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Ipv4Config {
+    /// No IPv4 address.
+    #[default]
+    None,
+    /// A fixed address and, optionally, a default gateway.
+    Static(StaticV4),
+    /// A DHCPv4 client: the stack asks the network for an address, default route and DNS
+    /// servers, applies them when a server answers, renews the lease in the background and
+    /// removes them when the lease is lost. Until then the stack has no IPv4 address; await
+    /// [`Stack::wait_ipv4`](crate::Stack::wait_ipv4) before opening IPv4 connections.
+    ///
+    /// Needs an Ethernet driver ([`StackError::NotEthernet`](crate::StackError::NotEthernet)
+    /// otherwise) and takes one of the stack's socket slots for the client.
+    Dhcp,
+}
+
+impl From<StaticV4> for Ipv4Config {
+    fn from(v4: StaticV4) -> Self {
+        Ipv4Config::Static(v4)
+    }
+}
 
 /// Stack configuration. Start from [`Config::default`] and set what you need.
+///
+/// # IPv6 and the link-local address
+///
+/// IPv6 is on when any of [`ipv6`](Self::ipv6), [`slaac`](Self::slaac) or
+/// [`ipv6_link_local`](Self::ipv6_link_local) is set. On an Ethernet driver the stack then
+/// always configures the link-local address `fe80::/64` with the modified EUI-64 interface
+/// identifier derived from the MAC (RFC 4291 §2.5.1, appendix A): for MAC
+/// `02:00:00:00:00:01` that is `fe80::ff:fe00:1`. Neighbour discovery and SLAAC speak from it,
+/// and peers on the same link can reach the stack at it with no other configuration. An IP-only
+/// driver (no MAC) gets no link-local address.
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
-    /// IPv4 address and route, if any.
-    pub ipv4: Option<StaticV4>,
-    /// IPv6 address and route, if any (the link-local address derived from the MAC is always
-    /// configured on Ethernet).
+    /// IPv4: none (the default), static, or DHCPv4.
+    pub ipv4: Ipv4Config,
+    /// A static IPv6 address and route, if any (the link-local address comes in addition).
     pub ipv6: Option<StaticV6>,
+    /// IPv6 stateless address autoconfiguration (RFC 4862): the stack solicits routers and, from
+    /// their advertisements, configures an address in each advertised /64 prefix (prefix plus the
+    /// EUI-64 interface identifier; smoltcp keeps one prefix) and a default route via the router,
+    /// dropping them when their lifetimes end. Needs an Ethernet driver
+    /// ([`StackError::NotEthernet`](crate::StackError::NotEthernet) otherwise).
+    pub slaac: bool,
+    /// Turns IPv6 on with only the link-local address when neither [`ipv6`](Self::ipv6) nor
+    /// [`slaac`](Self::slaac) is set (they imply the link-local address anyway). Needs an
+    /// Ethernet driver ([`StackError::NotEthernet`](crate::StackError::NotEthernet) otherwise).
+    pub ipv6_link_local: bool,
     /// Seed for smoltcp's TCP sequence numbers and ephemeral ports; vary it per boot.
     pub random_seed: u64,
     /// Frames the ingress task handles per wakeup before it yields to other tasks.
@@ -45,11 +87,21 @@ pub struct Config {
     pub dns_servers: [Option<IpAddress>; MAX_DNS_SERVERS],
 }
 
+impl Config {
+    /// Whether IPv6 is on (see [the type's docs](Config#ipv6-and-the-link-local-address)).
+    pub fn ipv6_enabled(&self) -> bool {
+        self.ipv6.is_some() || self.slaac || self.ipv6_link_local
+    }
+}
+
 impl Default for Config {
+    /// No addresses, no autoconfiguration (IPv6 off), a fixed seed, 32 frames per ingress run.
     fn default() -> Self {
         Self {
-            ipv4: None,
+            ipv4: Ipv4Config::None,
             ipv6: None,
+            slaac: false,
+            ipv6_link_local: false,
             random_seed: 0x7a63_6e65_7400_0001,
             ingress_budget: 32,
             dns_servers: [None; MAX_DNS_SERVERS],

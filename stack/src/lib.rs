@@ -18,6 +18,10 @@
 //!   [`dns::DnsSocket`] (A and AAAA lookups against [`Config::dns_servers`]) and
 //!   [`raw::RawSocket`] (whole IP packets of one protocol). Datagram sockets share one buffer
 //!   type, [`PacketBuffers`].
+//! * Addresses: static IPv4/IPv6, a DHCPv4 client ([`Ipv4Config::Dhcp`]), SLAAC
+//!   ([`Config::slaac`]) and the IPv6 link-local address; the application reads them with
+//!   [`Stack::ipv4_config`], [`Stack::dhcp_lease`] and [`Stack::ip_addrs`] and waits for them
+//!   with [`Stack::wait_ipv4`] and [`Stack::wait_config_change`] (`autoconf.rs`).
 //!
 //! Status: issue 4 is in progress. Done: the stack and runner, static IPv4/IPv6 configuration,
 //! TCP and UDP. Still to come: DHCPv4, SLAAC, DNS, ICMP and raw sockets, `split()`, the
@@ -27,6 +31,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod autoconf;
 mod backlog;
 mod config;
 mod device;
@@ -36,10 +41,14 @@ mod socket_meta;
 mod stack;
 mod stats;
 
+pub use autoconf::{
+    eui64_interface_id, ipv6_link_local, Dhcpv4Lease, IpAddrs, Ipv4Settings, MAX_ADDRS,
+    MAX_CONFIG_WAITERS, MAX_DHCP_DNS_SERVERS,
+};
 pub use backlog::MAX_LISTENERS;
 pub use config::{
-    Config, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv6Address,
-    Ipv6Cidr, StaticV4, StaticV6, MAX_DNS_SERVERS,
+    Config, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv4Config,
+    Ipv6Address, Ipv6Cidr, StaticV4, StaticV6, MAX_DNS_SERVERS,
 };
 pub use runner::{Never, Runner};
 pub use socket::{dns, icmp, raw, tcp, udp, PacketBuffers, PacketMetadata};
@@ -72,6 +81,9 @@ pub enum StackError {
     NoBuffers,
     /// The stack already tracks [`MAX_LISTENERS`] listener ports.
     TooManyListeners,
+    /// The configuration asks for something that needs a MAC address (DHCPv4, SLAAC, the
+    /// IPv6 link-local address) but the driver is not Ethernet.
+    NotEthernet,
 }
 
 impl core::fmt::Display for StackError {
@@ -90,6 +102,9 @@ impl core::fmt::Display for StackError {
             StackError::Unaddressable => f.write_str("unaddressable endpoint"),
             StackError::NoBuffers => f.write_str("no buffers for a new socket"),
             StackError::TooManyListeners => f.write_str("too many listener ports"),
+            StackError::NotEthernet => {
+                f.write_str("DHCPv4, SLAAC and IPv6 link-local need an Ethernet driver")
+            }
         }
     }
 }

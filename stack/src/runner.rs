@@ -129,6 +129,8 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
     if processed == 0 {
         counters.idle_poll();
     } else {
+        // A DHCP answer or a router advertisement may have arrived: apply it.
+        crate::autoconf::after_poll(&mut st, now, counters);
         st.signal_egress_if_due(now);
     }
 }
@@ -162,14 +164,18 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
         }
     }
     st.metas.after_egress(&st.sockets);
-    if counters.snapshot().frames_out == before {
+    // A DHCP lease may have expired, a SLAAC prefix or route timed out: apply it.
+    crate::autoconf::after_egress(st, now, starved, counters);
+    let idle = counters.snapshot().frames_out == before;
+    if idle {
         counters.idle_poll();
     }
     let next = if starved {
         // Woken by the driver's TX completion; no timer needed meanwhile.
         None
     } else {
-        st.iface.poll_at(now, &st.sockets).map(|at| {
+        let at = st.iface.poll_at(now, &st.sockets);
+        crate::autoconf::deadline(st, now, at, idle).map(|at| {
             // A deadline already past (smoltcp waiting on something other than us, e.g. a
             // neighbour) would make egress spin: wait at least one millisecond.
             if at <= now {

@@ -29,7 +29,7 @@ use zcnet_executor::time::Sleep;
 use zcnet_executor::{Executor, Instant};
 
 use crate::backlog::ListenerPorts;
-use crate::config::Config;
+use crate::config::{Config, Ipv4Config, StaticV4};
 use crate::device::{smoltcp_caps, StepDevice};
 use crate::socket::SocketCx;
 use crate::socket_meta::{SocketMeta, SocketMetas};
@@ -70,6 +70,8 @@ pub(crate) struct State {
     rng: u64,
     /// [`Config::dns_servers`], for the DNS sockets the application opens.
     pub(crate) dns_servers: [Option<crate::config::IpAddress>; crate::config::MAX_DNS_SERVERS],
+    /// DHCPv4 client, SLAAC watch, DHCP-learned DNS servers, config waiters (`autoconf.rs`).
+    pub(crate) autoconf: crate::autoconf::Autoconf,
 }
 
 impl State {
@@ -207,6 +209,7 @@ impl State {
     /// when there is something to send, and never for a deadline that no longer exists.
     pub(crate) fn signal_egress_if_due(&mut self, now: SmolInstant) {
         let at = self.iface.poll_at(now, &self.sockets);
+        let at = crate::autoconf::deadline(self, now, at, false);
         if at.is_some_and(|at| at <= now) {
             self.signal_egress();
         } else if at != self.egress_deadline {
@@ -354,8 +357,10 @@ impl Stack {
             HardwareAddress::Ethernet(mac) => SmolHardwareAddress::Ethernet(EthernetAddress(mac)),
             HardwareAddress::Ip => SmolHardwareAddress::Ip,
         };
+        crate::autoconf::check(&config, &hw)?;
         let mut iconfig = smoltcp::iface::Config::new(hw);
         iconfig.random_seed = config.random_seed;
+        crate::autoconf::interface_config(&mut iconfig, &config);
         // SAFETY: winning `claimed` makes this the only access to the socket storage, ever.
         let storage: &'static mut [SocketStorage<'static>] =
             unsafe { &mut *resources.sockets.get() };
@@ -397,16 +402,20 @@ impl Stack {
             ingress_budget: config.ingress_budget.max(1),
             rng: config.random_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             dns_servers: config.dns_servers,
+            autoconf: crate::autoconf::Autoconf::EMPTY,
         };
         state.iface.update_ip_addrs(|addrs| {
-            if let Some(v4) = config.ipv4 {
+            if let Ipv4Config::Static(v4) = config.ipv4 {
                 let _ = addrs.push(IpCidr::Ipv4(v4.address));
             }
             if let Some(v6) = config.ipv6 {
                 let _ = addrs.push(IpCidr::Ipv6(v6.address));
             }
         });
-        if let Some(gw) = config.ipv4.and_then(|v| v.gateway) {
+        if let Ipv4Config::Static(StaticV4 {
+            gateway: Some(gw), ..
+        }) = config.ipv4
+        {
             state
                 .iface
                 .routes_mut()
@@ -420,6 +429,7 @@ impl Stack {
                 .add_default_ipv6_route(gw)
                 .map_err(|_| StackError::TooManyRoutes)?;
         }
+        state.autoconf = crate::autoconf::setup(&mut state, &config)?;
         let inner = StackInner {
             state: SpinMutex::new(state),
             counters,

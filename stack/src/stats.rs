@@ -42,6 +42,9 @@ pub struct StackStats {
     pub frames_out: u64,
     /// Drops per [`DropReason`], in [`DropReason::ALL`] order.
     pub drops: [u64; DropReason::COUNT],
+    /// Times autoconfiguration changed the interface: a DHCPv4 lease applied or lost, a SLAAC
+    /// address or route added or removed.
+    pub config_changes: u64,
 }
 
 impl StackStats {
@@ -64,6 +67,7 @@ pub(crate) struct Counters {
     frames_in: AtomicU64,
     frames_out: AtomicU64,
     drops: [AtomicU64; DropReason::COUNT],
+    config_changes: AtomicU64,
 }
 
 impl Counters {
@@ -75,6 +79,7 @@ impl Counters {
             frames_in: AtomicU64::new(0),
             frames_out: AtomicU64::new(0),
             drops: [const { AtomicU64::new(0) }; DropReason::COUNT],
+            config_changes: AtomicU64::new(0),
         }
     }
 
@@ -93,6 +98,9 @@ impl Counters {
     pub(crate) fn frame_out(&self) {
         self.frames_out.fetch_add(1, Relaxed);
     }
+    pub(crate) fn config_change(&self) {
+        self.config_changes.fetch_add(1, Relaxed);
+    }
     pub(crate) fn drop(&self, reason: DropReason) {
         self.drops[reason as usize].fetch_add(1, Relaxed);
     }
@@ -109,6 +117,7 @@ impl Counters {
             frames_in: self.frames_in.load(Relaxed),
             frames_out: self.frames_out.load(Relaxed),
             drops,
+            config_changes: self.config_changes.load(Relaxed),
         }
     }
 }

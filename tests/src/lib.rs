@@ -5,8 +5,8 @@
 //!   empty), with the "device" side driven by the test.
 //! * [`wakers`]: wakers for plain threads — one that unparks a thread, one that counts.
 //! * [`clock::VirtualClock`]: simulated time, so timeout-heavy tests run at CPU speed.
-//! * [`net::pair`] / [`net::pair_on`]: two stacks over a wire, ready to use;
-//!   [`net::pair_with`] / [`net::pair_with_on`] adjust each stack's `Config` first.
+//! * [`net::pair`] / [`net::pair_on`]: two stacks over a wire, ready to use; [`net::pair_with`] /
+//!   [`net::pair_on_with`] let the test adjust each stack's configuration.
 //! * [`wire`]: two drivers linked back to back in memory, with seeded fault injection, so two
 //!   stacks can talk inside one process.
 

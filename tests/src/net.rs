@@ -3,7 +3,7 @@
 use zcnet_buffer::{FramePool, PoolConfig};
 use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::Executor;
-use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Stack, StackResources, StaticV4};
+use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
 
 use crate::wire::{wire_pair, Faults, WireEnd};
 
@@ -39,13 +39,13 @@ pub fn pair(faults: Faults, slots: usize) -> Pair {
 /// [`pair`] on an executor of the caller's (e.g. over a
 /// [`VirtualClock`](crate::clock::VirtualClock) for simulated time).
 pub fn pair_on(exec: &'static Executor, faults: Faults, slots: usize) -> Pair {
-    pair_with_on(exec, faults, slots, |_, _| {})
+    pair_on_with(exec, faults, slots, |_, _| {})
 }
 
-/// [`pair`], with `configure(i, &mut config)` called on each stack's configuration (stack A is
-/// `i == 0`) before the stack is built, e.g. to set DNS servers or add IPv6 addresses.
+/// [`pair`], with `configure(i, &mut config)` adjusting stack `i`'s configuration (which starts
+/// as in [`pair`]: static [`ADDR`]`[i]`/24) before the stack is built.
 pub fn pair_with(faults: Faults, slots: usize, configure: impl FnMut(usize, &mut Config)) -> Pair {
-    pair_with_on(
+    pair_on_with(
         Executor::leak(LinuxPlatform::leak().expect("epoll")),
         faults,
         slots,
@@ -53,8 +53,8 @@ pub fn pair_with(faults: Faults, slots: usize, configure: impl FnMut(usize, &mut
     )
 }
 
-/// [`pair_with`] on an executor of the caller's.
-pub fn pair_with_on(
+/// [`pair_on`] with a `configure` hook as in [`pair_with`].
+pub fn pair_on_with(
     exec: &'static Executor,
     faults: Faults,
     slots: usize,
@@ -72,7 +72,7 @@ pub fn pair_with_on(
         let resources: &'static StackResources<SOCKETS> =
             Box::leak(Box::new(StackResources::new()));
         let mut config = Config {
-            ipv4: Some(StaticV4 {
+            ipv4: Ipv4Config::Static(StaticV4 {
                 address: Ipv4Cidr::new(ADDR[i], 24),
                 gateway: None,
             }),

@@ -222,6 +222,31 @@ impl WireEnd {
     pub fn mac(&self) -> [u8; 6] {
         self.mac
     }
+
+    /// Puts `frame` on the wire as if this end had transmitted it, bypassing this end's stack
+    /// (for frames the stack cannot build, e.g. a router advertisement). It arrives at the
+    /// other end now, unaffected by faults, and is counted as sent and delivered normally.
+    pub fn inject(&self, frame: &[u8]) {
+        let now = self.exec.now();
+        let mut dir = self.shared.dirs[self.side].lock().unwrap();
+        dir.stats.sent += 1;
+        dir.queue.push_back(Queued {
+            at: now,
+            payload: Payload::Heap(frame.to_vec()),
+            corrupt: None,
+        });
+        if let Some(w) = &dir.rx_waker {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// Stores the caller's waker unless the stored one already wakes the same task (no clone).
+fn set_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
+    }
 }
 
 impl Driver for WireEnd {
@@ -230,13 +255,13 @@ impl Driver for WireEnd {
         let mut dir = self.shared.dirs[1 - self.side].lock().unwrap();
         let due = match dir.queue.front() {
             None => {
-                dir.rx_waker = Some(cx.waker().clone());
+                set_waker(&mut dir.rx_waker, cx);
                 return Poll::Pending;
             }
             Some(q) => q.at,
         };
         if due > now {
-            dir.rx_waker = Some(cx.waker().clone());
+            set_waker(&mut dir.rx_waker, cx);
             drop(dir);
             if self.timer_at != Some(due) {
                 self.timer.as_mut().reset(due);
@@ -284,7 +309,7 @@ impl Driver for WireEnd {
     fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
         let mut dir = self.shared.dirs[self.side].lock().unwrap();
         if dir.slots_in_flight >= dir.ring {
-            dir.tx_waker = Some(cx.waker().clone());
+            set_waker(&mut dir.tx_waker, cx);
             return Poll::Pending;
         }
         drop(dir);
@@ -353,8 +378,9 @@ impl Driver for WireEnd {
                 });
             }
         }
-        if let Some(w) = d.rx_waker.take() {
-            w.wake();
+        // The receiver's waker stays registered (it is the same task every time).
+        if let Some(w) = &d.rx_waker {
+            w.wake_by_ref();
         }
         Ok(())
     }

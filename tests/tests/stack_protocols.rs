@@ -15,7 +15,7 @@ use zcnet_stack::raw::{IpProtocol, IpVersion, RawBuffers, RawError, RawSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_stack::{IpAddress, Ipv4Address, Ipv6Address, Ipv6Cidr, StackError, StaticV6};
 use zcnet_tests::clock::VirtualClock;
-use zcnet_tests::net::{pair, pair_with, pair_with_on, ADDR, SOCKETS};
+use zcnet_tests::net::{pair, pair_on_with, pair_with, ADDR, SOCKETS};
 use zcnet_tests::wire::Faults;
 
 const V6: [Ipv6Address; 2] = [
@@ -164,7 +164,7 @@ fn dns_answer(q: &[u8]) -> Option<Vec<u8>> {
 #[test]
 fn dns_resolves_a_and_aaaa_and_reports_not_found_timeout_and_too_many_queries() {
     let clock = VirtualClock::leak();
-    let p = pair_with_on(Executor::leak(clock), Faults::default(), 128, |i, c| {
+    let p = pair_on_with(Executor::leak(clock), Faults::default(), 128, |i, c| {
         if i == 0 {
             c.dns_servers[0] = Some(ADDR[1].into());
         }
@@ -248,7 +248,7 @@ fn dns_resolves_a_and_aaaa_and_reports_not_found_timeout_and_too_many_queries() 
 #[test]
 fn dns_without_servers_or_route_fails_at_once() {
     let clock = VirtualClock::leak();
-    let p = pair_with_on(Executor::leak(clock), Faults::default(), 64, |_, _| {});
+    let p = pair_on_with(Executor::leak(clock), Faults::default(), 64, |_, _| {});
     let [a, _b] = p.stacks;
     p.exec.block_on(async move {
         let dns = DnsSocket::with_capacity(a, 2).unwrap();
@@ -257,7 +257,7 @@ fn dns_without_servers_or_route_fails_at_once() {
             Err(DnsError::NoServers)
         );
     });
-    let p2 = pair_with_on(
+    let p2 = pair_on_with(
         Executor::leak(VirtualClock::leak()),
         Faults::default(),
         64,
