@@ -22,7 +22,7 @@ use smoltcp::phy::DeviceCapabilities;
 use smoltcp::socket::AnySocket;
 use smoltcp::socket::Socket;
 use smoltcp::time::Instant as SmolInstant;
-use smoltcp::wire::{EthernetAddress, HardwareAddress as SmolHardwareAddress, IpCidr};
+use smoltcp::wire::{EthernetAddress, HardwareAddress as SmolHardwareAddress, IpAddress, IpCidr};
 use spin::mutex::SpinMutex;
 use zcnet_buffer::{Driver, FramePool, HardwareAddress, RxFrame, TxFrame};
 use zcnet_executor::time::Sleep;
@@ -146,6 +146,21 @@ impl State {
         x ^= x << 17;
         self.rng = x;
         (x >> 32) as u32
+    }
+
+    /// The DNS servers in effect: [`Config::dns_servers`] if any are configured, else the
+    /// current DHCP lease's.
+    pub(crate) fn dns_servers(&self) -> [Option<IpAddress>; crate::config::MAX_DNS_SERVERS] {
+        if self.dns_servers.iter().any(Option::is_some) {
+            return self.dns_servers;
+        }
+        let mut out = [None; crate::config::MAX_DNS_SERVERS];
+        if let Some(lease) = &self.autoconf.lease {
+            for (o, a) in out.iter_mut().zip(lease.dns_servers()) {
+                *o = Some(IpAddress::Ipv4(*a));
+            }
+        }
+        out
     }
 
     /// Adds a socket, or errors when every slot is taken (smoltcp's `add` would panic).

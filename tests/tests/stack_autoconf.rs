@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use zcnet_executor::time::{sleep, timeout};
 use zcnet_executor::Executor;
+use zcnet_stack::dns::{DnsError, DnsKind, DnsSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_stack::{
     IpAddress, IpCidr, IpEndpoint, Ipv4Address, Ipv4Cidr, Ipv4Config, Ipv6Address, Ipv6Cidr, Stack,
@@ -182,9 +183,27 @@ fn dhcp_client_gets_address_route_and_dns_then_udp_works() {
     assert_eq!(a.dhcp_lease(), None);
     let echo = p.exec.spawner().spawn(echo_once(udp(b, 7)));
     let (settings, reply) = p.exec.block_on(async move {
+        // A resolver opened before the lease has no servers yet; once leased, it asks the
+        // lease's server (10.0.0.53, which nobody answers for on this wire: a timeout).
+        let resolver = DnsSocket::with_capacity(a, 1).unwrap();
+        let name = "zcnet.test";
+        assert_eq!(
+            resolver.resolve(name, DnsKind::A).await.unwrap_err(),
+            DnsError::NoServers
+        );
         let settings = timeout(Duration::from_secs(60), a.wait_ipv4())
             .await
             .expect("leased within a simulated minute");
+        let r = resolver
+            .resolve_timeout(name, DnsKind::A, Duration::from_secs(1))
+            .await;
+        assert_eq!(r.unwrap_err(), DnsError::TimedOut);
+        assert_eq!(
+            resolver.servers().collect::<Vec<_>>(),
+            vec![IpAddress::from(DNS)],
+            "the lease's DNS server is used"
+        );
+        drop(resolver);
         let s = udp(a, 5000);
         let reply = ask(&s, IpEndpoint::new(ADDR[1].into(), 7), b"over the lease").await;
         (settings, reply)

@@ -139,14 +139,17 @@ impl DnsAddresses {
 /// A DNS resolver: one smoltcp DNS socket with a fixed number of query slots, each `resolve`
 /// in flight using one. Share it (`&DnsSocket`) between tasks to resolve several names at once.
 ///
-/// The servers are read from [`Config::dns_servers`](crate::Config::dns_servers) when the
-/// socket is created. Dropping the socket frees its slot and cancels nothing else: every
+/// The servers are [`Config::dns_servers`](crate::Config::dns_servers) or, when none are
+/// configured, those of the current DHCP lease ([`Stack::dhcp_lease`](crate::Stack::dhcp_lease)).
+/// They are read again at each `resolve` started while no other query is in flight, so a lease
+/// obtained (or renewed with other servers) after the socket was created is used. Dropping the socket frees its slot and cancels nothing else: every
 /// `resolve` borrows it, so none can be in flight.
 #[derive(Debug)]
 pub struct DnsSocket {
     stack: Stack,
     handle: SocketHandle,
-    servers: [Option<IpAddress>; MAX_DNS_SERVERS],
+    /// The servers smoltcp's socket was last given.
+    servers: spin::Mutex<[Option<IpAddress>; MAX_DNS_SERVERS]>,
     /// Query slots in use and how many there are: bounds a heap-backed slot list, which smoltcp
     /// would otherwise grow without limit.
     in_flight: AtomicUsize,
@@ -163,7 +166,7 @@ impl DnsSocket {
         queries: &'static mut [Option<DnsQuery>],
     ) -> Result<Self, StackError> {
         let slots = queries.len();
-        let servers = stack.with(|st| st.dns_servers);
+        let servers = stack.with(|st| st.dns_servers());
         let socket = dns::Socket::new(&server_list(&servers), queries);
         Self::add(stack, servers, socket, slots)
     }
@@ -175,7 +178,7 @@ impl DnsSocket {
     pub fn with_capacity(stack: Stack, queries: usize) -> Result<Self, StackError> {
         extern crate alloc;
         let v: alloc::vec::Vec<Option<DnsQuery>> = (0..queries).map(|_| None).collect();
-        let servers = stack.with(|st| st.dns_servers);
+        let servers = stack.with(|st| st.dns_servers());
         let socket = dns::Socket::new(&server_list(&servers), v);
         Self::add(stack, servers, socket, queries)
     }
@@ -190,7 +193,7 @@ impl DnsSocket {
         Ok(Self {
             stack,
             handle,
-            servers,
+            servers: spin::Mutex::new(servers),
             in_flight: AtomicUsize::new(0),
             slots,
         })
@@ -200,9 +203,10 @@ impl DnsSocket {
         self.stack.with(|st| st.with_socket(self.handle, f))
     }
 
-    /// The servers this socket asks, in order.
-    pub fn servers(&self) -> impl Iterator<Item = IpAddress> + '_ {
-        self.servers.iter().map_while(|s| *s)
+    /// The servers this socket asks, in order (as of the last `resolve` started, or creation).
+    pub fn servers(&self) -> impl Iterator<Item = IpAddress> {
+        let servers = *self.servers.lock();
+        servers.into_iter().map_while(|s| s)
     }
 
     /// Resolves `name` (e.g. `"example.org"`, with or without the final dot) to addresses of
@@ -227,6 +231,14 @@ impl DnsSocket {
         kind: DnsKind,
         timeout: Duration,
     ) -> Result<DnsAddresses, DnsError> {
+        let current = self.stack.with(|st| st.dns_servers());
+        if self.in_flight.load(Ordering::Relaxed) == 0 {
+            let mut applied = self.servers.lock();
+            if *applied != current {
+                self.with(|s, _| s.update_servers(&server_list(&current)));
+                *applied = current;
+            }
+        }
         let servers = self.servers().count();
         let first = self.servers().next().ok_or(DnsError::NoServers)?;
         let cap = SMOLTCP_SERVER_TIMEOUT * servers as u32 - Duration::from_millis(500);
