@@ -8,9 +8,12 @@
 //! * [`net::pair`] / [`net::pair_on`]: two stacks over a wire, ready to use.
 //! * [`wire`]: two drivers linked back to back in memory, with seeded fault injection, so two
 //!   stacks can talk inside one process.
+//! * [`netns`]: a network namespace holding the kernel side of a TAP that zcnet drives, so zcnet
+//!   talks to the real Linux stack (needs root and `/dev/net/tun`).
 
 pub mod clock;
 pub mod net;
+pub mod netns;
 pub mod sim_nic;
 pub mod wakers;
 pub mod wire;
