@@ -6,7 +6,895 @@
 //!    write(fd, TxFrame)   ◄─ egress          counted as CopySite::KernelFd)
 //! ```
 //!
-//! Status: the driver arrives with issue 6 ("zcnet-tap and zcnet against Linux"). It will
-//! implement [`zcnet_buffer::Driver`] and use only `zcnet-buffer` and the executor's std reactor.
+//! [`Tap::open`] creates (or attaches to) a TAP interface and registers its fd with a
+//! [`LinuxPlatform`]'s epoll reactor, so the executor's one `epoll_wait` also waits for frames.
+//! [`Tap`] implements [`zcnet_buffer::Driver`]:
+//!
+//! * **Receive**: `read` lands straight in a POSTED pool slot, which becomes the [`RxFrame`]; a
+//!   fresh slot is posted at once. `EAGAIN` clears the fd's readiness and registers the caller's
+//!   waker with the reactor; an empty pool registers it with the pool. While no slot is posted,
+//!   frames wait in the kernel's queue (which drops on overflow, as a full ring would).
+//! * **Transmit**: `write` goes straight from the [`TxFrame`]'s bytes. A write that hits `EAGAIN`
+//!   keeps its frame (as an [`InFlight`], in a queue of at most [`TX_QUEUE`] frames) and
+//!   [`poll_transmit_frame`](Driver::poll_transmit_frame) returns `Pending` until the fd is
+//!   writable again and the queue has gone out. Write errors are counted ([`TapStats`]).
+//! * **Copies**: the kernel's copy across the fd is recorded as
+//!   [`CopySite::KernelFd`](zcnet_buffer::CopySite::KernelFd); the driver itself copies nothing.
+//!
+//! The interface's kernel side can be moved into another network namespace after opening
+//! (`ip link set <name> netns <ns>`); the fd keeps working, and [`Tap::link_state`] follows the
+//! interface into its namespace.
+//!
+//! ```no_run
+//! use zcnet_buffer::{FramePool, PoolConfig};
+//! use zcnet_executor::linux::LinuxPlatform;
+//! use zcnet_tap::{Tap, TapConfig};
+//!
+//! let platform = LinuxPlatform::leak()?;
+//! let pool = FramePool::leak(PoolConfig::new(256)).unwrap();
+//! let tap = Tap::open(platform, pool, &TapConfig::new("zc0"))?;
+//! assert_eq!(tap.name(), "zc0");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![deny(missing_docs)]
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::mem;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use zcnet_buffer::ledger::{self, CopySite};
+use zcnet_buffer::{
+    Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, InFlight, LinkState,
+    Medium, PostedSlot, RxFrame, TxError, TxFrame, ETHERNET_HEADER_LEN,
+};
+use zcnet_executor::linux::{LinuxPlatform, Registration};
+
+/// The MTU when none is configured.
+pub const DEFAULT_MTU: usize = 1500;
+/// The smallest MTU accepted (IPv4's minimum).
+pub const MIN_MTU: usize = 68;
+/// The largest MTU accepted (the largest IPv4 packet).
+pub const MAX_MTU: usize = 65535;
+/// The largest MTU Linux lets a TAP interface have (65535 minus the Ethernet header). A larger
+/// zcnet MTU is applied to the kernel side as this.
+pub const KERNEL_MAX_MTU: usize = 65521;
+/// The hardware address when none is configured: locally administered (bit 1 of the first
+/// byte), unicast.
+pub const DEFAULT_MAC: [u8; 6] = [0x02, 0x7a, 0x63, 0x00, 0x00, 0x01];
+/// Frames a [`Tap`] keeps when writes hit `EAGAIN` before it refuses more (as
+/// [`TxError::Device`], counted in [`TapStats::tx_queue_full`]).
+pub const TX_QUEUE: usize = 32;
+/// Longest interface name Linux accepts (`IFNAMSIZ - 1`).
+pub const MAX_NAME_LEN: usize = libc::IFNAMSIZ - 1;
+
+/// How to open a TAP interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TapConfig {
+    /// Interface name (at most [`MAX_NAME_LEN`] bytes); empty lets the kernel pick `tapN`. An
+    /// existing persistent TAP of that name is attached to.
+    pub name: String,
+    /// The largest IP packet ([`MIN_MTU`] ..= [`MAX_MTU`], default [`DEFAULT_MTU`]). The pool's
+    /// slots must hold `mtu + 14` bytes.
+    pub mtu: usize,
+    /// zcnet's hardware address on this link (default [`DEFAULT_MAC`]). The kernel side of the
+    /// interface keeps its own address.
+    pub mac: [u8; 6],
+    /// Whether [`Tap::open`] sets the kernel interface's MTU to `mtu` (capped at
+    /// [`KERNEL_MAX_MTU`]) with `SIOCSIFMTU` (default `true`; needs `CAP_NET_ADMIN`).
+    pub set_interface_mtu: bool,
+}
+
+impl TapConfig {
+    /// Defaults with the interface name `name`.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            mtu: DEFAULT_MTU,
+            mac: DEFAULT_MAC,
+            set_interface_mtu: true,
+        }
+    }
+
+    /// The same configuration with another MTU.
+    pub fn with_mtu(mut self, mtu: usize) -> Self {
+        self.mtu = mtu;
+        self
+    }
+
+    /// The same configuration with another hardware address.
+    pub fn with_mac(mut self, mac: [u8; 6]) -> Self {
+        self.mac = mac;
+        self
+    }
+
+    /// The same configuration, setting (or not) the kernel interface's MTU.
+    pub fn with_interface_mtu(mut self, set: bool) -> Self {
+        self.set_interface_mtu = set;
+        self
+    }
+
+    /// Checks the configuration against `pool` without touching the system.
+    pub fn validate(&self, pool: &FramePool) -> Result<(), TapError> {
+        if self.name.len() > MAX_NAME_LEN || self.name.as_bytes().contains(&0) {
+            return Err(TapError::BadName {
+                name: self.name.clone(),
+            });
+        }
+        if !(MIN_MTU..=MAX_MTU).contains(&self.mtu) {
+            return Err(TapError::BadMtu { mtu: self.mtu });
+        }
+        let needed = self.mtu + ETHERNET_HEADER_LEN;
+        if pool.slot_size() < needed {
+            return Err(TapError::SlotTooSmall {
+                slot_size: pool.slot_size(),
+                mtu: self.mtu,
+                needed,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Default for TapConfig {
+    /// A kernel-named interface with the default MTU and hardware address.
+    fn default() -> Self {
+        Self::new("")
+    }
+}
+
+/// Why a TAP could not be opened or queried.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TapError {
+    /// The interface name is longer than [`MAX_NAME_LEN`] bytes or contains a NUL byte.
+    BadName {
+        /// The name given.
+        name: String,
+    },
+    /// The MTU is outside [`MIN_MTU`] ..= [`MAX_MTU`].
+    BadMtu {
+        /// The MTU given.
+        mtu: usize,
+    },
+    /// The pool's slots cannot hold a whole frame at this MTU.
+    SlotTooSmall {
+        /// The pool's slot size.
+        slot_size: usize,
+        /// The MTU asked for.
+        mtu: usize,
+        /// Bytes a slot needs: `mtu` plus the Ethernet header.
+        needed: usize,
+    },
+    /// A system call failed.
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The system's error.
+        source: io::Error,
+    },
+}
+
+impl TapError {
+    fn io(op: &'static str, source: io::Error) -> Self {
+        TapError::Io { op, source }
+    }
+}
+
+impl fmt::Display for TapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TapError::BadName { name } => write!(
+                f,
+                "bad TAP interface name {name:?} (at most {MAX_NAME_LEN} bytes, no NUL)"
+            ),
+            TapError::BadMtu { mtu } => {
+                write!(f, "MTU {mtu} is outside {MIN_MTU}..={MAX_MTU}")
+            }
+            TapError::SlotTooSmall {
+                slot_size,
+                mtu,
+                needed,
+            } => write!(
+                f,
+                "pool slots of {slot_size} bytes cannot hold a frame at MTU {mtu} \
+                 ({needed} bytes needed: build the pool with a larger slot_size)"
+            ),
+            TapError::Io { op, source } => write!(f, "TAP: {op}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for TapError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TapError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<TapError> for io::Error {
+    fn from(e: TapError) -> io::Error {
+        match e {
+            TapError::Io { ref source, .. } => io::Error::new(source.kind(), e),
+            other => io::Error::new(io::ErrorKind::InvalidInput, other),
+        }
+    }
+}
+
+/// What a [`Tap`] did, from [`TapStatsHandle::get`] or [`Tap::stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TapStats {
+    /// Frames read from the fd.
+    pub rx_frames: u64,
+    /// Bytes read from the fd.
+    pub rx_bytes: u64,
+    /// Reads that failed with something other than `EAGAIN`/`EINTR` (a frame larger than a
+    /// slot, a detached device).
+    pub rx_errors: u64,
+    /// Frames written to the fd.
+    pub tx_frames: u64,
+    /// Bytes written to the fd.
+    pub tx_bytes: u64,
+    /// Writes that failed (link down, device gone, frame too long); each such frame is lost.
+    pub tx_errors: u64,
+    /// Writes that hit `EAGAIN` (the frame was kept and sent later).
+    pub tx_would_block: u64,
+    /// Frames refused because [`TX_QUEUE`] frames already waited.
+    pub tx_queue_full: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    rx_frames: AtomicU64,
+    rx_bytes: AtomicU64,
+    rx_errors: AtomicU64,
+    tx_frames: AtomicU64,
+    tx_bytes: AtomicU64,
+    tx_errors: AtomicU64,
+    tx_would_block: AtomicU64,
+    tx_queue_full: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Relaxed);
+}
+
+/// A handle to a [`Tap`]'s counters that stays readable after the driver was handed to a stack.
+#[derive(Clone, Debug)]
+pub struct TapStatsHandle(Arc<Counters>);
+
+impl TapStatsHandle {
+    /// The counts now.
+    pub fn get(&self) -> TapStats {
+        let c = &self.0;
+        TapStats {
+            rx_frames: c.rx_frames.load(Relaxed),
+            rx_bytes: c.rx_bytes.load(Relaxed),
+            rx_errors: c.rx_errors.load(Relaxed),
+            tx_frames: c.tx_frames.load(Relaxed),
+            tx_bytes: c.tx_bytes.load(Relaxed),
+            tx_errors: c.tx_errors.load(Relaxed),
+            tx_would_block: c.tx_would_block.load(Relaxed),
+            tx_queue_full: c.tx_queue_full.load(Relaxed),
+        }
+    }
+}
+
+/// A Linux TAP interface driven through its fd (see the [crate docs](crate)).
+pub struct Tap {
+    // Declared before `fd`: the registration leaves epoll while the fd is still open.
+    reg: Registration,
+    fd: OwnedFd,
+    pool: &'static FramePool,
+    name: String,
+    mtu: usize,
+    mac: [u8; 6],
+    kernel_mtu: Option<usize>,
+    /// The "RX ring": one posted slot the next `read` lands in.
+    rx_slot: Option<PostedSlot>,
+    /// Frames whose write hit `EAGAIN`, oldest first (capacity reserved at open: no allocation).
+    tx_queue: VecDeque<InFlight>,
+    counters: Arc<Counters>,
+    /// The link state last observed, and who waits for it to change.
+    link: LinkState,
+    link_waker: Option<Waker>,
+    /// A datagram socket in the interface's network namespace for `SIOCGIFFLAGS`, keyed by the
+    /// namespace's (device, inode).
+    ctl: Option<((u64, u64), OwnedFd)>,
+}
+
+impl fmt::Debug for Tap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tap")
+            .field("name", &self.name)
+            .field("fd", &self.fd.as_raw_fd())
+            .field("mtu", &self.mtu)
+            .field("mac", &HardwareAddress::Ethernet(self.mac))
+            .field("tx_queued", &self.tx_queue.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An `ifreq` naming `name` (which the caller checked: at most `IFNAMSIZ - 1` bytes, no NUL).
+fn ifreq(name: &str) -> libc::ifreq {
+    // SAFETY: `ifreq` is plain old data (a byte array and a union of integers, sockaddrs and a
+    // pointer); all-zero is a valid value of each.
+    let mut ifr: libc::ifreq = unsafe { mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    ifr
+}
+
+/// The name the kernel wrote into `ifr`.
+fn ifreq_name(ifr: &libc::ifreq) -> String {
+    let bytes: Vec<u8> = ifr
+        .ifr_name
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A close-on-exec `AF_INET` datagram socket in the calling thread's network namespace, for
+/// interface ioctls.
+fn ctl_socket() -> io::Result<OwnedFd> {
+    // SAFETY: a plain syscall with valid constant arguments.
+    let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by `socket`, is open, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A control socket created inside the network namespace `ns`. `setns` changes only the calling
+/// thread's namespace, so a short-lived helper thread enters `ns` and makes the socket (a socket
+/// keeps the namespace it was created in); the caller's thread never changes namespace.
+fn ctl_socket_in(ns: &OwnedFd) -> io::Result<OwnedFd> {
+    let ns = ns.as_raw_fd();
+    std::thread::scope(|s| {
+        let helper = std::thread::Builder::new()
+            .name("zcnet-tap-netns".into())
+            .spawn_scoped(s, move || {
+                // SAFETY: `ns` is an open namespace fd (the caller holds it for the whole
+                // scope); CLONE_NEWNET only changes this helper thread, which ends right after.
+                cvt(unsafe { libc::setns(ns, libc::CLONE_NEWNET) })?;
+                ctl_socket()
+            })?;
+        helper
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("netns helper thread panicked")))
+    })
+}
+
+/// `(st_dev, st_ino)` of an fd: identifies a namespace.
+fn fd_identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
+    // SAFETY: `stat` is plain old data; all-zero is valid and `fstat` overwrites it.
+    let mut st: libc::stat = unsafe { mem::zeroed() };
+    // SAFETY: `fd` is open; `st` is a valid out-pointer for the call's duration.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+fn is_would_block(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock
+}
+
+impl Tap {
+    /// Opens `/dev/net/tun` non-blocking, creates (or attaches to) the TAP interface
+    /// `config.name` with `IFF_TAP | IFF_NO_PI`, sets the interface's MTU (unless
+    /// [`TapConfig::set_interface_mtu`] is off), and registers the fd with `platform`'s
+    /// reactor. Frames are received into and transmitted from `pool`'s slots.
+    ///
+    /// The interface is left as it was (a new one is down); bringing it up and addressing it is
+    /// the host's business (`ip link set <name> up`). It disappears when the `Tap` is dropped,
+    /// unless it was made persistent.
+    ///
+    /// Errors: [`TapError::BadName`], [`TapError::BadMtu`], [`TapError::SlotTooSmall`] (checked
+    /// before anything is opened), [`TapError::Io`] for a failed system call (no
+    /// `/dev/net/tun`, no `CAP_NET_ADMIN`, a name taken by another kind of interface).
+    pub fn open(
+        platform: &'static LinuxPlatform,
+        pool: &'static FramePool,
+        config: &TapConfig,
+    ) -> Result<Tap, TapError> {
+        config.validate(pool)?;
+        // SAFETY: the path is a valid NUL-terminated string; the flags are valid for open(2).
+        let raw = unsafe {
+            libc::open(
+                c"/dev/net/tun".as_ptr(),
+                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if raw < 0 {
+            return Err(TapError::io(
+                "open /dev/net/tun",
+                io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: `raw` was just returned by `open`, is open, and nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut ifr = ifreq(&config.name);
+        ifr.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
+        // SAFETY: `fd` is an open tun fd; TUNSETIFF reads and writes one `ifreq`, which `ifr`
+        // is, valid for the call's duration.
+        cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut ifr) })
+            .map_err(|e| TapError::io("TUNSETIFF (IFF_TAP | IFF_NO_PI)", e))?;
+        let name = ifreq_name(&ifr);
+        let kernel_mtu = if config.set_interface_mtu {
+            let mtu = config.mtu.min(KERNEL_MAX_MTU);
+            let sock = ctl_socket().map_err(|e| TapError::io("socket for SIOCSIFMTU", e))?;
+            let mut ifr = ifreq(&name);
+            ifr.ifr_ifru.ifru_mtu = mtu as libc::c_int;
+            // SAFETY: `sock` is an open socket; SIOCSIFMTU reads one `ifreq`, valid for the
+            // call's duration.
+            cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU, &mut ifr) })
+                .map_err(|e| TapError::io("SIOCSIFMTU", e))?;
+            Some(mtu)
+        } else {
+            None
+        };
+        let reg = platform
+            .register(fd.as_raw_fd())
+            .map_err(|e| TapError::io("epoll registration", e))?;
+        Ok(Tap {
+            reg,
+            fd,
+            pool,
+            name,
+            mtu: config.mtu,
+            mac: config.mac,
+            kernel_mtu,
+            rx_slot: None,
+            tx_queue: VecDeque::with_capacity(TX_QUEUE),
+            counters: Arc::default(),
+            link: LinkState::Down,
+            link_waker: None,
+            ctl: None,
+        })
+    }
+
+    /// The interface's name as the kernel knows it (as opened; see [`current_name`] after a
+    /// rename).
+    ///
+    /// [`current_name`]: Self::current_name
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The interface's name now (`TUNGETIFF`), which follows renames.
+    pub fn current_name(&self) -> io::Result<String> {
+        let mut ifr = ifreq("");
+        // SAFETY: `fd` is an attached tun fd; TUNGETIFF writes one `ifreq`, valid for the
+        // call's duration.
+        cvt(unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::TUNGETIFF, &mut ifr) })?;
+        Ok(ifreq_name(&ifr))
+    }
+
+    /// The tun fd (owned by the `Tap`).
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// zcnet's MTU on this link.
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// The MTU [`open`](Self::open) gave the kernel interface, if it set one.
+    pub fn kernel_mtu(&self) -> Option<usize> {
+        self.kernel_mtu
+    }
+
+    /// The pool frames come from.
+    pub fn pool(&self) -> &'static FramePool {
+        self.pool
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> TapStats {
+        self.stats_handle().get()
+    }
+
+    /// A handle that reads the counters after the `Tap` has been handed to a stack.
+    pub fn stats_handle(&self) -> TapStatsHandle {
+        TapStatsHandle(self.counters.clone())
+    }
+
+    /// The link state now: [`LinkState::Up`] when the kernel interface is administratively up
+    /// and running (`IFF_UP` and `IFF_RUNNING` from `SIOCGIFFLAGS`), wherever the interface
+    /// lives: its current name comes from `TUNGETIFF`, its namespace from `TUNGETDEVNETNS`
+    /// (the control socket for a namespace other than ours is made once by a helper thread).
+    pub fn link_state(&mut self) -> io::Result<LinkState> {
+        let flags = self.interface_flags()?;
+        let up = libc::IFF_UP | libc::IFF_RUNNING;
+        let state = if flags & up == up {
+            LinkState::Up
+        } else {
+            LinkState::Down
+        };
+        self.observe_link(state);
+        Ok(state)
+    }
+
+    fn interface_flags(&mut self) -> io::Result<libc::c_int> {
+        let name = self.current_name()?;
+        // SAFETY: `fd` is an attached tun fd; TUNGETDEVNETNS takes no argument and returns a
+        // new fd for the device's network namespace.
+        let ns = cvt(unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::TUNGETDEVNETNS) })?;
+        // SAFETY: `ns` was just returned by the kernel, is open, and nothing else owns it.
+        let ns = unsafe { OwnedFd::from_raw_fd(ns) };
+        let id = fd_identity(&ns)?;
+        let ctl = match &self.ctl {
+            Some((cached, sock)) if *cached == id => sock,
+            _ => {
+                let sock = ctl_socket_in(&ns)?;
+                &self.ctl.insert((id, sock)).1
+            }
+        };
+        let mut ifr = ifreq(&name);
+        // SAFETY: `ctl` is an open socket; SIOCGIFFLAGS reads and writes one `ifreq`, valid for
+        // the call's duration.
+        cvt(unsafe { libc::ioctl(ctl.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) })?;
+        // SAFETY: SIOCGIFFLAGS succeeded, so the kernel wrote the `ifru_flags` member.
+        let flags = unsafe { ifr.ifr_ifru.ifru_flags };
+        Ok(libc::c_int::from(flags as u16))
+    }
+
+    /// Records the link state just seen and wakes a `poll_link_state` waiter on a change.
+    fn observe_link(&mut self, state: LinkState) {
+        if state != self.link {
+            self.link = state;
+            if let Some(w) = self.link_waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Writes one whole frame (retrying `EINTR`), recording the kernel's copy.
+    fn write_frame(&self, bytes: &[u8]) -> io::Result<()> {
+        loop {
+            // SAFETY: `fd` is open; `bytes` is valid for reads of `bytes.len()` bytes for the
+            // call's duration.
+            let r = unsafe { libc::write(self.fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+            if r >= 0 {
+                let n = r as usize;
+                if n != bytes.len() {
+                    // A TAP write takes the whole frame or fails; anything else is a broken fd.
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!("short TAP write: {n} of {} bytes", bytes.len()),
+                    ));
+                }
+                ledger::record(CopySite::KernelFd, n);
+                bump(&self.counters.tx_frames, 1);
+                bump(&self.counters.tx_bytes, n as u64);
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Counts a failed write and says why it failed.
+    fn tx_failed(&mut self, e: &io::Error) -> TxError {
+        bump(&self.counters.tx_errors, 1);
+        if e.raw_os_error() == Some(libc::EIO) {
+            // The kernel refuses frames while the interface is down.
+            self.observe_link(LinkState::Down);
+            TxError::LinkDown
+        } else {
+            TxError::Device
+        }
+    }
+}
+
+impl Driver for Tap {
+    fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
+        loop {
+            if self.rx_slot.is_none() {
+                match self.pool.poll_alloc_rx(cx) {
+                    Poll::Ready(slot) => self.rx_slot = Some(slot),
+                    // Frames wait in the kernel's queue; a returned slot wakes us.
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            // Readiness is observed *before* the read, so a `clear_readable` after `EAGAIN`
+            // cannot erase an event that arrived after the read.
+            let ev = match self.reg.poll_readable(cx) {
+                Poll::Ready(ev) => ev,
+                Poll::Pending => return Poll::Pending,
+            };
+            let Some(slot) = self.rx_slot.as_mut() else {
+                continue;
+            };
+            let buf = slot.buffer_mut();
+            // SAFETY: `fd` is open; `buf` is the posted slot's whole buffer, writable for
+            // `buf.len()` bytes and borrowed uniquely for the call's duration.
+            let r = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if r > 0 {
+                let n = r as usize;
+                ledger::record(CopySite::KernelFd, n);
+                bump(&self.counters.rx_frames, 1);
+                bump(&self.counters.rx_bytes, n as u64);
+                let Some(slot) = self.rx_slot.take() else {
+                    continue;
+                };
+                // Post a fresh slot in its place at once (the Driver contract).
+                self.rx_slot = self.pool.try_alloc_rx();
+                match slot.complete(n) {
+                    Ok(frame) => {
+                        // Frames only arrive while the interface is up and running.
+                        self.observe_link(LinkState::Up);
+                        return Poll::Ready(frame);
+                    }
+                    Err(_) => {
+                        bump(&self.counters.rx_errors, 1);
+                        continue;
+                    }
+                }
+            }
+            let e = if r == 0 {
+                io::Error::new(io::ErrorKind::UnexpectedEof, "TAP read returned 0")
+            } else {
+                io::Error::last_os_error()
+            };
+            match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                // Nothing queued: forget readability (unless a newer event came) and loop,
+                // which registers the waker and re-checks.
+                Some(libc::EAGAIN) => self.reg.clear_readable(ev),
+                // One frame lost (larger than a slot: the kernel drops it); read on.
+                Some(libc::EFAULT) | Some(libc::EINVAL) | Some(libc::EMSGSIZE) => {
+                    bump(&self.counters.rx_errors, 1);
+                }
+                // The device is gone or broken (EBADFD after its namespace was deleted): count
+                // it and wait for the next readiness event rather than spin.
+                _ => {
+                    bump(&self.counters.rx_errors, 1);
+                    self.reg.clear_readable(ev);
+                }
+            }
+        }
+    }
+
+    fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        // Frames kept after `EAGAIN` go first, in order.
+        while let Some(front) = self.tx_queue.front() {
+            let ev = match self.reg.poll_writable(cx) {
+                Poll::Ready(ev) => ev,
+                Poll::Pending => return Poll::Pending,
+            };
+            match self.write_frame(front) {
+                Ok(()) => drop(self.tx_queue.pop_front()),
+                Err(e) if is_would_block(&e) => self.reg.clear_writable(ev),
+                Err(e) => {
+                    // Counted as a TX error; the frame is lost like one on a broken cable.
+                    let _ = self.tx_failed(&e);
+                    drop(self.tx_queue.pop_front());
+                }
+            }
+        }
+        self.pool.poll_alloc_tx(cx)
+    }
+
+    fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
+        let max = self.mtu + ETHERNET_HEADER_LEN;
+        if frame.len() > max {
+            bump(&self.counters.tx_errors, 1);
+            return Err(TxError::TooLong {
+                len: frame.len(),
+                max,
+            });
+        }
+        let frame = frame.into_device();
+        if !self.tx_queue.is_empty() {
+            // Keep the order: behind the frames already waiting for the fd.
+            if self.tx_queue.len() >= TX_QUEUE {
+                bump(&self.counters.tx_queue_full, 1);
+                return Err(TxError::Device);
+            }
+            self.tx_queue.push_back(frame);
+            return Ok(());
+        }
+        match self.write_frame(&frame) {
+            // Written: the kernel has the bytes; `frame` drops and its slot is free again.
+            Ok(()) => Ok(()),
+            Err(e) if is_would_block(&e) => {
+                bump(&self.counters.tx_would_block, 1);
+                self.tx_queue.push_back(frame);
+                Ok(())
+            }
+            Err(e) => Err(self.tx_failed(&e)),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            medium: Medium::Ethernet,
+            mtu: self.mtu,
+            tx_headroom: 0,
+            // Without TUNSETOFFLOAD the kernel hands over and expects complete checksums.
+            checksum: ChecksumOffloads::empty(),
+            max_burst: None,
+        }
+    }
+
+    fn hardware_address(&self) -> HardwareAddress {
+        HardwareAddress::Ethernet(self.mac)
+    }
+
+    /// Queries the interface ([`Tap::link_state`]; a failed query reads as down). Linux sends
+    /// no event for a flag change through the tun fd, so the waker is woken when the driver
+    /// next *observes* a change: a query, a write refused with `EIO` (down), or a frame read
+    /// (up).
+    fn poll_link_state(&mut self, cx: &mut Context<'_>) -> LinkState {
+        match &self.link_waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => self.link_waker = Some(cx.waker().clone()),
+        }
+        self.link_state().unwrap_or(LinkState::Down)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use zcnet_buffer::PoolConfig;
+
+    /// These tests need root and /dev/net/tun: they fail (never skip) without them.
+    fn require_tun() {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(euid, 0, "zcnet-tap tests need root (CAP_NET_ADMIN)");
+        assert!(
+            std::path::Path::new("/dev/net/tun").exists(),
+            "zcnet-tap tests need /dev/net/tun"
+        );
+    }
+
+    fn unique_name() -> String {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        format!(
+            "zcu{}n{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    fn pool(slot_size: usize) -> &'static FramePool {
+        FramePool::leak(PoolConfig::new(8).with_slot_size(slot_size)).unwrap()
+    }
+
+    #[test]
+    fn config_is_checked_before_anything_is_opened() {
+        let p = pool(2048);
+        let long = TapConfig::new("a-name-of-16-byt");
+        assert!(matches!(long.validate(p), Err(TapError::BadName { .. })));
+        assert!(matches!(
+            TapConfig::new("x\0y").validate(p),
+            Err(TapError::BadName { .. })
+        ));
+        for mtu in [0, 67, 65536] {
+            assert!(matches!(
+                TapConfig::new("zc").with_mtu(mtu).validate(p),
+                Err(TapError::BadMtu { .. })
+            ));
+        }
+        assert!(TapConfig::new("zc").validate(p).is_ok());
+        let e = TapConfig::new("zc").with_mtu(9000).validate(p).unwrap_err();
+        assert!(matches!(
+            e,
+            TapError::SlotTooSmall {
+                slot_size: 2048,
+                mtu: 9000,
+                needed: 9014
+            }
+        ));
+        assert!(e.to_string().contains("9014 bytes needed"), "{e}");
+        // And Tap::open reports it the same way, without opening anything.
+        let platform = LinuxPlatform::leak().unwrap();
+        let cfg = TapConfig::new("zc").with_mtu(9000);
+        assert!(matches!(
+            Tap::open(platform, p, &cfg),
+            Err(TapError::SlotTooSmall { .. })
+        ));
+        assert_eq!(
+            io::Error::from(TapError::BadMtu { mtu: 1 }).kind(),
+            io::ErrorKind::InvalidInput
+        );
+    }
+
+    #[test]
+    fn opens_with_default_jumbo_and_max_mtu() {
+        require_tun();
+        let platform = LinuxPlatform::leak().unwrap();
+        for (mtu, slot, kernel) in [
+            (1500, 2048, 1500),
+            (9000, 9024, 9000),
+            (65535, 65600, KERNEL_MAX_MTU),
+        ] {
+            let name = unique_name();
+            let cfg = TapConfig::new(&name).with_mtu(mtu);
+            let tap = Tap::open(platform, pool(slot), &cfg).unwrap();
+            assert_eq!(tap.name(), name);
+            assert_eq!(tap.current_name().unwrap(), name);
+            assert_eq!(tap.mtu(), mtu);
+            assert_eq!(tap.kernel_mtu(), Some(kernel));
+            let caps = tap.capabilities();
+            assert_eq!(caps.mtu, mtu);
+            assert_eq!(caps.max_frame_len(), mtu + 14);
+            assert_eq!(caps.tx_headroom, 0);
+            assert_eq!(
+                tap.hardware_address(),
+                HardwareAddress::Ethernet(DEFAULT_MAC)
+            );
+            // The kernel interface has that MTU.
+            let sock = ctl_socket().unwrap();
+            let mut ifr = ifreq(&name);
+            // SAFETY: open socket, one valid `ifreq`.
+            cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut ifr) }).unwrap();
+            // SAFETY: SIOCGIFMTU succeeded and wrote `ifru_mtu`.
+            assert_eq!(unsafe { ifr.ifr_ifru.ifru_mtu } as usize, kernel);
+            drop(tap);
+            assert!(
+                !std::path::Path::new(&format!("/sys/class/net/{name}")).exists(),
+                "the interface goes with the fd"
+            );
+        }
+    }
+
+    #[test]
+    fn a_down_interface_refuses_frames_as_link_down_and_nothing_is_lost() {
+        require_tun();
+        let platform = LinuxPlatform::leak().unwrap();
+        let p = pool(2048);
+        let mac = [0x02, 1, 2, 3, 4, 5];
+        let mut tap =
+            Tap::open(platform, p, &TapConfig::new(&unique_name()).with_mac(mac)).unwrap();
+        assert_eq!(tap.hardware_address(), HardwareAddress::Ethernet(mac));
+        // A new TAP is down.
+        assert_eq!(tap.link_state().unwrap(), LinkState::Down);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(tap.poll_link_state(&mut cx), LinkState::Down);
+        // Nothing to read: Pending, with one slot posted.
+        assert!(tap.poll_receive(&mut cx).is_pending());
+        let Poll::Ready(mut frame) = tap.poll_transmit_frame(&mut cx) else {
+            panic!("a TX frame is free");
+        };
+        frame.append(60).unwrap().fill(0xff);
+        assert_eq!(tap.transmit(frame), Err(TxError::LinkDown));
+        assert_eq!(tap.stats().tx_errors, 1);
+        // Too long for the MTU: refused before any write.
+        let Poll::Ready(mut frame) = tap.poll_transmit_frame(&mut cx) else {
+            panic!("a TX frame is free");
+        };
+        frame.set_len(1515).unwrap();
+        assert_eq!(
+            tap.transmit(frame),
+            Err(TxError::TooLong {
+                len: 1515,
+                max: 1514
+            })
+        );
+        drop(tap);
+        assert_eq!(p.audit().unwrap().free, 8, "every slot came back");
+    }
+}

@@ -9,9 +9,12 @@
 //!   [`net::pair_on_with`] let the test adjust each stack's configuration.
 //! * [`wire`]: two drivers linked back to back in memory, with seeded fault injection, so two
 //!   stacks can talk inside one process.
+//! * [`netns`]: a network namespace holding the kernel side of a TAP that zcnet drives, so zcnet
+//!   talks to the real Linux stack (needs root and `/dev/net/tun`).
 
 pub mod clock;
 pub mod net;
+pub mod netns;
 pub mod sim_nic;
 pub mod wakers;
 pub mod wire;

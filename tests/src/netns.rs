@@ -1,0 +1,280 @@
+//! zcnet against the real Linux stack: a network namespace the test creates, holding the kernel
+//! side of a TAP whose fd zcnet drives.
+//!
+//! ```text
+//!   test process (root namespace)                 namespace zc-<pid>-<n>
+//!   ┌──────────────────────────────┐              ┌─────────────────────────────────┐
+//!   │ zcnet stack 10.77.0.2/24     │  tun fd      │ zct<pid>n<n>  10.77.0.1/24 (up) │
+//!   │   └─ zcnet_tap::Tap ─────────┼──────────────┼─► Linux TCP/IP, ping, python3    │
+//!   └──────────────────────────────┘              └─────────────────────────────────┘
+//! ```
+//!
+//! The TAP is created by our process in the root namespace ([`zcnet_tap::Tap::open`]), then its
+//! kernel-side interface is moved into the namespace (`ip link set <tap> netns <ns>`); the fd
+//! keeps working across the move. So zcnet stays in this process while its only peer is the
+//! kernel inside a namespace nobody else uses: traffic never reaches the host's own interfaces,
+//! and each test has its own namespace and TAP, so tests run in parallel threads.
+//!
+//! Teardown: dropping [`Netns`] (also while a test panics) deletes the namespace, which deletes
+//! the TAP interface with it (the kernel removes a dying namespace's TAP interfaces; zcnet's
+//! leaked fd then reads `EBADFD` and goes quiet). [`ChildGuard`] kills a still-running child
+//! first, since a process inside the namespace would keep it alive.
+//!
+//! Needs root and `/dev/net/tun`; without them [`require_root_and_tun`] panics with a clear
+//! message: these tests fail, they are never skipped.
+
+use std::io::Read;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use zcnet_buffer::{FramePool, PoolConfig, DEFAULT_SLOT_SIZE, ETHERNET_HEADER_LEN, SLOT_ALIGN};
+use zcnet_executor::linux::LinuxPlatform;
+use zcnet_executor::time::{now, sleep};
+use zcnet_executor::Executor;
+use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Stack, StackResources, StaticV4};
+use zcnet_tap::{Tap, TapConfig, TapStatsHandle};
+
+/// The Linux side's address, inside the namespace.
+pub const LINUX_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 1);
+/// zcnet's address.
+pub const ZCNET_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 2);
+/// Sockets in a [`TapNet`]'s stack.
+pub const SOCKETS: usize = 32;
+
+/// Panics with a clear message unless we are root and `/dev/net/tun` and `ip` exist.
+pub fn require_root_and_tun() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "TAP/netns tests need root (network namespaces and TAP devices); run the suite as root"
+    );
+    assert!(
+        std::path::Path::new("/dev/net/tun").exists(),
+        "TAP/netns tests need /dev/net/tun (modprobe tun)"
+    );
+    let ip = Command::new("ip").arg("-V").output();
+    assert!(
+        matches!(ip, Ok(ref o) if o.status.success()),
+        "TAP/netns tests need iproute2's `ip` (apt-get install iproute2)"
+    );
+}
+
+fn unique() -> (u32, usize) {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    (std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Runs `cmd` to completion; panics with its stderr if it fails.
+fn run(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A network namespace named `zc-<pid>-<n>`, deleted on drop.
+#[derive(Debug)]
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// Creates a fresh, uniquely named namespace with its loopback up.
+    pub fn new() -> Netns {
+        require_root_and_tun();
+        let (pid, n) = unique();
+        let name = format!("zc-{pid}-{n}");
+        run(Command::new("ip").args(["netns", "add", &name]));
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `ip -n <ns> <args>`; panics if it fails.
+    pub fn ip(&self, args: &[&str]) {
+        run(Command::new("ip").args(["-n", &self.name]).args(args));
+    }
+
+    /// A command running `program` inside the namespace (`ip netns exec <ns> <program>`).
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+
+    /// Moves the root-namespace interface `ifname` into this namespace, gives it `cidr`
+    /// (e.g. `10.77.0.1/24`) and brings it up.
+    pub fn adopt(&self, ifname: &str, cidr: &str) {
+        run(Command::new("ip").args(["link", "set", ifname, "netns", &self.name]));
+        self.ip(&["addr", "add", cidr, "dev", ifname]);
+        self.ip(&["link", "set", ifname, "up"]);
+    }
+}
+
+impl Default for Netns {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Runs on panic too. Deleting the namespace deletes the TAP interface in it.
+        let r = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+        match r {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "warning: ip netns del {} failed: {}",
+                self.name,
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => eprintln!("warning: cannot run ip netns del {}: {e}", self.name),
+        }
+    }
+}
+
+/// A name for a TAP interface, unique in this process and at most 15 bytes.
+pub fn tap_name() -> String {
+    let (pid, n) = unique();
+    format!("zct{pid}n{n}")
+}
+
+/// A zcnet stack (10.77.0.2/24) over a TAP whose kernel side (10.77.0.1/24) lives in a fresh
+/// namespace; the stack's runner is spawned on `exec`.
+#[derive(Debug)]
+pub struct TapNet {
+    /// The executor the stack runs on (real time, epoll reactor with the TAP fd).
+    pub exec: &'static Executor,
+    /// The stack.
+    pub stack: Stack,
+    /// The pool the TAP receives into and transmits from.
+    pub pool: &'static FramePool,
+    /// The TAP driver's counters.
+    pub tap_stats: TapStatsHandle,
+    /// The TAP interface's name (inside [`netns`](Self::netns)).
+    pub tap_name: String,
+    /// The namespace holding the Linux side; deleted when the `TapNet` drops.
+    pub netns: Netns,
+}
+
+/// Pool slots that hold a whole frame at `mtu`.
+pub fn slot_size_for(mtu: usize) -> usize {
+    (mtu + ETHERNET_HEADER_LEN)
+        .next_multiple_of(SLOT_ALIGN)
+        .max(DEFAULT_SLOT_SIZE)
+}
+
+impl TapNet {
+    /// Builds the namespace, the TAP (MTU `mtu` on both sides), and the stack.
+    pub fn new(mtu: usize) -> TapNet {
+        let netns = Netns::new();
+        let platform = LinuxPlatform::leak().expect("epoll");
+        let exec = Executor::leak(platform);
+        let pool =
+            FramePool::leak(PoolConfig::new(256).with_slot_size(slot_size_for(mtu))).expect("pool");
+        let tap_name = tap_name();
+        let tap = Tap::open(platform, pool, &TapConfig::new(&tap_name).with_mtu(mtu))
+            .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
+        let tap_stats = tap.stats_handle();
+        netns.adopt(&tap_name, &format!("{LINUX_ADDR}/24"));
+        let resources: &'static StackResources<SOCKETS> =
+            Box::leak(Box::new(StackResources::new()));
+        let config = Config {
+            ipv4: Some(StaticV4 {
+                address: Ipv4Cidr::new(ZCNET_ADDR, 24),
+                gateway: None,
+            }),
+            random_seed: u64::from(std::process::id()) << 16 | unique().1 as u64,
+            ..Config::default()
+        };
+        let driver: &'static mut Tap = Box::leak(Box::new(tap));
+        let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
+        runner.spawn(exec.spawner());
+        TapNet {
+            exec,
+            stack,
+            pool,
+            tap_stats,
+            tap_name,
+            netns,
+        }
+    }
+}
+
+/// A child process, killed (and reaped) on drop if it still runs.
+#[derive(Debug)]
+pub struct ChildGuard(pub Child);
+
+impl ChildGuard {
+    /// Spawns `cmd` with stdout and stderr piped (keep their output small: they are read after
+    /// the child exits).
+    pub fn spawn(cmd: &mut Command) -> ChildGuard {
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn {cmd:?}: {e}"));
+        ChildGuard(child)
+    }
+
+    /// Waits for the child without blocking the executor (polls `try_wait` between 5 ms
+    /// sleeps); kills it and panics if it takes longer than `limit`. Returns its status, stdout
+    /// and stderr.
+    pub async fn wait(&mut self, limit: Duration) -> (ExitStatus, String, String) {
+        let deadline = now().await + limit;
+        let status = loop {
+            match self.0.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) => {}
+                Err(e) => panic!("waiting for the child: {e}"),
+            }
+            if now().await >= deadline {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+                let (out, err) = self.output();
+                panic!(
+                    "child still running after {limit:?}; killed.\nstdout: {out}\nstderr: {err}"
+                );
+            }
+            sleep(Duration::from_millis(5)).await;
+        };
+        let (out, err) = self.output();
+        (status, out, err)
+    }
+
+    fn output(&mut self) -> (String, String) {
+        let mut out = String::new();
+        let mut err = String::new();
+        if let Some(s) = self.0.stdout.as_mut() {
+            let _ = s.read_to_string(&mut out);
+        }
+        if let Some(s) = self.0.stderr.as_mut() {
+            let _ = s.read_to_string(&mut err);
+        }
+        (out, err)
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
