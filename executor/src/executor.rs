@@ -359,12 +359,21 @@ impl Executor {
         let now_tick = self.now_tick();
         let mut timers = self.timers.lock();
         timers.wheel.advance(now_tick);
+        // Nothing due (most turns): return before building (and dropping) a batch.
+        let Some(first) = timers.wheel.take_pending() else {
+            return;
+        };
+        let mut first = Some(first);
         loop {
             let mut batch: [Option<core::task::Waker>; WAKE_BATCH] = [const { None }; WAKE_BATCH];
             let mut n = 0;
             let mut fired = 0;
             while n < WAKE_BATCH {
-                match timers.wheel.take_pending() {
+                let next = match first.take() {
+                    Some(w) => Some(w),
+                    None => timers.wheel.take_pending(),
+                };
+                match next {
                     Some(w) => {
                         fired += 1;
                         if w.is_some() {

@@ -150,6 +150,11 @@ pub(crate) struct Autoconf {
 }
 
 impl Autoconf {
+    /// Whether a DHCP client or SLAAC runs (either may change addresses during a poll).
+    pub(crate) fn active(&self) -> bool {
+        self.dhcp.is_some() || self.slaac
+    }
+
     /// Nothing configured, nobody waiting (replaced by [`setup`]).
     pub(crate) const EMPTY: Autoconf = Autoconf {
         dhcp: None,

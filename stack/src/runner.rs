@@ -144,7 +144,11 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     let st: &mut crate::stack::State = &mut guard;
     match &st.egress_waker {
         Some(w) if w.will_wake(cx.waker()) => {}
-        _ => st.egress_waker = Some(cx.waker().clone()),
+        _ => {
+            st.egress_waker = Some(cx.waker().clone());
+            // The timer must be registered with the new waker, even for the same deadline.
+            st.egress_deadline = None;
+        }
     }
     if let Some(w) = st.ingress_waiting_tx.take() {
         // Ingress holds a frame it could not answer for want of a TX frame, and egress owns the
@@ -155,11 +159,20 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     let before = counters.snapshot().frames_out;
     let mut starved = false;
     st.metas.before_egress(&st.sockets);
+    // smoltcp emits at most one packet per socket per pass. After a pass that emitted, ask
+    // `poll_at` (needed below anyway) whether anything is due now rather than making a final
+    // pass over every socket only to find nothing.
+    let mut known_at = None;
     loop {
         let (mut dev, iface, sockets) = st.step(cx.waker(), None, counters);
         let r = iface.poll_egress(now, &mut dev, sockets);
         starved |= dev.starved;
         if starved || r == PollResult::None {
+            break;
+        }
+        let at = iface.poll_at(now, sockets);
+        if at.is_none_or(|at| at > now) {
+            known_at = Some(at);
             break;
         }
     }
@@ -174,7 +187,11 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
         // Woken by the driver's TX completion; no timer needed meanwhile.
         None
     } else {
-        let at = st.iface.poll_at(now, &st.sockets);
+        // Reuse the loop's `poll_at` unless autoconfiguration may just have changed addresses.
+        let at = match known_at {
+            Some(at) if !st.autoconf.active() => at,
+            _ => st.iface.poll_at(now, &st.sockets),
+        };
         crate::autoconf::deadline(st, now, at, idle).map(|at| {
             // A deadline already past (smoltcp waiting on something other than us, e.g. a
             // neighbour) would make egress spin: wait at least one millisecond.

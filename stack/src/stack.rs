@@ -243,10 +243,13 @@ impl State {
         let mut timer = unsafe { Pin::new_unchecked(&mut self.egress_timer) };
         match at {
             Some(at) => {
-                if self.egress_deadline != Some(at) {
-                    timer.as_mut().reset(from_smol(at));
-                    self.egress_deadline = Some(at);
+                if self.egress_deadline == Some(at) {
+                    // Armed for this deadline with this waker already, and not fired: it fires
+                    // at or after `at` and wakes egress, whose next deadline is then later.
+                    return;
                 }
+                timer.as_mut().reset(from_smol(at));
+                self.egress_deadline = Some(at);
                 if timer.poll(&mut Context::from_waker(waker)).is_ready() {
                     // Already due: egress goes round again.
                     self.egress_deadline = None;

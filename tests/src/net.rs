@@ -5,7 +5,7 @@ use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::Executor;
 use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
 
-use crate::wire::{wire_pair, Faults, WireEnd};
+use crate::wire::{wire_pair, Faults, WireEnd, WireHandle};
 
 /// Address of stack A (10.0.0.1) and stack B (10.0.0.2).
 pub const ADDR: [Ipv4Address; 2] = [Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2)];
@@ -17,8 +17,8 @@ pub struct Pair {
     pub exec: &'static Executor,
     /// Stack A (10.0.0.1) and stack B (10.0.0.2).
     pub stacks: [Stack; 2],
-    /// The wire ends (owned by the stacks; read their counters through these).
-    pub ends: [&'static WireEnd; 2],
+    /// Handles to the wire ends (the ends themselves are owned by the stacks).
+    pub ends: [&'static WireHandle; 2],
     /// The pools.
     pub pools: [&'static FramePool; 2],
 }
@@ -58,6 +58,18 @@ pub fn pair_on_with(
     exec: &'static Executor,
     faults: Faults,
     slots: usize,
+    configure: impl FnMut(usize, &mut Config),
+) -> Pair {
+    pair_sized::<SOCKETS>(exec, faults, slots, configure)
+}
+
+/// [`pair_on_with`] with `S` socket slots per stack instead of [`SOCKETS`]: smoltcp walks every
+/// slot, empty or not, on each egress pass and deadline query, so benchmarks size the table to
+/// what they use.
+pub fn pair_sized<const S: usize>(
+    exec: &'static Executor,
+    faults: Faults,
+    slots: usize,
     mut configure: impl FnMut(usize, &mut Config),
 ) -> Pair {
     let pools = [
@@ -65,12 +77,14 @@ pub fn pair_on_with(
         FramePool::leak(PoolConfig::new(slots)).expect("pool"),
     ];
     let (a, b) = wire_pair(exec, pools, faults);
+    let handles: [&'static WireHandle; 2] = [
+        Box::leak(Box::new(a.handle())),
+        Box::leak(Box::new(b.handle())),
+    ];
     let ends: [&'static mut WireEnd; 2] = [Box::leak(Box::new(a)), Box::leak(Box::new(b))];
-    let ptrs = [&*ends[0] as *const WireEnd, &*ends[1] as *const WireEnd];
     let mut stacks = Vec::new();
     for (i, end) in ends.into_iter().enumerate() {
-        let resources: &'static StackResources<SOCKETS> =
-            Box::leak(Box::new(StackResources::new()));
+        let resources: &'static StackResources<S> = Box::leak(Box::new(StackResources::new()));
         let mut config = Config {
             ipv4: Ipv4Config::Static(StaticV4 {
                 address: Ipv4Cidr::new(ADDR[i], 24),
@@ -84,14 +98,10 @@ pub fn pair_on_with(
         runner.spawn(exec.spawner());
         stacks.push(stack);
     }
-    // SAFETY: the ends are leaked (never freed); the stacks own the only `&mut` and use it under
-    // their lock, while these shared references are used only to read the wire's counters,
-    // which sit behind the wire's own mutexes.
-    let ends = unsafe { [&*ptrs[0], &*ptrs[1]] };
     Pair {
         exec,
         stacks: [stacks[0], stacks[1]],
-        ends,
+        ends: handles,
         pools,
     }
 }

@@ -32,7 +32,7 @@ use zcnet_buffer::{FramePool, PoolConfig, DEFAULT_SLOT_SIZE, ETHERNET_HEADER_LEN
 use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::time::{now, sleep};
 use zcnet_executor::Executor;
-use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Stack, StackResources, StaticV4};
+use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
 use zcnet_tap::{Tap, TapConfig, TapStatsHandle};
 
 /// The Linux side's address, inside the namespace.
@@ -194,7 +194,7 @@ impl TapNet {
         let resources: &'static StackResources<SOCKETS> =
             Box::leak(Box::new(StackResources::new()));
         let config = Config {
-            ipv4: Some(StaticV4 {
+            ipv4: Ipv4Config::Static(StaticV4 {
                 address: Ipv4Cidr::new(ZCNET_ADDR, 24),
                 gateway: None,
             }),

@@ -207,6 +207,35 @@ pub fn wire_pair(
 }
 
 impl WireEnd {
+    /// A handle to this end's counters and switches, usable while the end itself is owned
+    /// (as a `&'static mut` driver) by a stack.
+    pub fn handle(&self) -> WireHandle {
+        WireHandle {
+            side: self.side,
+            shared: self.shared.clone(),
+            exec: self.exec,
+            mac: self.mac,
+        }
+    }
+}
+
+/// Shared access to one end of the wire ([`WireEnd::handle`]): its counters, the cut switch and
+/// frame injection. Everything it touches sits behind the wire's own mutexes.
+#[derive(Clone)]
+pub struct WireHandle {
+    side: usize,
+    shared: Arc<Shared>,
+    exec: &'static Executor,
+    mac: [u8; 6],
+}
+
+impl std::fmt::Debug for WireHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WireHandle").field("side", &self.side).finish()
+    }
+}
+
+impl WireHandle {
     /// What the direction leaving this end did.
     pub fn tx_stats(&self) -> WireStats {
         self.shared.dirs[self.side].lock().unwrap().stats
