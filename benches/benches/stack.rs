@@ -76,7 +76,8 @@
 //!   (segment into the receive ring, send ring into the frame) are the same on both sides and
 //!   not in the ledger; neither is the in-memory wire's carriage of frames (see BENCHMARKS.md).
 //! * **allocs**: heap allocations (a counting global allocator around `System`): zcnet's wire
-//!   allocates per frame, smoltcp's `Loopback` allocates one `Vec` per frame.
+//!   carries frames in pool slots (none per frame), smoltcp's `Loopback` allocates one `Vec` per
+//!   frame.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

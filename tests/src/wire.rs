@@ -231,7 +231,9 @@ pub struct WireHandle {
 
 impl std::fmt::Debug for WireHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WireHandle").field("side", &self.side).finish()
+        f.debug_struct("WireHandle")
+            .field("side", &self.side)
+            .finish()
     }
 }
 
