@@ -19,7 +19,7 @@
 //!   [`poll_transmit_frame`](Driver::poll_transmit_frame) returns `Pending` until the fd is
 //!   writable again and the queue has gone out. Write errors are counted ([`TapStats`]).
 //! * **Copies**: the kernel's copy across the fd is recorded as
-//!   [`CopySite::KernelFd`](zcnet_buffer::CopySite::KernelFd); the driver itself copies nothing.
+//!   [`CopySite::KernelFd`]; the driver itself copies nothing.
 //!
 //! The interface's kernel side can be moved into another network namespace after opening
 //! (`ip link set <name> netns <ns>`); the fd keeps working, and [`Tap::link_state`] follows the
