@@ -35,7 +35,7 @@ preemptions=3
 RUSTFLAGS="--cfg loom -C debug-assertions" LOOM_MAX_PREEMPTIONS="$preemptions" \
     CARGO_TARGET_DIR=target-loom cargo test -p zcnet-buffer -p zcnet-executor --release --lib
 
-step "AddressSanitizer (zcnet-buffer, zcnet-executor, pool stress)"
+step "AddressSanitizer (zcnet-buffer, zcnet-executor, and every zcnet-tests test: pool stress, stack, TAP)"
 # The stable toolchain ships the ASan runtime; -Z needs RUSTC_BOOTSTRAP. Leak detection is off
 # because tests leak their pools and executors on purpose ('static by design).
 ASAN_OPTIONS=detect_leaks=0 RUSTC_BOOTSTRAP=1 RUSTFLAGS="-Zsanitizer=address" \

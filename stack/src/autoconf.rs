@@ -8,13 +8,13 @@
 //!   receives its packets inside the ordinary ingress and egress steps and keeps its retransmit,
 //!   renew and expiry deadlines in `poll_at`, so egress's timer already covers them. The client
 //!   only *reports* what it learned; after every ingress batch and every egress run the runner
-//!   calls [`after_poll`], which takes that report (`Configured` / `Deconfigured`) and applies it
+//!   calls `after_poll`, which takes that report (`Configured` / `Deconfigured`) and applies it
 //!   to the interface: the IPv4 address, the default route, and the DNS servers. The DNS servers
-//!   are kept here, in [`Autoconf::lease`] (`State::autoconf`), apart from any statically
-//!   configured DNS list, until the stack has one resolver-facing list to merge them into.
+//!   are kept here, in [`Autoconf::lease`] (`State::autoconf`); DNS sockets use them when no
+//!   servers are configured statically (`State::dns_servers`).
 //! * **SLAAC**: smoltcp handles router advertisements and sends router solicitations itself
 //!   (`iface::Config::slaac`), and applies prefixes and routes in `poll_maintenance`. Egress
-//!   calls that at the start of every run; [`after_poll`] also calls it after ingress, so an
+//!   calls that at the start of every run; [`after_ingress`] also calls it after ingress, so an
 //!   advertised prefix is applied when it arrives, not at smoltcp's next deadline.
 //!
 //! Every applied change bumps a generation number and wakes the tasks waiting in
@@ -291,12 +291,22 @@ pub(crate) fn after_egress(st: &mut State, now: SmolInstant, starved: bool, coun
         a.rs_left -= 1;
         a.rs_at = now + SLAAC_SOLICITATION_INTERVAL;
     }
-    after_poll(st, now, counters);
+    after_poll(st, counters);
+}
+
+/// After an ingress batch: with SLAAC on, lets smoltcp apply a router advertisement it just
+/// received (`poll_maintenance`; egress does that at the start of every run), then
+/// [`after_poll`].
+pub(crate) fn after_ingress(st: &mut State, now: SmolInstant, counters: &Counters) {
+    if st.autoconf.slaac {
+        st.iface.poll_maintenance(now);
+    }
+    after_poll(st, counters);
 }
 
 /// After an ingress batch or an egress run: applies what the DHCP client reported and what
 /// SLAAC learned, and wakes the waiters if anything changed. Bounded: one event, one sync.
-pub(crate) fn after_poll(st: &mut State, now: SmolInstant, counters: &Counters) {
+fn after_poll(st: &mut State, counters: &Counters) {
     let mut changed = false;
     if let Some(handle) = st.autoconf.dhcp {
         let iface = &mut st.iface;
@@ -330,7 +340,6 @@ pub(crate) fn after_poll(st: &mut State, now: SmolInstant, counters: &Counters) 
         }
     }
     if st.autoconf.slaac {
-        st.iface.poll_maintenance(now);
         let at = st.iface.slaac_updated_at();
         if at != st.autoconf.slaac_seen {
             st.autoconf.slaac_seen = at;

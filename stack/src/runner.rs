@@ -130,7 +130,7 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
         counters.idle_poll();
     } else {
         // A DHCP answer or a router advertisement may have arrived: apply it.
-        crate::autoconf::after_poll(&mut st, now, counters);
+        crate::autoconf::after_ingress(&mut st, now, counters);
         st.signal_egress_if_due(now);
     }
 }
@@ -156,7 +156,7 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
         w.wake();
     }
     st.iface.poll_maintenance(now);
-    let before = counters.snapshot().frames_out;
+    let before = counters.frames_out();
     let mut starved = false;
     st.metas.before_egress(&st.sockets);
     // smoltcp emits at most one packet per socket per pass. After a pass that emitted, ask
@@ -179,7 +179,7 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     st.metas.after_egress(&st.sockets);
     // A DHCP lease may have expired, a SLAAC prefix or route timed out: apply it.
     crate::autoconf::after_egress(st, now, starved, counters);
-    let idle = counters.snapshot().frames_out == before;
+    let idle = counters.frames_out() == before;
     if idle {
         counters.idle_poll();
     }

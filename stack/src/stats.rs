@@ -98,6 +98,10 @@ impl Counters {
     pub(crate) fn frame_out(&self) {
         self.frames_out.fetch_add(1, Relaxed);
     }
+    /// Frames sent so far (one load, for egress's "did this run send anything" check).
+    pub(crate) fn frames_out(&self) -> u64 {
+        self.frames_out.load(Relaxed)
+    }
     pub(crate) fn config_change(&self) {
         self.config_changes.fetch_add(1, Relaxed);
     }
