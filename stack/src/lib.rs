@@ -36,6 +36,7 @@ mod autoconf;
 mod backlog;
 mod config;
 mod device;
+mod neighbor;
 mod runner;
 mod socket;
 mod socket_meta;
@@ -51,8 +52,11 @@ pub use config::{
     Config, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv4Config,
     Ipv6Address, Ipv6Cidr, StaticV4, StaticV6, MAX_DNS_SERVERS,
 };
+pub use neighbor::{
+    MAX_HELD_FRAMES, MAX_NEIGHBORS, NEIGHBOR_LIFETIME, NEIGHBOR_RETRY, NEIGHBOR_TIMEOUT,
+};
 pub use runner::{Never, Runner};
-pub use socket::{dns, icmp, raw, tcp, udp, PacketBuffers, PacketMetadata};
+pub use socket::{datagram, dns, icmp, raw, tcp, udp, PacketBuffers, PacketMetadata};
 pub use stack::{Stack, StackInner, StackResources};
 pub use stats::{DropReason, StackStats};
 pub use zcnet_buffer as buffer;
@@ -85,6 +89,10 @@ pub enum StackError {
     /// The configuration asks for something that needs a MAC address (DHCPv4, SLAAC, the
     /// IPv6 link-local address) but the driver is not Ethernet.
     NotEthernet,
+    /// Another socket already receives on this UDP endpoint: a zero-copy
+    /// [`DatagramSocket`](datagram::DatagramSocket) and a [`UdpSocket`](udp::UdpSocket) (or the
+    /// DHCPv4 client, or two zero-copy sockets) cannot share a port.
+    AddressInUse,
 }
 
 impl core::fmt::Display for StackError {
@@ -103,6 +111,7 @@ impl core::fmt::Display for StackError {
             StackError::Unaddressable => f.write_str("unaddressable endpoint"),
             StackError::NoBuffers => f.write_str("no buffers for a new socket"),
             StackError::TooManyListeners => f.write_str("too many listener ports"),
+            StackError::AddressInUse => f.write_str("UDP endpoint already in use"),
             StackError::NotEthernet => {
                 f.write_str("DHCPv4, SLAAC and IPv6 link-local need an Ethernet driver")
             }

@@ -55,6 +55,8 @@ impl UdpSocket {
     /// [`local_port`](Self::local_port)).
     ///
     /// Errors: [`StackError::Unaddressable`] when no ephemeral port is free,
+    /// [`StackError::AddressInUse`] when a zero-copy
+    /// [`DatagramSocket`](crate::datagram::DatagramSocket) receives on an overlapping endpoint,
     /// [`StackError::NoSocketSlot`] when the stack's socket storage is full.
     pub fn bind(
         stack: Stack,
@@ -66,6 +68,9 @@ impl UdpSocket {
         let handle = stack.with(|st| {
             if endpoint.port == 0 {
                 endpoint.port = st.ephemeral_port().ok_or(StackError::Unaddressable)?;
+            }
+            if st.zc.conflicts(&endpoint) {
+                return Err(StackError::AddressInUse);
             }
             s.bind(endpoint).map_err(|_| StackError::Unaddressable)?;
             st.add_socket(s)
