@@ -395,8 +395,13 @@ fn checksum(mut sum: u32, data: &[u8]) -> u16 {
 
 /// A UDP/IPv4 frame from A (10.0.0.1:6000) to B (10.0.0.2:`port`), checksums right.
 fn udp_v4_frame(port: u16, payload: &[u8]) -> Vec<u8> {
+    udp_v4_frame_to([2, 0, 0, 0, 0, 2], ADDR[1], port, payload)
+}
+
+/// A UDP/IPv4 frame from A (10.0.0.1:6000) to `dst`:`port` at MAC `mac`, checksums right.
+fn udp_v4_frame_to(mac: [u8; 6], dst: Ipv4Address, port: u16, payload: &[u8]) -> Vec<u8> {
     let mut f = vec![0u8; V4_HEADERS + payload.len()];
-    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[0..6].copy_from_slice(&mac);
     f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
     f[12..14].copy_from_slice(&[0x08, 0x00]);
     let ip_len = (20 + 8 + payload.len()) as u16;
@@ -406,7 +411,7 @@ fn udp_v4_frame(port: u16, payload: &[u8]) -> Vec<u8> {
     ip[8] = 64;
     ip[9] = 17;
     ip[12..16].copy_from_slice(&ADDR[0].octets());
-    ip[16..20].copy_from_slice(&ADDR[1].octets());
+    ip[16..20].copy_from_slice(&dst.octets());
     let c = checksum(0, ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     let udp_len = (8 + payload.len()) as u16;
@@ -416,7 +421,7 @@ fn udp_v4_frame(port: u16, payload: &[u8]) -> Vec<u8> {
     f[42..].copy_from_slice(payload);
     let mut pseudo = Vec::new();
     pseudo.extend_from_slice(&ADDR[0].octets());
-    pseudo.extend_from_slice(&ADDR[1].octets());
+    pseudo.extend_from_slice(&dst.octets());
     pseudo.extend_from_slice(&[0, 17]);
     pseudo.extend_from_slice(&udp_len.to_be_bytes());
     let partial = pseudo
@@ -432,8 +437,8 @@ fn udp_v4_frame(port: u16, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Hand-made frames injected on the wire: a corrupt UDP payload and a corrupt IPv4 header are
-/// dropped and counted; good frames, including one without a UDP checksum (allowed on IPv4),
-/// are delivered.
+/// dropped and counted; good frames, including one without a UDP checksum (allowed on IPv4)
+/// and broadcasts, are delivered.
 #[test]
 fn checksum_corrupt_datagrams_are_dropped_and_counted() {
     let exec = exec();
@@ -453,17 +458,29 @@ fn checksum_corrupt_datagrams_are_dropped_and_counted() {
         no_sum[40..42].copy_from_slice(&[0, 0]);
         ends[0].inject(&no_sum);
         ends[0].inject(&udp_v4_frame(7040, b"good 2"));
-        let want: [&[u8]; 3] = [b"good 1", b"no checksum", b"good 2"];
-        for w in want {
+        // Broadcasts (limited and subnet-directed) reach a socket bound to no address.
+        let everyone = Ipv4Address::new(255, 255, 255, 255);
+        let subnet = Ipv4Address::new(10, 0, 0, 255);
+        ends[0].inject(&udp_v4_frame_to([0xff; 6], everyone, 7040, b"broadcast"));
+        ends[0].inject(&udp_v4_frame_to([0xff; 6], subnet, 7040, b"subnet"));
+        let want: [(&[u8], Ipv4Address); 5] = [
+            (b"good 1", ADDR[1]),
+            (b"no checksum", ADDR[1]),
+            (b"good 2", ADDR[1]),
+            (b"broadcast", everyone),
+            (b"subnet", subnet),
+        ];
+        for (w, to) in want {
             let d = timeout(Duration::from_secs(2), zs.recv())
                 .await
                 .expect("datagram");
             assert_eq!(d.payload(), w);
+            assert_eq!(d.dst(), IpEndpoint::new(to.into(), 7040));
         }
         sleep(Duration::from_millis(20)).await;
         assert!(zs.try_recv().is_none(), "corrupt datagrams never delivered");
         assert_eq!(b.stats().dropped(DropReason::BadChecksum), 2);
-        assert_eq!(b.stats().datagrams_in, 3);
+        assert_eq!(b.stats().datagrams_in, 5);
     });
 }
 
