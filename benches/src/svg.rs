@@ -83,7 +83,7 @@ impl BarChart {
         );
         // Axis, grid lines and tick labels.
         for i in 0..=5 {
-            let v = ymax * i as f64 / 5.0;
+            let v = ymax * f64::from(i) / 5.0;
             let yy = y(v);
             let _ = writeln!(
                 s,

@@ -110,7 +110,7 @@ pub const MIB: usize = 1024 * 1024;
 
 /// Every workload, with its request counts scaled by `quick`.
 pub fn workloads(quick: bool) -> Vec<Workload> {
-    let n = if quick { 20 } else { 2000 };
+    let n = if quick { 20 } else { 10_000 };
     vec![
         Workload {
             name: "UDP 64 B",
@@ -156,7 +156,7 @@ pub fn workloads(quick: bool) -> Vec<Workload> {
             req: Msg::bytes(MIB),
             resp: Msg::bytes(0),
             warmup: 1,
-            requests: if quick { 2 } else { 16 },
+            requests: if quick { 2 } else { 64 },
         },
     ]
 }

@@ -92,6 +92,9 @@ static BYTES: [AtomicU64; 2 * SCOPES] = [ZERO; 2 * SCOPES];
 /// Calls of at least [`LARGE`] bytes ("payload-sized").
 static LARGE_CALLS: [AtomicU64; 2 * SCOPES] = [ZERO; 2 * SCOPES];
 static LARGE: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// App + stack calls by length (the last bucket: [`SIZE_CAP`] bytes or more).
+pub const SIZE_CAP: usize = 2048;
+static SIZES: [AtomicU64; SIZE_CAP + 1] = [ZERO; SIZE_CAP + 1];
 
 #[inline(always)]
 fn count(n: usize) {
@@ -101,6 +104,10 @@ fn count(n: usize) {
         BYTES[i].fetch_add(n as u64, Relaxed);
         if n >= LARGE.load(Relaxed) {
             LARGE_CALLS[i].fetch_add(1, Relaxed);
+        }
+        let scope = SCOPE.load(Relaxed);
+        if scope != OTHER && scope % 3 != Layer::Device as u8 {
+            SIZES[n.min(SIZE_CAP)].fetch_add(1, Relaxed);
         }
     }
 }
@@ -302,6 +309,11 @@ impl Counts {
 
 /// zcnet's copy ledger when counting last started and stopped.
 static LEDGER_MARKS: Mutex<[Option<LedgerSnapshot>; 2]> = Mutex::new([None, None]);
+
+/// App + stack calls counted so far, by length (index `SIZE_CAP`: that many bytes or more).
+pub fn sizes_now() -> Vec<u64> {
+    SIZES.iter().map(|c| c.load(Relaxed)).collect()
+}
 
 /// Turns counting on (and notes zcnet's copy ledger).
 pub fn start() {

@@ -284,19 +284,3 @@ impl embassy_net_driver::Driver for EmbDev {
         embassy_net_driver::HardwareAddress::Ethernet(self.0.mac())
     }
 }
-impl std::fmt::Debug for Link {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for d in &self.dirs {
-            let d = d.borrow();
-            write!(
-                f,
-                "[free {} queued {} rxw {} txw {}] ",
-                d.free.len(),
-                d.queue.len(),
-                d.rx_waker.is_some(),
-                d.tx_waker.is_some()
-            )?;
-        }
-        Ok(())
-    }
-}

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo bench -p zcnet-benches --bench copies                 # full run (BENCHMARKS.md)
 //! cargo bench -p zcnet-benches --bench copies -- --quick      # CI smoke run
-//! cargo bench -p zcnet-benches --bench copies -- --svg PATH   # where the chart goes
+//! cargo bench -p zcnet-benches --bench copies -- --svg PATH   # chart path (from the workspace root)
 //! ```
 //!
 //! # Method
@@ -29,7 +29,7 @@
 //! # Workloads (both ends in this process)
 //!
 //! UDP request/response with 64 B and 1 KiB payloads; TCP request/response 1 KiB / 1 KiB; HTTP
-//! GET of a 1 KiB body (an 80-byte GET, a 136-byte header plus 1 KiB body back; the connection
+//! GET of a 1 KiB body (a 77-byte GET, a 105-byte header plus 1 KiB body back; the connection
 //! stays open across requests, set-up is not counted); TCP bulk 1 MiB (counted per MiB).
 //! Applications produce and verify every payload byte from a generator without `memcpy`
 //! ([`app`]), so the only copies are those of the API and the stack. Same socket buffers on
@@ -136,6 +136,8 @@ struct Figures {
     other_bytes: f64,
     ledger_calls: f64,
     ledger_bytes: f64,
+    /// App + stack copies by length: (length, calls per request), most bytes first, top 4.
+    top_sizes: [(usize, f64); 4],
 }
 
 fn app_stack(c: &Counts, w: Window, h: Host) -> (u64, u64, u64) {
@@ -185,16 +187,29 @@ fn measure(peer: Peer, w: Workload) -> Figures {
     };
     count::set_large(large);
     let before = Counts::now();
+    let sizes_before = count::sizes_now();
     peer.run(w);
     count::stop();
     let d = Counts::now().since(&before);
+    let mut sizes: Vec<(usize, u64)> = count::sizes_now()
+        .iter()
+        .zip(&sizes_before)
+        .enumerate()
+        .map(|(len, (a, b))| (len, a - b))
+        .filter(|&(_, c)| c > 0)
+        .collect();
+    sizes.sort_by_key(|&(len, c)| std::cmp::Reverse(len.max(1) as u64 * c));
     assert!(
         count::single_threaded(),
         "a second thread appeared during {} / {}",
         w.name,
         peer.name()
     );
-    figures(&d, &count::ledger_delta(), w.requests)
+    let mut f = figures(&d, &count::ledger_delta(), w.requests);
+    for (slot, &(len, c)) in f.top_sizes.iter_mut().zip(&sizes) {
+        *slot = (len, c as f64 / w.requests as f64);
+    }
+    f
 }
 
 /// The median of each figure over the runs.
@@ -214,6 +229,8 @@ fn median_figures(runs: &[Figures]) -> Figures {
     out.other_bytes = m(&|r| r.other_bytes);
     out.ledger_calls = m(&|r| r.ledger_calls);
     out.ledger_bytes = m(&|r| r.ledger_bytes);
+    // Runs are deterministic (virtual time, fixed seeds); the size profile is the first run's.
+    out.top_sizes = runs[0].top_sizes;
     out
 }
 
@@ -226,12 +243,19 @@ fn per_payload(bytes: f64, payload: usize) -> String {
     }
 }
 
-fn svg_path() -> String {
+/// Where the chart goes: `--svg PATH` (relative paths from the workspace root, since cargo runs
+/// benchmarks in the package directory), else `target/copies-per-request.svg`.
+fn svg_path() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root");
     let args: Vec<String> = std::env::args().collect();
-    args.iter()
+    let path = args
+        .iter()
         .position(|a| a == "--svg")
         .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| "target/copies-per-request.svg".into())
+        .unwrap_or_else(|| "target/copies-per-request.svg".into());
+    root.join(path)
 }
 
 fn main() {
@@ -326,6 +350,39 @@ fn main() {
     );
     println!();
     print!("{}", t.to_markdown());
+    println!();
+    let mut sizes = Table::new(&[
+        "workload",
+        "peer (API)",
+        "largest app + stack copies by bytes: length × calls per request",
+    ]);
+    for (w, rows) in &results {
+        for (p, f) in rows {
+            let cells: Vec<String> = f
+                .top_sizes
+                .iter()
+                .filter(|&&(_, c)| c > 0.0)
+                .map(|&(len, c)| {
+                    let len = if len == count::SIZE_CAP {
+                        format!("≥{len} B")
+                    } else {
+                        format!("{len} B")
+                    };
+                    format!("{len} × {c:.2}")
+                })
+                .collect();
+            sizes.row(vec![w.name.into(), p.name().into(), cells.join(", ")]);
+        }
+    }
+    println!("Where the bytes go (all hosts and windows, device excluded):");
+    println!();
+    print!("{}", sizes.to_markdown());
+    println!();
+    println!(
+        "sizes of zcnet's frame leases: TxFrame {} B, RxFrame {} B",
+        std::mem::size_of::<zcnet_buffer::TxFrame>(),
+        std::mem::size_of::<zcnet_buffer::RxFrame>()
+    );
     println!();
     let other: f64 = results
         .iter()
@@ -426,12 +483,10 @@ fn main() {
             .collect(),
     };
     let path = svg_path();
-    if let Some(dir) = std::path::Path::new(&path).parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir).expect("chart directory");
-        }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).expect("chart directory");
     }
     std::fs::write(&path, chart.to_svg()).expect("write the chart");
     println!();
-    println!("chart written to {path}");
+    println!("chart written to {}", path.display());
 }

@@ -93,8 +93,9 @@ fn pair(exec: &'static Executor) -> [Stack; 2] {
             random_seed: 0x1234 + i as u64,
             ..Config::default()
         };
-        let (stack, runner) = Stack::new(exec, pools[i], driver, config, resources).expect("stack");
-        drop(runner); // its two tasks are spawned below, each in the host's stack scope
+        // The runner's two tasks are spawned below, each in the host's stack scope.
+        let (stack, _runner) =
+            Stack::new(exec, pools[i], driver, config, resources).expect("stack");
         let scope = Scope::of(HOSTS[i], Layer::Stack);
         let spawner = exec.spawner();
         drop(spawner.spawn(Scoped::new(scope, async move {
