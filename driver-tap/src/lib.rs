@@ -21,6 +21,10 @@
 //! * **Copies**: the kernel's copy across the fd is recorded as
 //!   [`CopySite::KernelFd`]; the driver itself copies nothing.
 //!
+//! [`Tap::from_fd`] drives a tun fd opened elsewhere (or any fd that keeps frame boundaries,
+//! such as a `SOCK_SEQPACKET` socketpair end, which is how `tests/eagain.rs` makes writes hit
+//! `EAGAIN`).
+//!
 //! The interface's kernel side can be moved into another network namespace after opening
 //! (`ip link set <name> netns <ns>`); the fd keeps working, and [`Tap::link_state`] follows the
 //! interface into its namespace.
