@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use zcnet_buffer::{Driver, FramePool, PoolConfig, TxError};
 use zcnet_executor::linux::LinuxPlatform;
-use zcnet_executor::time::sleep;
+use zcnet_executor::time::{sleep, timeout};
 use zcnet_executor::Executor;
 use zcnet_tap::{Tap, TapConfig, TX_QUEUE};
 
@@ -196,14 +196,15 @@ fn a_frame_hitting_eagain_is_kept_and_sent_in_order_once_writable() {
         woken_at - started
     );
     let pending = AtomicUsize::new(0);
-    exec.block_on(async {
+    exec.block_on(timeout(Duration::from_secs(30), async {
         for seq in next..total {
             send(&mut tap, seq, &pending).await;
         }
         // Flush what still waits in the driver.
         let last = poll_fn(|cx| tap.poll_transmit_frame(cx)).await;
         drop(last);
-    });
+    }))
+    .expect("all frames sent within 30 s");
     let read_started = reader.join().expect("reader saw every frame in order");
     assert!(read_started - started >= delay);
     let s = tap.stats();
@@ -246,10 +247,11 @@ fn frames_queue_behind_a_blocked_write_up_to_tx_queue_then_are_refused_and_count
     assert_eq!(tap.stats().tx_frames, u64::from(next - 1));
     // The reader gets every frame up to the last queued one, in order (not the refused one).
     let reader = reader(theirs, seq, Duration::ZERO);
-    exec.block_on(async {
+    exec.block_on(timeout(Duration::from_secs(30), async {
         let f = poll_fn(|cx| tap.poll_transmit_frame(cx)).await;
         drop(f);
-    });
+    }))
+    .expect("the queue went out within 30 s");
     reader
         .join()
         .expect("reader saw every queued frame in order");
