@@ -144,7 +144,7 @@ impl Class {
         }
     }
     /// (port, server sockets) pairs: for smoltcp and embassy, the sockets each port gets
-    /// (each serves one connection at a time); zcnet's listener gets `ZC_BACKLOG` listening
+    /// (each serves one connection at a time); zcnet's listener gets `ZC_BACKLOG_*` listening
     /// sockets per port and the rest of its table for accepted ones.
     pub fn ports(self) -> &'static [(u16, usize)] {
         match self {
@@ -157,8 +157,15 @@ impl Class {
 
 /// Sockets per port for the HTTP and idle classes: 100 connections plus room for new ones.
 pub const CONN_SOCKETS: usize = 128;
-/// zcnet listener backlog (listening sockets kept armed per port).
-pub const ZC_BACKLOG: usize = 2;
+/// zcnet listener backlog for the bulk class (listening sockets kept armed per port).
+pub const ZC_BACKLOG_BULK: usize = 2;
+/// zcnet listener backlog for the HTTP and idle classes: a SYN that finds every listening
+/// socket busy is dropped (the client retries after 1 s), so bursts of new connections (wrk
+/// without keep-alive, 100 idle clients connecting at once) need room.
+pub const ZC_BACKLOG_CONN: usize = 32;
+/// zcnet's socket table for the HTTP and idle classes: 100 connections, the backlog, and the
+/// connections still closing.
+pub const ZC_CONN_SOCKETS: usize = CONN_SOCKETS + ZC_BACKLOG_CONN;
 
 /// A connection the shared server logic drives (zcnet's and embassy-net's sockets).
 pub trait Conn {

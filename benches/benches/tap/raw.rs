@@ -9,6 +9,11 @@
 //! * `rx <ms>`: read frames (Linux's UDP blaster sends them) until `ms` after the first one or
 //!   300 ms without one; counts full-size IPv4/UDP frames to [`BLAST_PORT`]. Answer:
 //!   `done frames=<n> ns=<first to last>`.
+//!
+//! Both answers also carry `cpu_ns`: the blaster thread's CPU time (user + system) for the
+//! command, so frames per CPU-second (the rate one core doing only this would reach) can be
+//! reported beside the wall-clock rate, which on a 2-core machine also depends on how much CPU
+//! the Linux side's sender or receiver takes from the blaster.
 
 use std::io::{BufRead, Write};
 use std::os::fd::AsRawFd;
@@ -86,6 +91,7 @@ pub fn serve(tap: &str) -> ! {
             continue;
         };
         let ms: u64 = ms.parse().expect("milliseconds");
+        let (cpu0, _, _) = common::rusage(libc::RUSAGE_THREAD);
         let (frames, ns) = match cmd {
             "tx" => {
                 let start = Instant::now();
@@ -132,8 +138,9 @@ pub fn serve(tap: &str) -> ! {
             }
             _ => continue,
         };
+        let (cpu1, _, _) = common::rusage(libc::RUSAGE_THREAD);
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "done frames={frames} ns={ns}");
+        let _ = writeln!(out, "done frames={frames} ns={ns} cpu_ns={}", cpu1 - cpu0);
         let _ = out.flush();
     }
     std::process::exit(0)

@@ -9,7 +9,10 @@ use zcnet_stack::{Config, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4}
 use zcnet_tap::{Tap, TapConfig};
 use zcnet_tests::netns::{slot_size_for, ZCNET_ADDR};
 
-use crate::common::{self, Class, Conn, APP_BUF, CONN_SOCKETS, SOCK_BUF, STACK_MAC, ZC_BACKLOG};
+use crate::common::{
+    self, Class, Conn, APP_BUF, SOCK_BUF, STACK_MAC, ZC_BACKLOG_BULK, ZC_BACKLOG_CONN,
+    ZC_CONN_SOCKETS,
+};
 
 /// Pool slots: room for a full 64 KiB window of 1514-byte frames each way, and then some.
 const SLOTS: usize = 256;
@@ -45,7 +48,7 @@ pub fn serve(tap: &str, class: Class) -> ! {
     match class {
         // Listening sockets plus the active connection and one closing, per port.
         Class::Bulk => run::<8>(tap, class),
-        Class::Http | Class::Idle => run::<{ CONN_SOCKETS }>(tap, class),
+        Class::Http | Class::Idle => run::<{ ZC_CONN_SOCKETS }>(tap, class),
     }
 }
 
@@ -75,7 +78,12 @@ fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
     let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
     runner.spawn(exec.spawner());
     for &(port, _) in class.ports() {
-        let listener = TcpListener::bind(stack, port, ZC_BACKLOG, buffers).expect("listen");
+        let backlog = if class == Class::Bulk {
+            ZC_BACKLOG_BULK
+        } else {
+            ZC_BACKLOG_CONN
+        };
+        let listener = TcpListener::bind(stack, port, backlog, buffers).expect("listen");
         exec.spawner().spawn(accept_loop(stack, listener, port));
     }
     common::start_stats_thread();
