@@ -16,7 +16,10 @@
 //! stack is 10.77.0.2. The Linux client is the same for every peer: this binary again, run
 //! inside the namespace (`ip netns exec <ns> <bench> --client ..`, plain `std::net` sockets),
 //! or `wrk` there. Nothing else on the machine is addressed. IPv6 is off in the namespaces
-//! (no router solicitations or MLD reports landing on an idle stack).
+//! (no router solicitations or MLD reports landing on an idle stack), and the namespace's
+//! client side may reuse TIME-WAIT ports (`tcp_tw_reuse=1`, ports 1024-65535): without it
+//! wrk's `Connection: close` runs exhaust the ephemeral ports within seconds and every peer
+//! collapses to a few hundred requests per second.
 //!
 //! The parent reads a child's counters over its stdin/stdout (`stats`): CPU time (user +
 //! system) and context switches from `getrusage(RUSAGE_SELF)` minus the answering thread's own
@@ -148,7 +151,9 @@ impl Server {
         run_ok(netns.command("sh").args([
             "-c",
             "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 && \
-             echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
+             echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6 && \
+             echo 1 > /proc/sys/net/ipv4/tcp_tw_reuse && \
+             echo '1024 65535' > /proc/sys/net/ipv4/ip_local_port_range",
         ]));
         let tap = tap_name();
         let mut child = Command::new(std::env::current_exe().expect("own path"))
