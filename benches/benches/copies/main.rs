@@ -262,6 +262,8 @@ fn main() {
     let mode = Mode::from_env();
     let quick = mode == Mode::Quick;
     let runs = mode.pick(3, 1);
+    // Before any embassy code: embassy-net runs on virtual time here (no alarm thread).
+    zcnet_benches::embassy_clock::use_virtual_time();
     count::self_test();
     assert!(
         count::single_threaded(),
