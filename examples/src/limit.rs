@@ -1,0 +1,72 @@
+//! [`ConnLimit`]: at most N connection tasks at once; the acceptor waits for a free place.
+
+use std::future::poll_fn;
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+
+#[derive(Debug)]
+struct Inner {
+    active: usize,
+    max: usize,
+    waiter: Option<Waker>,
+}
+
+/// Counts running connection tasks against a maximum. One acceptor waits in
+/// [`acquire`](Self::acquire); each task holds a [`Permit`] and frees its place on drop.
+#[derive(Clone, Debug)]
+pub struct ConnLimit(Arc<Mutex<Inner>>);
+
+/// A place among a [`ConnLimit`]'s `max`; dropping it frees the place and wakes the acceptor.
+#[derive(Debug)]
+pub struct Permit(ConnLimit);
+
+impl ConnLimit {
+    /// A limit of `max` (at least 1) concurrent holders.
+    pub fn new(max: usize) -> Self {
+        ConnLimit(Arc::new(Mutex::new(Inner {
+            active: 0,
+            max: max.max(1),
+            waiter: None,
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding this lock cannot leave the counts inconsistent (each critical
+        // section is one assignment), so a poisoned lock is still usable.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until fewer than `max` permits are out, then takes one. Meant for one acceptor
+    /// task (a second waiter would replace the first's waker).
+    pub async fn acquire(&self) -> Permit {
+        poll_fn(|cx| {
+            let mut g = self.lock();
+            if g.active < g.max {
+                g.active += 1;
+                Poll::Ready(Permit(self.clone()))
+            } else {
+                g.waiter = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Permits out now.
+    pub fn active(&self) -> usize {
+        self.lock().active
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let waker = {
+            let mut g = self.0.lock();
+            g.active -= 1;
+            g.waiter.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
