@@ -39,7 +39,7 @@ pub const LINUX_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 1);
 /// zcnet's address.
 pub const ZCNET_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 2);
 /// Socket slots in an example's stack.
-pub const SOCKETS: usize = 128;
+pub const SOCKETS: usize = 320;
 /// Frames in an example's pool.
 pub const POOL_SLOTS: usize = 512;
 
@@ -201,7 +201,15 @@ impl Demo {
             let setup = || -> Result<(), String> {
                 ip(&["-n", ns, "link", "set", "lo", "up"])?;
                 ip(&["link", "set", &options.tap, "netns", ns])?;
-                ip(&["-n", ns, "addr", "add", &format!("{LINUX_ADDR}/24"), "dev", &options.tap])?;
+                ip(&[
+                    "-n",
+                    ns,
+                    "addr",
+                    "add",
+                    &format!("{LINUX_ADDR}/24"),
+                    "dev",
+                    &options.tap,
+                ])?;
                 ip(&["-n", ns, "link", "set", &options.tap, "up"])
             };
             if let Err(e) = setup() {

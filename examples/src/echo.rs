@@ -14,7 +14,7 @@ use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_stack::{Never, Stack, StackError};
 
-use crate::limit::ConnLimit;
+use crate::limit::{Acceptor, ConnLimit};
 
 /// The echo port.
 pub const PORT: u16 = 7;
@@ -88,7 +88,7 @@ impl EchoStats {
 /// Bound TCP and UDP echo sockets; [`run`](Self::run) serves forever.
 #[derive(Debug)]
 pub struct EchoServer {
-    listener: TcpListener,
+    listener: Acceptor,
     udp: UdpSocket,
     config: EchoConfig,
     stats: EchoStats,
@@ -101,7 +101,7 @@ impl EchoServer {
         let listener = TcpListener::bind(stack, config.port, config.backlog, echo_buffers)?;
         let udp = UdpSocket::bind(stack, config.port, UdpBuffers::with_capacity(64, 65536))?;
         Ok(EchoServer {
-            listener,
+            listener: Acceptor::new(listener, stack.executor()),
             udp,
             config,
             stats: EchoStats::default(),
@@ -125,8 +125,8 @@ impl EchoServer {
         spawner.spawn(udp_echo(udp, udp_stats));
         let limit = ConnLimit::new(config.max_connections);
         loop {
-            let permit = limit.acquire().await;
             let sock = listener.accept().await;
+            let permit = limit.acquire().await;
             stats.0.tcp_connections.fetch_add(1, Relaxed);
             let stats = stats.clone();
             let idle = config.idle_timeout;

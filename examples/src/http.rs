@@ -29,7 +29,7 @@ use zcnet_stack::{DropReason, Never, Stack, StackError};
 use zcnet_tap::TapStatsHandle;
 
 use crate::json::{object, Json};
-use crate::limit::ConnLimit;
+use crate::limit::{Acceptor, ConnLimit};
 
 /// The port the example listens on by default.
 pub const PORT: u16 = 80;
@@ -66,7 +66,8 @@ pub struct HttpConfig {
     pub port: u16,
     /// Listening sockets (clients that can be mid-handshake at once), 1..=64.
     pub backlog: usize,
-    /// Connections served at once; further accepted clients wait in the backlog.
+    /// Connections served at once; further clients wait (one accepted, the rest in the
+    /// backlog, the rest of those retrying their SYN).
     pub max_connections: usize,
     /// A connection with no complete request for this long is closed.
     pub idle_timeout: Duration,
@@ -78,8 +79,8 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             port: PORT,
-            backlog: 16,
-            max_connections: 64,
+            backlog: 32,
+            max_connections: 160,
             idle_timeout: Duration::from_secs(30),
             tap_stats: None,
         }
@@ -104,7 +105,7 @@ pub struct HttpStats(Arc<Counters>);
 pub struct HttpStatsSnapshot {
     /// Connections accepted.
     pub connections: u64,
-    /// Requests parsed (well-formed or not) and answered.
+    /// Requests received (well-formed or not).
     pub requests: u64,
     /// Responses with a 2xx status.
     pub status_2xx: u64,
@@ -128,7 +129,6 @@ impl HttpStats {
     }
 
     fn count_status(&self, status: u16) {
-        self.0.requests.fetch_add(1, Relaxed);
         let c = match status {
             200..=299 => &self.0.status_2xx,
             400..=499 => &self.0.status_4xx,
@@ -150,7 +150,7 @@ struct Shared {
 /// A bound HTTP server; [`run`](Self::run) serves forever.
 #[derive(Debug)]
 pub struct HttpServer {
-    listener: TcpListener,
+    listener: Acceptor,
     shared: Arc<Shared>,
 }
 
@@ -161,7 +161,7 @@ impl HttpServer {
         let listener = TcpListener::bind(stack, config.port, config.backlog, http_buffers)?;
         let limit = ConnLimit::new(config.max_connections);
         Ok(HttpServer {
-            listener,
+            listener: Acceptor::new(listener, stack.executor()),
             shared: Arc::new(Shared {
                 stack,
                 config,
@@ -180,8 +180,8 @@ impl HttpServer {
     /// `max_connections` at once).
     pub async fn run(mut self, spawner: Spawner) -> Never {
         loop {
-            let permit = self.shared.limit.acquire().await;
             let sock = self.listener.accept().await;
+            let permit = self.shared.limit.acquire().await;
             self.shared.stats.0.connections.fetch_add(1, Relaxed);
             let shared = self.shared.clone();
             spawner.spawn(async move {
@@ -354,7 +354,13 @@ fn reason(status: u16) -> &'static str {
 }
 
 /// A complete response: head and (unless `head_only`) body.
-fn response(status: u16, content_type: &str, body: &[u8], keep_alive: bool, head_only: bool) -> Vec<u8> {
+fn response(
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    keep_alive: bool,
+    head_only: bool,
+) -> Vec<u8> {
     let mut out = format!(
         "HTTP/1.1 {status} {}\r\nServer: zcnet\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: {}\r\n",
         reason(status),
@@ -481,7 +487,11 @@ fn route(req: &Request<'_>, shared: &Shared) -> (u16, &'static str, Vec<u8>) {
         return (405, "text/plain", error_body(405));
     }
     match req.path {
-        "/" | "/index.html" => (200, "text/html; charset=utf-8", INDEX_HTML.as_bytes().to_vec()),
+        "/" | "/index.html" => (
+            200,
+            "text/html; charset=utf-8",
+            INDEX_HTML.as_bytes().to_vec(),
+        ),
         "/stats" => {
             let mut body = stats_json(
                 &shared.stack,
@@ -511,8 +521,11 @@ async fn serve_connection(mut sock: TcpSocket, shared: &Shared) {
                 break end;
             }
             if filled == buf.len() {
+                shared.stats.0.requests.fetch_add(1, Relaxed);
                 shared.stats.count_status(431);
-                let _ = sock.write_all(&response(431, "text/plain", &error_body(431), false, false)).await;
+                let _ = sock
+                    .write_all(&response(431, "text/plain", &error_body(431), false, false))
+                    .await;
                 return;
             }
             match timeout(idle, sock.read(&mut buf[filled..])).await {
@@ -521,6 +534,7 @@ async fn serve_connection(mut sock: TcpSocket, shared: &Shared) {
                 _ => return,
             }
         };
+        shared.stats.0.requests.fetch_add(1, Relaxed);
         let (status, out, keep_alive, body_len) = match parse_head(&buf[..end]) {
             Err(status) => {
                 let out = response(status, "text/plain", &error_body(status), false, false);
@@ -589,8 +603,9 @@ mod tests {
         assert!(!r.keep_alive);
         let r = parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").unwrap();
         assert!(r.keep_alive);
-        let r = parse("POST http://h/x HTTP/1.1\nHost: h\nContent-Length: 5\nConnection: close\n\n")
-            .unwrap();
+        let r =
+            parse("POST http://h/x HTTP/1.1\nHost: h\nContent-Length: 5\nConnection: close\n\n")
+                .unwrap();
         assert_eq!((r.path, r.content_length, r.keep_alive), ("/x", 5, false));
     }
 
@@ -602,7 +617,10 @@ mod tests {
         assert_eq!(parse("GET / HTTQ/1.1\r\nHost: a\r\n\r\n"), Err(400));
         assert_eq!(parse("GET / HTTP/1.1\r\n\r\n"), Err(400)); // no Host
         assert_eq!(parse("GET / HTTP/1.1\r\nHost : a\r\n\r\n"), Err(400));
-        assert_eq!(parse("GET / HTTP/1.1\r\nHost: a\r\nbroken\r\n\r\n"), Err(400));
+        assert_eq!(
+            parse("GET / HTTP/1.1\r\nHost: a\r\nbroken\r\n\r\n"),
+            Err(400)
+        );
         assert_eq!(
             parse("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999\r\n\r\n"),
             Err(413)
@@ -615,15 +633,24 @@ mod tests {
             parse("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
             Err(400)
         );
-        assert_eq!(parse("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n"), Err(400));
+        assert_eq!(
+            parse("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n"),
+            Err(400)
+        );
         assert_eq!(
             parse("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"),
             Err(501)
         );
-        let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{}\r\n", "X: y\r\n".repeat(MAX_HEADERS));
+        let many = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\n{}\r\n",
+            "X: y\r\n".repeat(MAX_HEADERS)
+        );
         assert_eq!(parse(&many), Err(431));
         assert_eq!(parse("G\u{e9}T / HTTP/1.1\r\nHost: a\r\n\r\n"), Err(400));
-        assert_eq!(parse_head(b"GET / HTTP/1.1\r\nHost: \xff\r\n\r\n"), Err(400));
+        assert_eq!(
+            parse_head(b"GET / HTTP/1.1\r\nHost: \xff\r\n\r\n"),
+            Err(400)
+        );
     }
 
     #[test]
@@ -637,7 +664,8 @@ mod tests {
 
     #[test]
     fn never_panics_on_any_input() {
-        let req = b"GET /stats HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc";
+        let req =
+            b"GET /stats HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc";
         for i in 0..=req.len() {
             if let Some(end) = head_end(&req[..i]) {
                 let _ = parse_head(&req[..end]);

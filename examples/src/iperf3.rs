@@ -48,6 +48,7 @@ use zcnet_stack::tcp::{TcpBuffers, TcpError, TcpListener, TcpSocket};
 use zcnet_stack::{Never, Stack, StackError};
 
 use crate::json::{self, object, Json};
+use crate::limit::Acceptor;
 
 /// iperf3's default port.
 pub const PORT: u16 = 5201;
@@ -261,7 +262,7 @@ impl Drop for IdleOnDrop<'_> {
 /// A bound iperf3 server; [`run`](Self::run) serves tests one after another, forever.
 #[derive(Debug)]
 pub struct Iperf3Server {
-    listener: TcpListener,
+    listener: Acceptor,
     shared: Arc<Shared>,
 }
 
@@ -271,7 +272,7 @@ impl Iperf3Server {
     pub fn bind(stack: Stack, config: Iperf3Config) -> Result<Iperf3Server, StackError> {
         let listener = TcpListener::bind(stack, config.port, config.backlog, stream_buffers)?;
         Ok(Iperf3Server {
-            listener,
+            listener: Acceptor::new(listener, stack.executor()),
             shared: Arc::new(Shared {
                 dispatch: Mutex::new(Dispatch {
                     phase: Phase::Idle,
@@ -641,9 +642,11 @@ async fn run_test(ctrl: &mut TcpSocket, shared: &Shared) -> Result<TestSummary, 
     };
     let end = exec.now();
     let cpu_end = cpu_times();
-    // The streams are finished with: reset them (a sender's full ring would otherwise linger).
+    // The streams are finished with: close them as iperf3's own server does (FIN after what is
+    // queued; a reset would fail a client still reading, as it may with -R). Dropped, they
+    // finish closing in the background.
     for s in &mut streams {
-        s.abort();
+        s.close();
     }
     drop(streams);
     ended?;

@@ -397,9 +397,14 @@ mod tests {
 
     #[test]
     fn nested_paths_escapes_and_numbers() {
-        let j = parse(br#" {"end": {"sum": {"bps": 1.5e9, "s": "a\"b\u00e9\n"}}, "a": [1, -2, 3.25]} "#)
-            .unwrap();
-        assert_eq!(j.path(&["end", "sum", "bps"]).unwrap().as_f64(), Some(1.5e9));
+        let j = parse(
+            br#" {"end": {"sum": {"bps": 1.5e9, "s": "a\"b\u00e9\n"}}, "a": [1, -2, 3.25]} "#,
+        )
+        .unwrap();
+        assert_eq!(
+            j.path(&["end", "sum", "bps"]).unwrap().as_f64(),
+            Some(1.5e9)
+        );
         assert_eq!(
             j.path(&["end", "sum", "s"]).unwrap().as_str(),
             Some("a\"b\u{e9}\n")

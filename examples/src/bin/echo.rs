@@ -27,9 +27,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!("zcnet echo server on {ZCNET_ADDR} port 7, TCP and UDP (TAP {})", demo.options.tap);
-    println!("  TCP:  echo hello | {}", demo.peer(&format!("nc -N {ZCNET_ADDR} 7")));
-    println!("  UDP:  echo hello | {}", demo.peer(&format!("nc -u -w1 {ZCNET_ADDR} 7")));
+    println!(
+        "zcnet echo server on {ZCNET_ADDR} port 7, TCP and UDP (TAP {})",
+        demo.options.tap
+    );
+    println!(
+        "  TCP:  echo hello | {}",
+        demo.peer(&format!("nc -N {ZCNET_ADDR} 7"))
+    );
+    println!(
+        "  UDP:  echo hello | {}",
+        demo.peer(&format!("nc -u -w1 {ZCNET_ADDR} 7"))
+    );
     println!("Ctrl-C stops.");
     let stats = server.stats();
     demo.run(server.run(demo.exec.spawner()));

@@ -31,9 +31,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!("zcnet HTTP server on http://{ZCNET_ADDR}/ (TAP {})", demo.options.tap);
-    println!("  page:      {}", demo.peer(&format!("curl http://{ZCNET_ADDR}/")));
-    println!("  counters:  {}", demo.peer(&format!("curl http://{ZCNET_ADDR}/stats")));
+    println!(
+        "zcnet HTTP server on http://{ZCNET_ADDR}/ (TAP {})",
+        demo.options.tap
+    );
+    println!(
+        "  page:      {}",
+        demo.peer(&format!("curl http://{ZCNET_ADDR}/"))
+    );
+    println!(
+        "  counters:  {}",
+        demo.peer(&format!("curl http://{ZCNET_ADDR}/stats"))
+    );
     println!(
         "  load:      {}",
         demo.peer(&format!("wrk -c 50 -d 10 http://{ZCNET_ADDR}/"))

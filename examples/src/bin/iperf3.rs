@@ -33,10 +33,22 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!("zcnet iperf3 server on {ZCNET_ADDR}:{PORT} (TAP {})", demo.options.tap);
-    println!("  zcnet receives:  {}", demo.peer(&format!("iperf3 -c {ZCNET_ADDR}")));
-    println!("  zcnet sends:     {}", demo.peer(&format!("iperf3 -c {ZCNET_ADDR} -R")));
-    println!("  4 streams:       {}", demo.peer(&format!("iperf3 -c {ZCNET_ADDR} -P 4")));
+    println!(
+        "zcnet iperf3 server on {ZCNET_ADDR}:{PORT} (TAP {})",
+        demo.options.tap
+    );
+    println!(
+        "  zcnet receives:  {}",
+        demo.peer(&format!("iperf3 -c {ZCNET_ADDR}"))
+    );
+    println!(
+        "  zcnet sends:     {}",
+        demo.peer(&format!("iperf3 -c {ZCNET_ADDR} -R"))
+    );
+    println!(
+        "  4 streams:       {}",
+        demo.peer(&format!("iperf3 -c {ZCNET_ADDR} -P 4"))
+    );
     println!("Ctrl-C stops.");
     demo.run(server.run(demo.exec.spawner()));
     ExitCode::SUCCESS
