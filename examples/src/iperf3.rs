@@ -58,6 +58,10 @@ pub const COOKIE_SIZE: usize = 37;
 pub const MAX_STREAMS: usize = 16;
 /// Largest JSON message accepted from a client.
 pub const MAX_JSON: usize = 64 * 1024;
+/// Longest test accepted, in seconds (iperf3's own limit for `-t`).
+pub const MAX_TIME: u64 = 86_400;
+/// Longest omit period accepted, in seconds (iperf3's own limit for `-O`).
+pub const MAX_OMIT: u64 = 600;
 /// Socket buffer size (each direction) of every stream: large enough for smoltcp's window
 /// scaling to keep a fast link busy.
 pub const STREAM_BUFFER: usize = 256 * 1024;
@@ -475,7 +479,13 @@ impl Params {
         if j.get("bidirectional").is_some() {
             return Err("--bidir is not implemented by the zcnet server".into());
         }
-        let num = |k: &str| j.get(k).and_then(Json::as_u64).unwrap_or(0);
+        // Absent: iperf3's default; present: a non-negative integer.
+        let num = |k: &str| match j.get(k) {
+            None => Ok(0),
+            Some(v) => v
+                .as_u64()
+                .ok_or(format!("parameter {k} is not a non-negative integer")),
+        };
         let parallel = match j.get("parallel") {
             None => 1,
             Some(v) => v.as_u64().unwrap_or(0),
@@ -485,12 +495,18 @@ impl Params {
                 "{parallel} streams asked for; the zcnet server takes 1..={MAX_STREAMS}"
             ));
         }
+        let (time, omit) = (num("time")?, num("omit")?);
+        if time > MAX_TIME || omit > MAX_OMIT {
+            return Err(format!(
+                "-t {time} -O {omit}: the zcnet server takes at most -t {MAX_TIME} -O {MAX_OMIT}"
+            ));
+        }
         Ok(Params {
             parallel: parallel as usize,
             reverse: j.get("reverse").is_some(),
-            time: num("time"),
-            omit: num("omit"),
-            bytes: num("num"),
+            time,
+            omit,
+            bytes: num("num")?,
             get_server_output: j.get("get_server_output").is_some(),
         })
     }
@@ -750,12 +766,17 @@ mod tests {
             r#"{"tcp":true,"parallel":0}"#,
             r#"{"tcp":true,"parallel":17}"#,
             r#"{"tcp":true,"parallel":-3}"#,
+            r#"{"tcp":true,"time":1e300}"#,
+            r#"{"tcp":true,"time":10,"omit":18446744073709551615}"#,
         ] {
             let j = json::parse(bad.as_bytes()).unwrap();
             assert!(Params::from_json(&j).is_err(), "{bad}");
         }
-        // Missing fields take iperf3's defaults; wrong types are ignored, not fatal.
+        // Missing fields take iperf3's defaults.
+        let j = json::parse(br#"{"tcp":true}"#).unwrap();
+        let p = Params::from_json(&j).unwrap();
+        assert_eq!((p.parallel, p.time, p.reverse), (1, 0, false));
         let j = json::parse(br#"{"tcp":true,"time":"x"}"#).unwrap();
-        assert_eq!(Params::from_json(&j).unwrap().parallel, 1);
+        assert!(Params::from_json(&j).is_err());
     }
 }

@@ -52,7 +52,7 @@ impl Json {
     /// The number as a non-negative integer, if it is one that fits (fractions truncated).
     pub fn as_u64(&self) -> Option<u64> {
         match *self {
-            Json::Num(n) if n >= 0.0 && n < 18_446_744_073_709_551_616.0 => Some(n as u64),
+            Json::Num(n) if (0.0..18_446_744_073_709_551_616.0).contains(&n) => Some(n as u64),
             _ => None,
         }
     }
