@@ -172,6 +172,7 @@ fn curl_reuses_one_connection_for_two_requests() {
 /// oversized body get 400, 431 and 413 and the server still answers.
 #[test]
 fn http_serves_many_clients_and_survives_bad_requests() {
+    require_tool("python3", "python3");
     let net = TapNet::new(1500);
     let stats = http_server(&net);
     let script = format!(
@@ -231,6 +232,7 @@ print(raw(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"))
 /// TCP echo: `python3` sends 1 MB and reads it back byte-exact; UDP echo: 50 datagrams.
 #[test]
 fn echo_example_echoes_tcp_and_udp() {
+    require_tool("python3", "python3");
     let net = TapNet::new(1500);
     let server = EchoServer::bind(net.stack, EchoConfig::default()).expect("bind port 7");
     let stats = server.stats();
