@@ -367,6 +367,8 @@ impl From<TcpError> for Fail {
 }
 
 async fn finish(ctrl: &mut TcpSocket, shared: &Shared, r: Result<TestSummary, Fail>) {
+    // The next client may connect as soon as this one has its results: be ready for it.
+    shared.set_phase(Phase::Idle);
     let stats = &shared.stats.0;
     match r {
         Ok(summary) => {
