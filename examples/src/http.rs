@@ -393,21 +393,15 @@ pub fn stats_json(
     let drops = Json::Obj(
         DropReason::ALL
             .iter()
-            .map(|&r| {
-                let name = match r {
-                    DropReason::TxTooLong => "tx_too_long",
-                    DropReason::TxHeadroom => "tx_headroom",
-                    DropReason::TxDriver => "tx_driver",
-                    DropReason::BacklogFull => "backlog_full",
-                };
-                (name.to_string(), s.dropped(r).into())
-            })
+            .map(|&r| (r.name().to_string(), s.dropped(r).into()))
             .collect(),
     );
     let stack_j = object([
         ("ingress_polls", s.ingress_polls.into()),
         ("egress_polls", s.egress_polls.into()),
         ("idle_polls", s.idle_polls.into()),
+        ("datagrams_in", s.datagrams_in.into()),
+        ("datagrams_out", s.datagrams_out.into()),
         ("frames_in", s.frames_in.into()),
         ("frames_out", s.frames_out.into()),
         ("config_changes", s.config_changes.into()),

@@ -38,6 +38,19 @@ impl DropReason {
         DropReason::BadChecksum,
         DropReason::NeighborTimeout,
     ];
+
+    /// A stable snake_case name for logs and reports (`"backlog_full"`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropReason::TxTooLong => "tx_too_long",
+            DropReason::TxHeadroom => "tx_headroom",
+            DropReason::TxDriver => "tx_driver",
+            DropReason::BacklogFull => "backlog_full",
+            DropReason::DatagramQueueFull => "datagram_queue_full",
+            DropReason::BadChecksum => "bad_checksum",
+            DropReason::NeighborTimeout => "neighbor_timeout",
+        }
+    }
 }
 
 /// A snapshot of the stack's counters ([`Stack::stats`](crate::Stack::stats)).
