@@ -7,6 +7,14 @@
 //! peeks at each frame before smoltcp sees it (a few header reads, no copy) and drops a SYN for
 //! a registered listener port when no socket is in `Listen` on that port, counting it as
 //! [`DropReason::BacklogFull`](crate::DropReason::BacklogFull).
+//!
+//! The same table lets a listener that is short of listening sockets (the stack's socket slots
+//! were all taken when it tried to re-arm) wait for a slot: [`State::remove_socket`] wakes it,
+//! so its `accept` re-arms as soon as a slot is free again.
+//!
+//! [`State::remove_socket`]: crate::stack::State::remove_socket
+
+use core::task::Waker;
 
 use smoltcp::iface::SocketSet;
 use smoltcp::phy::Medium;
@@ -17,50 +25,79 @@ use smoltcp::wire::{
 
 use crate::StackError;
 
-/// How many listener ports a stack tracks (listeners on the same port share an entry).
+/// How many [`TcpListener`](crate::tcp::TcpListener)s a stack tracks at once (each one has an
+/// entry, also when several listen on the same port).
 pub const MAX_LISTENERS: usize = 16;
 
-/// The ports listeners are bound to, with how many listeners use each.
+/// One listener: its port, and its waker while it waits for a free socket slot.
+#[derive(Debug)]
+struct Entry {
+    port: u16,
+    slot_waiter: Option<Waker>,
+}
+
+/// The listeners' ports and slot waiters, one entry per listener.
 #[derive(Debug)]
 pub(crate) struct ListenerPorts {
-    ports: [(u16, u16); MAX_LISTENERS],
+    entries: [Option<Entry>; MAX_LISTENERS],
 }
+
+/// A listener's entry in [`ListenerPorts`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ListenerId(usize);
 
 impl ListenerPorts {
     pub(crate) const fn new() -> Self {
         Self {
-            ports: [(0, 0); MAX_LISTENERS],
+            entries: [const { None }; MAX_LISTENERS],
         }
     }
 
     /// Registers a listener on `port`.
-    pub(crate) fn add(&mut self, port: u16) -> Result<(), StackError> {
-        if let Some(e) = self.ports.iter_mut().find(|e| e.1 > 0 && e.0 == port) {
-            e.1 += 1;
-            return Ok(());
-        }
-        let e = self
-            .ports
-            .iter_mut()
-            .find(|e| e.1 == 0)
+    pub(crate) fn add(&mut self, port: u16) -> Result<ListenerId, StackError> {
+        let i = self
+            .entries
+            .iter()
+            .position(Option::is_none)
             .ok_or(StackError::TooManyListeners)?;
-        *e = (port, 1);
-        Ok(())
+        self.entries[i] = Some(Entry {
+            port,
+            slot_waiter: None,
+        });
+        Ok(ListenerId(i))
     }
 
-    /// Unregisters a listener on `port`.
-    pub(crate) fn remove(&mut self, port: u16) {
-        if let Some(e) = self.ports.iter_mut().find(|e| e.1 > 0 && e.0 == port) {
-            e.1 -= 1;
+    /// Unregisters a listener (dropping its slot waiter, if any).
+    pub(crate) fn remove(&mut self, id: ListenerId) {
+        self.entries[id.0] = None;
+    }
+
+    /// Until the next [`wake_slot_waiters`](Self::wake_slot_waiters), `waker` is woken when a
+    /// socket slot is freed (replacing this listener's earlier waker: one per listener).
+    pub(crate) fn wait_for_slot(&mut self, id: ListenerId, waker: &Waker) {
+        if let Some(e) = &mut self.entries[id.0] {
+            match &mut e.slot_waiter {
+                Some(w) if w.will_wake(waker) => {}
+                w => *w = Some(waker.clone()),
+            }
+        }
+    }
+
+    /// A socket slot was freed: wakes (and forgets) every listener waiting for one.
+    pub(crate) fn wake_slot_waiters(&mut self) {
+        for e in self.entries.iter_mut().flatten() {
+            if let Some(w) = e.slot_waiter.take() {
+                w.wake();
+            }
         }
     }
 
     fn contains(&self, port: u16) -> bool {
-        self.ports.iter().any(|e| e.1 > 0 && e.0 == port)
+        self.entries.iter().flatten().any(|e| e.port == port)
     }
 
     fn is_empty(&self) -> bool {
-        self.ports.iter().all(|e| e.1 == 0)
+        self.entries.iter().all(Option::is_none)
     }
 
     /// Whether `frame` is a SYN for a listener port whose listening sockets are all busy.
@@ -122,6 +159,11 @@ fn syn_port(medium: Medium, frame: &[u8]) -> Option<u16> {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+
     use super::*;
 
     /// An Ethernet + IPv4 + TCP frame with the given flags to port 80.
@@ -162,15 +204,43 @@ mod tests {
     #[test]
     fn ports_are_counted_per_listener() {
         let mut l = ListenerPorts::new();
-        l.add(80).unwrap();
-        l.add(80).unwrap();
-        l.remove(80);
+        let a = l.add(80).unwrap();
+        let b = l.add(80).unwrap();
+        l.remove(a);
         assert!(l.contains(80));
-        l.remove(80);
+        l.remove(b);
         assert!(!l.contains(80) && l.is_empty());
         for p in 0..MAX_LISTENERS as u16 {
             l.add(1000 + p).unwrap();
         }
         assert_eq!(l.add(1), Err(StackError::TooManyListeners));
+    }
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn slot_waiters_are_woken_once_per_registration() {
+        let mut l = ListenerPorts::new();
+        let a = l.add(80).unwrap();
+        let b = l.add(81).unwrap();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let w = Waker::from(count.clone());
+        // Registering twice keeps one waker.
+        l.wait_for_slot(a, &w);
+        l.wait_for_slot(a, &w);
+        l.wake_slot_waiters();
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        // Woken wakers are forgotten; a removed listener's waker is never woken.
+        l.wake_slot_waiters();
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        l.wait_for_slot(b, &w);
+        l.remove(b);
+        l.wake_slot_waiters();
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
     }
 }

@@ -112,7 +112,7 @@ pub enum StackError {
     Unaddressable,
     /// A listener's buffer source had no buffers for a new socket.
     NoBuffers,
-    /// The stack already tracks [`MAX_LISTENERS`] listener ports.
+    /// The stack already tracks [`MAX_LISTENERS`] listeners.
     TooManyListeners,
     /// The configuration asks for something that needs a MAC address (DHCPv4, SLAAC, the
     /// IPv6 link-local address) but the driver is not Ethernet.
@@ -138,7 +138,7 @@ impl core::fmt::Display for StackError {
             StackError::TooManyRoutes => f.write_str("route table full"),
             StackError::Unaddressable => f.write_str("unaddressable endpoint"),
             StackError::NoBuffers => f.write_str("no buffers for a new socket"),
-            StackError::TooManyListeners => f.write_str("too many listener ports"),
+            StackError::TooManyListeners => f.write_str("too many listeners"),
             StackError::AddressInUse => f.write_str("UDP endpoint already in use"),
             StackError::NotEthernet => {
                 f.write_str("DHCPv4, SLAAC and IPv6 link-local need an Ethernet driver")

@@ -46,7 +46,8 @@ pub(crate) struct State {
     pub(crate) socket_capacity: usize,
     /// Why TCP connections closed (smoltcp does not say); one record per socket slot.
     pub(crate) metas: SocketMetas,
-    /// Ports with a `TcpListener`: SYNs beyond their backlog are dropped, not refused.
+    /// Ports with a `TcpListener`: SYNs beyond their backlog are dropped, not refused. Also the
+    /// listeners waiting for a free socket slot.
     pub(crate) listener_ports: ListenerPorts,
     pub(crate) driver: &'static mut (dyn Driver + Send),
     pub(crate) caps: DeviceCapabilities,
@@ -181,11 +182,13 @@ impl State {
         Ok(handle)
     }
 
-    /// Removes a socket and frees its slot.
+    /// Removes a socket and frees its slot, waking listeners that wait for a slot to re-arm
+    /// (every slot freed goes through here: orphans reaped, sockets dropped or closed).
     pub(crate) fn remove_socket(&mut self, handle: SocketHandle) {
         self.sockets.remove(handle);
         self.metas.reset(handle);
         self.socket_count -= 1;
+        self.listener_ports.wake_slot_waiters();
     }
 
     /// Keeps a dropped socket until its work is done or `until` (see [`SocketMetas::adopt`]):

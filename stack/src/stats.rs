@@ -75,6 +75,11 @@ pub struct StackStats {
     /// Times autoconfiguration changed the interface: a DHCPv4 lease applied or lost, a SLAAC
     /// address or route added or removed.
     pub config_changes: u64,
+    /// Times a [`TcpListener`](crate::tcp::TcpListener) failed to replace a listening socket
+    /// (no free socket slot, or no buffers from its source): it has fewer listening sockets
+    /// than its backlog until a retry succeeds. The listener retries whenever `accept` runs
+    /// and whenever the stack frees a socket slot.
+    pub listener_rearm_failures: u64,
 }
 
 impl StackStats {
@@ -100,6 +105,7 @@ pub(crate) struct Counters {
     datagrams_out: AtomicU64,
     drops: [AtomicU64; DropReason::COUNT],
     config_changes: AtomicU64,
+    listener_rearm_failures: AtomicU64,
 }
 
 impl Counters {
@@ -114,6 +120,7 @@ impl Counters {
             datagrams_out: AtomicU64::new(0),
             drops: [const { AtomicU64::new(0) }; DropReason::COUNT],
             config_changes: AtomicU64::new(0),
+            listener_rearm_failures: AtomicU64::new(0),
         }
     }
 
@@ -145,6 +152,9 @@ impl Counters {
     pub(crate) fn config_change(&self) {
         self.config_changes.fetch_add(1, Relaxed);
     }
+    pub(crate) fn listener_rearm_failure(&self) {
+        self.listener_rearm_failures.fetch_add(1, Relaxed);
+    }
     pub(crate) fn drop(&self, reason: DropReason) {
         self.drops[reason as usize].fetch_add(1, Relaxed);
     }
@@ -164,6 +174,7 @@ impl Counters {
             datagrams_out: self.datagrams_out.load(Relaxed),
             drops,
             config_changes: self.config_changes.load(Relaxed),
+            listener_rearm_failures: self.listener_rearm_failures.load(Relaxed),
         }
     }
 }

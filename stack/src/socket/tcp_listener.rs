@@ -7,6 +7,7 @@ use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
 
 use super::tcp::{add_socket, Conn, TcpBuffers, TcpSocket, TcpState};
+use crate::backlog::ListenerId;
 use crate::config::IpListenEndpoint;
 use crate::stack::Stack;
 use crate::StackError;
@@ -14,9 +15,15 @@ use crate::StackError;
 /// Accepts connections on one endpoint with a backlog: `backlog` sockets listen at once, and each
 /// one that becomes a connection is handed out and replaced by a fresh listening socket, so up to
 /// `backlog` clients can be in the handshake at the same time.
+///
+/// A replacement needs a free socket slot in the stack. When closing connections (TIME-WAIT
+/// and other orphans) hold every slot, the listener runs short, counted in
+/// [`StackStats::listener_rearm_failures`](crate::StackStats::listener_rearm_failures); a
+/// pending [`accept`](Self::accept) is woken whenever the stack frees a slot and re-arms then.
 #[derive(Debug)]
 pub struct TcpListener {
     stack: Stack,
+    id: ListenerId,
     endpoint: IpListenEndpoint,
     listening: [Option<SocketHandle>; MAX_BACKLOG],
     backlog: usize,
@@ -41,9 +48,10 @@ impl TcpListener {
         if endpoint.port == 0 {
             return Err(StackError::Unaddressable);
         }
-        stack.with(|st| st.listener_ports.add(endpoint.port))?;
+        let id = stack.with(|st| st.listener_ports.add(endpoint.port))?;
         let mut l = Self {
             stack,
+            id,
             endpoint,
             listening: [None; MAX_BACKLOG],
             backlog,
@@ -73,15 +81,38 @@ impl TcpListener {
         Ok(())
     }
 
+    /// [`arm`](Self::arm) for a replacement: a failure is counted, and retried later.
+    fn rearm(&mut self, i: usize) {
+        if self.arm(i).is_err() {
+            self.stack.inner.counters.listener_rearm_failure();
+        }
+    }
+
+    /// How many sockets listen now: the backlog, or fewer while replacements could not be
+    /// made (no free socket slot, or no buffers).
+    pub fn listening(&self) -> usize {
+        self.listening[..self.backlog]
+            .iter()
+            .filter(|h| h.is_some())
+            .count()
+    }
+
     /// Waits for the next established connection. The listening socket that became it is
-    /// replaced by a fresh one (when the stack has a slot and `make_buffers` gives buffers;
-    /// otherwise the next `accept` tries again).
+    /// replaced by a fresh one when the stack has a slot and `make_buffers` gives buffers;
+    /// otherwise `accept` tries again each time it runs, and it is woken to do so whenever the
+    /// stack frees a socket slot.
     pub async fn accept(&mut self) -> TcpSocket {
         let (i, handle) = poll_fn(|cx| {
-            // Re-arm slots whose buffers were unavailable earlier.
-            for i in 0..self.backlog {
-                if self.listening[i].is_none() {
-                    let _ = self.arm(i);
+            if self.listening() < self.backlog {
+                // Ask to be woken when a slot frees up *before* trying, so a slot freed just
+                // after a failed try still wakes this task.
+                let id = self.id;
+                self.stack
+                    .with(|st| st.listener_ports.wait_for_slot(id, cx.waker()));
+                for i in 0..self.backlog {
+                    if self.listening[i].is_none() {
+                        self.rearm(i);
+                    }
                 }
             }
             let found = self.stack.with(|st| {
@@ -108,7 +139,7 @@ impl TcpListener {
         })
         .await;
         self.listening[i] = None;
-        let _ = self.arm(i);
+        self.rearm(i);
         TcpSocket {
             conn: Conn {
                 stack: self.stack,
@@ -121,10 +152,10 @@ impl TcpListener {
 impl Drop for TcpListener {
     fn drop(&mut self) {
         self.stack.with(|st| {
+            st.listener_ports.remove(self.id);
             for h in self.listening.iter_mut().filter_map(Option::take) {
                 st.remove_socket(h);
             }
-            st.listener_ports.remove(self.endpoint.port);
         })
     }
 }
