@@ -72,8 +72,18 @@ impl Counter {
     const fn new() -> Self {
         Self(core::sync::atomic::AtomicU64::new(0))
     }
+    /// Adds `n` from any thread (a locked read-modify-write).
     fn add(&self, n: u64) {
         self.0.fetch_add(n, core::sync::atomic::Ordering::Relaxed);
+    }
+    /// Adds `n` with a plain load and store: no locked instruction on the hot path.
+    ///
+    /// Only for counters written by the thread running the loop (one at a time, see
+    /// `Executor::enter`): with a single writer no increment can be lost, and readers on other
+    /// threads still see a value that was current at some point.
+    fn add_single_writer(&self, n: u64) {
+        use core::sync::atomic::Ordering::Relaxed;
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
     }
     fn get(&self) -> u64 {
         self.0.load(core::sync::atomic::Ordering::Relaxed)
@@ -108,9 +118,13 @@ pub struct Executor {
     tick_nanos: u64,
     /// Set while a thread runs the loop (one at a time).
     running: AtomicBool,
+    /// Written only by the thread running the loop (`add_single_writer`).
     polls: Counter,
+    /// Written only by the thread running the loop (`add_single_writer`).
     waits: Counter,
+    /// Written only by the thread running the loop (`add_single_writer`).
     timers_fired: Counter,
+    /// Written by any waking thread (`add`).
     signals: Counter,
 }
 
@@ -259,7 +273,7 @@ impl Executor {
         let mut main_woken = true;
         loop {
             if main_woken {
-                self.polls.add(1);
+                self.polls.add_single_writer(1);
                 if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
                     return v;
                 }
@@ -317,7 +331,7 @@ impl Executor {
             next.map(|tick| Instant::from_nanos(tick.saturating_mul(self.tick_nanos)))
         };
         if self.queue.try_sleep() {
-            self.waits.add(1);
+            self.waits.add_single_writer(1);
             self.platform.wait(deadline);
             self.queue.end_sleep();
         }
@@ -332,7 +346,7 @@ impl Executor {
 
     fn poll_task(&self, task: TaskRef) {
         task.start_poll();
-        self.polls.add(1);
+        self.polls.add_single_writer(1);
         let waker = task_waker(task);
         let mut cx = Context::from_waker(&waker);
         // SAFETY: we hold the queue's reference and just set RUNNING.
@@ -385,7 +399,7 @@ impl Executor {
                 }
             }
             drop(timers);
-            self.timers_fired.add(fired);
+            self.timers_fired.add_single_writer(fired);
             for w in batch.iter_mut().take(n) {
                 if let Some(w) = w.take() {
                     w.wake();
