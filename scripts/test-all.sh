@@ -47,6 +47,7 @@ cargo bench -p zcnet-benches --bench pool -- --quick
 cargo bench -p zcnet-benches --bench timers -- --quick
 cargo bench -p zcnet-benches --bench executor -- --quick
 cargo bench -p zcnet-benches --bench stack -- --quick
+cargo bench -p zcnet-benches --bench copies -- --quick
 
 step "demo (README's first command)"
 cargo run -q -p zcnet-examples --bin pool-demo > /dev/null

@@ -7,6 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod svg;
+
 /// How much work a benchmark binary does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {

@@ -3,30 +3,58 @@
 //! The stack sits between a [`zcnet_buffer::Driver`] and the application's sockets:
 //!
 //! ```text
-//!  Driver ─RxFrame─► ingress task ─► smoltcp poll_ingress_single (bounded batch, then yield)
+//!  Driver ─RxFrame─► ingress task ─┬─ UDP for a bound DatagramSocket ─► that socket's queue
+//!                                  │     (the RxFrame itself: zero copies, app owns the slot)
+//!                                  └─ everything else ─► smoltcp poll_ingress_single
 //!                         └─ wakes egress only if smoltcp now wants to send earlier
 //!  sockets ─signal (only when they created work)─► egress task ─► smoltcp poll_egress ─► TxFrame
 //!                              └─ sleeps on the timer wheel until poll_at, or until signalled
+//!  DatagramSocket::send_to ─► UDP/IP/Ethernet headers in front of the app's payload ─► Driver
 //! ```
 //!
 //! * [`Stack`]: a `Copy` handle for opening sockets and reading [`StackStats`].
 //! * [`Runner`]: the ingress and egress tasks; spawn them or run them.
 //! * The smoltcp adapter (`device.rs`) lends RX frames' bytes to smoltcp and lets it write
 //!   TX frames in place in pool slots: no copy at the device boundary.
-//! * Sockets: [`tcp::TcpSocket`], [`tcp::TcpListener`] (a real backlog), [`udp::UdpSocket`],
-//!   [`icmp::IcmpSocket`] (echo and `ping`; the stack itself answers pings),
-//!   [`dns::DnsSocket`] (A and AAAA lookups against [`Config::dns_servers`]) and
-//!   [`raw::RawSocket`] (whole IP packets of one protocol). Datagram sockets share one buffer
-//!   type, [`PacketBuffers`].
+//! * Zero-copy datagrams: [`datagram::DatagramSocket`] receives [`datagram::Datagram`]s that
+//!   own the driver's receive slot (`payload()` is a view into it) and sends payloads written in
+//!   place into a [`TxFrame`](zcnet_buffer::TxFrame), headers put in front with
+//!   `smoltcp::wire`. Ingress classifies each frame before smoltcp (Ethernet, IPv4/IPv6, UDP,
+//!   checksum, address and port) and moves matches into the socket's bounded queue; everything
+//!   else reaches smoltcp exactly as before. The send path resolves next hops with its own
+//!   bounded neighbour table (smoltcp's is private), fed by snooping ARP and NDP, holding
+//!   frames while ARP / NDP requests go out and failing them with an error on timeout
+//!   (`socket/datagram.rs`, `neighbor.rs`; the module docs of [`datagram`] say who owns a frame
+//!   when, the bounds, and what goes to smoltcp).
+//! * Sockets over smoltcp: [`tcp::TcpSocket`], [`tcp::TcpListener`] (a real backlog),
+//!   [`udp::UdpSocket`], [`icmp::IcmpSocket`] (echo and `ping`; the stack itself answers
+//!   pings), [`dns::DnsSocket`] (A and AAAA lookups against [`Config::dns_servers`]) and
+//!   [`raw::RawSocket`] (whole IP packets of one protocol). Datagram sockets over smoltcp share
+//!   one buffer type, [`PacketBuffers`].
 //! * Addresses: static IPv4/IPv6, a DHCPv4 client ([`Ipv4Config::Dhcp`]), SLAAC
 //!   ([`Config::slaac`]) and the IPv6 link-local address; the application reads them with
 //!   [`Stack::ipv4_config`], [`Stack::dhcp_lease`] and [`Stack::ip_addrs`] and waits for them
 //!   with [`Stack::wait_ipv4`] and [`Stack::wait_config_change`] (`autoconf.rs`).
 //!
-//! Status: everything issue 4 asks for is in place and tested (`tests/tests/stack_*.rs`) except
-//! its speed target: over the in-memory wire zcnet is still slower than plain smoltcp on its
-//! own loopback (BENCHMARKS.md, "Stack"), so that issue stays open. Zero-copy datagram sockets
-//! (issue 5) are not here yet: UDP and raw payloads are copied into smoltcp's rings.
+//! # Copies per payload byte
+//!
+//! | path | copies per payload byte, each direction | where |
+//! |---|---|---|
+//! | [`datagram::DatagramSocket`] | 0 | the payload stays in the driver's slot |
+//! | TCP `read_with` / `write_with` | 1 | smoltcp's, frame ↔ socket ring |
+//! | TCP `read` / `write` | 2 | smoltcp's, plus ring ↔ the caller's buffer |
+//! | UDP `recv_from_with` / `send_to_with` | 1 | smoltcp's, frame ↔ packet buffer |
+//! | UDP `recv_from` / `send_to` | 2 | smoltcp's, plus buffer ↔ the caller's slice |
+//!
+//! All of them are recorded in the copy ledger ([`zcnet_buffer::ledger`]): ours as
+//! `SocketToApp` / `AppToSocket`, smoltcp's as `StackRx` / `Emit` (attributed when the
+//! application consumes or queues the bytes; TCP retransmissions are not in the ledger).
+//!
+//! Status: issue 4 is in place and tested (`tests/tests/stack_*.rs`) except its speed target
+//! (BENCHMARKS.md, "Stack"). Issue 5's zero-copy datagram sockets, headroom TX and in-place TCP
+//! are in place and proven in `tests/tests/stack_zero_copy.rs` (payload addresses checked
+//! against the driver's slots) and `tests/tests/tap_zero_copy.rs` (against Linux); not covered
+//! by the zero-copy path: raw IP, multicast groups, IP fragments (they go to smoltcp).
 
 #![no_std]
 #![deny(missing_docs)]
@@ -36,6 +64,7 @@ mod autoconf;
 mod backlog;
 mod config;
 mod device;
+mod neighbor;
 mod runner;
 mod socket;
 mod socket_meta;
@@ -51,8 +80,11 @@ pub use config::{
     Config, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv4Config,
     Ipv6Address, Ipv6Cidr, StaticV4, StaticV6, MAX_DNS_SERVERS,
 };
+pub use neighbor::{
+    MAX_HELD_FRAMES, MAX_NEIGHBORS, NEIGHBOR_LIFETIME, NEIGHBOR_RETRY, NEIGHBOR_TIMEOUT,
+};
 pub use runner::{Never, Runner};
-pub use socket::{dns, icmp, raw, tcp, udp, PacketBuffers, PacketMetadata};
+pub use socket::{datagram, dns, icmp, raw, tcp, udp, PacketBuffers, PacketMetadata};
 pub use stack::{Stack, StackInner, StackResources};
 pub use stats::{DropReason, StackStats};
 pub use zcnet_buffer as buffer;
@@ -85,6 +117,10 @@ pub enum StackError {
     /// The configuration asks for something that needs a MAC address (DHCPv4, SLAAC, the
     /// IPv6 link-local address) but the driver is not Ethernet.
     NotEthernet,
+    /// Another socket already receives on this UDP endpoint: a zero-copy
+    /// [`DatagramSocket`](datagram::DatagramSocket) and a [`UdpSocket`](udp::UdpSocket) (or the
+    /// DHCPv4 client, or two zero-copy sockets) cannot share a port.
+    AddressInUse,
 }
 
 impl core::fmt::Display for StackError {
@@ -103,6 +139,7 @@ impl core::fmt::Display for StackError {
             StackError::Unaddressable => f.write_str("unaddressable endpoint"),
             StackError::NoBuffers => f.write_str("no buffers for a new socket"),
             StackError::TooManyListeners => f.write_str("too many listener ports"),
+            StackError::AddressInUse => f.write_str("UDP endpoint already in use"),
             StackError::NotEthernet => {
                 f.write_str("DHCPv4, SLAAC and IPv6 link-local need an Ethernet driver")
             }

@@ -100,6 +100,12 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
                 Poll::Pending => break,
             },
         };
+        // Datagrams for zero-copy sockets stop here (moved into the socket's queue, or dropped
+        // and counted); ARP and NDP are snooped for the zero-copy send path.
+        let Some(frame) = crate::socket::datagram::ingress(&mut st, frame, now, counters) else {
+            processed += 1;
+            continue;
+        };
         if st
             .listener_ports
             .overflows(st.caps.medium, &frame, &st.sockets)
@@ -157,7 +163,11 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     }
     st.iface.poll_maintenance(now);
     let before = counters.frames_out();
-    let mut starved = false;
+    // Zero-copy sockets waiting for a TX frame (the driver's TX waiter is ours), then due
+    // ARP requests / neighbour solicitations and neighbour timeouts.
+    st.zc.wake_tx_waiters();
+    let zc_starved = crate::neighbor::egress(st, now, cx.waker(), counters);
+    let mut starved = zc_starved;
     st.metas.before_egress(&st.sockets);
     // smoltcp emits at most one packet per socket per pass. After a pass that emitted, ask
     // `poll_at` (needed below anyway) whether anything is due now rather than making a final
@@ -192,7 +202,8 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
             Some(at) if !st.autoconf.active() => at,
             _ => st.iface.poll_at(now, &st.sockets),
         };
-        crate::autoconf::deadline(st, now, at, idle).map(|at| {
+        let at = crate::autoconf::deadline(st, now, at, idle);
+        crate::stack::earliest(at, st.neighbors.deadline()).map(|at| {
             // A deadline already past (smoltcp waiting on something other than us, e.g. a
             // neighbour) would make egress spin: wait at least one millisecond.
             if at <= now {

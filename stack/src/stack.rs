@@ -72,6 +72,10 @@ pub(crate) struct State {
     pub(crate) dns_servers: [Option<crate::config::IpAddress>; crate::config::MAX_DNS_SERVERS],
     /// DHCPv4 client, SLAAC watch, DHCP-learned DNS servers, config waiters (`autoconf.rs`).
     pub(crate) autoconf: crate::autoconf::Autoconf,
+    /// Zero-copy datagram sockets (`socket/datagram.rs`).
+    pub(crate) zc: crate::socket::datagram::ZcSockets,
+    /// The zero-copy send path's neighbour table and held frames (`neighbor.rs`).
+    pub(crate) neighbors: crate::neighbor::Neighbors,
 }
 
 impl State {
@@ -133,7 +137,7 @@ impl State {
                     Socket::Udp(u) => u.endpoint().port == port,
                     #[allow(unreachable_patterns)]
                     _ => false,
-                })
+                }) && !self.zc.uses_port(port)
             })
     }
 
@@ -225,6 +229,7 @@ impl State {
     pub(crate) fn signal_egress_if_due(&mut self, now: SmolInstant) {
         let at = self.iface.poll_at(now, &self.sockets);
         let at = crate::autoconf::deadline(self, now, at, false);
+        let at = earliest(at, self.neighbors.deadline());
         if at.is_some_and(|at| at <= now) {
             self.signal_egress();
         } else if at != self.egress_deadline {
@@ -331,6 +336,15 @@ pub(crate) fn smol_now(exec: &Executor) -> SmolInstant {
     SmolInstant::from_micros((exec.now().as_nanos() / 1000) as i64)
 }
 
+/// The earlier of two optional deadlines (`None`: no deadline).
+pub(crate) fn earliest(a: Option<SmolInstant>, b: Option<SmolInstant>) -> Option<SmolInstant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
 /// Converts smoltcp's clock back to ours.
 pub(crate) fn from_smol(t: SmolInstant) -> Instant {
     Instant::from_nanos((t.total_micros().max(0) as u64).saturating_mul(1000))
@@ -421,6 +435,8 @@ impl Stack {
             rng: config.random_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             dns_servers: config.dns_servers,
             autoconf: crate::autoconf::Autoconf::EMPTY,
+            zc: crate::socket::datagram::ZcSockets::new(),
+            neighbors: crate::neighbor::Neighbors::new(),
         };
         state.iface.update_ip_addrs(|addrs| {
             if let Ipv4Config::Static(v4) = config.ipv4 {

@@ -14,16 +14,29 @@ pub enum DropReason {
     /// A SYN for a listener whose backlog was full (every listening socket busy): dropped so
     /// the client retries, instead of refused.
     BacklogFull,
+    /// A datagram for a zero-copy socket ([`DatagramSocket`](crate::datagram::DatagramSocket))
+    /// whose receive queue was full: the frame went back to the pool at once.
+    DatagramQueueFull,
+    /// A datagram for a zero-copy socket with a wrong IPv4 header or UDP checksum (or an IPv6
+    /// UDP datagram without a checksum): dropped, never delivered.
+    BadChecksum,
+    /// A zero-copy datagram held while its next hop's link-layer address was resolved, dropped
+    /// because no ARP / NDP answer came in time; its sender got
+    /// [`DatagramError::NeighborTimeout`](crate::datagram::DatagramError::NeighborTimeout).
+    NeighborTimeout,
 }
 
 impl DropReason {
-    const COUNT: usize = 4;
+    const COUNT: usize = 7;
     /// Every reason, in the order [`StackStats::drops`] lists them.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TxTooLong,
         DropReason::TxHeadroom,
         DropReason::TxDriver,
         DropReason::BacklogFull,
+        DropReason::DatagramQueueFull,
+        DropReason::BadChecksum,
+        DropReason::NeighborTimeout,
     ];
 }
 
@@ -36,10 +49,14 @@ pub struct StackStats {
     pub egress_polls: u64,
     /// Ingress or egress runs that found nothing to do.
     pub idle_polls: u64,
-    /// Frames received from the driver and handed to smoltcp.
+    /// Frames received from the driver (handed to smoltcp, or to a zero-copy socket).
     pub frames_in: u64,
-    /// Frames handed to the driver.
+    /// Frames handed to the driver (smoltcp's, zero-copy datagrams, ARP / NDP requests).
     pub frames_out: u64,
+    /// Received frames moved into a zero-copy socket's queue (a subset of `frames_in`).
+    pub datagrams_in: u64,
+    /// Zero-copy datagrams handed to the driver (a subset of `frames_out`).
+    pub datagrams_out: u64,
     /// Drops per [`DropReason`], in [`DropReason::ALL`] order.
     pub drops: [u64; DropReason::COUNT],
     /// Times autoconfiguration changed the interface: a DHCPv4 lease applied or lost, a SLAAC
@@ -74,6 +91,8 @@ pub(crate) struct Counters {
     idle_polls: AtomicU64,
     frames_in: AtomicU64,
     frames_out: AtomicU64,
+    datagrams_in: AtomicU64,
+    datagrams_out: AtomicU64,
     drops: [AtomicU64; DropReason::COUNT],
     config_changes: AtomicU64,
 }
@@ -91,6 +110,8 @@ impl Counters {
             idle_polls: AtomicU64::new(0),
             frames_in: AtomicU64::new(0),
             frames_out: AtomicU64::new(0),
+            datagrams_in: AtomicU64::new(0),
+            datagrams_out: AtomicU64::new(0),
             drops: [const { AtomicU64::new(0) }; DropReason::COUNT],
             config_changes: AtomicU64::new(0),
         }
@@ -110,6 +131,12 @@ impl Counters {
     }
     pub(crate) fn frame_out(&self) {
         bump(&self.frames_out);
+    }
+    pub(crate) fn datagram_in(&self) {
+        self.datagrams_in.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn datagram_out(&self) {
+        self.datagrams_out.fetch_add(1, Relaxed);
     }
     /// Frames sent so far (one load, for egress's "did this run send anything" check).
     pub(crate) fn frames_out(&self) -> u64 {
@@ -133,6 +160,8 @@ impl Counters {
             idle_polls: self.idle_polls.load(Relaxed),
             frames_in: self.frames_in.load(Relaxed),
             frames_out: self.frames_out.load(Relaxed),
+            datagrams_in: self.datagrams_in.load(Relaxed),
+            datagrams_out: self.datagrams_out.load(Relaxed),
             drops,
             config_changes: self.config_changes.load(Relaxed),
         }

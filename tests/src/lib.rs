@@ -9,12 +9,15 @@
 //!   [`net::pair_on_with`] let the test adjust each stack's configuration.
 //! * [`wire`]: two drivers linked back to back in memory, with seeded fault injection, so two
 //!   stacks can talk inside one process.
+//! * [`recorder`]: a driver wrapper that records every frame's slot and address, and a wire
+//!   pair built with it, to prove zero copy.
 //! * [`netns`]: a network namespace holding the kernel side of a TAP that zcnet drives, so zcnet
 //!   talks to the real Linux stack (needs root and `/dev/net/tun`).
 
 pub mod clock;
 pub mod net;
 pub mod netns;
+pub mod recorder;
 pub mod sim_nic;
 pub mod wakers;
 pub mod wire;

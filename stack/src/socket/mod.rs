@@ -6,6 +6,7 @@
 //! apart from the socket set so that no two `&mut` ever alias.
 
 mod buffers;
+pub mod datagram;
 pub mod dns;
 pub mod icmp;
 mod io;

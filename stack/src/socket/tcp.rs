@@ -1,10 +1,24 @@
 //! TCP: [`TcpSocket`] (connect, or accept one connection), its halves ([`TcpReader`],
 //! [`TcpWriter`]), and the [`TcpListener`](super::tcp_listener::TcpListener) with a real backlog.
 //!
-//! Data moves through smoltcp's socket rings. `read` / `write` copy once between the ring and
-//! the caller's buffer (counted in the copy ledger as socket→app / app→socket); `read_with` /
-//! `write_with` hand the caller the ring itself instead, so the only copy left per payload byte
-//! is smoltcp's own between ring and frame.
+//! # Copies per payload byte
+//!
+//! Data moves through smoltcp's socket rings, and smoltcp copies every payload byte once
+//! between a frame and its ring: frame → receive ring when a segment arrives, send ring →
+//! frame when a segment is emitted (and again for each retransmission). That copy is smoltcp's
+//! and cannot go without replacing its TCP.
+//!
+//! * `read_with` / `write_with` hand the caller the ring itself: **exactly one copy per payload
+//!   byte per direction** (smoltcp's), as long as the caller consumes the bytes in place.
+//! * `read` / `write` add one more: ring → the caller's buffer, or the caller's buffer → ring.
+//!
+//! Every one of these is recorded in the copy ledger (`zcnet_buffer::ledger`):
+//! [`CopySite::SocketToApp`] / [`CopySite::AppToSocket`] for the copy `read` / `write` make,
+//! and [`CopySite::StackRx`] / [`CopySite::Emit`] for smoltcp's ring copy of the bytes an
+//! application consumes with any read, or queues with any write. smoltcp does not report its
+//! copies, so they are recorded when the bytes pass the application (the total per byte is
+//! exact; the moment is the application's, not smoltcp's), and retransmissions are not in the
+//! ledger (the benchmarks' `memcpy` interposition sees them).
 //!
 //! Every future here is cancel-safe: bytes move only in the poll that returns `Ready`, so a
 //! dropped `read` or `write` future loses nothing.
@@ -138,7 +152,15 @@ impl Conn {
             if s.can_recv() {
                 let window_before = s.recv_capacity() - s.recv_queue();
                 let f = f.take().expect("read polled after completion");
-                let r = s.recv(f).map(Some).map_err(|_| TcpError::InvalidState);
+                let r = s
+                    .recv(|ring| {
+                        let (n, r) = f(ring);
+                        // smoltcp copied these bytes frame → ring when they arrived.
+                        ledger::record(CopySite::StackRx, n.min(ring.len()));
+                        (n, r)
+                    })
+                    .map(Some)
+                    .map_err(|_| TcpError::InvalidState);
                 // A read that reopens a window that had shrunk below half tells egress to
                 // advertise it (a window update); smaller reads are left to the next ACK.
                 let half = s.recv_capacity() / 2;
@@ -205,7 +227,14 @@ impl Conn {
             self.with(|s, st| {
                 if s.can_send() {
                     let f = f.take().expect("write polled after completion");
-                    let r = s.send(f).map_err(|_| TcpError::InvalidState);
+                    let r = s
+                        .send(|ring| {
+                            let (n, r) = f(ring);
+                            // smoltcp copies these bytes ring → frame when it emits them.
+                            ledger::record(CopySite::Emit, n.min(ring.len()));
+                            (n, r)
+                        })
+                        .map_err(|_| TcpError::InvalidState);
                     st.signal_egress();
                     return Poll::Ready(r);
                 }
@@ -393,13 +422,18 @@ impl TcpSocket {
         .await
     }
 
-    /// Reads into `buf`; `Ok(0)` means the peer closed its side (end of stream).
+    /// Reads into `buf`; `Ok(0)` means the peer closed its side (end of stream). Copies ring →
+    /// `buf` ([`CopySite::SocketToApp`]) on top of smoltcp's frame → ring copy; use
+    /// [`read_with`](Self::read_with) to avoid it.
     pub async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TcpError> {
         self.conn.read(buf).await
     }
 
     /// Gives `f` the received bytes in place (the contiguous part of smoltcp's ring, never
     /// empty); `f` returns how many it consumed and a result. `Ok(None)` is end of stream.
+    ///
+    /// No copy of ours: the one copy per byte is smoltcp's, frame → ring (recorded in the ledger
+    /// as [`CopySite::StackRx`]; see [the module docs](self#copies-per-payload-byte)).
     pub async fn read_with<R>(
         &mut self,
         f: impl FnOnce(&mut [u8]) -> (usize, R),
@@ -408,7 +442,9 @@ impl TcpSocket {
     }
 
     /// Queues bytes from `buf`; returns how many were queued, at least one unless `buf` is
-    /// empty (waits while the send buffer is full).
+    /// empty (waits while the send buffer is full). Copies `buf` → ring
+    /// ([`CopySite::AppToSocket`]) on top of smoltcp's ring → frame copy; use
+    /// [`write_with`](Self::write_with) to avoid it.
     pub async fn write(&mut self, buf: &[u8]) -> Result<usize, TcpError> {
         self.conn.write(buf).await
     }
@@ -420,6 +456,9 @@ impl TcpSocket {
 
     /// Gives `f` free space in smoltcp's send ring (contiguous, never empty) to write into in
     /// place; `f` returns how many bytes it wrote and a result.
+    ///
+    /// No copy of ours: the one copy per byte is smoltcp's, ring → frame at emit (recorded in
+    /// the ledger as [`CopySite::Emit`]; see [the module docs](self#copies-per-payload-byte)).
     pub async fn write_with<R>(
         &mut self,
         f: impl FnOnce(&mut [u8]) -> (usize, R),

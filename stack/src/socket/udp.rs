@@ -1,4 +1,15 @@
-//! UDP: [`UdpSocket`] with `send_to` / `recv_from` and in-place variants.
+//! UDP over smoltcp's sockets: [`UdpSocket`] with `send_to` / `recv_from` and in-place
+//! variants. (For datagrams that stay in the driver's slots, see
+//! [`datagram`](crate::datagram).)
+//!
+//! # Copies per payload byte
+//!
+//! smoltcp copies each datagram once into its packet buffer on receive and once from it into
+//! the frame on send. `recv_from_with` / `send_to_with` add none; `recv_from` / `send_to` add
+//! one (buffer ↔ the caller's slice). The copy ledger records all of them: smoltcp's as
+//! [`CopySite::StackRx`] / [`CopySite::Emit`] (when the application takes or queues the
+//! datagram: smoltcp does not report its copies), ours as [`CopySite::SocketToApp`] /
+//! [`CopySite::AppToSocket`].
 
 use core::future::poll_fn;
 use core::task::Poll;
@@ -55,6 +66,8 @@ impl UdpSocket {
     /// [`local_port`](Self::local_port)).
     ///
     /// Errors: [`StackError::Unaddressable`] when no ephemeral port is free,
+    /// [`StackError::AddressInUse`] when a zero-copy
+    /// [`DatagramSocket`](crate::datagram::DatagramSocket) receives on an overlapping endpoint,
     /// [`StackError::NoSocketSlot`] when the stack's socket storage is full.
     pub fn bind(
         stack: Stack,
@@ -66,6 +79,9 @@ impl UdpSocket {
         let handle = stack.with(|st| {
             if endpoint.port == 0 {
                 endpoint.port = st.ephemeral_port().ok_or(StackError::Unaddressable)?;
+            }
+            if st.zc.conflicts(&endpoint) {
+                return Err(StackError::AddressInUse);
             }
             s.bind(endpoint).map_err(|_| StackError::Unaddressable)?;
             st.add_socket(s)
@@ -112,6 +128,8 @@ impl UdpSocket {
                 match s.send(len, remote) {
                     Ok(buf) => {
                         (f.take().expect("polled after completion"))(buf);
+                        // smoltcp copies the datagram buffer → frame when it emits it.
+                        ledger::record(CopySite::Emit, len);
                         st.signal_egress();
                         Poll::Ready(Ok(()))
                     }
@@ -145,10 +163,14 @@ impl UdpSocket {
         let mut f = Some(f);
         poll_fn(|cx| {
             self.with(|s, _| match s.recv() {
-                Ok((data, meta)) => Poll::Ready((f.take().expect("polled after completion"))(
-                    data,
-                    meta.endpoint,
-                )),
+                Ok((data, meta)) => {
+                    // smoltcp copied the datagram frame → buffer when it arrived.
+                    ledger::record(CopySite::StackRx, data.len());
+                    Poll::Ready((f.take().expect("polled after completion"))(
+                        data,
+                        meta.endpoint,
+                    ))
+                }
                 Err(_) => {
                     s.register_recv_waker(cx.waker());
                     Poll::Pending
