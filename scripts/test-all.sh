@@ -48,6 +48,8 @@ cargo bench -p zcnet-benches --bench timers -- --quick
 cargo bench -p zcnet-benches --bench executor -- --quick
 cargo bench -p zcnet-benches --bench stack -- --quick
 cargo bench -p zcnet-benches --bench copies -- --quick
+# Root, /dev/net/tun and wrk: zcnet, smoltcp and embassy-net against Linux over TAP (< 60 s).
+cargo bench -p zcnet-benches --bench tap -- --quick
 
 step "demo (README's first command)"
 cargo run -q -p zcnet-examples --bin pool-demo > /dev/null

@@ -41,8 +41,9 @@
 //!   capabilities: a 1514-byte MTU (`Loopback` says 65535, which would let smoltcp send 64 KiB
 //!   segments) and software checksums on both ways (`Loopback` says "ignored", while zcnet's
 //!   wire offers no offload, so zcnet's smoltcp computes and verifies every checksum).
-//! * Same smoltcp build: the benchmark's smoltcp dependency adds no feature beyond those
-//!   zcnet-stack already enables, so cargo builds one smoltcp for both sides.
+//! * Same smoltcp build: cargo builds one smoltcp for both sides (features unify; the
+//!   package's smoltcp dependency adds only `alloc` and, for the TAP benchmark, `std` with
+//!   `phy-tuntap_interface`, none of which changes the protocol code either side runs).
 //! * Same socket buffers: 16 KiB receive and 16 KiB send rings on every socket (the size the
 //!   stack's TCP tests use; zcnet has no default, the caller chooses).
 //! * Same clock: **virtual time** on both sides. zcnet runs on

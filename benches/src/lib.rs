@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+pub mod embassy_clock;
 pub mod svg;
 
 /// How much work a benchmark binary does.

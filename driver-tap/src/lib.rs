@@ -21,6 +21,10 @@
 //! * **Copies**: the kernel's copy across the fd is recorded as
 //!   [`CopySite::KernelFd`]; the driver itself copies nothing.
 //!
+//! [`Tap::from_fd`] drives a tun fd opened elsewhere (or any fd that keeps frame boundaries,
+//! such as a `SOCK_SEQPACKET` socketpair end, which is how `tests/eagain.rs` makes writes hit
+//! `EAGAIN`).
+//!
 //! The interface's kernel side can be moved into another network namespace after opening
 //! (`ip link set <name> netns <ns>`); the fd keeps working, and [`Tap::link_state`] follows the
 //! interface into its namespace.
@@ -459,6 +463,61 @@ impl Tap {
             mtu: config.mtu,
             mac: config.mac,
             kernel_mtu,
+            rx_slot: None,
+            tx_queue: VecDeque::with_capacity(TX_QUEUE),
+            counters: Arc::default(),
+            link: LinkState::Down,
+            link_waker: None,
+            ctl: None,
+        })
+    }
+
+    /// Drives an fd that is already open: a tun fd attached to a TAP interface elsewhere (by a
+    /// privileged parent that passed it down, say), or any fd that keeps frame boundaries, such
+    /// as one end of a `SOCK_SEQPACKET` or `SOCK_DGRAM` `socketpair` (how the driver's
+    /// `EAGAIN` handling is tested, since a TAP will not fill up on demand).
+    ///
+    /// The fd is made non-blocking and registered with `platform`'s reactor; nothing else is
+    /// done to it: no `TUNSETIFF`, no MTU change ([`TapConfig::set_interface_mtu`] is ignored,
+    /// [`kernel_mtu`](Self::kernel_mtu) is `None`). [`name`](Self::name) is the interface's
+    /// name if the fd is an attached tun fd (`TUNGETIFF`), otherwise `config.name`. For an fd
+    /// that is not a tun fd, [`link_state`](Self::link_state) fails (and
+    /// [`Driver::poll_link_state`] reads down); frames flow regardless.
+    ///
+    /// Errors: [`TapError::BadName`], [`TapError::BadMtu`], [`TapError::SlotTooSmall`] as for
+    /// [`open`](Self::open); [`TapError::Io`] if the fd cannot be made non-blocking or
+    /// registered.
+    pub fn from_fd(
+        platform: &'static LinuxPlatform,
+        pool: &'static FramePool,
+        fd: OwnedFd,
+        config: &TapConfig,
+    ) -> Result<Tap, TapError> {
+        config.validate(pool)?;
+        // SAFETY: `fd` is open (we own it); F_GETFL takes no argument.
+        let flags = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
+            .map_err(|e| TapError::io("fcntl(F_GETFL)", e))?;
+        // SAFETY: `fd` is open; F_SETFL takes the new flags as an int.
+        cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) })
+            .map_err(|e| TapError::io("fcntl(F_SETFL, O_NONBLOCK)", e))?;
+        let mut ifr = ifreq("");
+        // SAFETY: `fd` is open; TUNGETIFF writes one `ifreq`, valid for the call's duration
+        // (on an fd that is not a tun fd it fails with ENOTTY/EBADFD and writes nothing).
+        let name = match cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNGETIFF, &mut ifr) }) {
+            Ok(_) => ifreq_name(&ifr),
+            Err(_) => config.name.clone(),
+        };
+        let reg = platform
+            .register(fd.as_raw_fd())
+            .map_err(|e| TapError::io("epoll registration", e))?;
+        Ok(Tap {
+            reg,
+            fd,
+            pool,
+            name,
+            mtu: config.mtu,
+            mac: config.mac,
+            kernel_mtu: None,
             rx_slot: None,
             tx_queue: VecDeque::with_capacity(TX_QUEUE),
             counters: Arc::default(),

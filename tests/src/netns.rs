@@ -123,6 +123,26 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// Moves the root-namespace interface `ifname` into this namespace, gives it each address
+    /// in `cidrs` (IPv4 or IPv6, e.g. `10.77.0.1/24`, `fd00:77::1/64`, `fe80::1/64`) and brings
+    /// it up. IPv6 addresses are added with `nodad`, so they are usable at once (no duplicate
+    /// address detection delay), and the kernel generates no link-local address of its own
+    /// (`addrgenmode none`): the interface has exactly the addresses given.
+    pub fn adopt_with(&self, ifname: &str, cidrs: &[&str]) {
+        run(Command::new("ip").args(["link", "set", ifname, "netns", &self.name]));
+        self.ip(&["link", "set", ifname, "addrgenmode", "none"]);
+        for cidr in cidrs {
+            if cidr.contains(':') {
+                self.ip(&["-6", "addr", "add", cidr, "dev", ifname, "nodad"]);
+            } else {
+                self.ip(&["addr", "add", cidr, "dev", ifname]);
+            }
+        }
+        self.ip(&["link", "set", ifname, "up"]);
+    }
+}
+
 impl Default for Netns {
     fn default() -> Self {
         Self::new()
@@ -201,6 +221,49 @@ impl TapNet {
             random_seed: u64::from(std::process::id()) << 16 | unique().1 as u64,
             ..Config::default()
         };
+        let driver: &'static mut Tap = Box::leak(Box::new(tap));
+        let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
+        runner.spawn(exec.spawner());
+        TapNet {
+            exec,
+            stack,
+            pool,
+            tap_stats,
+            tap_name,
+            netns,
+        }
+    }
+}
+
+impl TapNet {
+    /// Like [`new`](Self::new), with the Linux side's addresses and the stack's configuration
+    /// chosen by the test: the kernel side gets exactly `linux_addrs` (see
+    /// [`Netns::adopt_with`]: IPv6 without DAD, no kernel-made link-local address), and
+    /// `configure` adjusts the stack's [`Config`], which starts as [`new`](Self::new)'s (static
+    /// [`ZCNET_ADDR`]/24, no IPv6). For example, `Ipv4Config::Dhcp` with a DHCP server in the
+    /// namespace, or a static IPv6 address.
+    pub fn with(mtu: usize, linux_addrs: &[&str], configure: impl FnOnce(&mut Config)) -> TapNet {
+        let netns = Netns::new();
+        let platform = LinuxPlatform::leak().expect("epoll");
+        let exec = Executor::leak(platform);
+        let pool =
+            FramePool::leak(PoolConfig::new(256).with_slot_size(slot_size_for(mtu))).expect("pool");
+        let tap_name = tap_name();
+        let tap = Tap::open(platform, pool, &TapConfig::new(&tap_name).with_mtu(mtu))
+            .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
+        let tap_stats = tap.stats_handle();
+        netns.adopt_with(&tap_name, linux_addrs);
+        let resources: &'static StackResources<SOCKETS> =
+            Box::leak(Box::new(StackResources::new()));
+        let mut config = Config {
+            ipv4: Ipv4Config::Static(StaticV4 {
+                address: Ipv4Cidr::new(ZCNET_ADDR, 24),
+                gateway: None,
+            }),
+            random_seed: u64::from(std::process::id()) << 16 | unique().1 as u64,
+            ..Config::default()
+        };
+        configure(&mut config);
         let driver: &'static mut Tap = Box::leak(Box::new(tap));
         let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
         runner.spawn(exec.spawner());

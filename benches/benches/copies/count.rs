@@ -21,6 +21,16 @@
 //!   guards ([`enter`]) and by the [`Scoped`] future wrapper around tasks; code outside every
 //!   scope (the executors' own loops, the harness) is filed as "other".
 //!
+//! Each counted call is also checked against the **device buffers** of the run
+//! ([`set_device_buffers`]: zcnet's two frame pools, or the frame buffers of the benchmark's link
+//! for smoltcp and embassy-net). A call whose source or destination range starts or ends inside
+//! one of them is counted again as a *device-buffer copy*: a copy that moves bytes into or out of
+//! the memory the device reads and writes. Outside the device scope, that is exactly a payload
+//! (or header) copy between the device buffer and a socket buffer or the application; struct
+//! moves and ring-to-ring copies never touch it. (A copy spanning a whole region without
+//! starting or ending inside it would be missed; every region here is larger than any copy the
+//! workloads make.)
+//!
 //! Counting is on only between [`start`] and [`stop`], on the benchmark's single thread (checked:
 //! [`single_threaded`]).
 
@@ -95,15 +105,57 @@ static LARGE: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// App + stack calls by length (the last bucket: [`SIZE_CAP`] bytes or more).
 pub const SIZE_CAP: usize = 2048;
 static SIZES: [AtomicU64; SIZE_CAP + 1] = [ZERO; SIZE_CAP + 1];
+/// Calls and bytes that read or wrote a device buffer (see [`set_device_buffers`]).
+static DEV_CALLS: [AtomicU64; 2 * SCOPES] = [ZERO; 2 * SCOPES];
+static DEV_BYTES: [AtomicU64; 2 * SCOPES] = [ZERO; 2 * SCOPES];
+
+/// Device buffer regions of the current run: `[start, end)` address pairs, unused ones empty.
+pub const MAX_REGIONS: usize = 4;
+#[allow(clippy::declare_interior_mutable_const)]
+const NOWHERE: AtomicUsize = AtomicUsize::new(0);
+static REGION_START: [AtomicUsize; MAX_REGIONS] = [NOWHERE; MAX_REGIONS];
+static REGION_END: [AtomicUsize; MAX_REGIONS] = [NOWHERE; MAX_REGIONS];
+
+/// Declares the memory the run's devices read and write (at most [`MAX_REGIONS`] ranges of
+/// `(first byte, length)`; only the addresses are kept, nothing is read through them); copies
+/// from or into it are counted apart ([`Counts::device_buffer`]). An empty list clears.
+pub fn set_device_buffers(regions: &[(*const u8, usize)]) {
+    assert!(
+        regions.len() <= MAX_REGIONS,
+        "too many device buffer regions"
+    );
+    for k in 0..MAX_REGIONS {
+        let (start, end) = regions
+            .get(k)
+            .map(|&(p, len)| (p as usize, p as usize + len))
+            .unwrap_or((0, 0));
+        REGION_START[k].store(start, Relaxed);
+        REGION_END[k].store(end, Relaxed);
+    }
+}
+
+/// Whether `[p, p + n)` starts or ends inside a device buffer region.
+#[inline(always)]
+fn in_device_buffer(p: usize, n: usize) -> bool {
+    let last = p.wrapping_add(n.saturating_sub(1));
+    (0..MAX_REGIONS).any(|k| {
+        let (s, e) = (REGION_START[k].load(Relaxed), REGION_END[k].load(Relaxed));
+        (s <= p && p < e) || (s <= last && last < e)
+    })
+}
 
 #[inline(always)]
-fn count(n: usize) {
+fn count(dst: usize, src: usize, n: usize) {
     if ENABLED.load(Relaxed) {
         let i = WINDOW.load(Relaxed) as usize * SCOPES + SCOPE.load(Relaxed) as usize;
         CALLS[i].fetch_add(1, Relaxed);
         BYTES[i].fetch_add(n as u64, Relaxed);
         if n >= LARGE.load(Relaxed) {
             LARGE_CALLS[i].fetch_add(1, Relaxed);
+        }
+        if n > 0 && (in_device_buffer(dst, n) || in_device_buffer(src, n)) {
+            DEV_CALLS[i].fetch_add(1, Relaxed);
+            DEV_BYTES[i].fetch_add(n as u64, Relaxed);
         }
         let scope = SCOPE.load(Relaxed);
         if scope != OTHER && scope % 3 != Layer::Device as u8 {
@@ -181,7 +233,7 @@ unsafe fn copy_backward(dst: *mut u8, src: *const u8, n: usize) {
 /// The C contract: `src` readable and `dst` writable for `n` bytes, the ranges disjoint.
 #[no_mangle]
 pub unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
-    count(n);
+    count(dst as usize, src as usize, n);
     // SAFETY: the caller's contract; disjoint ranges are a special case of dst <= src or of
     // non-overlap, both fine for a forward copy.
     unsafe { copy_forward(dst, src, n) };
@@ -195,7 +247,7 @@ pub unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut 
 /// The C contract: `src` readable and `dst` writable for `n` bytes; the ranges may overlap.
 #[no_mangle]
 pub unsafe extern "C" fn memmove(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
-    count(n);
+    count(dst as usize, src as usize, n);
     if n > 0 && (dst as usize) > (src as usize) && (dst as usize) < (src as usize) + n {
         // SAFETY: the caller's contract; dst lies inside src's range, so copying from the end
         // reads every source byte before it is overwritten.
@@ -258,6 +310,8 @@ pub struct Counts {
     calls: [[u64; SCOPES]; 2],
     bytes: [[u64; SCOPES]; 2],
     large: [[u64; SCOPES]; 2],
+    dev_calls: [[u64; SCOPES]; 2],
+    dev_bytes: [[u64; SCOPES]; 2],
 }
 
 impl Counts {
@@ -269,6 +323,8 @@ impl Counts {
                 c.calls[w][s] = CALLS[w * SCOPES + s].load(Relaxed);
                 c.bytes[w][s] = BYTES[w * SCOPES + s].load(Relaxed);
                 c.large[w][s] = LARGE_CALLS[w * SCOPES + s].load(Relaxed);
+                c.dev_calls[w][s] = DEV_CALLS[w * SCOPES + s].load(Relaxed);
+                c.dev_bytes[w][s] = DEV_BYTES[w * SCOPES + s].load(Relaxed);
             }
         }
         c
@@ -282,6 +338,8 @@ impl Counts {
                 d.calls[w][s] = self.calls[w][s] - earlier.calls[w][s];
                 d.bytes[w][s] = self.bytes[w][s] - earlier.bytes[w][s];
                 d.large[w][s] = self.large[w][s] - earlier.large[w][s];
+                d.dev_calls[w][s] = self.dev_calls[w][s] - earlier.dev_calls[w][s];
+                d.dev_bytes[w][s] = self.dev_bytes[w][s] - earlier.dev_bytes[w][s];
             }
         }
         d
@@ -298,6 +356,14 @@ impl Counts {
     /// Payload-sized calls (see [`set_large`]) in window `w`, scope `s`.
     pub fn large(&self, w: Window, s: Scope) -> u64 {
         self.large[w as usize][s.index()]
+    }
+
+    /// (calls, bytes) in window `w`, scope `s` that read or wrote a device buffer.
+    pub fn device_buffer(&self, w: Window, s: Scope) -> (u64, u64) {
+        (
+            self.dev_calls[w as usize][s.index()],
+            self.dev_bytes[w as usize][s.index()],
+        )
     }
 
     /// (calls, bytes) summed over both windows for scope `s`.
@@ -388,6 +454,34 @@ pub fn self_test() {
         (2, 8192),
         "interposer self-test: two 4096-byte copy_within calls must be counted"
     );
+
+    // Device-buffer copies: into, out of, and beside a declared region.
+    let mut device = vec![0u8; 8192];
+    let region = device[4096..].as_mut_ptr();
+    set_device_buffers(&[(region, 4096)]);
+    let mut into = vec![0u8; 4096];
+    let before = Counts::now();
+    start();
+    // SAFETY: `region` points at the last 4096 bytes of `device`, alive and borrowed by
+    // nothing else while the copies run; `src` and `into` are other allocations of 4096 bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), region, black_box(100));
+        std::ptr::copy_nonoverlapping(region.add(3800), into.as_mut_ptr(), black_box(200));
+    }
+    into[..n].copy_from_slice(&src[..n]); // beside the region: not a device-buffer copy
+    black_box((&mut into, &mut device));
+    stop();
+    set_device_buffers(&[]);
+    let d = Counts::now().since(&before);
+    let scope = Scope::of(Host::Client, Layer::App);
+    assert_eq!(
+        (
+            d.get(Window::C2s, scope),
+            d.device_buffer(Window::C2s, scope)
+        ),
+        ((3, 4396), (2, 300)),
+        "interposer self-test: copies into and out of a device buffer must be told apart"
+    );
 }
 
 static FINISHED: AtomicU8 = AtomicU8::new(0);
@@ -396,6 +490,7 @@ static FINISHED: AtomicU8 = AtomicU8::new(0);
 pub fn reset_run() {
     stop();
     *LEDGER_MARKS.lock().unwrap() = [None, None];
+    set_device_buffers(&[]);
     FINISHED.store(0, Relaxed);
 }
 

@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 
 use embassy_net::tcp::TcpSocket;
@@ -19,53 +19,9 @@ use crate::count::{self, Host, Layer, Scope, Scoped, Window};
 use crate::link::{EmbDev, Link};
 
 // ---- virtual time ----------------------------------------------------------------------------
+// The crate's embassy-time driver in virtual mode (`zcnet_benches::embassy_clock`).
 
-struct VirtualTime {
-    state: Mutex<(u64, Vec<(u64, Waker)>)>,
-}
-
-impl embassy_time_driver::Driver for VirtualTime {
-    fn now(&self) -> u64 {
-        self.state.lock().unwrap().0
-    }
-
-    fn schedule_wake(&self, at: u64, waker: &Waker) {
-        let mut st = self.state.lock().unwrap();
-        if at <= st.0 {
-            drop(st);
-            waker.wake_by_ref();
-            return;
-        }
-        // One alarm per task, at its earliest deadline (what embassy's own queues keep).
-        match st.1.iter_mut().find(|(_, w)| w.will_wake(waker)) {
-            Some(e) => e.0 = e.0.min(at),
-            None => st.1.push((at, waker.clone())),
-        }
-    }
-}
-
-embassy_time_driver::time_driver_impl!(static TIME: VirtualTime = VirtualTime {
-    state: Mutex::new((0, Vec::new())),
-});
-
-/// Moves the clock to the earliest alarm and fires every alarm due then; false if none is set.
-fn fire_next_alarm() -> bool {
-    let due: Vec<Waker> = {
-        let mut st = TIME.state.lock().unwrap();
-        let Some(at) = st.1.iter().map(|e| e.0).min() else {
-            return false;
-        };
-        st.0 = st.0.max(at);
-        let now = st.0;
-        let (due, keep): (Vec<_>, Vec<_>) = st.1.drain(..).partition(|e| e.0 <= now);
-        st.1 = keep;
-        due.into_iter().map(|e| e.1).collect()
-    };
-    for w in due {
-        w.wake();
-    }
-    true
-}
+use zcnet_benches::embassy_clock::fire_next_alarm;
 
 // ---- a minimal executor ----------------------------------------------------------------------
 
@@ -119,7 +75,7 @@ fn run_tasks(tasks: Vec<Pin<Box<dyn Future<Output = ()> + '_>>>, must_finish: &[
                 tasks.iter().map(|t| t.done).collect::<Vec<_>>()
             );
             assert!(
-                TIME.state.lock().unwrap().0 < 3600 * embassy_time_driver::TICK_HZ,
+                zcnet_benches::embassy_clock::virtual_now() < 3600 * embassy_time_driver::TICK_HZ,
                 "embassy-net run stalled for an hour of virtual time"
             );
         }
@@ -190,6 +146,10 @@ async fn client(stack: Stack<'_>, w: Workload, api: Api) {
             s.set_nagle_enabled(w.kind != Kind::Tcp);
             s.connect(server).await.expect("connect");
             for seq in 0..total {
+                if w.kind == Kind::Bulk && seq == w.warmup {
+                    // No warm-up byte is counted: all of it acknowledged first.
+                    s.flush().await.expect("flush");
+                }
                 count::begin_request(w.warmup, seq);
                 tcp_send(&mut s, api, &w.req, seq, &mut buf).await;
                 if w.resp.len() > 0 {

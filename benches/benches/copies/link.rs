@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::task::{Context, Waker};
 
 use crate::app::FRAME;
-use crate::count::{enter, Host, Layer, Scope};
+use crate::count::{self, enter, Host, Layer, Scope};
 
 /// Frame buffers per direction: more than the frames that can be in flight (16 KiB windows).
 const BUFFERS: usize = 64;
@@ -34,7 +34,8 @@ pub struct Link {
 }
 
 impl Link {
-    /// A link and its two ends (end 0: the client, end 1: the server).
+    /// A link and its two ends (end 0: the client, end 1: the server). Its frame buffers are
+    /// declared as the run's device buffers ([`count::set_device_buffers`]).
     pub fn pair() -> (LinkEnd, LinkEnd) {
         let dir = || {
             RefCell::new(Dir {
@@ -49,6 +50,12 @@ impl Link {
         let link = Rc::new(Link {
             dirs: [dir(), dir()],
         });
+        // The buffers never move: each `Vec` is allocated once and never grows.
+        let regions = link
+            .dirs
+            .each_ref()
+            .map(|d| (d.borrow().frames.as_ptr().cast::<u8>(), BUFFERS * FRAME));
+        count::set_device_buffers(&regions);
         let end = |side: usize, host: Host| LinkEnd {
             link: link.clone(),
             side,

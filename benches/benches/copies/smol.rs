@@ -25,6 +25,9 @@ enum Op {
     Begin(u64),
     /// Server: the window turns to s→c.
     Respond,
+    /// Client, bulk, before counting starts: wait until everything sent is acknowledged, so
+    /// no warm-up byte is counted.
+    Settle,
     Send(Msg, u64),
     Recv(Msg, u64),
 }
@@ -34,6 +37,9 @@ fn script(w: &Workload, host: Host) -> Vec<Op> {
     for seq in 0..w.warmup + w.requests {
         match host {
             Host::Client => {
+                if w.kind == Kind::Bulk && seq == w.warmup {
+                    v.push(Op::Settle);
+                }
                 v.push(Op::Begin(seq));
                 v.push(Op::Send(w.req, seq));
                 if w.resp.len() > 0 {
@@ -159,6 +165,7 @@ impl Side {
                     count::set_window(Window::S2c);
                     true
                 }
+                Op::Settle => self.tcp().send_queue() == 0,
                 Op::Send(m, seq) => {
                     let n = match kind {
                         Kind::Udp => self.udp_send(api, &m, seq),

@@ -6,6 +6,11 @@
 //!   "DMA") is filed under the device;
 //! * stack: the ingress and egress tasks of each stack;
 //! * app: the client and server tasks.
+//!
+//! The UDP workloads run on either datagram API ([`UdpImpl`]): the zero-copy
+//! [`DatagramSocket`] (the `zcnet` rows) or smoltcp's socket behind [`UdpSocket`] (the
+//! `zcnet udp::UdpSocket` rows). The frame pools of both stacks are the run's device buffers
+//! ([`count::set_device_buffers`]).
 
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -16,6 +21,7 @@ use zcnet_buffer::{
 };
 use zcnet_executor::time::sleep;
 use zcnet_executor::Executor;
+use zcnet_stack::datagram::{DatagramQueue, DatagramSocket};
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_stack::{
@@ -75,6 +81,7 @@ fn pair(exec: &'static Executor) -> [Stack; 2] {
         FramePool::leak(PoolConfig::new(SLOTS)).expect("pool"),
         FramePool::leak(PoolConfig::new(SLOTS)).expect("pool"),
     ];
+    count::set_device_buffers(&pools.map(pool_memory));
     let (a, b) = wire_pair(exec, pools, Faults::default());
     let ends = [a, b];
     let mut stacks = Vec::new();
@@ -109,24 +116,53 @@ fn pair(exec: &'static Executor) -> [Stack; 2] {
     [stacks[0], stacks[1]]
 }
 
-/// Runs `w` with `api` on a fresh pair; counting is switched on and off by the applications.
-pub fn run(w: Workload, api: Api) {
+/// Where a pool's slots live: (first byte, length). Found from a TX frame's position (before
+/// the stack runs, so every slot is free); checked against [`FramePool::slot_of`].
+fn pool_memory(pool: &'static FramePool) -> (*const u8, usize) {
+    let mut f = pool.try_alloc_tx().expect("a free slot");
+    let slot = pool.slot_size();
+    let data = f.buffer_mut().as_ptr() as usize;
+    let base = data - f.offset_in_slot() - f.slot_index() * slot;
+    let len = pool.slot_count() * slot;
+    assert_eq!(pool.slot_of(base as *const u8), Some(0), "pool base");
+    assert_eq!(pool.slot_of((base - 1) as *const u8), None, "pool base");
+    assert_eq!(
+        pool.slot_of((base + len - 1) as *const u8),
+        Some(pool.slot_count() - 1),
+        "pool end"
+    );
+    (base as *const u8, len)
+}
+
+/// Which zcnet datagram API the UDP workloads use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UdpImpl {
+    /// The zero-copy [`DatagramSocket`]: datagrams received in the driver's slots, payloads
+    /// written into TX frames.
+    Datagram,
+    /// [`UdpSocket`]: smoltcp's UDP socket (payload through its `PacketBuffer`).
+    SmoltcpSocket,
+}
+
+/// Runs `w` with `api` (UDP workloads: on `udp`) on a fresh pair; counting is switched on and
+/// off by the applications.
+pub fn run(w: Workload, api: Api, udp: UdpImpl) {
     let exec = Executor::leak(zcnet_benches::VirtualClock::leak());
     let [a, b] = pair(exec);
     let server = exec.spawner().spawn(Scoped::new(
         Scope::of(Host::Server, Layer::App),
-        server(b, w, api),
+        server(b, w, api, udp),
     ));
     exec.block_on(Scoped::new(
         Scope::of(Host::Client, Layer::App),
         async move {
-            client(a, w, api).await;
+            client(a, w, api, udp).await;
             server.await;
         },
     ));
 }
 
-async fn client(stack: Stack, w: Workload, api: Api) {
+async fn client(stack: Stack, w: Workload, api: Api, udp: UdpImpl) {
     // Let the server task bind or listen before the first packet goes out.
     sleep(Duration::from_millis(1)).await;
     let server = IpEndpoint::new(ADDR[1].into(), PORT);
@@ -134,7 +170,7 @@ async fn client(stack: Stack, w: Workload, api: Api) {
     let total = w.warmup + w.requests;
     match w.kind {
         Kind::Udp => {
-            let s = ZcUdp::bind(stack, 0);
+            let s = ZcUdp::bind(stack, 0, udp);
             for seq in 0..total {
                 count::begin_request(w.warmup, seq);
                 s.send(api, &w.req, seq, server, &mut buf).await;
@@ -147,6 +183,10 @@ async fn client(stack: Stack, w: Workload, api: Api) {
             s.set_nodelay(w.kind == Kind::Tcp);
             s.connect(server).await.expect("connect");
             for seq in 0..total {
+                if w.kind == Kind::Bulk && seq == w.warmup {
+                    // No warm-up byte is counted: all of it acknowledged first.
+                    s.flush().await.expect("flush");
+                }
                 count::begin_request(w.warmup, seq);
                 tcp_send(&mut s, api, &w.req, seq, &mut buf).await;
                 if w.resp.len() > 0 {
@@ -160,12 +200,12 @@ async fn client(stack: Stack, w: Workload, api: Api) {
     count::finish();
 }
 
-async fn server(stack: Stack, w: Workload, api: Api) {
+async fn server(stack: Stack, w: Workload, api: Api, udp: UdpImpl) {
     let mut buf = vec![0u8; APP_CHUNK];
     let total = w.warmup + w.requests;
     match w.kind {
         Kind::Udp => {
-            let s = ZcUdp::bind(stack, PORT);
+            let s = ZcUdp::bind(stack, PORT, udp);
             for seq in 0..total {
                 let from = s.recv(api, &w.req, seq, &mut buf).await;
                 count::set_window(Window::S2c);
@@ -241,54 +281,91 @@ async fn tcp_recv(s: &mut TcpSocket, api: Api, m: &Msg, seq: u64, buf: &mut [u8]
     }
 }
 
-/// Which zcnet datagram API [`ZcUdp`] measures (printed with the results).
-pub const UDP_API: &str = "zcnet `udp::UdpSocket` (payload through smoltcp's PacketBuffer; \
-                           not the zero-copy datagram socket)";
-
-/// The zcnet UDP workload's socket. Everything the UDP workload does with zcnet goes through
-/// these three functions, so moving the workload to another datagram API (the zero-copy
-/// `Datagram` / `TxFrame` socket of issue 5) changes this type and [`UDP_API`] only.
-struct ZcUdp(UdpSocket);
+/// The zcnet UDP workload's socket, either API.
+enum ZcUdp {
+    Datagram(DatagramSocket),
+    Socket(UdpSocket),
+}
 
 impl ZcUdp {
-    fn bind(stack: Stack, port: u16) -> Self {
-        let buffers = UdpBuffers::with_capacity(UDP_PACKETS, UDP_BYTES);
-        Self(UdpSocket::bind(stack, port, buffers).expect("bind"))
+    fn bind(stack: Stack, port: u16, udp: UdpImpl) -> Self {
+        match udp {
+            UdpImpl::Datagram => {
+                let queue = DatagramQueue::with_capacity(UDP_PACKETS);
+                Self::Datagram(DatagramSocket::bind(stack, port, queue).expect("bind"))
+            }
+            UdpImpl::SmoltcpSocket => {
+                let buffers = UdpBuffers::with_capacity(UDP_PACKETS, UDP_BYTES);
+                Self::Socket(UdpSocket::bind(stack, port, buffers).expect("bind"))
+            }
+        }
     }
 
-    /// Sends message `seq` of `m` to `to`: copied from the application's buffer, or produced
-    /// in the socket's buffer.
+    /// Sends message `seq` of `m` to `to`. `Copy`: produced in the application's buffer, then
+    /// copied into the socket (`send_to`) or, zero-copy socket, by the application into the
+    /// TX frame (one copy: the least an application with its own buffer makes). `InPlace`:
+    /// produced in the socket's buffer (`send_to_with`) or in the TX frame itself.
     async fn send(&self, api: Api, m: &Msg, seq: u64, to: IpEndpoint, buf: &mut [u8]) {
-        match api {
-            Api::Copy => {
-                m.produce(&mut buf[..m.len()], 0, seq);
-                self.0.send_to(&buf[..m.len()], to).await.expect("send_to");
+        let n = m.len();
+        match (self, api) {
+            (Self::Datagram(s), Api::Copy) => {
+                m.produce(&mut buf[..n], 0, seq);
+                let mut f = s.tx_frame().await;
+                f.append(n)
+                    .expect("payload fits")
+                    .copy_from_slice(&buf[..n]);
+                s.send_to(f, to).await.expect("send_to");
             }
-            Api::InPlace => self
-                .0
-                .send_to_with(m.len(), to, |b| m.produce(b, 0, seq))
+            (Self::Datagram(s), Api::InPlace) => {
+                let mut f = s.tx_frame().await;
+                m.produce(f.append(n).expect("payload fits"), 0, seq);
+                s.send_to(f, to).await.expect("send_to");
+            }
+            (Self::Socket(s), Api::Copy) => {
+                m.produce(&mut buf[..n], 0, seq);
+                s.send_to(&buf[..n], to).await.expect("send_to");
+            }
+            (Self::Socket(s), Api::InPlace) => s
+                .send_to_with(n, to, |b| m.produce(b, 0, seq))
                 .await
                 .expect("send_to_with"),
         }
     }
 
-    /// Receives message `seq` of `m`; returns its sender.
+    /// Receives message `seq` of `m`; returns its sender. `Copy`: into the application's
+    /// buffer (`recv_from`, or the application copying out of `Datagram::payload`), then
+    /// verified there; `InPlace`: verified in the socket's buffer or the receive slot.
     async fn recv(&self, api: Api, m: &Msg, seq: u64, buf: &mut [u8]) -> IpEndpoint {
-        match api {
-            Api::Copy => {
-                let (n, from) = self.0.recv_from(buf).await.expect("recv_from");
+        match (self, api) {
+            (Self::Datagram(s), Api::Copy) => {
+                let d = s.recv().await;
+                let n = d.payload().len();
+                assert_eq!(n, m.len(), "datagram length");
+                buf[..n].copy_from_slice(d.payload());
+                let from = d.src();
+                drop(d);
+                m.consume(&buf[..n], 0, seq);
+                from
+            }
+            (Self::Datagram(s), Api::InPlace) => {
+                let d = s.recv().await;
+                assert_eq!(d.payload().len(), m.len(), "datagram length");
+                m.consume(d.payload(), 0, seq);
+                d.src()
+            }
+            (Self::Socket(s), Api::Copy) => {
+                let (n, from) = s.recv_from(buf).await.expect("recv_from");
                 assert_eq!(n, m.len(), "datagram length");
                 m.consume(&buf[..n], 0, seq);
                 from
             }
-            Api::InPlace => {
-                self.0
-                    .recv_from_with(|data, from| {
-                        assert_eq!(data.len(), m.len(), "datagram length");
-                        m.consume(data, 0, seq);
-                        from
-                    })
-                    .await
+            (Self::Socket(s), Api::InPlace) => {
+                s.recv_from_with(|data, from| {
+                    assert_eq!(data.len(), m.len(), "datagram length");
+                    m.consume(data, 0, seq);
+                    from
+                })
+                .await
             }
         }
     }

@@ -1,0 +1,892 @@
+//! zcnet against the Linux kernel over TAP, side by side with plain smoltcp 0.14 and
+//! embassy-net 0.9.1 in one run, reported as ratios (issue 6, item 5).
+//!
+//! ```text
+//! cargo bench -p zcnet-benches --bench tap            # full run (BENCHMARKS.md); needs root, wrk
+//! cargo bench -p zcnet-benches --bench tap -- --quick # CI smoke run (< 60 s)
+//! ```
+//!
+//! # Layout
+//!
+//! Every stack runs in a process of its own: this binary started again as
+//! `--serve <peer> <class> <tap>`. That child opens a TAP by name in the root namespace (each
+//! peer its own way: `zcnet_tap::Tap`, `smoltcp::phy::TunTapInterface`, embassy-net-tuntap's
+//! `TunTapDevice`), says `ready`, and the parent moves the TAP's kernel side into a fresh network
+//! namespace (`zcnet_tests::netns::Netns`, deleted on drop, also on panic) as 10.77.0.1/24; the
+//! stack is 10.77.0.2. The Linux client is the same for every peer: this binary again, run
+//! inside the namespace (`ip netns exec <ns> <bench> --client ..`, plain `std::net` sockets),
+//! or `wrk` there. Nothing else on the machine is addressed. IPv6 is off in the namespaces
+//! (no router solicitations or MLD reports landing on an idle stack), and the namespace's
+//! client side may reuse TIME-WAIT ports (`tcp_tw_reuse=1`, ports 1024-65535): without it
+//! wrk's `Connection: close` runs exhaust the ephemeral ports within seconds and every peer
+//! collapses to a few hundred requests per second.
+//!
+//! The parent reads a child's counters over its stdin/stdout (`stats`): CPU time (user +
+//! system) and context switches from `getrusage(RUSAGE_SELF)` minus the answering thread's own
+//! `RUSAGE_THREAD`, so every thread the peer uses counts (embassy-net-tuntap's async-io reactor
+//! thread, embassy-time's alarm thread), plus the stack's loop turns and polls:
+//!
+//! * **loop turns**: zcnet: the executor's `waits` (times its loop blocked in `epoll_wait`);
+//!   smoltcp: iterations of its canonical loop (one `phy::wait` each); embassy: returns from
+//!   parking the executor thread with work pended.
+//! * **polls**: zcnet: task polls (ingress, egress, the application's tasks); smoltcp:
+//!   `iface.poll` calls; embassy: polls of the net runner (the task that drives smoltcp).
+//!
+//! # Workloads
+//!
+//! * **bulk** (`sink` / `source`): one TCP connection moves N bytes, Linux to the stack (the
+//!   server reads into a 64 KiB buffer and discards) or the stack to Linux (the server writes
+//!   a constant 64 KiB buffer); timed by the client from connect to the last byte. 64 KiB
+//!   receive and send rings on every socket of every peer, MTU 1500.
+//! * **ceiling**: no stack; a frame blaster on the same kind of TAP fd writes 1514-byte
+//!   UDP frames to a UDP sink in the namespace (frames Linux delivered to the socket, per
+//!   second), and reads the frames a Linux UDP blaster sends (frames read per second).
+//! * **http**: `wrk` in the namespace against each stack's HTTP/1.1 responder (13-byte body),
+//!   1/10/50/100 connections, keep-alive, and `Connection: close` (a new connection per
+//!   request; wrk closes after each response).
+//! * **idle**: 100 idle TCP connections open to each stack; loop turns, polls, context
+//!   switches and CPU per second over a window.
+//!
+//! Runs are interleaved peer by peer; every figure is a median over the runs.
+
+mod client;
+mod common;
+mod emb;
+mod raw;
+mod smol;
+mod zc;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+use common::{Class, LINUX_MAC, STACK_MAC};
+use zcnet_benches::{median, Mode, Table};
+use zcnet_tests::netns::{require_root_and_tun, tap_name, Netns, LINUX_ADDR, ZCNET_ADDR};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Peer {
+    Zcnet,
+    Smoltcp,
+    Embassy,
+    Raw,
+}
+
+const PEERS: [Peer; 3] = [Peer::Zcnet, Peer::Smoltcp, Peer::Embassy];
+
+impl Peer {
+    fn name(self) -> &'static str {
+        match self {
+            Peer::Zcnet => "zcnet",
+            Peer::Smoltcp => "smoltcp",
+            Peer::Embassy => "embassy",
+            Peer::Raw => "raw",
+        }
+    }
+    fn parse(s: &str) -> Peer {
+        match s {
+            "zcnet" => Peer::Zcnet,
+            "smoltcp" => Peer::Smoltcp,
+            "embassy" => Peer::Embassy,
+            "raw" => Peer::Raw,
+            _ => panic!("unknown peer {s}"),
+        }
+    }
+}
+
+fn mac(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// `key=value` from a line of `k=v` words.
+fn kv(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{key} in {line:?}: {e}"))
+}
+
+/// A stack process with its namespace; killed, and the namespace deleted, on drop.
+struct Server {
+    peer: Peer,
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    netns: Netns,
+}
+
+/// One `stats` answer.
+#[derive(Clone, Copy, Debug)]
+struct Stats {
+    cpu_ns: u64,
+    csw: u64,
+    vcsw: u64,
+    wakeups: u64,
+    polls: u64,
+    requests: u64,
+}
+
+impl Stats {
+    /// The change since `before`. Saturating: the process-minus-answering-thread figures come
+    /// from two `getrusage` calls with different accounting granularity, so over an idle window
+    /// the difference can shrink by a tick; that reads as 0, not as a wrapped-around huge value.
+    fn since(self, before: Stats) -> Stats {
+        Stats {
+            cpu_ns: self.cpu_ns.saturating_sub(before.cpu_ns),
+            csw: self.csw.saturating_sub(before.csw),
+            vcsw: self.vcsw.saturating_sub(before.vcsw),
+            wakeups: self.wakeups.saturating_sub(before.wakeups),
+            polls: self.polls.saturating_sub(before.polls),
+            requests: self.requests.saturating_sub(before.requests),
+        }
+    }
+}
+
+impl Server {
+    fn start(peer: Peer, class: Class) -> Server {
+        let netns = Netns::new();
+        run_ok(netns.command("sh").args([
+            "-c",
+            "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 && \
+             echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6 && \
+             echo 1 > /proc/sys/net/ipv4/tcp_tw_reuse && \
+             echo '1024 65535' > /proc/sys/net/ipv4/ip_local_port_range",
+        ]));
+        let tap = tap_name();
+        let mut child = Command::new(std::env::current_exe().expect("own path"))
+            .args(["--serve", peer.name(), class.name(), &tap])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the stack process");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut s = Server {
+            peer,
+            child,
+            stdin,
+            lines,
+            netns,
+        };
+        let first = s.line(Duration::from_secs(20));
+        assert_eq!(first, "ready", "{} did not start", peer.name());
+        run_ok(Command::new("ip").args(["link", "set", "dev", &tap, "address", &mac(LINUX_MAC)]));
+        s.netns.adopt(&tap, &format!("{LINUX_ADDR}/24"));
+        if peer == Peer::Raw {
+            s.netns.ip(&[
+                "neigh",
+                "replace",
+                &ZCNET_ADDR.to_string(),
+                "lladdr",
+                &mac(STACK_MAC),
+                "dev",
+                &tap,
+                "nud",
+                "permanent",
+            ]);
+        }
+        s
+    }
+
+    fn line(&mut self, limit: Duration) -> String {
+        match self.lines.recv_timeout(limit) {
+            Ok(l) => l,
+            Err(e) => panic!(
+                "{}: no answer within {limit:?} ({e}); exited: {:?}",
+                self.peer.name(),
+                self.child.try_wait()
+            ),
+        }
+    }
+
+    fn send(&mut self, cmd: &str) {
+        writeln!(self.stdin, "{cmd}").expect("write to the stack process");
+        self.stdin.flush().unwrap();
+    }
+
+    fn stats(&mut self) -> Stats {
+        self.send("stats");
+        let l = self.line(Duration::from_secs(10));
+        assert!(l.starts_with("stats "), "unexpected {l:?}");
+        Stats {
+            cpu_ns: kv(&l, "cpu_ns"),
+            csw: kv(&l, "vcsw") + kv(&l, "ivcsw"),
+            vcsw: kv(&l, "vcsw"),
+            wakeups: kv(&l, "wakeups"),
+            polls: kv(&l, "polls"),
+            requests: kv(&l, "requests"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Then `netns` drops: the namespace and the TAP in it go away.
+    }
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A child process killed on drop.
+struct Kid(Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Runs `program args` in `netns` to completion within `limit`; returns its stdout.
+fn in_netns(netns: &Netns, program: &str, args: &[String], limit: Duration) -> String {
+    let mut kid = Kid(netns
+        .command(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}")));
+    let mut out = kid.0.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = kid.0.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{program} {args:?} in {} still running after {limit:?}",
+            netns.name()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stdout = reader.join().unwrap();
+    let mut stderr = String::new();
+    if let Some(mut e) = kid.0.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    assert!(
+        status.success(),
+        "{program} {args:?} failed ({status})\nstdout: {stdout}\nstderr: {stderr}"
+    );
+    stdout
+}
+
+fn self_client(netns: &Netns, args: &[&str], limit: Duration) -> String {
+    let exe = std::env::current_exe().expect("own path");
+    let mut a = vec!["--client".to_string()];
+    a.extend(args.iter().map(|s| s.to_string()));
+    let out = in_netns(netns, exe.to_str().expect("utf-8 path"), &a, limit);
+    out.lines()
+        .find(|l| l.starts_with("result "))
+        .unwrap_or_else(|| panic!("client {args:?} printed no result: {out}"))
+        .to_string()
+}
+
+// ---- measurements ---------------------------------------------------------------------------
+
+/// Median (min–max) of a list.
+#[derive(Clone, Copy, Debug)]
+struct Med {
+    med: f64,
+    min: f64,
+    max: f64,
+}
+
+fn med(v: &[f64]) -> Med {
+    let mut w = v.to_vec();
+    Med {
+        med: median(&mut w),
+        min: v.iter().copied().fold(f64::INFINITY, f64::min),
+        max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    }
+}
+
+fn fmt_med(m: Med, digits: usize) -> String {
+    format!("{:.d$} ({:.d$}–{:.d$})", m.med, m.min, m.max, d = digits)
+}
+
+/// Per-run samples keyed by (workload, peer, metric).
+#[derive(Default)]
+struct Samples(BTreeMap<(String, Peer, &'static str), Vec<f64>>);
+
+impl Samples {
+    fn add(&mut self, work: &str, peer: Peer, metric: &'static str, v: f64) {
+        self.0
+            .entry((work.to_string(), peer, metric))
+            .or_default()
+            .push(v);
+    }
+    fn get(&self, work: &str, peer: Peer, metric: &'static str) -> Med {
+        med(self
+            .0
+            .get(&(work.to_string(), peer, metric))
+            .unwrap_or_else(|| panic!("no samples for {work} {peer:?} {metric}")))
+    }
+}
+
+struct Plan {
+    runs: usize,
+    bulk_bytes: u64,
+    blast_ms: u64,
+    http_runs: usize,
+    http_conns: &'static [usize],
+    http_secs: u64,
+    idle_conns: usize,
+    idle_secs: u64,
+}
+
+fn bulk(plan: &Plan, s: &mut Samples) {
+    let mut servers: Vec<Server> = PEERS
+        .iter()
+        .map(|&p| Server::start(p, Class::Bulk))
+        .collect();
+    // The ceiling is measured in the same rounds, so it sees the same machine load.
+    let mut raw = Server::start(Peer::Raw, Class::Bulk);
+    let bytes = plan.bulk_bytes.to_string();
+    for run in 0..plan.runs {
+        ceiling(plan, &mut raw, s);
+        for dir in ["sink", "source"] {
+            for srv in &mut servers {
+                let before = srv.stats();
+                let r = self_client(&srv.netns, &[dir, &bytes], Duration::from_secs(120));
+                let d = srv.stats().since(before);
+                let b = kv(&r, "bytes") as f64;
+                let ns = kv(&r, "ns") as f64;
+                let gb = b / 1e9;
+                let work = format!("bulk {dir}");
+                s.add(&work, srv.peer, "MB/s", b / ns * 1e3);
+                s.add(&work, srv.peer, "cpu s/GB", d.cpu_ns as f64 / 1e9 / gb);
+                s.add(
+                    &work,
+                    srv.peer,
+                    "client cpu s/GB",
+                    kv(&r, "client_cpu_ns") as f64 / 1e9 / gb,
+                );
+                s.add(&work, srv.peer, "csw/GB", d.csw as f64 / gb);
+                s.add(&work, srv.peer, "vcsw/GB", d.vcsw as f64 / gb);
+                s.add(&work, srv.peer, "turns/MB", d.wakeups as f64 / (b / 1e6));
+                s.add(&work, srv.peer, "polls/MB", d.polls as f64 / (b / 1e6));
+                eprintln!(
+                    "run {run} {work} {}: {:.1} MB/s, {:.2} cpu s/GB",
+                    srv.peer.name(),
+                    b / ns * 1e3,
+                    d.cpu_ns as f64 / 1e9 / gb
+                );
+            }
+        }
+    }
+}
+
+/// One run of the raw TAP ceiling, both directions, on the blaster `raw`.
+fn ceiling(plan: &Plan, raw: &mut Server, s: &mut Samples) {
+    let exe = std::env::current_exe().expect("own path");
+    // Stack -> Linux: frames Linux delivered to its UDP socket.
+    let mut sink = Kid(raw
+        .netns
+        .command(exe.to_str().unwrap())
+        .args(["--client", "udp-sink"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("udp sink"));
+    let mut out = BufReader::new(sink.0.stdout.take().unwrap());
+    let mut l = String::new();
+    out.read_line(&mut l).unwrap();
+    assert_eq!(l.trim(), "ready", "udp sink: {l}");
+    raw.send(&format!("tx {}", plan.blast_ms));
+    let done = raw.line(Duration::from_secs(30));
+    let written = kv(&done, "frames") as f64;
+    let written_cpu = kv(&done, "cpu_ns") as f64 / 1e9;
+    l.clear();
+    out.read_line(&mut l).unwrap();
+    let delivered = kv(&l, "frames") as f64;
+    let delivered_rate = delivered / kv(&l, "ns").max(1) as f64 * 1e9;
+    let _ = sink.0.wait();
+    s.add("ceiling tx", Peer::Raw, "frames/s", delivered_rate);
+    // Frames Linux delivered per CPU-second of the writer.
+    s.add(
+        "ceiling tx",
+        Peer::Raw,
+        "frames/cpu-s",
+        delivered / written_cpu,
+    );
+    s.add(
+        "ceiling tx",
+        Peer::Raw,
+        "delivered share",
+        delivered / written,
+    );
+    // Linux -> stack: frames the blaster read.
+    raw.send(&format!("rx {}", plan.blast_ms));
+    let ms = (plan.blast_ms + 200).to_string();
+    self_client(&raw.netns, &["udp-blast", &ms], Duration::from_secs(60));
+    let done = raw.line(Duration::from_secs(30));
+    let read = kv(&done, "frames") as f64;
+    let read_rate = read / kv(&done, "ns").max(1) as f64 * 1e9;
+    s.add("ceiling rx", Peer::Raw, "frames/s", read_rate);
+    s.add(
+        "ceiling rx",
+        Peer::Raw,
+        "frames/cpu-s",
+        read / (kv(&done, "cpu_ns") as f64 / 1e9),
+    );
+    eprintln!(
+        "ceiling: tx delivered {delivered_rate:.0}/s ({:.0}/cpu-s), rx read {read_rate:.0}/s ({:.0}/cpu-s)",
+        delivered / written_cpu,
+        read / (kv(&done, "cpu_ns") as f64 / 1e9)
+    );
+}
+
+fn wrk_rps(out: &str) -> (f64, u64) {
+    let rps = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+        .unwrap_or_else(|| panic!("no Requests/sec in wrk output: {out}"))
+        .trim()
+        .parse()
+        .expect("wrk rate");
+    let mut errors = 0;
+    for l in out.lines() {
+        let l = l.trim();
+        if let Some(e) = l.strip_prefix("Socket errors:") {
+            errors += e
+                .split(',')
+                .filter_map(|p| p.split_whitespace().last()?.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+        if let Some(e) = l.strip_prefix("Non-2xx or 3xx responses:") {
+            errors += e.trim().parse::<u64>().unwrap_or(0);
+        }
+    }
+    (rps, errors)
+}
+
+fn http(plan: &Plan, s: &mut Samples) {
+    let mut servers: Vec<Server> = PEERS
+        .iter()
+        .map(|&p| Server::start(p, Class::Http))
+        .collect();
+    let url = format!("http://{ZCNET_ADDR}:{}/", common::HTTP_PORT);
+    for &conns in plan.http_conns {
+        for keep in [true, false] {
+            let work = format!(
+                "http c={conns} {}",
+                if keep { "keep-alive" } else { "close" }
+            );
+            for run in 0..plan.http_runs {
+                for srv in &mut servers {
+                    let mut args = vec![
+                        format!("-t{}", conns.min(2)),
+                        format!("-c{conns}"),
+                        format!("-d{}s", plan.http_secs),
+                    ];
+                    if !keep {
+                        args.extend(["-H".to_string(), "Connection: close".to_string()]);
+                    }
+                    args.push(url.clone());
+                    let before = srv.stats();
+                    let out = in_netns(
+                        &srv.netns,
+                        "wrk",
+                        &args,
+                        Duration::from_secs(plan.http_secs + 30),
+                    );
+                    let d = srv.stats().since(before);
+                    let (rps, errors) = wrk_rps(&out);
+                    s.add(&work, srv.peer, "rps", rps);
+                    s.add(&work, srv.peer, "errors", errors as f64);
+                    s.add(
+                        &work,
+                        srv.peer,
+                        "cpu us/req",
+                        d.cpu_ns as f64 / 1e3 / d.requests.max(1) as f64,
+                    );
+                    s.add(
+                        &work,
+                        srv.peer,
+                        "turns/req",
+                        d.wakeups as f64 / d.requests.max(1) as f64,
+                    );
+                    eprintln!(
+                        "run {run} {work} {}: {rps:.0} req/s, {errors} errors",
+                        srv.peer.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn idle(plan: &Plan, s: &mut Samples) {
+    let exe = std::env::current_exe().expect("own path");
+    for peer in PEERS {
+        let mut srv = Server::start(peer, Class::Idle);
+        let mut client = Kid(srv
+            .netns
+            .command(exe.to_str().unwrap())
+            .args(["--client", "idle", &plan.idle_conns.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("idle client"));
+        let mut out = BufReader::new(client.0.stdout.take().unwrap());
+        let mut l = String::new();
+        out.read_line(&mut l).unwrap();
+        assert_eq!(
+            l.trim(),
+            format!("open {}", plan.idle_conns),
+            "idle client: {l}"
+        );
+        // Let delayed ACKs and the like settle.
+        std::thread::sleep(Duration::from_secs(1));
+        let before = srv.stats();
+        let t = Instant::now();
+        std::thread::sleep(Duration::from_secs(plan.idle_secs));
+        let d = srv.stats().since(before);
+        let secs = t.elapsed().as_secs_f64();
+        drop(client.0.stdin.take());
+        let _ = client.0.wait();
+        s.add("idle", peer, "turns/s", d.wakeups as f64 / secs);
+        s.add("idle", peer, "polls/s", d.polls as f64 / secs);
+        s.add("idle", peer, "csw/s", d.csw as f64 / secs);
+        s.add("idle", peer, "cpu ms/s", d.cpu_ns as f64 / 1e6 / secs);
+        eprintln!("idle {}: {:?} over {secs:.1} s", peer.name(), d);
+    }
+}
+
+// ---- report ---------------------------------------------------------------------------------
+
+fn ratio(a: f64, b: f64) -> String {
+    format!("{:.2}x", a / b)
+}
+
+fn report(plan: &Plan, mode: Mode, s: &Samples) {
+    let z = Peer::Zcnet;
+    let sm = Peer::Smoltcp;
+    let e = Peer::Embassy;
+    println!(
+        "\n## TAP benchmark ({}; medians of {} runs, min–max in brackets)\n",
+        mode.label(),
+        plan.runs
+    );
+    println!("### Raw TAP frame ceiling (1514-byte frames, no stack)\n");
+    let mut t = Table::new(&[
+        "direction",
+        "frames/s (wall)",
+        "frames per CPU-second of the blaster",
+        "as TCP payload MB/s (×1460 B): wall / per CPU-s",
+    ]);
+    let tx = s.get("ceiling tx", Peer::Raw, "frames/s");
+    let rx = s.get("ceiling rx", Peer::Raw, "frames/s");
+    let txc = s.get("ceiling tx", Peer::Raw, "frames/cpu-s");
+    let rxc = s.get("ceiling rx", Peer::Raw, "frames/cpu-s");
+    for (label, w, c) in [
+        (
+            "stack → Linux (written to the fd, delivered to a UDP socket)",
+            tx,
+            txc,
+        ),
+        ("Linux → stack (UDP GSO sends, read from the fd)", rx, rxc),
+    ] {
+        t.row(vec![
+            label.into(),
+            fmt_med(w, 0),
+            fmt_med(c, 0),
+            format!("{:.1} / {:.1}", w.med * 1460.0 / 1e6, c.med * 1460.0 / 1e6),
+        ]);
+    }
+    print!("{}", t.to_markdown());
+    println!(
+        "\n(Linux delivered {:.1}% of the frames the blaster wrote.)\n",
+        s.get("ceiling tx", Peer::Raw, "delivered share").med * 100.0
+    );
+
+    println!(
+        "### TCP bulk throughput, MB/s (10^6 B/s), {} MB per run\n",
+        plan.bulk_bytes / 1_000_000
+    );
+    let mut t = Table::new(&[
+        "direction",
+        "zcnet",
+        "smoltcp",
+        "embassy-net",
+        "zcnet / smoltcp",
+        "zcnet / embassy",
+        "zcnet share of ceiling: wall / per CPU-s",
+    ]);
+    for (dir, label, ceil, ceil_cpu) in [
+        ("bulk sink", "Linux → stack", rx.med, rxc.med),
+        ("bulk source", "stack → Linux", tx.med, txc.med),
+    ] {
+        let (a, b, c) = (
+            s.get(dir, z, "MB/s"),
+            s.get(dir, sm, "MB/s"),
+            s.get(dir, e, "MB/s"),
+        );
+        t.row(vec![
+            label.into(),
+            fmt_med(a, 1),
+            fmt_med(b, 1),
+            fmt_med(c, 1),
+            ratio(a.med, b.med),
+            ratio(a.med, c.med),
+            format!(
+                "{:.0}% / {:.0}%",
+                a.med / (ceil * 1460.0 / 1e6) * 100.0,
+                a.med / (ceil_cpu * 1460.0 / 1e6) * 100.0
+            ),
+        ]);
+    }
+    print!("{}", t.to_markdown());
+
+    println!(
+        "\n### CPU and context switches per GB (bulk; the stack's process, all its threads)\n"
+    );
+    let mut t = Table::new(&[
+        "direction",
+        "peer",
+        "stack CPU s/GB",
+        "Linux client CPU s/GB",
+        "ctx switches/GB (voluntary)",
+        "loop turns/MB",
+        "polls/MB",
+    ]);
+    for (dir, label) in [
+        ("bulk sink", "Linux → stack"),
+        ("bulk source", "stack → Linux"),
+    ] {
+        for p in PEERS {
+            t.row(vec![
+                label.into(),
+                p.name().into(),
+                fmt_med(s.get(dir, p, "cpu s/GB"), 2),
+                fmt_med(s.get(dir, p, "client cpu s/GB"), 2),
+                format!(
+                    "{:.0} ({:.0})",
+                    s.get(dir, p, "csw/GB").med,
+                    s.get(dir, p, "vcsw/GB").med
+                ),
+                format!("{:.1}", s.get(dir, p, "turns/MB").med),
+                format!("{:.1}", s.get(dir, p, "polls/MB").med),
+            ]);
+        }
+    }
+    print!("{}", t.to_markdown());
+    let mut t = Table::new(&[
+        "direction",
+        "zcnet / embassy CPU per GB",
+        "zcnet / smoltcp CPU per GB",
+    ]);
+    for (dir, label) in [
+        ("bulk sink", "Linux → stack"),
+        ("bulk source", "stack → Linux"),
+    ] {
+        let a = s.get(dir, z, "cpu s/GB").med;
+        t.row(vec![
+            label.into(),
+            ratio(a, s.get(dir, e, "cpu s/GB").med),
+            ratio(a, s.get(dir, sm, "cpu s/GB").med),
+        ]);
+    }
+    println!();
+    print!("{}", t.to_markdown());
+
+    println!(
+        "\n### HTTP/1.1 requests per second (wrk, {} s per run, medians of {} runs, 13-byte body)\n",
+        plan.http_secs, plan.http_runs
+    );
+    let mut t = Table::new(&[
+        "connections",
+        "mode",
+        "zcnet",
+        "smoltcp",
+        "embassy-net",
+        "zcnet / embassy",
+        "zcnet / smoltcp",
+        "stack CPU µs/req z / s / e",
+        "wrk errors z / s / e",
+    ]);
+    for &c in plan.http_conns {
+        for mode in ["keep-alive", "close"] {
+            let work = format!("http c={c} {mode}");
+            let (a, b, d) = (
+                s.get(&work, z, "rps"),
+                s.get(&work, sm, "rps"),
+                s.get(&work, e, "rps"),
+            );
+            t.row(vec![
+                c.to_string(),
+                mode.into(),
+                fmt_med(a, 0),
+                fmt_med(b, 0),
+                fmt_med(d, 0),
+                ratio(a.med, d.med),
+                ratio(a.med, b.med),
+                PEERS
+                    .iter()
+                    .map(|&p| format!("{:.1}", s.get(&work, p, "cpu us/req").med))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                PEERS
+                    .iter()
+                    .map(|&p| format!("{:.0}", s.get(&work, p, "errors").max))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+            ]);
+        }
+    }
+    print!("{}", t.to_markdown());
+    let (lo, hi) = (
+        plan.http_conns[0],
+        plan.http_conns[plan.http_conns.len() - 1],
+    );
+    if lo != hi {
+        println!();
+        for mode in ["keep-alive", "close"] {
+            let f: Vec<String> = PEERS
+                .iter()
+                .map(|&p| {
+                    let a = s.get(&format!("http c={lo} {mode}"), p, "rps").med;
+                    let b = s.get(&format!("http c={hi} {mode}"), p, "rps").med;
+                    format!("{} {:.2}", p.name(), b / a)
+                })
+                .collect();
+            println!(
+                "Flatness {mode}, RPS at {hi} / RPS at {lo} connections: {}",
+                f.join(", ")
+            );
+        }
+    }
+
+    println!(
+        "\n### Idle: {} idle TCP connections open, {} s window\n",
+        plan.idle_conns, plan.idle_secs
+    );
+    let mut t = Table::new(&[
+        "peer",
+        "loop turns/s",
+        "polls/s",
+        "ctx switches/s",
+        "CPU ms/s",
+    ]);
+    for p in PEERS {
+        t.row(vec![
+            p.name().into(),
+            format!("{:.1}", s.get("idle", p, "turns/s").med),
+            format!("{:.1}", s.get("idle", p, "polls/s").med),
+            format!("{:.1}", s.get("idle", p, "csw/s").med),
+            format!("{:.2}", s.get("idle", p, "cpu ms/s").med),
+        ]);
+    }
+    print!("{}", t.to_markdown());
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--client") {
+        client::main(&args[i + 1], &args[i + 2..]);
+    }
+    if let Some(i) = args.iter().position(|a| a == "--serve") {
+        let (peer, class, tap) = (
+            Peer::parse(&args[i + 1]),
+            Class::parse(&args[i + 2]),
+            &args[i + 3],
+        );
+        match peer {
+            Peer::Zcnet => zc::serve(tap, class),
+            Peer::Smoltcp => smol::serve(tap, class),
+            Peer::Embassy => emb::serve(tap, class),
+            Peer::Raw => raw::serve(tap),
+        }
+    }
+    require_root_and_tun();
+    assert!(
+        Command::new("wrk").arg("--version").output().is_ok(),
+        "the TAP benchmark needs wrk (apt-get install wrk)"
+    );
+    let mode = Mode::from_env();
+    let plan = mode.pick(
+        Plan {
+            runs: 5,
+            http_runs: 3,
+            bulk_bytes: 200_000_000,
+            blast_ms: 1000,
+            http_conns: &[1, 10, 50, 100],
+            http_secs: 3,
+            idle_conns: 100,
+            idle_secs: 5,
+        },
+        Plan {
+            runs: 1,
+            http_runs: 1,
+            bulk_bytes: 20_000_000,
+            blast_ms: 200,
+            http_conns: &[10],
+            http_secs: 1,
+            idle_conns: 100,
+            idle_secs: 1,
+        },
+    );
+    let only = std::env::var("ZCNET_TAP_ONLY").unwrap_or_default();
+    let want = |w: &str| only.is_empty() || only.split(',').any(|o| o == w);
+    let start = Instant::now();
+    let mut s = Samples::default();
+    if want("bulk") {
+        bulk(&plan, &mut s);
+    }
+    if want("http") {
+        http(&plan, &mut s);
+    }
+    if want("idle") {
+        idle(&plan, &mut s);
+    }
+    if only.is_empty() {
+        report(&plan, mode, &s);
+    } else {
+        for ((w, p, m), v) in &s.0 {
+            println!("{w} {} {m}: {}", p.name(), fmt_med(med(v), 2));
+        }
+    }
+    eprintln!(
+        "tap benchmark finished in {:.0} s",
+        start.elapsed().as_secs_f64()
+    );
+}

@@ -1,0 +1,104 @@
+//! The zcnet peer: zcnet-stack over zcnet-tap, on zcnet's executor (one thread, its epoll
+//! reactor holding the TAP fd). One listener per port; each accepted connection is a task.
+
+use zcnet_buffer::{FramePool, PoolConfig};
+use zcnet_executor::linux::LinuxPlatform;
+use zcnet_executor::Executor;
+use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
+use zcnet_stack::{Config, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
+use zcnet_tap::{Tap, TapConfig};
+use zcnet_tests::netns::{slot_size_for, ZCNET_ADDR};
+
+use crate::common::{
+    self, Class, Conn, APP_BUF, SOCK_BUF, STACK_MAC, ZC_BACKLOG_BULK, ZC_BACKLOG_CONN,
+    ZC_CONN_SOCKETS,
+};
+
+/// Pool slots: room for a full 64 KiB window of 1514-byte frames each way, and then some.
+const SLOTS: usize = 256;
+
+static EXEC: std::sync::OnceLock<&'static Executor> = std::sync::OnceLock::new();
+
+fn counters() -> (u64, u64) {
+    let s = EXEC.get().expect("executor").stats();
+    (s.waits, s.polls)
+}
+
+struct ZcConn(TcpSocket);
+
+impl Conn for ZcConn {
+    async fn recv(&mut self, buf: &mut [u8]) -> Option<usize> {
+        self.0.read(buf).await.ok()
+    }
+    async fn send(&mut self, buf: &[u8]) -> Option<usize> {
+        self.0.write(buf).await.ok()
+    }
+    async fn finish(&mut self) {
+        // Dropping a closed socket lets the stack finish the close in the background.
+        self.0.close();
+    }
+}
+
+fn buffers() -> Option<TcpBuffers> {
+    Some(TcpBuffers::with_capacity(SOCK_BUF, SOCK_BUF))
+}
+
+/// Opens the TAP `tap`, serves `class`'s ports forever.
+pub fn serve(tap: &str, class: Class) -> ! {
+    match class {
+        // Listening sockets plus the active connection and one closing, per port.
+        Class::Bulk => run::<8>(tap, class),
+        Class::Http | Class::Idle => run::<{ ZC_CONN_SOCKETS }>(tap, class),
+    }
+}
+
+fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
+    let platform = LinuxPlatform::leak().expect("epoll");
+    let exec = Executor::leak(platform);
+    let _ = EXEC.set(exec);
+    let _ = common::COUNTERS.set(counters);
+    let pool =
+        FramePool::leak(PoolConfig::new(SLOTS).with_slot_size(slot_size_for(1500))).expect("pool");
+    let tap = Tap::open(
+        platform,
+        pool,
+        &TapConfig::new(tap_name).with_mac(STACK_MAC),
+    )
+    .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
+    let resources: &'static StackResources<N> = Box::leak(Box::new(StackResources::new()));
+    let config = Config {
+        ipv4: Ipv4Config::Static(StaticV4 {
+            address: Ipv4Cidr::new(ZCNET_ADDR, 24),
+            gateway: None,
+        }),
+        random_seed: u64::from(std::process::id()),
+        ..Config::default()
+    };
+    let driver: &'static mut Tap = Box::leak(Box::new(tap));
+    let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
+    runner.spawn(exec.spawner());
+    for &(port, _) in class.ports() {
+        let backlog = if class == Class::Bulk {
+            ZC_BACKLOG_BULK
+        } else {
+            ZC_BACKLOG_CONN
+        };
+        let listener = TcpListener::bind(stack, port, backlog, buffers).expect("listen");
+        exec.spawner().spawn(accept_loop(stack, listener, port));
+    }
+    common::start_stats_thread();
+    common::ready();
+    exec.block_on(core::future::pending::<()>());
+    unreachable!("the server never stops")
+}
+
+async fn accept_loop(_stack: Stack, mut listener: TcpListener, port: u16) {
+    let spawner = EXEC.get().expect("executor").spawner();
+    loop {
+        let s = listener.accept().await;
+        spawner.spawn(async move {
+            let mut buf = vec![0u8; APP_BUF];
+            common::serve_conn(&mut ZcConn(s), port, &mut buf).await;
+        });
+    }
+}

@@ -1,0 +1,342 @@
+//! What the example programs share: command-line options, the TAP + network-namespace setup,
+//! the stack, and a clean exit on Ctrl-C.
+//!
+//! ```text
+//!   example process (root namespace)              namespace zcnet-demo
+//!   ┌──────────────────────────────┐              ┌───────────────────────────────────┐
+//!   │ zcnet stack 10.77.0.2/24     │  tun fd      │ zcdemo0  10.77.0.1/24              │
+//!   │   └─ zcnet_tap::Tap ─────────┼──────────────┼─► Linux: curl, iperf3, nc, ping    │
+//!   └──────────────────────────────┘              └───────────────────────────────────┘
+//! ```
+//!
+//! By default (as root) the program creates the namespace if it is missing, opens the TAP,
+//! moves its kernel side into the namespace and addresses it; on Ctrl-C (or SIGTERM) it
+//! deletes the namespace again if it created it. The TAP itself disappears with the process.
+//!
+//! With `--attach` it sets up nothing: it opens an existing TAP in the namespace it runs in, as
+//! made by `scripts/netns-up.sh`, and is started inside that namespace:
+//! `sudo ip netns exec zcnet-demo target/release/http --attach` (the TAP belongs to the user
+//! the script names, so the program itself may then run unprivileged through `sudo -u`).
+
+use std::future::Future;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::pin;
+use std::process::Command;
+
+use futures_util::future::{select, Either};
+use zcnet_buffer::{FramePool, PoolConfig, DEFAULT_SLOT_SIZE, ETHERNET_HEADER_LEN, SLOT_ALIGN};
+use zcnet_executor::linux::LinuxPlatform;
+use zcnet_executor::Executor;
+use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
+use zcnet_tap::{Tap, TapConfig, TapStatsHandle};
+
+/// The namespace the examples use by default.
+pub const NETNS: &str = "zcnet-demo";
+/// The TAP interface's default name.
+pub const TAP: &str = "zcdemo0";
+/// The Linux side's address (inside the namespace).
+pub const LINUX_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 1);
+/// zcnet's address.
+pub const ZCNET_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 2);
+/// Socket slots in an example's stack.
+pub const SOCKETS: usize = 320;
+/// Frames in an example's pool.
+pub const POOL_SLOTS: usize = 512;
+
+/// Command-line options every example takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The namespace holding the Linux side (`--netns`).
+    pub netns: String,
+    /// The TAP interface's name (`--tap`).
+    pub tap: String,
+    /// MTU of both sides (`--mtu`).
+    pub mtu: usize,
+    /// Use an existing TAP in the current namespace instead of setting one up (`--attach`).
+    pub attach: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            netns: NETNS.to_string(),
+            tap: TAP.to_string(),
+            mtu: 1500,
+            attach: false,
+        }
+    }
+}
+
+impl Options {
+    /// The usage text for `program`.
+    pub fn usage(program: &str, what: &str) -> String {
+        format!(
+            "{program}: {what}\n\n\
+             usage: sudo {program} [--netns NAME] [--tap NAME] [--mtu N]\n\
+             \x20      sudo ip netns exec NAME {program} --attach [--tap NAME] [--mtu N]\n\n\
+             Without --attach (needs root): creates network namespace NAME (default {NETNS}) if\n\
+             missing, opens TAP NAME (default {TAP}) and moves its kernel side into it as\n\
+             {LINUX_ADDR}/24; zcnet is {ZCNET_ADDR}. Ctrl-C removes what it created.\n\
+             With --attach: opens the existing TAP made by scripts/netns-up.sh; run the program\n\
+             inside that namespace.\n"
+        )
+    }
+
+    /// Parses `args` (without the program name). `Err` holds a message for the user.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
+        let mut o = Options::default();
+        let mut args = args.into_iter();
+        while let Some(a) = args.next() {
+            let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+            match a.as_str() {
+                "--netns" => o.netns = value("--netns")?,
+                "--tap" => o.tap = value("--tap")?,
+                "--mtu" => {
+                    let v = value("--mtu")?;
+                    o.mtu = v.parse().map_err(|_| format!("bad --mtu {v}"))?;
+                }
+                "--attach" => o.attach = true,
+                other => return Err(format!("unknown argument {other}")),
+            }
+        }
+        Ok(o)
+    }
+
+    /// Parses the process's arguments; prints the usage and exits on `--help` or a bad one.
+    pub fn from_env(program: &str, what: &str) -> Options {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        if args.iter().any(|a| a == "-h" || a == "--help") {
+            print!("{}", Self::usage(program, what));
+            std::process::exit(0);
+        }
+        match Self::parse(args) {
+            Ok(o) => o,
+            Err(e) => {
+                eprint!("error: {e}\n\n{}", Self::usage(program, what));
+                std::process::exit(2);
+            }
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run `ip` (apt-get install iproute2): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn netns_exists(name: &str) -> bool {
+    std::path::Path::new("/run/netns").join(name).exists()
+}
+
+/// A running example environment: the stack over the TAP, and what to undo on exit.
+#[derive(Debug)]
+pub struct Demo {
+    /// The executor (real time, epoll reactor with the TAP fd and the signal fd).
+    pub exec: &'static Executor,
+    /// The stack, 10.77.0.2/24.
+    pub stack: Stack,
+    /// The TAP driver's counters.
+    pub tap_stats: TapStatsHandle,
+    /// The options it was started with.
+    pub options: Options,
+    platform: &'static LinuxPlatform,
+    signals: OwnedFd,
+    created_netns: bool,
+}
+
+impl Demo {
+    /// Blocks SIGINT and SIGTERM (they are read from a signalfd in [`run`](Self::run)), sets up
+    /// the namespace and TAP (unless `--attach`), and starts the stack.
+    pub fn start(options: Options) -> Result<Demo, String> {
+        let signals = block_exit_signals()?;
+        if !options.attach {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                return Err(format!(
+                    "setting up the TAP and namespace needs root: run with sudo, or set them up \
+                     once with `sudo scripts/netns-up.sh` and run `sudo ip netns exec {} <program> --attach`",
+                    options.netns
+                ));
+            }
+        }
+        let platform = LinuxPlatform::leak().map_err(|e| format!("epoll: {e}"))?;
+        let exec = Executor::leak(platform);
+        let slot_size = (options.mtu + ETHERNET_HEADER_LEN)
+            .next_multiple_of(SLOT_ALIGN)
+            .max(DEFAULT_SLOT_SIZE);
+        let pool = FramePool::leak(PoolConfig::new(POOL_SLOTS).with_slot_size(slot_size))
+            .map_err(|e| format!("cannot build the frame pool: {e:?}"))?;
+        let mut created_netns = false;
+        let config = TapConfig::new(&options.tap)
+            .with_mtu(options.mtu)
+            .with_interface_mtu(!options.attach);
+        let tap = Tap::open(platform, pool, &config).map_err(|e| {
+            format!(
+                "cannot open TAP {}: {e}{}",
+                options.tap,
+                if options.attach {
+                    " (did scripts/netns-up.sh run, and is this program inside its namespace?)"
+                } else {
+                    ""
+                }
+            )
+        })?;
+        if !options.attach {
+            let ns = options.netns.as_str();
+            if !netns_exists(ns) {
+                ip(&["netns", "add", ns])?;
+                created_netns = true;
+            }
+            let setup = || -> Result<(), String> {
+                ip(&["-n", ns, "link", "set", "lo", "up"])?;
+                ip(&["link", "set", &options.tap, "netns", ns])?;
+                ip(&[
+                    "-n",
+                    ns,
+                    "addr",
+                    "add",
+                    &format!("{LINUX_ADDR}/24"),
+                    "dev",
+                    &options.tap,
+                ])?;
+                ip(&["-n", ns, "link", "set", &options.tap, "up"])
+            };
+            if let Err(e) = setup() {
+                if created_netns {
+                    let _ = ip(&["netns", "del", ns]);
+                }
+                return Err(e);
+            }
+        }
+        let tap_stats = tap.stats_handle();
+        let resources: &'static StackResources<SOCKETS> =
+            Box::leak(Box::new(StackResources::new()));
+        let config = Config {
+            ipv4: Ipv4Config::Static(StaticV4 {
+                address: Ipv4Cidr::new(ZCNET_ADDR, 24),
+                gateway: None,
+            }),
+            random_seed: u64::from(std::process::id())
+                ^ std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
+            ..Config::default()
+        };
+        let driver: &'static mut Tap = Box::leak(Box::new(tap));
+        let (stack, runner) = Stack::new(exec, pool, driver, config, resources)
+            .map_err(|e| format!("cannot build the stack: {e}"))?;
+        runner.spawn(exec.spawner());
+        Ok(Demo {
+            exec,
+            stack,
+            tap_stats,
+            options,
+            platform,
+            signals,
+            created_netns,
+        })
+    }
+
+    /// `cmd` as run on the Linux side: `sudo ip netns exec <ns> <cmd>`.
+    pub fn peer(&self, cmd: &str) -> String {
+        format!("sudo ip netns exec {} {cmd}", self.options.netns)
+    }
+
+    /// Runs `server` until it ends or SIGINT / SIGTERM arrives.
+    pub fn run<F: Future>(&self, server: F) {
+        let reg = match self.platform.register(self.signals.as_raw_fd()) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("warning: cannot watch for Ctrl-C ({e}); kill the process to stop");
+                self.exec.block_on(server);
+                return;
+            }
+        };
+        let stop = async {
+            reg.readable().await;
+        };
+        let (server, stop) = (pin!(server), pin!(stop));
+        match self.exec.block_on(select(server, stop)) {
+            Either::Left(_) => {}
+            Either::Right(_) => println!("\nstopping"),
+        }
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        if self.created_netns {
+            match ip(&["netns", "del", &self.options.netns]) {
+                Ok(()) => println!("removed namespace {}", self.options.netns),
+                Err(e) => eprintln!("warning: {e}"),
+            }
+        }
+    }
+}
+
+/// Blocks SIGINT and SIGTERM for this thread (and threads it starts later) and returns a
+/// non-blocking signalfd that becomes readable when one arrives. Child processes started with
+/// `std::process::Command` get a clean signal mask.
+fn block_exit_signals() -> Result<OwnedFd, String> {
+    // SAFETY: `sigset_t` is plain old data; sigemptyset initialises it before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t for each call; the signal numbers are valid.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+    }
+    // SAFETY: `set` is initialised; a null old-set pointer is allowed.
+    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if r != 0 {
+        return Err(format!(
+            "pthread_sigmask: {}",
+            std::io::Error::from_raw_os_error(r)
+        ));
+    }
+    // SAFETY: -1 asks for a new fd; `set` is initialised; the flags are valid.
+    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(format!("signalfd: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just returned by signalfd, is open, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(a: &[&str]) -> Result<Options, String> {
+        Options::parse(a.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn options() {
+        assert_eq!(parse(&[]).unwrap(), Options::default());
+        let o = parse(&["--netns", "n1", "--tap", "t1", "--mtu", "9000", "--attach"]).unwrap();
+        assert_eq!(
+            o,
+            Options {
+                netns: "n1".into(),
+                tap: "t1".into(),
+                mtu: 9000,
+                attach: true
+            }
+        );
+        assert!(parse(&["--mtu"]).is_err());
+        assert!(parse(&["--mtu", "x"]).is_err());
+        assert!(parse(&["--bogus"]).is_err());
+    }
+}

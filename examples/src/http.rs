@@ -1,0 +1,705 @@
+//! An HTTP/1.1 server on zcnet: a static page at `/`, the live counters at `/stats` (JSON).
+//!
+//! ```text
+//!  TcpListener (backlog) ─accept─► ConnLimit (≤ max_connections tasks) ─► one task per connection
+//!     connection: read head (≤ MAX_HEAD bytes) ─► parse ─► skip body (≤ MAX_BODY) ─► respond
+//!                 └─ keep-alive: pipelined bytes stay in the buffer for the next request
+//! ```
+//!
+//! `/stats` shows the stack's counters ([`Stack::stats`]), the TAP driver's counters (when the
+//! server was given a [`TapStatsHandle`]), the frame pool's occupancy, the process-wide copy
+//! ledger ([`LEDGER`]) and this server's own counters.
+//!
+//! Robustness: the request head is bounded ([`MAX_HEAD`], else `431`), a body is read and
+//! discarded only up to [`MAX_BODY`] (else `413`), malformed requests get `400`, unknown paths
+//! `404`, methods other than GET and HEAD `405`, HTTP versions other than 1.0 and 1.1 `505`,
+//! chunked request bodies `501`. Nothing in the parser indexes out of bounds or panics on any
+//! input (see the unit tests, which feed it every prefix and random bytes). Idle connections are
+//! closed after [`HttpConfig::idle_timeout`].
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use zcnet_buffer::ledger::{CopySite, LEDGER};
+use zcnet_executor::time::timeout;
+use zcnet_executor::Spawner;
+use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
+use zcnet_stack::{DropReason, Never, Stack, StackError};
+use zcnet_tap::TapStatsHandle;
+
+use crate::json::{object, Json};
+use crate::limit::{Acceptor, ConnLimit};
+
+/// The port the example listens on by default.
+pub const PORT: u16 = 80;
+/// Largest request head (request line and headers) accepted; larger gets `431`.
+pub const MAX_HEAD: usize = 8192;
+/// Largest request body accepted (and discarded); larger gets `413`.
+pub const MAX_BODY: u64 = 64 * 1024;
+/// Most header lines accepted in one request; more gets `431`.
+pub const MAX_HEADERS: usize = 64;
+
+/// The page served at `/` and `/index.html`.
+pub const INDEX_HTML: &str = "<!doctype html>
+<html lang=\"en\">
+<head><meta charset=\"utf-8\"><title>zcnet</title></head>
+<body>
+<h1>Hello from zcnet</h1>
+<p>This page came from a no_std, event-driven TCP/IP stack (smoltcp inside, driven by an
+ingress and an egress task) running in user space over a Linux TAP device.</p>
+<p>Live counters: <a href=\"/stats\">/stats</a> (stack, TAP driver, frame pool, copy ledger,
+this server).</p>
+</body>
+</html>
+";
+
+/// Socket buffers of each connection.
+fn http_buffers() -> Option<TcpBuffers> {
+    Some(TcpBuffers::with_capacity(8192, 16384))
+}
+
+/// How to run the server.
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    /// TCP port.
+    pub port: u16,
+    /// Listening sockets (clients that can be mid-handshake at once), 1..=64.
+    pub backlog: usize,
+    /// Connections served at once; further clients wait (one accepted, the rest in the
+    /// backlog, the rest of those retrying their SYN).
+    pub max_connections: usize,
+    /// A connection with no complete request for this long is closed.
+    pub idle_timeout: Duration,
+    /// The TAP driver's counters, shown at `/stats` (none: shown as `null`).
+    pub tap_stats: Option<TapStatsHandle>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            port: PORT,
+            backlog: 32,
+            max_connections: 160,
+            idle_timeout: Duration::from_secs(30),
+            tap_stats: None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    connections: AtomicU64,
+    requests: AtomicU64,
+    status_2xx: AtomicU64,
+    status_4xx: AtomicU64,
+    status_5xx: AtomicU64,
+}
+
+/// The server's own counters; clone it to read them while the server runs.
+#[derive(Clone, Debug, Default)]
+pub struct HttpStats(Arc<Counters>);
+
+/// A reading of [`HttpStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HttpStatsSnapshot {
+    /// Connections accepted.
+    pub connections: u64,
+    /// Requests received (well-formed or not).
+    pub requests: u64,
+    /// Responses with a 2xx status.
+    pub status_2xx: u64,
+    /// Responses with a 4xx status.
+    pub status_4xx: u64,
+    /// Responses with a 5xx status.
+    pub status_5xx: u64,
+}
+
+impl HttpStats {
+    /// The counts now.
+    pub fn get(&self) -> HttpStatsSnapshot {
+        let c = &self.0;
+        HttpStatsSnapshot {
+            connections: c.connections.load(Relaxed),
+            requests: c.requests.load(Relaxed),
+            status_2xx: c.status_2xx.load(Relaxed),
+            status_4xx: c.status_4xx.load(Relaxed),
+            status_5xx: c.status_5xx.load(Relaxed),
+        }
+    }
+
+    fn count_status(&self, status: u16) {
+        let c = match status {
+            200..=299 => &self.0.status_2xx,
+            400..=499 => &self.0.status_4xx,
+            _ => &self.0.status_5xx,
+        };
+        c.fetch_add(1, Relaxed);
+    }
+}
+
+/// What every connection task shares.
+#[derive(Debug)]
+struct Shared {
+    stack: Stack,
+    config: HttpConfig,
+    stats: HttpStats,
+    limit: ConnLimit,
+}
+
+/// A bound HTTP server; [`run`](Self::run) serves forever.
+#[derive(Debug)]
+pub struct HttpServer {
+    listener: Acceptor,
+    shared: Arc<Shared>,
+}
+
+impl HttpServer {
+    /// Listens on `config.port`. Errors when the stack has too few free socket slots for the
+    /// backlog, or the port already has a listener.
+    pub fn bind(stack: Stack, config: HttpConfig) -> Result<HttpServer, StackError> {
+        let listener = TcpListener::bind(stack, config.port, config.backlog, http_buffers)?;
+        let limit = ConnLimit::new(config.max_connections);
+        Ok(HttpServer {
+            listener: Acceptor::new(listener, stack.executor()),
+            shared: Arc::new(Shared {
+                stack,
+                config,
+                stats: HttpStats::default(),
+                limit,
+            }),
+        })
+    }
+
+    /// A handle on the server's counters.
+    pub fn stats(&self) -> HttpStats {
+        self.shared.stats.clone()
+    }
+
+    /// Accepts connections forever, each served by its own task on `spawner` (at most
+    /// `max_connections` at once).
+    pub async fn run(mut self, spawner: Spawner) -> Never {
+        loop {
+            let sock = self.listener.accept().await;
+            let permit = self.shared.limit.acquire().await;
+            self.shared.stats.0.connections.fetch_add(1, Relaxed);
+            let shared = self.shared.clone();
+            spawner.spawn(async move {
+                serve_connection(sock, &shared).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// A parsed request head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// The method token (`GET`, `HEAD`, ...).
+    pub method: &'a str,
+    /// The path, without query string or fragment.
+    pub path: &'a str,
+    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor: u8,
+    /// Whether the connection stays open after the response.
+    pub keep_alive: bool,
+    /// The body length (`Content-Length`, 0 when absent).
+    pub content_length: u64,
+}
+
+/// Where the head ends: the index just past the blank line (`\r\n\r\n`, or bare `\n\n`).
+pub fn head_end(buf: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while i < buf.len() {
+        if buf[i] == b'\n' {
+            // "\n\n" or "\n\r\n" ends the head.
+            match (buf.get(i + 1), buf.get(i + 2)) {
+                (Some(b'\n'), _) => return Some(i + 2),
+                (Some(b'\r'), Some(b'\n')) => return Some(i + 3),
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+fn is_tchar(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
+}
+
+fn is_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(is_tchar)
+}
+
+/// Parses a request head (as delimited by [`head_end`]). The error is the status to answer
+/// with (and then close the connection).
+pub fn parse_head(head: &[u8]) -> Result<Request<'_>, u16> {
+    let text = std::str::from_utf8(head).map_err(|_| 400u16)?;
+    let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
+    // Tolerate one empty line before the request line (RFC 9112, 2.2).
+    let mut line = lines.next().ok_or(400u16)?;
+    if line.is_empty() {
+        line = lines.next().ok_or(400u16)?;
+    }
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(400);
+    };
+    if !is_token(method) || target.is_empty() {
+        return Err(400);
+    }
+    let minor = match version {
+        "HTTP/1.1" => 1,
+        "HTTP/1.0" => 0,
+        v if v.len() == 8
+            && v.starts_with("HTTP/")
+            && v.as_bytes()[5].is_ascii_digit()
+            && v.as_bytes()[6] == b'.'
+            && v.as_bytes()[7].is_ascii_digit() =>
+        {
+            return Err(505)
+        }
+        _ => return Err(400),
+    };
+    // origin-form ("/path?q") or absolute-form ("http://host/path"); "*" only for OPTIONS.
+    let path = if target.starts_with('/') {
+        target
+    } else if let Some(rest) = target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("https://"))
+    {
+        rest.find('/').map_or("/", |i| &rest[i..])
+    } else if target == "*" && method == "OPTIONS" {
+        "*"
+    } else {
+        return Err(400);
+    };
+    if path.bytes().any(|c| c <= b' ' || c == 0x7f) {
+        return Err(400);
+    }
+    let path = path.split(['?', '#']).next().unwrap_or(path);
+
+    let mut keep_alive = minor == 1;
+    let mut content_length: Option<u64> = None;
+    let mut host = false;
+    let mut count = 0;
+    for line in lines {
+        if line.is_empty() {
+            break;
+        }
+        count += 1;
+        if count > MAX_HEADERS {
+            return Err(431);
+        }
+        let (name, value) = line.split_once(':').ok_or(400u16)?;
+        if !is_token(name) {
+            return Err(400); // also rejects whitespace before the colon
+        }
+        let value = value.trim_matches([' ', '\t']);
+        if name.eq_ignore_ascii_case("content-length") {
+            if value.is_empty() || !value.bytes().all(|c| c.is_ascii_digit()) {
+                return Err(400);
+            }
+            let n = value.parse::<u64>().map_err(|_| 413u16)?;
+            if content_length.is_some_and(|old| old != n) {
+                return Err(400);
+            }
+            content_length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(501);
+        } else if name.eq_ignore_ascii_case("connection") {
+            for t in value.split(',').map(|t| t.trim()) {
+                if t.eq_ignore_ascii_case("close") {
+                    keep_alive = false;
+                } else if t.eq_ignore_ascii_case("keep-alive") {
+                    keep_alive = true;
+                }
+            }
+        } else if name.eq_ignore_ascii_case("host") {
+            host = true;
+        }
+    }
+    if minor == 1 && !host {
+        return Err(400);
+    }
+    let content_length = content_length.unwrap_or(0);
+    if content_length > MAX_BODY {
+        return Err(413);
+    }
+    Ok(Request {
+        method,
+        path,
+        minor,
+        keep_alive,
+        content_length,
+    })
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        501 => "Not Implemented",
+        505 => "HTTP Version Not Supported",
+        _ => "Error",
+    }
+}
+
+/// A complete response: head and (unless `head_only`) body.
+fn response(
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    keep_alive: bool,
+    head_only: bool,
+) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status} {}\r\nServer: zcnet\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: {}\r\n",
+        reason(status),
+        body.len(),
+        if keep_alive { "keep-alive" } else { "close" }
+    );
+    if status == 405 {
+        out.push_str("Allow: GET, HEAD\r\n");
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+fn error_body(status: u16) -> Vec<u8> {
+    format!("{status} {}\n", reason(status)).into_bytes()
+}
+
+/// The `/stats` document.
+pub fn stats_json(
+    stack: &Stack,
+    tap: Option<&TapStatsHandle>,
+    http: Option<&HttpStats>,
+    active: usize,
+) -> Json {
+    let s = stack.stats();
+    let drops = Json::Obj(
+        DropReason::ALL
+            .iter()
+            .map(|&r| {
+                let name = match r {
+                    DropReason::TxTooLong => "tx_too_long",
+                    DropReason::TxHeadroom => "tx_headroom",
+                    DropReason::TxDriver => "tx_driver",
+                    DropReason::BacklogFull => "backlog_full",
+                };
+                (name.to_string(), s.dropped(r).into())
+            })
+            .collect(),
+    );
+    let stack_j = object([
+        ("ingress_polls", s.ingress_polls.into()),
+        ("egress_polls", s.egress_polls.into()),
+        ("idle_polls", s.idle_polls.into()),
+        ("frames_in", s.frames_in.into()),
+        ("frames_out", s.frames_out.into()),
+        ("config_changes", s.config_changes.into()),
+        ("drops", drops),
+    ]);
+    let tap_j = tap.map_or(Json::Null, |t| {
+        let t = t.get();
+        object([
+            ("rx_frames", t.rx_frames.into()),
+            ("rx_bytes", t.rx_bytes.into()),
+            ("rx_errors", t.rx_errors.into()),
+            ("tx_frames", t.tx_frames.into()),
+            ("tx_bytes", t.tx_bytes.into()),
+            ("tx_errors", t.tx_errors.into()),
+            ("tx_would_block", t.tx_would_block.into()),
+            ("tx_queue_full", t.tx_queue_full.into()),
+        ])
+    });
+    let pool = stack.pool();
+    let occ = pool.occupancy();
+    let ps = pool.stats();
+    let pool_j = object([
+        ("slots", (pool.slot_count() as u64).into()),
+        ("slot_size", (pool.slot_size() as u64).into()),
+        ("free", (occ.free as u64).into()),
+        ("posted", (occ.posted as u64).into()),
+        ("stack", (occ.stack as u64).into()),
+        ("lent", (occ.lent as u64).into()),
+        ("tx", (occ.tx as u64).into()),
+        ("device", (occ.device as u64).into()),
+        ("rx_exhausted", ps.rx_exhausted.into()),
+        ("tx_exhausted", ps.tx_exhausted.into()),
+    ]);
+    let l = LEDGER.snapshot();
+    let mut ledger: Vec<(String, Json)> = CopySite::ALL
+        .iter()
+        .map(|&site| {
+            (
+                site.name().to_string(),
+                object([
+                    ("copies", l.calls(site).into()),
+                    ("bytes", l.bytes(site).into()),
+                ]),
+            )
+        })
+        .collect();
+    ledger.push((
+        "user_space_total".to_string(),
+        object([
+            ("copies", l.user_calls().into()),
+            ("bytes", l.user_bytes().into()),
+        ]),
+    ));
+    let http_j = http.map_or(Json::Null, |h| {
+        let h = h.get();
+        object([
+            ("connections", h.connections.into()),
+            ("active", (active as u64).into()),
+            ("requests", h.requests.into()),
+            ("status_2xx", h.status_2xx.into()),
+            ("status_4xx", h.status_4xx.into()),
+            ("status_5xx", h.status_5xx.into()),
+        ])
+    });
+    object([
+        ("stack", stack_j),
+        ("tap", tap_j),
+        ("pool", pool_j),
+        ("copy_ledger", Json::Obj(ledger)),
+        ("http", http_j),
+    ])
+}
+
+/// Chooses the response for a well-formed request: (status, content type, body).
+fn route(req: &Request<'_>, shared: &Shared) -> (u16, &'static str, Vec<u8>) {
+    if req.method != "GET" && req.method != "HEAD" {
+        return (405, "text/plain", error_body(405));
+    }
+    match req.path {
+        "/" | "/index.html" => (
+            200,
+            "text/html; charset=utf-8",
+            INDEX_HTML.as_bytes().to_vec(),
+        ),
+        "/stats" => {
+            let mut body = stats_json(
+                &shared.stack,
+                shared.config.tap_stats.as_ref(),
+                Some(&shared.stats),
+                shared.limit.active(),
+            )
+            .to_compact()
+            .into_bytes();
+            body.push(b'\n');
+            (200, "application/json", body)
+        }
+        _ => (404, "text/plain", error_body(404)),
+    }
+}
+
+/// Serves one connection until the client closes it, asks to close it, sends something
+/// unparseable, or idles past the timeout.
+async fn serve_connection(mut sock: TcpSocket, shared: &Shared) {
+    let idle = shared.config.idle_timeout;
+    let mut buf = vec![0u8; MAX_HEAD];
+    let mut filled = 0usize;
+    loop {
+        // 1. A complete head.
+        let end = loop {
+            if let Some(end) = head_end(&buf[..filled]) {
+                break end;
+            }
+            if filled == buf.len() {
+                shared.stats.0.requests.fetch_add(1, Relaxed);
+                shared.stats.count_status(431);
+                let _ = sock
+                    .write_all(&response(431, "text/plain", &error_body(431), false, false))
+                    .await;
+                return;
+            }
+            match timeout(idle, sock.read(&mut buf[filled..])).await {
+                Ok(Ok(n)) if n > 0 => filled += n,
+                // End of stream, reset, or idle too long: done.
+                _ => return,
+            }
+        };
+        shared.stats.0.requests.fetch_add(1, Relaxed);
+        let (status, out, keep_alive, body_len) = match parse_head(&buf[..end]) {
+            Err(status) => {
+                let out = response(status, "text/plain", &error_body(status), false, false);
+                (status, out, false, 0)
+            }
+            Ok(req) => {
+                let (status, ctype, body) = route(&req, shared);
+                let head_only = req.method == "HEAD";
+                let out = response(status, ctype, &body, req.keep_alive, head_only);
+                (status, out, req.keep_alive, req.content_length)
+            }
+        };
+        shared.stats.count_status(status);
+        // 2. Skip the body: what is already buffered, then the rest from the socket.
+        let mut consumed = end;
+        let mut left = body_len;
+        let buffered = ((filled - end) as u64).min(left);
+        consumed += buffered as usize;
+        left -= buffered;
+        while left > 0 {
+            let r = timeout(
+                idle,
+                sock.read_with(|data| {
+                    let n = (data.len() as u64).min(left) as usize;
+                    (n, n)
+                }),
+            )
+            .await;
+            match r {
+                Ok(Ok(Some(n))) => left -= n as u64,
+                _ => return,
+            }
+        }
+        // 3. Respond.
+        if sock.write_all(&out).await.is_err() {
+            return;
+        }
+        if !keep_alive {
+            // Dropping the socket sends what is queued, then FIN.
+            return;
+        }
+        // 4. Keep pipelined bytes for the next request.
+        buf.copy_within(consumed..filled, 0);
+        filled -= consumed;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Request<'_>, u16> {
+        let end = head_end(s.as_bytes()).expect("complete head");
+        parse_head(&s.as_bytes()[..end])
+    }
+
+    #[test]
+    fn parses_a_curl_request() {
+        let r = parse("GET /stats?x=1 HTTP/1.1\r\nHost: 10.77.0.2\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\n\r\n")
+            .unwrap();
+        assert_eq!(r.method, "GET");
+        assert_eq!(r.path, "/stats");
+        assert!(r.keep_alive);
+        assert_eq!(r.content_length, 0);
+        let r = parse("GET / HTTP/1.0\r\n\r\n").unwrap();
+        assert!(!r.keep_alive);
+        let r = parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").unwrap();
+        assert!(r.keep_alive);
+        let r =
+            parse("POST http://h/x HTTP/1.1\nHost: h\nContent-Length: 5\nConnection: close\n\n")
+                .unwrap();
+        assert_eq!((r.path, r.content_length, r.keep_alive), ("/x", 5, false));
+    }
+
+    #[test]
+    fn statuses_for_bad_requests() {
+        assert_eq!(parse("GET /\r\n\r\n"), Err(400));
+        assert_eq!(parse("GET  / HTTP/1.1\r\nHost: a\r\n\r\n"), Err(400));
+        assert_eq!(parse("GET / HTTP/2.0\r\nHost: a\r\n\r\n"), Err(505));
+        assert_eq!(parse("GET / HTTQ/1.1\r\nHost: a\r\n\r\n"), Err(400));
+        assert_eq!(parse("GET / HTTP/1.1\r\n\r\n"), Err(400)); // no Host
+        assert_eq!(parse("GET / HTTP/1.1\r\nHost : a\r\n\r\n"), Err(400));
+        assert_eq!(
+            parse("GET / HTTP/1.1\r\nHost: a\r\nbroken\r\n\r\n"),
+            Err(400)
+        );
+        assert_eq!(
+            parse("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999\r\n\r\n"),
+            Err(413)
+        );
+        assert_eq!(
+            parse("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n"),
+            Err(413)
+        );
+        assert_eq!(
+            parse("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+            Err(400)
+        );
+        assert_eq!(
+            parse("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n"),
+            Err(400)
+        );
+        assert_eq!(
+            parse("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Err(501)
+        );
+        let many = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\n{}\r\n",
+            "X: y\r\n".repeat(MAX_HEADERS)
+        );
+        assert_eq!(parse(&many), Err(431));
+        assert_eq!(parse("G\u{e9}T / HTTP/1.1\r\nHost: a\r\n\r\n"), Err(400));
+        assert_eq!(
+            parse_head(b"GET / HTTP/1.1\r\nHost: \xff\r\n\r\n"),
+            Err(400)
+        );
+    }
+
+    #[test]
+    fn head_end_finds_the_blank_line() {
+        assert_eq!(head_end(b"GET / HTTP/1.0\r\n\r\nrest"), Some(18));
+        assert_eq!(head_end(b"GET / HTTP/1.0\n\nrest"), Some(16));
+        assert_eq!(head_end(b"GET / HTTP/1.0\r\n"), None);
+        assert_eq!(head_end(b""), None);
+        assert_eq!(head_end(b"\n"), None);
+    }
+
+    #[test]
+    fn never_panics_on_any_input() {
+        let req =
+            b"GET /stats HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc";
+        for i in 0..=req.len() {
+            if let Some(end) = head_end(&req[..i]) {
+                let _ = parse_head(&req[..end]);
+            }
+            let _ = parse_head(&req[..i]);
+        }
+        // Deterministic pseudo-random bytes, biased towards the characters that matter.
+        let alphabet = b"GET /HTP1.0\r\n: ,\t?#*\xff\x00aA9-";
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..20_000 {
+            let len = (x % 96) as usize;
+            let mut v = Vec::with_capacity(len);
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                v.push(alphabet[(x % alphabet.len() as u64) as usize]);
+            }
+            let _ = head_end(&v);
+            let _ = parse_head(&v);
+        }
+    }
+
+    #[test]
+    fn responses_are_well_formed() {
+        let r = response(405, "text/plain", b"x", true, false);
+        let s = String::from_utf8(r).unwrap();
+        assert!(s.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"));
+        assert!(s.contains("Allow: GET, HEAD\r\n"));
+        assert!(s.contains("Content-Length: 1\r\n"));
+        assert!(s.ends_with("\r\n\r\nx"));
+        let head = response(200, "text/html", b"body", false, true);
+        let head = String::from_utf8(head).unwrap();
+        assert!(head.ends_with("Connection: close\r\n\r\n"));
+        assert!(head.contains("Content-Length: 4\r\n"));
+    }
+}

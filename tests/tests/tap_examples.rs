@@ -1,0 +1,369 @@
+//! The examples (`zcnet-examples`) against unmodified Linux tools: each test runs an example's
+//! server in-process on a zcnet stack over a TAP whose kernel side lives in a namespace the test
+//! creates (`zcnet_tests::netns::TapNet`), and drives it with `curl`, `iperf3` or `python3` from
+//! inside that namespace. Needs root, /dev/net/tun, `curl` and `iperf3` (fails, never skips,
+//! without them). Traffic goes only to addresses inside the test's own namespace.
+
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use zcnet_examples::echo::{EchoConfig, EchoServer};
+use zcnet_examples::http::{HttpConfig, HttpServer, INDEX_HTML};
+use zcnet_examples::iperf3::{Iperf3Config, Iperf3Server, Iperf3Stats};
+use zcnet_examples::json::{self, Json};
+use zcnet_executor::time::sleep;
+use zcnet_tests::netns::{ChildGuard, TapNet, ZCNET_ADDR};
+
+/// Every child gets at most this long.
+const CHILD_LIMIT: Duration = Duration::from_secs(60);
+
+fn require_tool(tool: &str, package: &str) {
+    let ok = Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "this test needs `{tool}` (apt-get install {package}; .ci/run installs it)"
+    );
+}
+
+fn assert_success(what: &str, status: ExitStatus, out: &str, err: &str) {
+    assert!(
+        status.success(),
+        "{what} failed ({status})\nstdout: {out}\nstderr: {err}"
+    );
+}
+
+/// Runs `program args…` inside the namespace to completion (without blocking the stack).
+fn run_in_ns(net: &TapNet, program: &str, args: &[&str]) -> (ExitStatus, String, String) {
+    let mut child = ChildGuard::spawn(net.netns.command(program).args(args));
+    net.exec.block_on(child.wait(CHILD_LIMIT))
+}
+
+fn http_server(net: &TapNet) -> zcnet_examples::http::HttpStats {
+    let config = HttpConfig {
+        backlog: 4,
+        max_connections: 8,
+        tap_stats: Some(net.tap_stats.clone()),
+        ..HttpConfig::default()
+    };
+    let server = HttpServer::bind(net.stack, config).expect("bind port 80");
+    let stats = server.stats();
+    net.exec.spawner().spawn(server.run(net.exec.spawner()));
+    stats
+}
+
+/// `curl http://10.77.0.2/`: status 200 and the page byte-exact; then a HEAD, a 404 and a 405.
+#[test]
+fn curl_gets_the_http_example_page_byte_exact() {
+    require_tool("curl", "curl");
+    let net = TapNet::new(1500);
+    let stats = http_server(&net);
+    let url = format!("http://{ZCNET_ADDR}/");
+    let (status, out, err) = run_in_ns(
+        &net,
+        "curl",
+        &["-sS", "--max-time", "20", "-w", "\n%{http_code}", &url],
+    );
+    assert_success("curl", status, &out, &err);
+    let (body, code) = out.rsplit_once('\n').expect("status line from -w");
+    assert_eq!(code, "200");
+    assert_eq!(body, INDEX_HTML, "body differs");
+
+    let (status, out, err) = run_in_ns(&net, "curl", &["-sS", "--max-time", "20", "-I", &url]);
+    assert_success("curl -I", status, &out, &err);
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    assert!(
+        out.contains(&format!("Content-Length: {}\r\n", INDEX_HTML.len())),
+        "{out}"
+    );
+
+    for (args, want) in [
+        (vec!["/nope"], "404"),
+        (vec!["/", "-X", "POST", "-d", "x=1"], "405"),
+    ] {
+        let target = format!("http://{ZCNET_ADDR}{}", args[0]);
+        let mut a = vec![
+            "-sS",
+            "--max-time",
+            "20",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            target.as_str(),
+        ];
+        a.extend_from_slice(&args[1..]);
+        let (status, out, err) = run_in_ns(&net, "curl", &a);
+        assert_success("curl", status, &out, &err);
+        assert_eq!(out, want, "{args:?}");
+    }
+    let s = stats.get();
+    assert_eq!((s.requests, s.status_2xx, s.status_4xx), (4, 2, 2), "{s:?}");
+}
+
+/// `/stats` is JSON with the stack's, the TAP's and the copy ledger's counters, and they count
+/// the traffic that got it there.
+#[test]
+fn stats_page_shows_stack_tap_and_ledger_counters() {
+    require_tool("curl", "curl");
+    let net = TapNet::new(1500);
+    let _stats = http_server(&net);
+    let url = format!("http://{ZCNET_ADDR}/stats");
+    let (status, out, err) = run_in_ns(&net, "curl", &["-sS", "--max-time", "20", &url]);
+    assert_success("curl /stats", status, &out, &err);
+    let j = json::parse(out.as_bytes()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let num = |path: &[&str]| {
+        j.path(path)
+            .and_then(Json::as_u64)
+            .unwrap_or_else(|| panic!("no number at {path:?} in {out}"))
+    };
+    // The request itself arrived as frames: handshake and request at least.
+    assert!(num(&["stack", "frames_in"]) >= 2, "{out}");
+    assert!(num(&["stack", "ingress_polls"]) >= 1, "{out}");
+    assert!(num(&["tap", "rx_frames"]) >= 2, "{out}");
+    assert!(num(&["tap", "rx_bytes"]) > 0, "{out}");
+    assert_eq!(num(&["tap", "rx_errors"]), 0, "{out}");
+    // The request's bytes crossed the fd (the kernel's copy) and were read by the server.
+    assert!(num(&["copy_ledger", "kernel-fd", "bytes"]) > 0, "{out}");
+    assert!(num(&["copy_ledger", "socket->app", "bytes"]) > 0, "{out}");
+    assert_eq!(num(&["http", "requests"]), 1, "{out}");
+    assert_eq!(num(&["http", "connections"]), 1, "{out}");
+    assert!(num(&["pool", "slots"]) > 0, "{out}");
+}
+
+/// curl fetching two URLs reuses one connection (keep-alive): it says so, and the server
+/// accepted one connection for two requests.
+#[test]
+fn curl_reuses_one_connection_for_two_requests() {
+    require_tool("curl", "curl");
+    let net = TapNet::new(1500);
+    let stats = http_server(&net);
+    let a = format!("http://{ZCNET_ADDR}/");
+    let b = format!("http://{ZCNET_ADDR}/stats");
+    let (status, out, err) = run_in_ns(
+        &net,
+        "curl",
+        &[
+            "-sSv",
+            "--max-time",
+            "20",
+            "-o",
+            "/dev/null",
+            "-o",
+            "/dev/null",
+            &a,
+            &b,
+        ],
+    );
+    assert_success("curl two URLs", status, &out, &err);
+    assert!(
+        err.contains("Re-using existing connection"),
+        "curl did not reuse the connection:\n{err}"
+    );
+    assert_eq!(err.matches("< HTTP/1.1 200 OK").count(), 2, "{err}");
+    let s = stats.get();
+    assert_eq!((s.connections, s.requests), (1, 2), "{s:?}");
+}
+
+/// 40 clients at once (python threads, each with three keep-alive requests, against a backlog
+/// of 4 and 8 connection tasks) all get the page; then garbage, an oversized head and an
+/// oversized body get 400, 431 and 413 and the server still answers.
+#[test]
+fn http_serves_many_clients_and_survives_bad_requests() {
+    require_tool("python3", "python3");
+    let net = TapNet::new(1500);
+    let stats = http_server(&net);
+    let script = format!(
+        r#"
+import http.client, socket, sys, threading
+ok = []
+def client(i):
+    c = http.client.HTTPConnection("{ZCNET_ADDR}", 80, timeout=30)
+    for _ in range(3):
+        c.request("GET", "/")
+        r = c.getresponse()
+        body = r.read()
+        if r.status != 200 or len(body) != {len}:
+            print("bad", i, r.status, len(body)); sys.exit(1)
+    c.close()
+    ok.append(i)
+ts = [threading.Thread(target=client, args=(i,)) for i in range(40)]
+for t in ts: t.start()
+for t in ts: t.join()
+def raw(data):
+    s = socket.create_connection(("{ZCNET_ADDR}", 80), timeout=20)
+    s.sendall(data)
+    got = b""
+    while True:
+        b = s.recv(65536)
+        if not b: break
+        got += b
+    s.close()
+    return got.split(b"\r\n", 1)[0].decode()
+print("clients", len(ok))
+print(raw(b"\x00\xff\xfe garbage\r\n\r\n"))
+print(raw(b"GET / HTTP/1.1\r\nHost: a\r\nX: " + b"a" * 9000 + b"\r\n\r\n"))
+print(raw(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000\r\n\r\n"))
+print(raw(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"))
+"#,
+        len = INDEX_HTML.len()
+    );
+    let (status, out, err) = run_in_ns(&net, "python3", &["-c", &script]);
+    assert_success("python clients", status, &out, &err);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "clients 40",
+            "HTTP/1.1 400 Bad Request",
+            "HTTP/1.1 431 Request Header Fields Too Large",
+            "HTTP/1.1 413 Content Too Large",
+            "HTTP/1.1 200 OK"
+        ],
+        "{out}"
+    );
+    let s = stats.get();
+    assert_eq!(s.connections, 44, "{s:?}");
+    assert_eq!(s.status_2xx, 121, "{s:?}");
+}
+
+/// TCP echo: `python3` sends 1 MB and reads it back byte-exact; UDP echo: 50 datagrams.
+#[test]
+fn echo_example_echoes_tcp_and_udp() {
+    require_tool("python3", "python3");
+    let net = TapNet::new(1500);
+    let server = EchoServer::bind(net.stack, EchoConfig::default()).expect("bind port 7");
+    let stats = server.stats();
+    net.exec.spawner().spawn(server.run(net.exec.spawner()));
+    let script = format!(
+        r#"
+import os, socket, sys, threading
+data = os.urandom(1 << 20)
+s = socket.create_connection(("{ZCNET_ADDR}", 7), timeout=20)
+def send():
+    s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+t = threading.Thread(target=send); t.start()
+got = bytearray()
+while True:
+    b = s.recv(65536)
+    if not b: break
+    got += b
+t.join()
+if bytes(got) != data: print("tcp mismatch", len(got)); sys.exit(1)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(5)
+for i in range(50):
+    m = os.urandom(1 + i * 29)
+    u.sendto(m, ("{ZCNET_ADDR}", 7))
+    if u.recvfrom(4096)[0] != m: print("udp mismatch", i); sys.exit(1)
+print("echo ok")
+"#
+    );
+    let (status, out, err) = run_in_ns(&net, "python3", &["-c", &script]);
+    assert_success("python echo client", status, &out, &err);
+    assert!(out.contains("echo ok"), "{out}");
+    let s = stats.get();
+    assert_eq!((s.tcp_connections, s.tcp_bytes), (1, 1 << 20), "{s:?}");
+    assert_eq!(s.udp_datagrams, 50, "{s:?}");
+}
+
+fn iperf3_server(net: &TapNet) -> Iperf3Stats {
+    let config = Iperf3Config {
+        backlog: 4,
+        ..Iperf3Config::default()
+    };
+    let server = Iperf3Server::bind(net.stack, config).expect("bind port 5201");
+    let stats = server.stats();
+    net.exec.spawner().spawn(server.run(net.exec.spawner()));
+    stats
+}
+
+/// Runs `iperf3 -c 10.77.0.2 -t 2 --json <extra>` in the namespace; checks it exits 0 and both
+/// sides report nonzero throughput; returns (sent, received) bits per second.
+fn iperf3_run(net: &TapNet, stats: &Iperf3Stats, extra: &[&str]) -> (f64, f64) {
+    let addr = ZCNET_ADDR.to_string();
+    let mut args = vec!["-c", addr.as_str(), "-t", "2", "--json"];
+    args.extend_from_slice(extra);
+    let done_before = stats.tests_done();
+    let (status, out, err) = run_in_ns(net, "iperf3", &args);
+    assert_success(
+        &format!("iperf3 {args:?} (server: {:?})", stats.last_error()),
+        status,
+        &out,
+        &err,
+    );
+    let j = json::parse(out.as_bytes()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(j.get("error").is_none(), "iperf3 reported an error: {out}");
+    let bps = |which: &str| {
+        j.path(&["end", which, "bits_per_second"])
+            .and_then(Json::as_f64)
+            .unwrap_or_else(|| panic!("no end.{which}.bits_per_second in {out}"))
+    };
+    let (sent, received) = (bps("sum_sent"), bps("sum_received"));
+    assert!(
+        sent > 0.0 && received > 0.0,
+        "{extra:?}: {sent} / {received}"
+    );
+    // The client exits on DISPLAY_RESULTS; the server counts the test once its IPERF_DONE (or
+    // close) arrives, which may be a moment later.
+    net.exec.block_on(async {
+        for _ in 0..1000 {
+            if stats.tests_done() > done_before {
+                break;
+            }
+            sleep(Duration::from_millis(5)).await;
+        }
+    });
+    assert_eq!(
+        stats.tests_done(),
+        done_before + 1,
+        "server: {:?}",
+        stats.last_error()
+    );
+    let summary = stats.last().expect("a finished test");
+    assert!(summary.bytes > 0, "{summary:?}");
+    eprintln!(
+        "iperf3 {extra:?}: sent {:.0} Mbit/s, received {:.0} Mbit/s (server: {} bytes in {:.2} s)",
+        sent / 1e6,
+        received / 1e6,
+        summary.bytes,
+        summary.seconds
+    );
+    (sent, received)
+}
+
+/// An unmodified `iperf3 -c` measures zcnet receiving, then (same server) `-R` with zcnet
+/// sending, then `-P 4` with four parallel streams.
+#[test]
+fn iperf3_client_measures_zcnet_normal_reverse_and_parallel() {
+    require_tool("iperf3", "iperf3");
+    let net = TapNet::new(1500);
+    let stats = iperf3_server(&net);
+    iperf3_run(&net, &stats, &[]);
+    assert!(!stats.last().unwrap().reverse);
+    iperf3_run(&net, &stats, &["-R"]);
+    assert!(stats.last().unwrap().reverse);
+    iperf3_run(&net, &stats, &["-P", "4"]);
+    assert_eq!(stats.last().unwrap().streams, 4);
+    assert_eq!(stats.tests_failed(), 0, "{:?}", stats.last_error());
+}
+
+/// A UDP test is refused with iperf3's own "not implemented" error (the client exits 1 and
+/// says so); the server is still usable afterwards.
+#[test]
+fn iperf3_udp_is_refused_cleanly() {
+    require_tool("iperf3", "iperf3");
+    let net = TapNet::new(1500);
+    let stats = iperf3_server(&net);
+    let addr = ZCNET_ADDR.to_string();
+    let (status, out, err) = run_in_ns(&net, "iperf3", &["-c", &addr, "-u", "-t", "1"]);
+    assert!(!status.success(), "iperf3 -u should fail\n{out}\n{err}");
+    assert!(
+        format!("{out}{err}").contains("not implemented"),
+        "{out}\n{err}"
+    );
+    assert_eq!(stats.tests_failed(), 1);
+    iperf3_run(&net, &stats, &["-t", "1"]);
+}
