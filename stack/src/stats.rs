@@ -133,10 +133,10 @@ impl Counters {
         bump(&self.frames_out);
     }
     pub(crate) fn datagram_in(&self) {
-        self.datagrams_in.fetch_add(1, Relaxed);
+        bump(&self.datagrams_in);
     }
     pub(crate) fn datagram_out(&self) {
-        self.datagrams_out.fetch_add(1, Relaxed);
+        bump(&self.datagrams_out);
     }
     /// Frames sent so far (one load, for egress's "did this run send anything" check).
     pub(crate) fn frames_out(&self) -> u64 {

@@ -185,6 +185,7 @@ impl Future for Sleep {
                     timers.wheel.insert(this.entry.state(), tick);
                     old
                 };
+                core.note_insert(&timers);
                 let signal = timers.note_insert(tick);
                 drop(timers);
                 drop(old);
