@@ -19,7 +19,7 @@ use core::time::Duration;
 
 use crate::platform::{Instant, Platform};
 use crate::run_queue::{Notify, RunQueue};
-use crate::sync::{AtomicBool, Mutex, Ordering::*};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering::*};
 use crate::task::{header_from_waker, task_waker, JoinHandle, SpawnError, TaskRef, TaskStorage};
 use crate::time::wheel::Wheel;
 use crate::time::Sleep;
@@ -65,6 +65,11 @@ pub struct ExecutorStats {
     pub signals: u64,
 }
 
+/// Busy turns between two non-blocking looks at the platform's events (tokio's scheduler uses
+/// 61 for the same purpose; any small number works: it bounds how long readiness can wait while
+/// tasks keep the loop busy, at the cost of one `epoll_wait(0)` per interval).
+pub(crate) const EVENT_INTERVAL: u32 = 61;
+
 /// Statistics counter: relaxed, never used to synchronise, deliberately outside loom's model.
 struct Counter(core::sync::atomic::AtomicU64);
 
@@ -72,8 +77,18 @@ impl Counter {
     const fn new() -> Self {
         Self(core::sync::atomic::AtomicU64::new(0))
     }
+    /// Adds `n` from any thread (a locked read-modify-write).
     fn add(&self, n: u64) {
         self.0.fetch_add(n, core::sync::atomic::Ordering::Relaxed);
+    }
+    /// Adds `n` with a plain load and store: no locked instruction on the hot path.
+    ///
+    /// Only for counters written by the thread running the loop (one at a time, see
+    /// `Executor::enter`): with a single writer no increment can be lost, and readers on other
+    /// threads still see a value that was current at some point.
+    fn add_single_writer(&self, n: u64) {
+        use core::sync::atomic::Ordering::Relaxed;
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
     }
     fn get(&self) -> u64 {
         self.0.load(core::sync::atomic::Ordering::Relaxed)
@@ -108,9 +123,26 @@ pub struct Executor {
     tick_nanos: u64,
     /// Set while a thread runs the loop (one at a time).
     running: AtomicBool,
+    /// A lower bound on the wheel's next expiration, in ticks (`u64::MAX`: no timer armed).
+    ///
+    /// Written only with the timer lock held, always to the wheel's exact next expiration at
+    /// that moment: after every insert ([`Executor::note_insert`]) and after `fire_timers`
+    /// collected what was due. Read without the lock by `fire_timers`, which skips the lock and
+    /// the wheel while the clock is below it (most turns). Removals leave it alone, so it can
+    /// only be too low (costing one locked look), never too high. It bounds the next
+    /// *expiration*, not the earliest deadline: a far entry expires first where it cascades
+    /// down a level, the idle path waits for exactly that tick, and `fire_timers` must then run.
+    next_due: AtomicU64,
+    /// Turns in a row that found work (no wait), for [`Self::poll_events_now_and_then`].
+    /// Written only by the thread running the loop; outside loom's model like the counters.
+    busy_turns: core::sync::atomic::AtomicU32,
+    /// Written only by the thread running the loop (`add_single_writer`).
     polls: Counter,
+    /// Written only by the thread running the loop (`add_single_writer`).
     waits: Counter,
+    /// Written only by the thread running the loop (`add_single_writer`).
     timers_fired: Counter,
+    /// Written by any waking thread (`add`).
     signals: Counter,
 }
 
@@ -169,6 +201,8 @@ impl Executor {
             platform,
             tick_nanos: nanos as u64,
             running: AtomicBool::new(false),
+            next_due: AtomicU64::new(u64::MAX),
+            busy_turns: core::sync::atomic::AtomicU32::new(0),
             polls: Counter::new(),
             waits: Counter::new(),
             timers_fired: Counter::new(),
@@ -188,6 +222,8 @@ impl Executor {
             platform,
             tick_nanos: tick.as_nanos() as u64,
             running: AtomicBool::new(false),
+            next_due: AtomicU64::new(u64::MAX),
+            busy_turns: core::sync::atomic::AtomicU32::new(0),
             polls: Counter::new(),
             waits: Counter::new(),
             timers_fired: Counter::new(),
@@ -259,7 +295,7 @@ impl Executor {
         let mut main_woken = true;
         loop {
             if main_woken {
-                self.polls.add(1);
+                self.polls.add_single_writer(1);
                 if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
                     return v;
                 }
@@ -307,8 +343,12 @@ impl Executor {
         }
         self.fire_timers();
         if main_woken || self.queue.has_work() || !may_wait {
+            if may_wait {
+                self.poll_events_now_and_then();
+            }
             return main_woken;
         }
+        self.busy_turns.store(0, Relaxed);
         // Idle: sleep until the next timer, unless an enqueue beats us to it.
         let deadline = {
             let mut timers = self.timers.lock();
@@ -317,7 +357,7 @@ impl Executor {
             next.map(|tick| Instant::from_nanos(tick.saturating_mul(self.tick_nanos)))
         };
         if self.queue.try_sleep() {
-            self.waits.add(1);
+            self.waits.add_single_writer(1);
             self.platform.wait(deadline);
             self.queue.end_sleep();
         }
@@ -332,7 +372,7 @@ impl Executor {
 
     fn poll_task(&self, task: TaskRef) {
         task.start_poll();
-        self.polls.add(1);
+        self.polls.add_single_writer(1);
         let waker = task_waker(task);
         let mut cx = Context::from_waker(&waker);
         // SAFETY: we hold the queue's reference and just set RUNNING.
@@ -357,10 +397,15 @@ impl Executor {
     /// Moves due timers to the pending list and wakes them, in batches, outside the lock.
     fn fire_timers(&self) {
         let now_tick = self.now_tick();
+        if now_tick < self.next_due.load(Acquire) {
+            // Nothing can be due: no lock, no wheel walk (most turns).
+            return;
+        }
         let mut timers = self.timers.lock();
         timers.wheel.advance(now_tick);
-        // Nothing due (most turns): return before building (and dropping) a batch.
+        // Nothing due: return before building (and dropping) a batch.
         let Some(first) = timers.wheel.take_pending() else {
+            self.reset_next_due(&timers);
             return;
         };
         let mut first = Some(first);
@@ -384,8 +429,9 @@ impl Executor {
                     None => break,
                 }
             }
+            self.reset_next_due(&timers);
             drop(timers);
-            self.timers_fired.add(fired);
+            self.timers_fired.add_single_writer(fired);
             for w in batch.iter_mut().take(n) {
                 if let Some(w) = w.take() {
                     w.wake();
@@ -396,6 +442,36 @@ impl Executor {
             }
             timers = self.timers.lock();
         }
+    }
+
+    /// Fairness for the platform's own events: a task that keeps waking itself (a stack's
+    /// ingress at its batch budget, say) keeps the loop from ever waiting, and on Linux waiting is
+    /// when epoll readiness is delivered. So every [`EVENT_INTERVAL`] turns in a row that found
+    /// work, the loop asks the platform for a wait with a deadline already past: a non-blocking
+    /// look (`epoll_wait` with timeout 0) that delivers whatever events are ready.
+    fn poll_events_now_and_then(&self) {
+        let n = self.busy_turns.load(Relaxed) + 1;
+        if n < EVENT_INTERVAL {
+            // Single writer (the loop's thread): a plain store, no locked instruction.
+            self.busy_turns.store(n, Relaxed);
+            return;
+        }
+        self.busy_turns.store(0, Relaxed);
+        self.platform.wait(Some(Instant::ZERO));
+    }
+
+    /// After collecting due timers: the wheel's next expiration becomes the lower bound.
+    fn reset_next_due(&self, timers: &Timers) {
+        let next = timers.wheel.next_expiration().unwrap_or(u64::MAX);
+        self.next_due.store(next, Release);
+    }
+
+    /// An entry was just inserted; `timers` is the held lock (which makes this thread the only
+    /// writer of `next_due`). The bound becomes the wheel's next expiration, not the entry's
+    /// deadline: a far entry expires first at the tick where it cascades down a level, and the
+    /// idle path waits for exactly that tick, so `fire_timers` must not skip it.
+    pub(crate) fn note_insert(&self, timers: &Timers) {
+        self.reset_next_due(timers);
     }
 
     fn timers_due(&self) -> bool {

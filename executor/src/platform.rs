@@ -87,6 +87,10 @@ pub trait Platform: Sync {
 
     /// Blocks until `deadline` has passed (`None`: no deadline), a [`signal`](Self::signal)
     /// arrives, or the platform has events of its own to deliver.
+    ///
+    /// With a deadline already past it must not block: it delivers whatever events it has ready
+    /// and returns. The executor relies on this to look at the platform's events every so many
+    /// busy turns, so that tasks which keep the loop busy cannot starve them.
     fn wait(&self, deadline: Option<Instant>);
 
     /// Ends the current or next [`wait`](Self::wait).

@@ -212,3 +212,46 @@ fn the_reactor_delivers_readiness_and_rearms() {
         libc::close(b);
     }
 }
+
+/// A task that wakes itself on every poll keeps the loop from ever waiting, and waiting is where
+/// epoll readiness is delivered; the loop still looks at the platform's events every
+/// `EVENT_INTERVAL` busy turns, so readiness arrives while the busy task runs. (Before that
+/// look existed, `block_on` below never returned.)
+#[test]
+fn readiness_arrives_while_a_task_keeps_the_loop_busy() {
+    let platform = LinuxPlatform::leak().unwrap();
+    let exec = Executor::leak(platform);
+    let (a, b) = socketpair();
+    let io = platform.register(a).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy_stop = stop.clone();
+    let busy = exec.spawner().spawn(std::future::poll_fn(move |cx| {
+        if busy_stop.load(SeqCst) {
+            return Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }));
+    // Written after the reader found the socket empty and registered for readiness.
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        write_fd(b, b"ready").unwrap();
+    });
+    let (n, buf) = exec
+        .block_on(time::timeout(Duration::from_secs(10), async {
+            let mut buf = [0u8; 16];
+            let n = io.read_with(|| read_fd(a, &mut buf)).await.unwrap();
+            (n, buf)
+        }))
+        .expect("readiness was starved by the busy task");
+    assert_eq!(&buf[..n], b"ready");
+    writer.join().unwrap();
+    stop.store(true, SeqCst);
+    exec.block_on(busy);
+    drop(io);
+    // SAFETY: both fds are ours and no longer used.
+    unsafe {
+        libc::close(a);
+        libc::close(b);
+    }
+}

@@ -69,6 +69,13 @@ pub(crate) struct StepDevice<'s> {
 impl StepDevice<'_> {
     /// Asks the driver for a TX frame with the driver's headroom reserved; records starvation
     /// (`tx_waker` is then registered for the TX completion).
+    ///
+    /// Never inlined, on purpose: inlined, its body (the `dyn Driver` call, headroom, the
+    /// starvation path) makes smoltcp's `respond` closure in `Interface::socket_egress` too big
+    /// to inline, and the out-of-line closure then copies smoltcp's 256-byte `Packet` once per
+    /// transmitted frame to pass it on by value. The copies benchmark
+    /// (`cargo bench -p zcnet-benches --bench copies`) shows that copy when it comes back.
+    #[inline(never)]
     fn tx_frame(&mut self) -> Option<TxFrame> {
         match self
             .driver

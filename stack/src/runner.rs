@@ -84,9 +84,9 @@ use core::future::Future;
 
 fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
     let counters = &stack.inner.counters;
-    counters.ingress_poll();
     let now = stack.now();
     let mut st = stack.inner.state.lock();
+    counters.ingress_poll();
     let budget = st.ingress_budget;
     let mut processed = 0;
     while processed < budget {
@@ -144,9 +144,9 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
 /// One egress run; ends by arming egress's timer for smoltcp's next deadline (or disarming it).
 fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     let counters = &stack.inner.counters;
-    counters.egress_poll();
     let now = stack.now();
     let mut guard = stack.inner.state.lock();
+    counters.egress_poll();
     let st: &mut crate::stack::State = &mut guard;
     match &st.egress_waker {
         Some(w) if w.will_wake(cx.waker()) => {}

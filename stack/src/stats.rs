@@ -94,6 +94,14 @@ impl StackStats {
     }
 }
 
+/// The live counters behind [`StackStats`].
+///
+/// Ground rule: **every write happens with the stack's state lock held** (the runner's steps,
+/// the device adapter inside a step, autoconfiguration, socket operations through
+/// `State::with_socket`). So each counter has one writer at a time, and an increment is a plain
+/// load and store ([`bump`]) instead of a locked read-modify-write: the per-frame and per-poll
+/// counting costs no atomic instruction. Readers ([`Counters::snapshot`]) take no lock; they see
+/// each counter as it was at some recent moment.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     ingress_polls: AtomicU64,
@@ -106,6 +114,11 @@ pub(crate) struct Counters {
     drops: [AtomicU64; DropReason::COUNT],
     config_changes: AtomicU64,
     listener_rearm_failures: AtomicU64,
+}
+
+/// Adds one to a counter whose writers are serialised by the state lock (see [`Counters`]).
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
 }
 
 impl Counters {
@@ -125,38 +138,38 @@ impl Counters {
     }
 
     pub(crate) fn ingress_poll(&self) {
-        self.ingress_polls.fetch_add(1, Relaxed);
+        bump(&self.ingress_polls);
     }
     pub(crate) fn egress_poll(&self) {
-        self.egress_polls.fetch_add(1, Relaxed);
+        bump(&self.egress_polls);
     }
     pub(crate) fn idle_poll(&self) {
-        self.idle_polls.fetch_add(1, Relaxed);
+        bump(&self.idle_polls);
     }
     pub(crate) fn frame_in(&self) {
-        self.frames_in.fetch_add(1, Relaxed);
+        bump(&self.frames_in);
     }
     pub(crate) fn frame_out(&self) {
-        self.frames_out.fetch_add(1, Relaxed);
+        bump(&self.frames_out);
     }
     pub(crate) fn datagram_in(&self) {
-        self.datagrams_in.fetch_add(1, Relaxed);
+        bump(&self.datagrams_in);
     }
     pub(crate) fn datagram_out(&self) {
-        self.datagrams_out.fetch_add(1, Relaxed);
+        bump(&self.datagrams_out);
     }
     /// Frames sent so far (one load, for egress's "did this run send anything" check).
     pub(crate) fn frames_out(&self) -> u64 {
         self.frames_out.load(Relaxed)
     }
     pub(crate) fn config_change(&self) {
-        self.config_changes.fetch_add(1, Relaxed);
+        bump(&self.config_changes);
     }
     pub(crate) fn listener_rearm_failure(&self) {
         self.listener_rearm_failures.fetch_add(1, Relaxed);
     }
     pub(crate) fn drop(&self, reason: DropReason) {
-        self.drops[reason as usize].fetch_add(1, Relaxed);
+        bump(&self.drops[reason as usize]);
     }
 
     pub(crate) fn snapshot(&self) -> StackStats {

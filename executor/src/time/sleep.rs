@@ -165,17 +165,27 @@ impl Future for Sleep {
                     unsafe { *addr_of_mut!((*state).place) = Place::Fired };
                     return Poll::Ready(());
                 }
-                let waker = cx.waker().clone();
+                // A waker left from before a `reset` is kept when it would wake the same task
+                // (the usual case: a task re-arming its own timer), saving a clone and a drop.
+                // SAFETY: Idle: the entry is not linked, so nobody else looks at it.
+                let same = unsafe { (*addr_of_mut!((*state).waker)).as_ref() }
+                    .is_some_and(|w| w.will_wake(cx.waker()));
+                // Cloned without the lock held, so a panicking clone leaves the wheel intact.
+                let waker = (!same).then(|| cx.waker().clone());
                 let tick = core.deadline_tick(deadline);
                 let mut timers = core.timers.lock();
                 // SAFETY: the entry is pinned, Idle, and stays alive until `Drop` unlinks it;
-                // the lock is held. A waker left from before a `reset` is swapped out, not
-                // dropped here: it is dropped after the lock is released.
+                // the lock is held. A replaced waker is swapped out, not dropped here: it is
+                // dropped after the lock is released.
                 let old = unsafe {
-                    let old = (*addr_of_mut!((*state).waker)).replace(waker);
+                    let old = match waker {
+                        Some(w) => (*addr_of_mut!((*state).waker)).replace(w),
+                        None => None,
+                    };
                     timers.wheel.insert(this.entry.state(), tick);
                     old
                 };
+                core.note_insert(&timers);
                 let signal = timers.note_insert(tick);
                 drop(timers);
                 drop(old);
