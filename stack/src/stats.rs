@@ -165,6 +165,8 @@ impl Counters {
     pub(crate) fn config_change(&self) {
         bump(&self.config_changes);
     }
+    /// The one exception to the ground rule above: bumped by `TcpListener::accept` after it
+    /// released the state lock, so a locked read-modify-write (rare: only when re-arming fails).
     pub(crate) fn listener_rearm_failure(&self) {
         self.listener_rearm_failures.fetch_add(1, Relaxed);
     }
