@@ -14,7 +14,7 @@ use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_stack::{Never, Stack, StackError};
 
-use crate::limit::{Acceptor, ConnLimit};
+use crate::limit::ConnLimit;
 
 /// The echo port.
 pub const PORT: u16 = 7;
@@ -88,7 +88,7 @@ impl EchoStats {
 /// Bound TCP and UDP echo sockets; [`run`](Self::run) serves forever.
 #[derive(Debug)]
 pub struct EchoServer {
-    listener: Acceptor,
+    listener: TcpListener,
     udp: UdpSocket,
     config: EchoConfig,
     stats: EchoStats,
@@ -101,7 +101,7 @@ impl EchoServer {
         let listener = TcpListener::bind(stack, config.port, config.backlog, echo_buffers)?;
         let udp = UdpSocket::bind(stack, config.port, UdpBuffers::with_capacity(64, 65536))?;
         Ok(EchoServer {
-            listener: Acceptor::new(listener, stack.executor()),
+            listener,
             udp,
             config,
             stats: EchoStats::default(),

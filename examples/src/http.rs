@@ -29,7 +29,7 @@ use zcnet_stack::{DropReason, Never, Stack, StackError};
 use zcnet_tap::TapStatsHandle;
 
 use crate::json::{object, Json};
-use crate::limit::{Acceptor, ConnLimit};
+use crate::limit::ConnLimit;
 
 /// The port the example listens on by default.
 pub const PORT: u16 = 80;
@@ -150,7 +150,7 @@ struct Shared {
 /// A bound HTTP server; [`run`](Self::run) serves forever.
 #[derive(Debug)]
 pub struct HttpServer {
-    listener: Acceptor,
+    listener: TcpListener,
     shared: Arc<Shared>,
 }
 
@@ -161,7 +161,7 @@ impl HttpServer {
         let listener = TcpListener::bind(stack, config.port, config.backlog, http_buffers)?;
         let limit = ConnLimit::new(config.max_connections);
         Ok(HttpServer {
-            listener: Acceptor::new(listener, stack.executor()),
+            listener,
             shared: Arc::new(Shared {
                 stack,
                 config,

@@ -48,7 +48,6 @@ use zcnet_stack::tcp::{TcpBuffers, TcpError, TcpListener, TcpSocket};
 use zcnet_stack::{Never, Stack, StackError};
 
 use crate::json::{self, object, Json};
-use crate::limit::Acceptor;
 
 /// iperf3's default port.
 pub const PORT: u16 = 5201;
@@ -266,7 +265,7 @@ impl Drop for IdleOnDrop<'_> {
 /// A bound iperf3 server; [`run`](Self::run) serves tests one after another, forever.
 #[derive(Debug)]
 pub struct Iperf3Server {
-    listener: Acceptor,
+    listener: TcpListener,
     shared: Arc<Shared>,
 }
 
@@ -276,7 +275,7 @@ impl Iperf3Server {
     pub fn bind(stack: Stack, config: Iperf3Config) -> Result<Iperf3Server, StackError> {
         let listener = TcpListener::bind(stack, config.port, config.backlog, stream_buffers)?;
         Ok(Iperf3Server {
-            listener: Acceptor::new(listener, stack.executor()),
+            listener,
             shared: Arc::new(Shared {
                 dispatch: Mutex::new(Dispatch {
                     phase: Phase::Idle,
