@@ -4,7 +4,6 @@ use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 
-
 #[derive(Debug)]
 struct Inner {
     active: usize,

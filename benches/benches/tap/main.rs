@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench -p zcnet-benches --bench tap            # full run (BENCHMARKS.md); needs root, wrk
 //! cargo bench -p zcnet-benches --bench tap -- --quick # CI smoke run (< 60 s)
+//! cargo bench -p zcnet-benches --bench tap -- --svg-dir benches/results  # charts there (default target/)
 //! ```
 //!
 //! # Layout
@@ -819,6 +820,77 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
     print!("{}", t.to_markdown());
 }
 
+/// Where the charts go: `--svg-dir DIR` (relative paths from the workspace root, since cargo
+/// runs benchmarks in the package directory), else `target/`.
+fn svg_dir() -> std::path::PathBuf {
+    let args: Vec<String> = std::env::args().collect();
+    let dir = args
+        .iter()
+        .position(|a| a == "--svg-dir")
+        .and_then(|i| args.get(i + 1))
+        .map_or_else(|| "target".into(), std::path::PathBuf::from);
+    if dir.is_absolute() {
+        dir
+    } else {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(dir)
+    }
+}
+
+/// Two bar charts of this run's medians: bulk throughput per direction (with the raw TAP
+/// ceiling as TCP payload) and keep-alive requests per second per connection count.
+fn charts(plan: &Plan, s: &Samples) {
+    let dir = svg_dir();
+    std::fs::create_dir_all(&dir).expect("create the chart directory");
+    let mut bulk = zcnet_benches::svg::BarChart {
+        title: "TCP bulk over TAP against Linux (medians)".into(),
+        y_label: "MB/s (10^6 B/s)".into(),
+        groups: vec!["Linux → stack".into(), "stack → Linux".into()],
+        series: Vec::new(),
+    };
+    for p in PEERS {
+        bulk.series.push((
+            p.name().into(),
+            vec![
+                s.get("bulk sink", p, "MB/s").med,
+                s.get("bulk source", p, "MB/s").med,
+            ],
+        ));
+    }
+    bulk.series.push((
+        "raw TAP ceiling (×1460 B)".into(),
+        vec![
+            s.get("ceiling rx", Peer::Raw, "frames/s").med * 1460.0 / 1e6,
+            s.get("ceiling tx", Peer::Raw, "frames/s").med * 1460.0 / 1e6,
+        ],
+    ));
+    let mut rps = zcnet_benches::svg::BarChart {
+        title: "HTTP/1.1 keep-alive requests per second (wrk, medians)".into(),
+        y_label: "requests/s".into(),
+        groups: plan
+            .http_conns
+            .iter()
+            .map(|c| format!("{c} connections"))
+            .collect(),
+        series: Vec::new(),
+    };
+    for p in PEERS {
+        rps.series.push((
+            p.name().into(),
+            plan.http_conns
+                .iter()
+                .map(|c| s.get(&format!("http c={c} keep-alive"), p, "rps").med)
+                .collect(),
+        ));
+    }
+    for (name, chart) in [("tap-bulk.svg", bulk), ("tap-rps.svg", rps)] {
+        let path = dir.join(name);
+        std::fs::write(&path, chart.to_svg()).expect("write a chart");
+        println!("chart written to {}", path.display());
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--client") {
@@ -880,6 +952,7 @@ fn main() {
     }
     if only.is_empty() {
         report(&plan, mode, &s);
+        charts(&plan, &s);
     } else {
         for ((w, p, m), v) in &s.0 {
             println!("{w} {} {m}: {}", p.name(), fmt_med(med(v), 2));
