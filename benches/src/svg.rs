@@ -58,7 +58,11 @@ impl BarChart {
         let group_w = bar_w * n_series + 24.0;
         let plot_w = group_w * self.groups.len().max(1) as f64;
         let plot_h = 300.0;
-        let width = left + plot_w + right;
+        // Wide enough for the title (about 8 px per character at 14 px) and for a legend row of
+        // three entries (at least 180 px each), even when there are few bars.
+        let title_w = self.title.chars().count() as f64 * 8.0 + 40.0;
+        let legend_w = left + 3.0 * (plot_w / 3.0).max(180.0);
+        let width = (left + plot_w + right).max(title_w).max(legend_w);
         let height = top + plot_h + bottom + legend_h;
         let max = self
             .series
