@@ -452,24 +452,7 @@ impl Tap {
         } else {
             None
         };
-        let reg = platform
-            .register(fd.as_raw_fd())
-            .map_err(|e| TapError::io("epoll registration", e))?;
-        Ok(Tap {
-            reg,
-            fd,
-            pool,
-            name,
-            mtu: config.mtu,
-            mac: config.mac,
-            kernel_mtu,
-            rx_slot: None,
-            tx_queue: VecDeque::with_capacity(TX_QUEUE),
-            counters: Arc::default(),
-            link: LinkState::Down,
-            link_waker: None,
-            ctl: None,
-        })
+        Self::assemble(platform, pool, fd, name, config, kernel_mtu)
     }
 
     /// Drives an fd that is already open: a tun fd attached to a TAP interface elsewhere (by a
@@ -507,6 +490,19 @@ impl Tap {
             Ok(_) => ifreq_name(&ifr),
             Err(_) => config.name.clone(),
         };
+        Self::assemble(platform, pool, fd, name, config, None)
+    }
+
+    /// The common end of [`open`](Self::open) and [`from_fd`](Self::from_fd): registers the
+    /// (non-blocking) fd with the reactor and builds the driver around it.
+    fn assemble(
+        platform: &'static LinuxPlatform,
+        pool: &'static FramePool,
+        fd: OwnedFd,
+        name: String,
+        config: &TapConfig,
+        kernel_mtu: Option<usize>,
+    ) -> Result<Tap, TapError> {
         let reg = platform
             .register(fd.as_raw_fd())
             .map_err(|e| TapError::io("epoll registration", e))?;
@@ -517,7 +513,7 @@ impl Tap {
             name,
             mtu: config.mtu,
             mac: config.mac,
-            kernel_mtu: None,
+            kernel_mtu,
             rx_slot: None,
             tx_queue: VecDeque::with_capacity(TX_QUEUE),
             counters: Arc::default(),

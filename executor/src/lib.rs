@@ -10,6 +10,8 @@
 //!  timer wheel ┘   (lock-free, queued    └─► egress task  ─► poll_egress, then sleep_until(poll_at)
 //!                   at most once)
 //!  idle: Platform::wait(next timer deadline) — on Linux one epoll_wait, also the fd reactor
+//!  busy: every 61 turns in a row with work, Platform::wait(past deadline) — a non-blocking look
+//!        at fd readiness, so self-waking tasks cannot starve it
 //! ```
 //!
 //! * [`Executor`]: single-threaded run loop; wakers work from any thread or interrupt handler.

@@ -26,6 +26,19 @@ pub struct Pair {
 /// Sockets per stack in [`pair`].
 pub const SOCKETS: usize = 160;
 
+/// Side `i`'s starting configuration in a pair: static [`ADDR`]`[i]`/24, no gateway, and
+/// `random_seed` (the pair's tests pick fixed seeds so runs repeat).
+pub fn side_config(i: usize, random_seed: u64) -> Config {
+    Config {
+        ipv4: Ipv4Config::Static(StaticV4 {
+            address: Ipv4Cidr::new(ADDR[i], 24),
+            gateway: None,
+        }),
+        random_seed,
+        ..Config::default()
+    }
+}
+
 /// Builds two stacks over a wire with `faults`, each with a pool of `slots` slots, on a new
 /// executor with the Linux platform (real time), and spawns their runners.
 pub fn pair(faults: Faults, slots: usize) -> Pair {
@@ -85,14 +98,7 @@ pub fn pair_sized<const S: usize>(
     let mut stacks = Vec::new();
     for (i, end) in ends.into_iter().enumerate() {
         let resources: &'static StackResources<S> = Box::leak(Box::new(StackResources::new()));
-        let mut config = Config {
-            ipv4: Ipv4Config::Static(StaticV4 {
-                address: Ipv4Cidr::new(ADDR[i], 24),
-                gateway: None,
-            }),
-            random_seed: 0x1234 + i as u64,
-            ..Config::default()
-        };
+        let mut config = side_config(i, 0x1234 + i as u64);
         configure(i, &mut config);
         let (stack, runner) = Stack::new(exec, pools[i], end, config, resources).expect("stack");
         runner.spawn(exec.spawner());

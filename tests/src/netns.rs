@@ -201,41 +201,13 @@ pub fn slot_size_for(mtu: usize) -> usize {
 impl TapNet {
     /// Builds the namespace, the TAP (MTU `mtu` on both sides), and the stack.
     pub fn new(mtu: usize) -> TapNet {
-        let netns = Netns::new();
-        let platform = LinuxPlatform::leak().expect("epoll");
-        let exec = Executor::leak(platform);
-        let pool =
-            FramePool::leak(PoolConfig::new(256).with_slot_size(slot_size_for(mtu))).expect("pool");
-        let tap_name = tap_name();
-        let tap = Tap::open(platform, pool, &TapConfig::new(&tap_name).with_mtu(mtu))
-            .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
-        let tap_stats = tap.stats_handle();
-        netns.adopt(&tap_name, &format!("{LINUX_ADDR}/24"));
-        let resources: &'static StackResources<SOCKETS> =
-            Box::leak(Box::new(StackResources::new()));
-        let config = Config {
-            ipv4: Ipv4Config::Static(StaticV4 {
-                address: Ipv4Cidr::new(ZCNET_ADDR, 24),
-                gateway: None,
-            }),
-            random_seed: u64::from(std::process::id()) << 16 | unique().1 as u64,
-            ..Config::default()
-        };
-        let driver: &'static mut Tap = Box::leak(Box::new(tap));
-        let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
-        runner.spawn(exec.spawner());
-        TapNet {
-            exec,
-            stack,
-            pool,
-            tap_stats,
-            tap_name,
-            netns,
-        }
+        Self::build(
+            mtu,
+            |netns, tap| netns.adopt(tap, &format!("{LINUX_ADDR}/24")),
+            |_| {},
+        )
     }
-}
 
-impl TapNet {
     /// Like [`new`](Self::new), with the Linux side's addresses and the stack's configuration
     /// chosen by the test: the kernel side gets exactly `linux_addrs` (see
     /// [`Netns::adopt_with`]: IPv6 without DAD, no kernel-made link-local address), and
@@ -243,6 +215,20 @@ impl TapNet {
     /// [`ZCNET_ADDR`]/24, no IPv6). For example, `Ipv4Config::Dhcp` with a DHCP server in the
     /// namespace, or a static IPv6 address.
     pub fn with(mtu: usize, linux_addrs: &[&str], configure: impl FnOnce(&mut Config)) -> TapNet {
+        Self::build(
+            mtu,
+            |netns, tap| netns.adopt_with(tap, linux_addrs),
+            configure,
+        )
+    }
+
+    /// The namespace, the TAP (its kernel side moved in by `adopt`), and the stack (static
+    /// [`ZCNET_ADDR`]/24, then `configure`).
+    fn build(
+        mtu: usize,
+        adopt: impl FnOnce(&Netns, &str),
+        configure: impl FnOnce(&mut Config),
+    ) -> TapNet {
         let netns = Netns::new();
         let platform = LinuxPlatform::leak().expect("epoll");
         let exec = Executor::leak(platform);
@@ -252,7 +238,7 @@ impl TapNet {
         let tap = Tap::open(platform, pool, &TapConfig::new(&tap_name).with_mtu(mtu))
             .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
         let tap_stats = tap.stats_handle();
-        netns.adopt_with(&tap_name, linux_addrs);
+        adopt(&netns, &tap_name);
         let resources: &'static StackResources<SOCKETS> =
             Box::leak(Box::new(StackResources::new()));
         let mut config = Config {

@@ -14,9 +14,9 @@ use zcnet_buffer::{
     TxFrame,
 };
 use zcnet_executor::Executor;
-use zcnet_stack::{Config, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
+use zcnet_stack::{Config, Stack, StackResources};
 
-use crate::net::{Pair, ADDR, SOCKETS};
+use crate::net::{side_config, Pair, SOCKETS};
 use crate::wire::{wire_pair, Faults, WireEnd, WireHandle};
 
 /// Records kept per direction; older ones are forgotten.
@@ -179,14 +179,7 @@ pub fn recorded_pair(
         let driver: &'static mut Recording<WireEnd> = Box::leak(Box::new(driver));
         let resources: &'static StackResources<SOCKETS> =
             Box::leak(Box::new(StackResources::new()));
-        let mut config = Config {
-            ipv4: Ipv4Config::Static(StaticV4 {
-                address: Ipv4Cidr::new(ADDR[i], 24),
-                gateway: None,
-            }),
-            random_seed: 0x5678 + i as u64,
-            ..Config::default()
-        };
+        let mut config = side_config(i, 0x5678 + i as u64);
         configure(i, &mut config);
         let (stack, runner) = Stack::new(exec, pools[i], driver, config, resources).expect("stack");
         runner.spawn(exec.spawner());
