@@ -156,7 +156,7 @@ impl<D: Driver> Driver for Recording<D> {
 
 /// Two stacks over a wire with `faults`, pools of `slots` slots, each end wrapped in a
 /// [`Recording`]; `configure(i, &mut config)` adjusts stack `i`'s configuration (static
-/// [`ADDR`]`[i]`/24 to start with). Runners are spawned on `exec`.
+/// [`ADDR`](crate::net::ADDR)`[i]`/24 to start with). Runners are spawned on `exec`.
 pub fn recorded_pair(
     exec: &'static Executor,
     faults: Faults,
