@@ -64,7 +64,9 @@
 //!
 //! `ZCNET_STACK_ONLY=bulk` or `ZCNET_STACK_ONLY=rr` runs one workload alone (for profilers:
 //! `zc_run` and `smol_run` are never inlined, so `valgrind --tool=callgrind
-//! --toggle-collect='*block_on*'` collects zcnet's connection alone, setup excluded).
+//! --toggle-collect='*block_on*'` collects zcnet's connection alone, setup excluded), and
+//! `ZCNET_STACK_SIDE=zcnet` or `ZCNET_STACK_SIDE=smoltcp` runs one side alone and prints its
+//! median rate without ratios (for a sampling profiler such as `perf record -e cpu-clock`).
 //!
 //! # Per-operation costs (per request, or per MiB for bulk)
 //!
@@ -716,6 +718,8 @@ fn main() {
     let mut verdicts = Vec::new();
     // For profiling one workload alone: ZCNET_STACK_ONLY=bulk or ZCNET_STACK_ONLY=rr.
     let only = std::env::var("ZCNET_STACK_ONLY").unwrap_or_default();
+    // And one side alone: ZCNET_STACK_SIDE=zcnet or ZCNET_STACK_SIDE=smoltcp (no ratios then).
+    let side = std::env::var("ZCNET_STACK_SIDE").unwrap_or_default();
     let works: Vec<Workload> = [bulk, rr]
         .into_iter()
         .filter(|w| match only.as_str() {
@@ -728,8 +732,19 @@ fn main() {
         for api in [Api::Copy, Api::InPlace] {
             let (mut zc, mut sm) = (Vec::new(), Vec::new());
             for _ in 0..runs {
-                zc.push(zc_run(work, api));
-                sm.push(smol_run(work, api, 0));
+                if side != "smoltcp" {
+                    zc.push(zc_run(work, api));
+                }
+                if side != "zcnet" {
+                    sm.push(smol_run(work, api, 0));
+                }
+            }
+            if zc.is_empty() || sm.is_empty() {
+                // One side alone (profiling): print it and go on.
+                let (who, r) = if zc.is_empty() { ("smoltcp", &sm) } else { ("zcnet", &zc) };
+                let s = summarize(work, r);
+                println!("{who}: {:.0} ({:.0}–{:.0})", s.rate.0, s.rate.1, s.rate.2);
+                continue;
             }
             let (z, s) = (summarize(work, &zc), summarize(work, &sm));
             let (name, unit, per) = match work {
