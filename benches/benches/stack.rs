@@ -28,9 +28,12 @@
 //!
 //! # The two sides, and why the comparison is fair
 //!
-//! * **zcnet**: two stacks over the in-memory wire ([`zcnet_tests::net::pair_on`], no faults,
-//!   1514-byte frames), each with its ingress and egress tasks, and a client task and a server
-//!   task, all on one executor driven by `block_on` on this thread.
+//! * **zcnet**: two stacks over the in-memory wire ([`zcnet_tests::net::pair_sized_with`], no
+//!   faults, 1514-byte frames, [`Delivery::Lend`]), each with its ingress and egress tasks, and
+//!   a client task and a server task, all on one executor driven by `block_on` on this thread.
+//!   The wire lends the sender's TX slot to the receiver as its RX frame (`InFlight::loop_back`),
+//!   no copy, just as smoltcp's `Loopback` hands the frame's `Vec` from its TX queue to its RX
+//!   side: the device boundary is copy-free on both sides.
 //! * **smoltcp**: one `Interface` on smoltcp's own `phy::Loopback` (`Medium::Ethernet`), both
 //!   sockets in one `SocketSet`, driven the way smoltcp's examples drive it: call
 //!   `iface.poll()`, service the sockets, and when nothing moved, "wait" `poll_delay`. One
@@ -57,7 +60,7 @@
 //! * Same socket table: smoltcp walks every slot of a socket set, empty or not, on every
 //!   egress pass and every `poll_at`. The plain smoltcp side uses a set that grows to its two
 //!   sockets (what smoltcp's examples do); each zcnet stack gets a table of exactly the one
-//!   socket it uses ([`ZC_SOCKETS`], via [`zcnet_tests::net::pair_sized`]), so both sides walk
+//!   socket it uses ([`ZC_SOCKETS`], via [`zcnet_tests::net::pair_sized_with`]), so both sides walk
 //!   two sockets per round of egress work.
 //! * Interleaved: zcnet and smoltcp alternate run by run (A B A B ..); every figure is a median.
 //!   Each run builds fresh stacks (zcnet) or a fresh interface (smoltcp), untimed.
@@ -100,11 +103,11 @@ use zcnet_executor::time::sleep;
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
 use zcnet_stack::{IpEndpoint, Stack, StackStats};
-use zcnet_tests::net::{pair_sized, ADDR};
+use zcnet_tests::net::{pair_sized_with, ADDR};
 
 /// Socket slots per zcnet stack: the one socket each side uses (see "Same socket table").
 const ZC_SOCKETS: usize = 1;
-use zcnet_tests::wire::Faults;
+use zcnet_tests::wire::{Delivery, Faults};
 
 // ---- counting allocator -------------------------------------------------------------------
 
@@ -333,7 +336,8 @@ async fn zc_write_all(s: &mut TcpSocket, src: &[u8], api: Api) {
 #[inline(never)]
 fn zc_run(work: Workload, api: Api) -> Run {
     let exec = Executor::leak(VirtualClock::leak());
-    let p = pair_sized::<ZC_SOCKETS>(exec, Faults::default(), SLOTS, |_, _| {});
+    let p =
+        pair_sized_with::<ZC_SOCKETS>(exec, Faults::default(), Delivery::Lend, SLOTS, |_, _| {});
     let stacks = p.stacks;
     let [a, b] = stacks;
     let server = exec.spawner().spawn(zc_server(b, stacks, work, api));
@@ -741,7 +745,11 @@ fn main() {
             }
             if zc.is_empty() || sm.is_empty() {
                 // One side alone (profiling): print it and go on.
-                let (who, r) = if zc.is_empty() { ("smoltcp", &sm) } else { ("zcnet", &zc) };
+                let (who, r) = if zc.is_empty() {
+                    ("smoltcp", &sm)
+                } else {
+                    ("zcnet", &zc)
+                };
                 let s = summarize(work, r);
                 println!("{who}: {:.0} ({:.0}–{:.0})", s.rate.0, s.rate.1, s.rate.2);
                 continue;

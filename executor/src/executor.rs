@@ -383,12 +383,11 @@ impl Executor {
                 unsafe { task.ref_dec() };
             }
             Poll::Pending => {
-                if task.end_poll_pending() {
+                // SAFETY: we hold the queue's reference and the poll just returned `Pending`;
+                // on `false` the reference is given back and `task` is not used again.
+                if unsafe { task.end_poll_pending() } {
                     // Woken during the poll: back in the queue, keeping the queue's reference.
                     self.enqueue(task);
-                } else {
-                    // SAFETY: the queue's reference, given back once.
-                    unsafe { task.ref_dec() };
                 }
             }
         }

@@ -7,8 +7,10 @@
 //! * **egress** runs when signalled (a socket created work, ingress made something due), when the
 //!   driver completes a transmission it was waiting for, or when its timer reaches smoltcp's
 //!   `poll_at`. It calls `poll_egress` until nothing more goes out, then sleeps on the timer wheel
-//!   until `poll_at`, or with no timer at all when smoltcp has no deadline. When the driver has no
-//!   TX frame it waits for the driver's TX-completion waker instead of retrying.
+//!   until `poll_at`, or with no timer at all when smoltcp has no deadline. A timer still armed for
+//!   an earlier deadline is left as it is (lazy re-arm: it fires early, egress finds nothing and
+//!   re-arms), which spares the wheel an unlink and relink on nearly every TCP segment. When the
+//!   driver has no TX frame it waits for the driver's TX-completion waker instead of retrying.
 //!
 //! Neither task ever polls smoltcp's whole `poll()`.
 
@@ -214,5 +216,5 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
         })
     };
     st.reap_orphans(now);
-    st.arm_egress_timer(next, cx.waker());
+    st.arm_egress_timer(now, next, cx.waker());
 }

@@ -226,9 +226,10 @@ impl State {
     }
 
     /// After ingress: wakes egress if smoltcp wants to transmit now. Otherwise moves egress's
-    /// timer to smoltcp's new deadline without waking egress: earlier (a delayed ACK is due),
-    /// later (an ACK cancelled a retransmission) or away (nothing pending), so egress runs once,
-    /// when there is something to send, and never for a deadline that no longer exists.
+    /// timer to smoltcp's new deadline without waking egress: earlier (a delayed ACK is due) or
+    /// away (nothing pending), so egress never runs for a deadline that no longer exists. A
+    /// later deadline (an ACK moved a retransmission deadline) keeps the timer where it is
+    /// (lazy re-arm, see `arm_egress_timer`): egress then runs once early and re-arms.
     pub(crate) fn signal_egress_if_due(&mut self, now: SmolInstant) {
         let at = self.iface.poll_at(now, &self.sockets);
         let at = crate::autoconf::deadline(self, now, at, false);
@@ -238,23 +239,36 @@ impl State {
         } else if at != self.egress_deadline {
             // Before egress first runs there is no waker; its first run computes the deadline.
             if let Some(w) = self.egress_waker.take() {
-                self.arm_egress_timer(at, &w);
+                self.arm_egress_timer(now, at, &w);
                 self.egress_waker = Some(w);
             }
         }
     }
 
-    /// Arms egress's timer for `at` (`None`: disarms it) with egress's `waker`.
-    pub(crate) fn arm_egress_timer(&mut self, at: Option<SmolInstant>, waker: &Waker) {
+    /// Arms egress's timer for `at` (`None`: disarms it) with egress's `waker`; `now` tells an
+    /// armed deadline from one that has passed.
+    pub(crate) fn arm_egress_timer(
+        &mut self,
+        now: SmolInstant,
+        at: Option<SmolInstant>,
+        waker: &Waker,
+    ) {
         // SAFETY: the state lives inside `StackInner`, written once into `'static`
         // `StackResources` memory and never moved afterwards, so the timer is pinned.
         let mut timer = unsafe { Pin::new_unchecked(&mut self.egress_timer) };
         match at {
             Some(at) => {
-                if self.egress_deadline == Some(at) {
-                    // Armed for this deadline with this waker already, and not fired: it fires
-                    // at or after `at` and wakes egress, whose next deadline is then later.
-                    return;
+                // Lazy re-arm: a timer still armed for a deadline at or before `at` is kept. It
+                // fires early, egress runs once, finds nothing due and re-arms for the deadline
+                // then current. A TCP connection moves its deadline on nearly every segment
+                // (a retransmission deadline, then a delayed ACK, then a retransmission again),
+                // and a timer that fires early at most once per deadline costs far less than
+                // unlinking and relinking the wheel entry each time. A deadline already past
+                // means the timer fired (or is about to): that one is re-armed for real.
+                if let Some(armed) = self.egress_deadline {
+                    if armed <= at && armed > now {
+                        return;
+                    }
                 }
                 timer.as_mut().reset(from_smol(at));
                 self.egress_deadline = Some(at);

@@ -5,7 +5,7 @@ use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::Executor;
 use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
 
-use crate::wire::{wire_pair, Faults, WireEnd, WireHandle};
+use crate::wire::{wire_pair_with, Delivery, Faults, WireEnd, WireHandle};
 
 /// Address of stack A (10.0.0.1) and stack B (10.0.0.2).
 pub const ADDR: [Ipv4Address; 2] = [Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2)];
@@ -83,13 +83,25 @@ pub fn pair_sized<const S: usize>(
     exec: &'static Executor,
     faults: Faults,
     slots: usize,
+    configure: impl FnMut(usize, &mut Config),
+) -> Pair {
+    pair_sized_with::<S>(exec, faults, Delivery::Copy, slots, configure)
+}
+
+/// [`pair_sized`] with frames crossing the wire by `delivery` ([`Delivery::Lend`]: the
+/// receiver gets the sender's slot, no copy, like smoltcp's `Loopback`).
+pub fn pair_sized_with<const S: usize>(
+    exec: &'static Executor,
+    faults: Faults,
+    delivery: Delivery,
+    slots: usize,
     mut configure: impl FnMut(usize, &mut Config),
 ) -> Pair {
     let pools = [
         FramePool::leak(PoolConfig::new(slots)).expect("pool"),
         FramePool::leak(PoolConfig::new(slots)).expect("pool"),
     ];
-    let (a, b) = wire_pair(exec, pools, faults);
+    let (a, b) = wire_pair_with(exec, pools, faults, delivery);
     let handles: [&'static WireHandle; 2] = [
         Box::leak(Box::new(a.handle())),
         Box::leak(Box::new(b.handle())),

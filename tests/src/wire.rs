@@ -9,10 +9,18 @@
 //! exactly one copy and no heap allocation, and a sender that outruns its receiver runs out of
 //! TX frames, as it would against a real ring. (A duplicated frame's second copy is the one
 //! exception: it is kept on the heap.)
+//!
+//! [`Delivery::Lend`] (made by [`wire_pair_with`]) is the loopback variant: the receiver gets
+//! the sender's slot itself ([`InFlight::loop_back`]), so a frame crosses with no copy at all,
+//! as smoltcp's `Loopback` device hands over its buffer. Benchmarks that set zcnet beside
+//! smoltcp's loopback use it; a corrupted or duplicated frame still takes the copying path.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use spin::mutex::SpinMutex as Mutex;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -58,6 +66,19 @@ impl Default for Faults {
             capacity: 1024,
         }
     }
+}
+
+/// How a frame gets from the sender's slot to the receiver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// The receiving NIC's DMA: the bytes are written into a slot of the receiver's pool (one
+    /// copy, not in the copy ledger), and the sender's slot completes.
+    #[default]
+    Copy,
+    /// A loopback: the sender's slot itself becomes the receiver's [`RxFrame`]
+    /// ([`InFlight::loop_back`]); no copy. The slot returns to the sender's pool when the
+    /// receiver drops the frame.
+    Lend,
 }
 
 /// What one direction of the wire did.
@@ -148,6 +169,10 @@ struct Direction {
 struct Shared {
     /// `dirs[0]`: from end 0 to end 1; `dirs[1]`: from end 1 to end 0.
     dirs: [Mutex<Direction>; 2],
+    /// `slots_in_flight` of each direction, mirrored here (written under the direction's lock)
+    /// so that the sender's check for ring space takes no lock while there is space.
+    in_flight: [AtomicUsize; 2],
+    delivery: Delivery,
 }
 
 /// One end of the wire: a [`Driver`] over its own pool.
@@ -160,6 +185,8 @@ pub struct WireEnd {
     /// Wakes this end when the next delayed frame becomes due.
     timer: Pin<Box<Sleep>>,
     timer_at: Option<Instant>,
+    /// The ring size of the direction leaving this end (`Direction::ring`, fixed).
+    ring: usize,
 }
 
 impl std::fmt::Debug for WireEnd {
@@ -168,11 +195,22 @@ impl std::fmt::Debug for WireEnd {
     }
 }
 
-/// Two linked ends. End `i` uses `pools[i]` and MAC `02:00:00:00:00:0i+1`.
+/// Two linked ends. End `i` uses `pools[i]` and MAC `02:00:00:00:00:0i+1`. Frames cross by
+/// [`Delivery::Copy`].
 pub fn wire_pair(
     exec: &'static Executor,
     pools: [&'static FramePool; 2],
     faults: Faults,
+) -> (WireEnd, WireEnd) {
+    wire_pair_with(exec, pools, faults, Delivery::Copy)
+}
+
+/// [`wire_pair`] with the frames crossing by `delivery`.
+pub fn wire_pair_with(
+    exec: &'static Executor,
+    pools: [&'static FramePool; 2],
+    faults: Faults,
+    delivery: Delivery,
 ) -> (WireEnd, WireEnd) {
     let dir = |k: u64, sender: &FramePool| {
         Mutex::new(Direction {
@@ -193,6 +231,8 @@ pub fn wire_pair(
     };
     let shared = Arc::new(Shared {
         dirs: [dir(1, pools[0]), dir(2, pools[1])],
+        in_flight: [AtomicUsize::new(0), AtomicUsize::new(0)],
+        delivery,
     });
     let end = |side: usize| WireEnd {
         side,
@@ -202,6 +242,7 @@ pub fn wire_pair(
         mac: [0x02, 0, 0, 0, 0, side as u8 + 1],
         timer: Box::pin(exec.sleep_until(Instant::MAX)),
         timer_at: None,
+        ring: (pools[side].slot_count() / 2).max(1),
     };
     (end(0), end(1))
 }
@@ -240,13 +281,13 @@ impl std::fmt::Debug for WireHandle {
 impl WireHandle {
     /// What the direction leaving this end did.
     pub fn tx_stats(&self) -> WireStats {
-        self.shared.dirs[self.side].lock().unwrap().stats
+        self.shared.dirs[self.side].lock().stats
     }
 
     /// Cuts (`true`) or restores the direction leaving this end: while cut, every frame sent
     /// from here is lost.
     pub fn set_cut(&self, cut: bool) {
-        self.shared.dirs[self.side].lock().unwrap().cut = cut;
+        self.shared.dirs[self.side].lock().cut = cut;
     }
 
     /// The MAC address of this end.
@@ -259,7 +300,7 @@ impl WireHandle {
     /// other end now, unaffected by faults, and is counted as sent and delivered normally.
     pub fn inject(&self, frame: &[u8]) {
         let now = self.exec.now();
-        let mut dir = self.shared.dirs[self.side].lock().unwrap();
+        let mut dir = self.shared.dirs[self.side].lock();
         dir.stats.sent += 1;
         dir.queue.push_back(Queued {
             at: now,
@@ -282,41 +323,64 @@ fn set_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
 
 impl Driver for WireEnd {
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
-        let now = self.exec.now();
-        let mut dir = self.shared.dirs[1 - self.side].lock().unwrap();
-        let due = match dir.queue.front() {
+        let mut dir = self.shared.dirs[1 - self.side].lock();
+        let (due, lend) = match dir.queue.front() {
             None => {
                 set_waker(&mut dir.rx_waker, cx);
                 return Poll::Pending;
             }
-            Some(q) => q.at,
+            Some(q) => (
+                q.at,
+                self.shared.delivery == Delivery::Lend
+                    && q.corrupt.is_none()
+                    && matches!(q.payload, Payload::Slot(_)),
+            ),
         };
-        if due > now {
-            set_waker(&mut dir.rx_waker, cx);
-            drop(dir);
-            if self.timer_at != Some(due) {
-                self.timer.as_mut().reset(due);
-                self.timer_at = Some(due);
+        // Frames without a delay are queued due at zero: no clock read on the fast path.
+        if due > Instant::ZERO {
+            let now = self.exec.now();
+            if due > now {
+                set_waker(&mut dir.rx_waker, cx);
+                drop(dir);
+                if self.timer_at != Some(due) {
+                    self.timer.as_mut().reset(due);
+                    self.timer_at = Some(due);
+                }
+                if self.timer.as_mut().poll(cx).is_ready() {
+                    self.timer_at = None;
+                    cx.waker().wake_by_ref();
+                }
+                return Poll::Pending;
             }
-            if self.timer.as_mut().poll(cx).is_ready() {
-                self.timer_at = None;
-                cx.waker().wake_by_ref();
-            }
-            return Poll::Pending;
         }
-        // The receiving NIC needs a buffer; without one the frame waits (the pool wakes us).
-        let mut slot = match self.pool.poll_alloc_rx(cx) {
-            Poll::Ready(s) => s,
-            Poll::Pending => return Poll::Pending,
+        // Copying, the receiving NIC needs a buffer; without one the frame waits (the pool wakes
+        // us). Lending, the sender's slot is the buffer.
+        let slot = if lend {
+            None
+        } else {
+            match self.pool.poll_alloc_rx(cx) {
+                Poll::Ready(s) => Some(s),
+                Poll::Pending => return Poll::Pending,
+            }
         };
         let q = dir.queue.pop_front().expect("front exists");
         dir.stats.delivered += 1;
         let mut sender = None;
         if matches!(q.payload, Payload::Slot(_)) {
             dir.slots_in_flight -= 1;
+            self.shared.in_flight[1 - self.side].store(dir.slots_in_flight, Relaxed);
             sender = dir.tx_waker.take();
         }
         drop(dir);
+        if let Some(w) = sender {
+            w.wake();
+        }
+        let Some(mut slot) = slot else {
+            let Payload::Slot(frame) = q.payload else {
+                unreachable!("only slots are lent")
+            };
+            return Poll::Ready(frame.loop_back());
+        };
         let bytes = q.payload.bytes();
         let n = bytes.len().min(slot.capacity());
         let buf = &mut slot.buffer_mut()[..n];
@@ -328,9 +392,6 @@ impl Driver for WireEnd {
         }
         // The sender's slot (if the payload is one) completes here and returns to its pool.
         drop(q);
-        if let Some(w) = sender {
-            w.wake();
-        }
         match slot.complete(n) {
             Ok(f) => Poll::Ready(f),
             Err(_) => unreachable!("n <= capacity"),
@@ -338,18 +399,20 @@ impl Driver for WireEnd {
     }
 
     fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
-        let mut dir = self.shared.dirs[self.side].lock().unwrap();
-        if dir.slots_in_flight >= dir.ring {
-            set_waker(&mut dir.tx_waker, cx);
-            return Poll::Pending;
+        // Only this end adds to its direction's count, so a stale read can only be too high:
+        // the locked check below then decides.
+        if self.shared.in_flight[self.side].load(Relaxed) >= self.ring {
+            let mut dir = self.shared.dirs[self.side].lock();
+            if dir.slots_in_flight >= dir.ring {
+                set_waker(&mut dir.tx_waker, cx);
+                return Poll::Pending;
+            }
         }
-        drop(dir);
         self.pool.poll_alloc_tx(cx)
     }
 
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
-        let now = self.exec.now();
-        let mut dir = self.shared.dirs[self.side].lock().unwrap();
+        let mut dir = self.shared.dirs[self.side].lock();
         let d = &mut *dir;
         d.stats.sent += 1;
         if frame.len() > d.faults.mtu {
@@ -378,6 +441,7 @@ impl Driver for WireEnd {
             }
             if matches!(payload, Payload::Slot(_)) {
                 d.slots_in_flight += 1;
+                self.shared.in_flight[self.side].store(d.slots_in_flight, Relaxed);
             }
             let len = payload.bytes().len();
             let corrupt = if d.rng.chance(d.faults.corrupt) && len > 0 {
@@ -387,7 +451,12 @@ impl Driver for WireEnd {
             } else {
                 None
             };
-            let at = now + d.faults.delay;
+            // Due at once unless delayed (zero: no clock read, see `poll_receive`).
+            let at = if d.faults.delay.is_zero() {
+                Instant::ZERO
+            } else {
+                self.exec.now() + d.faults.delay
+            };
             if d.rng.chance(d.faults.reorder) && !d.queue.is_empty() {
                 // Deliver ahead of the last queued frame (which then arrives after this one).
                 let last = d.queue.len() - 1;
@@ -417,7 +486,7 @@ impl Driver for WireEnd {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let mtu = self.shared.dirs[self.side].lock().unwrap().faults.mtu;
+        let mtu = self.shared.dirs[self.side].lock().faults.mtu;
         Capabilities {
             medium: Medium::Ethernet,
             mtu: mtu - zcnet_buffer::ETHERNET_HEADER_LEN,
@@ -498,5 +567,76 @@ mod tests {
         }
         assert_eq!(pools[0].occupancy().get(SlotState::Device), 0);
         assert_eq!(pools[0].occupancy().in_use(), 0);
+    }
+
+    #[test]
+    fn lending_hands_the_senders_slot_to_the_receiver_without_a_copy() {
+        let exec = Executor::leak(crate::clock::VirtualClock::leak());
+        let pools = [
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+        ];
+        let (mut a, mut b) = wire_pair_with(exec, pools, Faults::default(), Delivery::Lend);
+        let (tx_wakes, tx_waker) = CountingWaker::new();
+        let mut cx = Context::from_waker(&tx_waker);
+        let mut sent = 0u8;
+        while send(&mut a, &mut cx, sent) {
+            sent += 1;
+            assert!(sent <= 4, "the ring still holds half the pool");
+        }
+        assert_eq!(sent, 4);
+        let (_, rx_waker) = CountingWaker::new();
+        let mut rx = Context::from_waker(&rx_waker);
+        let f = match b.poll_receive(&mut rx) {
+            Poll::Ready(f) => f,
+            Poll::Pending => panic!("a frame is due"),
+        };
+        // The received frame is A's slot itself: A's pool, A's memory, B's pool untouched.
+        assert!(std::ptr::eq(f.pool(), pools[0]));
+        assert_eq!(pools[0].slot_of(f.as_ptr()), Some(f.slot_index()));
+        assert_eq!(pools[0].slot_state(f.slot_index()), Some(SlotState::Stack));
+        assert_eq!(
+            pools[1].occupancy().in_use(),
+            0,
+            "no receive buffer was taken"
+        );
+        assert_eq!(&f[..], &[0u8; 60][..]);
+        assert_eq!(tx_wakes.wakes(), 1, "the ring has room again");
+        // The slot returns to A's pool when B drops the frame.
+        let slot = f.slot_index();
+        drop(f);
+        assert_eq!(pools[0].slot_state(slot), Some(SlotState::Free));
+        for want in 1u8..4 {
+            match b.poll_receive(&mut rx) {
+                Poll::Ready(f) => assert!(f.iter().all(|&x| x == want)),
+                Poll::Pending => panic!("frame {want} is due"),
+            }
+        }
+        assert!(b.poll_receive(&mut rx).is_pending());
+        assert_eq!(pools[0].occupancy().in_use(), 0);
+    }
+
+    #[test]
+    fn lending_still_copies_a_corrupted_frame() {
+        let exec = Executor::leak(crate::clock::VirtualClock::leak());
+        let pools = [
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+        ];
+        let faults = Faults {
+            corrupt: 1.0,
+            ..Faults::default()
+        };
+        let (mut a, mut b) = wire_pair_with(exec, pools, faults, Delivery::Lend);
+        let (_, waker) = CountingWaker::new();
+        let mut cx = Context::from_waker(&waker);
+        assert!(send(&mut a, &mut cx, 0));
+        let f = match b.poll_receive(&mut cx) {
+            Poll::Ready(f) => f,
+            Poll::Pending => panic!("a frame is due"),
+        };
+        assert!(std::ptr::eq(f.pool(), pools[1]), "copied into B's pool");
+        assert_eq!(f.iter().filter(|&&x| x != 0).count(), 1, "one byte flipped");
+        assert_eq!(pools[0].occupancy().in_use(), 0, "A's slot completed");
     }
 }

@@ -3,14 +3,15 @@
 
 use std::time::{Duration, Instant as StdInstant};
 
+use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::time::{sleep, timeout};
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{TcpBuffers, TcpError, TcpListener, TcpSocket, TcpState};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_stack::{DropReason, IpEndpoint, Ipv4Address, Stack};
 use zcnet_tests::clock::VirtualClock;
-use zcnet_tests::net::{pair, pair_on, ADDR};
-use zcnet_tests::wire::Faults;
+use zcnet_tests::net::{pair, pair_on, pair_sized_with, Pair, ADDR, SOCKETS};
+use zcnet_tests::wire::{Delivery, Faults};
 
 fn socket(stack: Stack) -> TcpSocket {
     TcpSocket::new(stack, TcpBuffers::with_capacity(16384, 16384)).unwrap()
@@ -24,7 +25,19 @@ fn b_at(port: u16) -> IpEndpoint {
 /// its still-open write half, and closes; both see an orderly close.
 #[test]
 fn handshake_transfer_half_close_and_orderly_close() {
-    let p = pair(Faults::default(), 256);
+    transfer_half_close_and_orderly_close(pair(Faults::default(), 256));
+}
+
+/// The same over a wire that lends the sender's slot to the receiver (no copy), as the stack
+/// benchmark runs it: RX frames from the peer's pool are handled like the stack's own.
+#[test]
+fn handshake_transfer_half_close_and_orderly_close_over_a_lending_wire() {
+    let exec = Executor::leak(LinuxPlatform::leak().expect("epoll"));
+    let p = pair_sized_with::<SOCKETS>(exec, Faults::default(), Delivery::Lend, 256, |_, _| {});
+    transfer_half_close_and_orderly_close(p);
+}
+
+fn transfer_half_close_and_orderly_close(p: Pair) {
     let [a, b] = p.stacks;
     let server = p.exec.spawner().spawn(async move {
         let mut s = socket(b);

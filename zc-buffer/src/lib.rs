@@ -13,6 +13,8 @@
 //!  TX  pool ─try_alloc_tx─► TxFrame ─write payload, push_header─► into_device ─► InFlight
 //!        ▲                   (TX, headroom)                                       (DEVICE)
 //!        └───────────────────────────── drop on completion ──────────────────────────┘
+//!
+//!  loopback   InFlight ─loop_back─► RxFrame (STACK): a loopback device receives what it sent
 //! ```
 //!
 //! * [`RxFrame`] derefs to the received bytes; [`advance`](RxFrame::advance) and

@@ -76,13 +76,12 @@ impl PostedSlot {
         let this = ManuallyDrop::new(self);
         this.pool
             .transition(this.slot, SlotState::Posted, SlotState::Stack);
-        Ok(RxFrame {
-            pool: this.pool,
-            slot: this.slot,
-            start: offset as u32,
-            end: end as u32,
-            lent: false,
-        })
+        Ok(RxFrame::new(
+            this.pool,
+            this.slot,
+            offset as u32,
+            end as u32,
+        ))
     }
 }
 
@@ -127,6 +126,18 @@ pub struct RxFrame {
 }
 
 impl RxFrame {
+    /// A received-frame lease on `slot`, whose state the caller has just made STACK, showing
+    /// bytes `start..end` (`start <= end <= slot_size`).
+    pub(crate) fn new(pool: &'static FramePool, slot: u32, start: u32, end: u32) -> Self {
+        Self {
+            pool,
+            slot,
+            start,
+            end,
+            lent: false,
+        }
+    }
+
     /// Hides the first `n` bytes (a header already parsed). Errors if the frame is shorter.
     pub fn advance(&mut self, n: usize) -> Result<(), FrameError> {
         if n > self.len() {

@@ -7,6 +7,7 @@
 //!   │  └─────────────────────┘
 //!   │    alloc_tx         into_device        drop (completion)
 //!   └──────────► TX ───────────► DEVICE ──────────────────────► FREE
+//!                 │                 └──── loop_back ────► STACK (a loopback device)
 //!                 └──────── drop (never sent) ──────────────────► FREE
 //! ```
 //!
@@ -74,6 +75,7 @@ impl SlotState {
                 | (Tx, Device)
                 | (Tx, Free)
                 | (Device, Free)
+                | (Device, Stack)
         )
     }
 

@@ -214,6 +214,25 @@ fn tx_path_free_tx_device_free_and_tx_free() {
 }
 
 #[test]
+fn loop_back_turns_the_transmitted_slot_into_a_received_frame_without_a_copy() {
+    let p = pool(2);
+    let mut tx = p.try_alloc_tx().unwrap();
+    tx.append(4).unwrap().copy_from_slice(b"ping");
+    let slot = tx.slot_index();
+    let addr = tx.as_ptr();
+    let mut rx = tx.into_device().loop_back(); // TX -> DEVICE -> STACK
+    assert_eq!(&rx[..], b"ping");
+    assert_eq!(rx.slot_index(), slot);
+    assert_eq!(rx.as_ptr(), addr, "the same bytes, not a copy");
+    assert_eq!(p.slot_state(slot), Some(SlotState::Stack));
+    assert_eq!(p.audit().unwrap(), occ(1, 0, 1, 0, 0, 0));
+    rx.advance(1).unwrap();
+    assert_eq!(&rx[..], b"ing");
+    drop(rx); // STACK -> FREE
+    assert_eq!(p.audit().unwrap(), occ(2, 0, 0, 0, 0, 0));
+}
+
+#[test]
 fn transition_table_is_exactly_the_design() {
     use SlotState::*;
     let legal = [
@@ -227,6 +246,7 @@ fn transition_table_is_exactly_the_design() {
         (Tx, Device),
         (Tx, Free),
         (Device, Free),
+        (Device, Stack),
     ];
     for from in SlotState::ALL {
         for to in SlotState::ALL {

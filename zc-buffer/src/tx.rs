@@ -6,6 +6,7 @@ use core::ops::{Deref, DerefMut};
 
 use crate::error::FrameError;
 use crate::pool::FramePool;
+use crate::rx::RxFrame;
 use crate::slot::SlotState;
 
 /// A slot being filled for transmission (state TX), with headroom in front of its data.
@@ -215,6 +216,21 @@ impl InFlight {
     /// The slot's index in its pool.
     pub fn slot_index(&self) -> usize {
         self.slot as usize
+    }
+
+    /// For a loopback device: the frame it was given to transmit is what it receives. The slot
+    /// becomes an [`RxFrame`] showing the same bytes (DEVICE → STACK), without a copy; dropping
+    /// that frame returns the slot to this pool, as completion would have.
+    ///
+    /// A device that links two stacks in one address space (the in-memory wire of zcnet's
+    /// tests and benchmarks) hands the sender's slot to the receiver this way, as smoltcp's
+    /// `Loopback` hands over its buffer. The receiver then holds a slot of the *sender's* pool
+    /// until it drops the frame, which is the sender's TX backpressure.
+    pub fn loop_back(self) -> RxFrame {
+        let this = ManuallyDrop::new(self);
+        this.pool
+            .transition(this.slot, SlotState::Device, SlotState::Stack);
+        RxFrame::new(this.pool, this.slot, this.start, this.end)
     }
 }
 

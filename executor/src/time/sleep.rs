@@ -157,34 +157,35 @@ impl Future for Sleep {
                 Poll::Pending
             }
             Place::Idle => {
-                drop(timers);
+                // One lock for the common case (a task re-arming its own timer): the deadline
+                // is resolved and the entry linked without letting go of it in between.
                 let deadline = this.resolve(core);
-                let now = core.now();
-                if deadline <= now {
+                if deadline <= core.now() {
+                    drop(timers);
                     // SAFETY: not linked, so nobody else looks at it.
                     unsafe { *addr_of_mut!((*state).place) = Place::Fired };
                     return Poll::Ready(());
                 }
                 // A waker left from before a `reset` is kept when it would wake the same task
-                // (the usual case: a task re-arming its own timer), saving a clone and a drop.
+                // (the usual case), saving a clone and a drop.
                 // SAFETY: Idle: the entry is not linked, so nobody else looks at it.
                 let same = unsafe { (*addr_of_mut!((*state).waker)).as_ref() }
                     .is_some_and(|w| w.will_wake(cx.waker()));
-                // Cloned without the lock held, so a panicking clone leaves the wheel intact.
-                let waker = (!same).then(|| cx.waker().clone());
+                let mut old = None;
+                if !same {
+                    // Cloned without the lock held, so a panicking clone leaves the wheel
+                    // intact. The entry stays Idle meanwhile: only its owner (us) links it.
+                    drop(timers);
+                    let waker = cx.waker().clone();
+                    timers = core.timers.lock();
+                    // SAFETY: Idle and not linked: nobody else looks at the entry. The
+                    // replaced waker is dropped after the lock is released.
+                    old = unsafe { (*addr_of_mut!((*state).waker)).replace(waker) };
+                }
                 let tick = core.deadline_tick(deadline);
-                let mut timers = core.timers.lock();
                 // SAFETY: the entry is pinned, Idle, and stays alive until `Drop` unlinks it;
-                // the lock is held. A replaced waker is swapped out, not dropped here: it is
-                // dropped after the lock is released.
-                let old = unsafe {
-                    let old = match waker {
-                        Some(w) => (*addr_of_mut!((*state).waker)).replace(w),
-                        None => None,
-                    };
-                    timers.wheel.insert(this.entry.state(), tick);
-                    old
-                };
+                // the lock is held.
+                unsafe { timers.wheel.insert(this.entry.state(), tick) };
                 core.note_insert(&timers);
                 let signal = timers.note_insert(tick);
                 drop(timers);
