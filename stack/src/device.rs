@@ -9,6 +9,11 @@
 //! * Egress asks the driver for a frame in `transmit()`: when the driver has none, smoltcp is told
 //!   so (`None`) and the adapter remembers it (`starved`), so egress waits for the driver's
 //!   TX-completion waker instead of retrying.
+//! * Every received frame comes with a TX token for a reply (reserved before smoltcp sees the
+//!   frame), yet most frames (TCP data and ACKs) need none. An unused reply frame is kept as the
+//!   stack's *spare* (`State::spare_tx`) rather than returned to the pool, and the next reply
+//!   token or egress transmission takes the spare first: one pool round trip saved per received
+//!   frame. The stack so holds at most one TX slot beyond its scratch frame.
 
 use core::task::{Context, Poll, Waker};
 
@@ -64,6 +69,9 @@ pub(crate) struct StepDevice<'s> {
     /// Set when the driver had no TX frame: `tx_waker` is registered for the completion that
     /// frees one.
     pub(crate) starved: bool,
+    /// The stack's spare TX frame (see the module docs): taken before asking the driver, and
+    /// refilled by a reply token dropped unused.
+    pub(crate) spare: &'s mut Option<TxFrame>,
 }
 
 impl StepDevice<'_> {
@@ -77,6 +85,9 @@ impl StepDevice<'_> {
     /// (`cargo bench -p zcnet-benches --bench copies`) shows that copy when it comes back.
     #[inline(never)]
     fn tx_frame(&mut self) -> Option<TxFrame> {
+        if let Some(frame) = self.spare.take() {
+            return Some(frame);
+        }
         match self
             .driver
             .poll_transmit_frame(&mut Context::from_waker(self.tx_waker))
@@ -97,10 +108,11 @@ impl StepDevice<'_> {
 
     fn token(&mut self, frame: TxFrame) -> FrameTx<'_> {
         FrameTx {
-            frame,
+            frame: Some(frame),
             driver: &mut *self.driver,
             counters: self.counters,
             scratch: &mut *self.scratch,
+            spare: &mut *self.spare,
         }
     }
 }
@@ -148,28 +160,43 @@ impl phy::RxToken for FrameRx {
     }
 }
 
-/// A TX frame smoltcp writes a whole frame into.
+/// A TX frame smoltcp writes a whole frame into. Dropped without `consume`, it leaves its
+/// (still empty) frame as the stack's spare.
 pub(crate) struct FrameTx<'a> {
-    frame: TxFrame,
+    /// `Some` until `consume` takes it.
+    frame: Option<TxFrame>,
     driver: &'a mut (dyn Driver + Send),
     counters: &'a Counters,
     scratch: &'a mut [u8],
+    spare: &'a mut Option<TxFrame>,
 }
 
 impl phy::TxToken for FrameTx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(mut self, len: usize, f: F) -> R {
-        if self.frame.set_len(len).is_err() || len > self.scratch.len() {
+        let Some(mut frame) = self.frame.take() else {
+            unreachable!("a token is consumed once")
+        };
+        if frame.set_len(len).is_err() || len > self.scratch.len() {
             // The stack sizes smoltcp's MTU to fit a slot, so this does not happen; if it did,
             // the frame is built into scratch space and dropped, counted.
             self.counters.drop(DropReason::TxTooLong);
             let n = len.min(self.scratch.len());
             return f(&mut self.scratch[..n]);
         }
-        let r = f(&mut self.frame);
-        match self.driver.transmit(self.frame) {
+        let r = f(&mut frame);
+        match self.driver.transmit(frame) {
             Ok(()) => self.counters.frame_out(),
             Err(_) => self.counters.drop(DropReason::TxDriver),
         }
         r
+    }
+}
+
+impl Drop for FrameTx<'_> {
+    fn drop(&mut self) {
+        if let Some(frame) = self.frame.take() {
+            // Unused (no reply to this frame): empty, headroom reserved; keep it for next time.
+            *self.spare = Some(frame);
+        }
     }
 }

@@ -54,6 +54,9 @@ pub(crate) struct State {
     pub(crate) tx_headroom: usize,
     /// A slot leased for good as scratch space (see `device.rs`).
     pub(crate) scratch: TxFrame,
+    /// A TX frame kept for the next reply token or transmission, refilled by reply tokens
+    /// smoltcp drops unused (see `device.rs`). At most one.
+    pub(crate) spare_tx: Option<TxFrame>,
     /// A frame taken from the driver that could not be processed yet (no TX frame for a reply).
     pub(crate) pending_rx: Option<RxFrame>,
     pub(crate) egress_waker: Option<Waker>,
@@ -101,6 +104,7 @@ impl State {
             counters,
             scratch: self.scratch.buffer_mut(),
             starved: false,
+            spare: &mut self.spare_tx,
         };
         (dev, &mut self.iface, &mut self.sockets)
     }
@@ -422,6 +426,7 @@ impl Stack {
             iface: {
                 // A throwaway device, only for smoltcp to read the capabilities.
                 let mut scratch_tx = [0u8; 0];
+                let mut spare = None;
                 let mut dev = StepDevice {
                     driver: &mut *driver,
                     tx_waker: Waker::noop(),
@@ -431,6 +436,7 @@ impl Stack {
                     counters: &counters,
                     scratch: &mut scratch_tx,
                     starved: false,
+                    spare: &mut spare,
                 };
                 Interface::new(iconfig, &mut dev, now)
             },
@@ -443,6 +449,7 @@ impl Stack {
             caps,
             tx_headroom: dcaps.tx_headroom,
             scratch,
+            spare_tx: None,
             pending_rx: None,
             egress_waker: None,
             ingress_waiting_tx: None,
