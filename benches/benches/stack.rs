@@ -741,7 +741,11 @@ fn main() {
             }
             if zc.is_empty() || sm.is_empty() {
                 // One side alone (profiling): print it and go on.
-                let (who, r) = if zc.is_empty() { ("smoltcp", &sm) } else { ("zcnet", &zc) };
+                let (who, r) = if zc.is_empty() {
+                    ("smoltcp", &sm)
+                } else {
+                    ("zcnet", &zc)
+                };
                 let s = summarize(work, r);
                 println!("{who}: {:.0} ({:.0}–{:.0})", s.rate.0, s.rate.1, s.rate.2);
                 continue;

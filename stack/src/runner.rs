@@ -135,6 +135,10 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
     if processed == 0 {
         counters.idle_poll();
     } else {
+        // A dropped connection may have just finished its close (the final ACK after our FIN,
+        // or a reset): free its slot now, waking a listener waiting for one. Egress reaps too,
+        // but it runs only when something is due, and nothing is after a connection closed.
+        st.reap_orphans(now);
         // A DHCP answer or a router advertisement may have arrived: apply it.
         crate::autoconf::after_ingress(&mut st, now, counters);
         st.signal_egress_if_due(now);

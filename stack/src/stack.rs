@@ -67,6 +67,9 @@ pub(crate) struct State {
     /// moved: the state sits in `'static` [`StackResources`] memory.
     egress_timer: Sleep,
     pub(crate) ingress_budget: usize,
+    /// The stack's counters, for the few counted events inside `State`'s own methods. `None`
+    /// only while [`Stack::new`] builds the state (the counters move into place after it).
+    counters: Option<&'static Counters>,
     /// xorshift64 state for ephemeral ports; never zero.
     rng: u64,
     /// [`Config::dns_servers`], for the DNS sockets the application opens.
@@ -168,12 +171,14 @@ impl State {
         out
     }
 
-    /// Adds a socket, or errors when every slot is taken (smoltcp's `add` would panic).
+    /// Adds a socket, or errors when every slot is taken (smoltcp's `add` would panic). When
+    /// every slot is taken but one holds a dropped connection in TIME-WAIT, that one gives its
+    /// slot up (see [`evict_time_wait_orphan`](Self::evict_time_wait_orphan)).
     pub(crate) fn add_socket<T: AnySocket<'static>>(
         &mut self,
         socket: T,
     ) -> Result<SocketHandle, StackError> {
-        if self.socket_count >= self.socket_capacity {
+        if self.socket_count >= self.socket_capacity && !self.evict_time_wait_orphan() {
             return Err(StackError::NoSocketSlot);
         }
         self.socket_count += 1;
@@ -189,6 +194,47 @@ impl State {
         self.metas.reset(handle);
         self.socket_count -= 1;
         self.listener_ports.wake_slot_waiters();
+    }
+
+    /// Frees the slot of the TCP connection in TIME-WAIT that its owner dropped first (an
+    /// orphan), without waking anyone (the caller takes the slot at once). `false` when no
+    /// orphan is in TIME-WAIT.
+    ///
+    /// TIME-WAIT is smoltcp's 10 s wait after a close this side started (an HTTP server
+    /// answering `Connection: close`): the connection is over, the slot is held only to answer
+    /// a retransmitted FIN and to keep a new connection on the same four ports from taking the
+    /// old one's stray segments. A socket slot is worth more than that: without eviction a
+    /// table of N slots serves N such connections per 10 s and then drops every SYN. lwIP makes
+    /// the same trade (`tcp_alloc` kills its oldest TIME-WAIT PCB when none is free), as does
+    /// Linux past `tcp_max_tw_buckets`. Connections still closing in any other state (FIN-WAIT,
+    /// CLOSING, LAST-ACK) keep their slots: their peer still waits for them.
+    fn evict_time_wait_orphan(&mut self) -> bool {
+        let mut oldest: Option<(SocketHandle, SmolInstant)> = None;
+        for i in 0..self.metas.orphan_scan_len() {
+            let Some((handle, until)) = self.metas.orphan_at(i) else {
+                continue;
+            };
+            let time_wait = match self.sockets.get(handle) {
+                Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::TimeWait,
+                #[allow(unreachable_patterns)]
+                _ => false,
+            };
+            // Every TCP orphan gets the same grace period, so the earliest deadline is the
+            // socket dropped first.
+            if time_wait && oldest.is_none_or(|(_, u)| until < u) {
+                oldest = Some((handle, until));
+            }
+        }
+        let Some((handle, _)) = oldest else {
+            return false;
+        };
+        self.sockets.remove(handle);
+        self.metas.reset(handle);
+        self.socket_count -= 1;
+        if let Some(c) = self.counters {
+            c.time_wait_eviction();
+        }
+        true
     }
 
     /// Keeps a dropped socket until its work is done or `until` (see [`SocketMetas::adopt`]):
@@ -435,6 +481,7 @@ impl Stack {
             egress_deadline: None,
             egress_timer: exec.sleep_until(Instant::MAX),
             ingress_budget: config.ingress_budget.max(1),
+            counters: None,
             rng: config.random_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             dns_servers: config.dns_servers,
             autoconf: crate::autoconf::Autoconf::EMPTY,
@@ -476,6 +523,7 @@ impl Stack {
         // SAFETY: as above, `claimed` gives this call the only access; written once, then only
         // shared references are handed out.
         let inner: &'static StackInner = unsafe { (*resources.inner.get()).write(inner) };
+        inner.state.lock().counters = Some(&inner.counters);
         let stack = Stack { inner };
         Ok((stack, crate::Runner { stack }))
     }
