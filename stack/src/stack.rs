@@ -172,13 +172,13 @@ impl State {
     }
 
     /// Adds a socket, or errors when every slot is taken (smoltcp's `add` would panic). When
-    /// every slot is taken but one holds a dropped connection in TIME-WAIT, that one gives its
-    /// slot up (see [`evict_time_wait_orphan`](Self::evict_time_wait_orphan)).
+    /// every slot is taken, a dropped socket that has finished (not reaped yet) or a dropped
+    /// connection in TIME-WAIT gives its slot up (see [`free_orphan_slot`](Self::free_orphan_slot)).
     pub(crate) fn add_socket<T: AnySocket<'static>>(
         &mut self,
         socket: T,
     ) -> Result<SocketHandle, StackError> {
-        if self.socket_count >= self.socket_capacity && !self.evict_time_wait_orphan() {
+        if self.socket_count >= self.socket_capacity && !self.free_orphan_slot() {
             return Err(StackError::NoSocketSlot);
         }
         self.socket_count += 1;
@@ -196,9 +196,20 @@ impl State {
         self.listener_ports.wake_slot_waiters();
     }
 
-    /// Frees the slot of the TCP connection in TIME-WAIT that its owner dropped first (an
-    /// orphan), without waking anyone (the caller takes the slot at once). `false` when no
-    /// orphan is in TIME-WAIT.
+    /// Whether the orphan `handle` has finished its work: its TCP connection closed, its UDP
+    /// datagrams sent.
+    fn orphan_done(&self, handle: SocketHandle) -> bool {
+        match self.sockets.get(handle) {
+            Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::Closed,
+            Socket::Udp(u) => u.send_queue() == 0,
+            #[allow(unreachable_patterns)]
+            _ => true,
+        }
+    }
+
+    /// Frees one orphan's slot, without waking anyone (the caller takes the slot at once): an
+    /// orphan that has finished but was not reaped yet, else the TCP connection in TIME-WAIT
+    /// that its owner dropped first. `false` when there is neither.
     ///
     /// TIME-WAIT is smoltcp's 10 s wait after a close this side started (an HTTP server
     /// answering `Connection: close`): the connection is over, the slot is held only to answer
@@ -208,12 +219,16 @@ impl State {
     /// the same trade (`tcp_alloc` kills its oldest TIME-WAIT PCB when none is free), as does
     /// Linux past `tcp_max_tw_buckets`. Connections still closing in any other state (FIN-WAIT,
     /// CLOSING, LAST-ACK) keep their slots: their peer still waits for them.
-    fn evict_time_wait_orphan(&mut self) -> bool {
+    fn free_orphan_slot(&mut self) -> bool {
         let mut oldest: Option<(SocketHandle, SmolInstant)> = None;
         for i in 0..self.metas.orphan_scan_len() {
             let Some((handle, until)) = self.metas.orphan_at(i) else {
                 continue;
             };
+            if self.orphan_done(handle) {
+                oldest = Some((handle, until));
+                break;
+            }
             let time_wait = match self.sockets.get(handle) {
                 Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::TimeWait,
                 #[allow(unreachable_patterns)]
@@ -228,12 +243,14 @@ impl State {
         let Some((handle, _)) = oldest else {
             return false;
         };
+        if !self.orphan_done(handle) {
+            if let Some(c) = self.counters {
+                c.time_wait_eviction();
+            }
+        }
         self.sockets.remove(handle);
         self.metas.reset(handle);
         self.socket_count -= 1;
-        if let Some(c) = self.counters {
-            c.time_wait_eviction();
-        }
         true
     }
 
@@ -252,13 +269,7 @@ impl State {
             let Some((handle, until)) = self.metas.orphan_at(i) else {
                 continue;
             };
-            let done = match self.sockets.get(handle) {
-                Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::Closed,
-                Socket::Udp(u) => u.send_queue() == 0,
-                #[allow(unreachable_patterns)]
-                _ => true,
-            };
-            if done || now >= until {
+            if self.orphan_done(handle) || now >= until {
                 self.remove_socket(handle);
             }
         }
