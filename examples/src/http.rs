@@ -405,6 +405,8 @@ pub fn stats_json(
         ("frames_in", s.frames_in.into()),
         ("frames_out", s.frames_out.into()),
         ("config_changes", s.config_changes.into()),
+        ("listener_rearm_failures", s.listener_rearm_failures.into()),
+        ("time_wait_evictions", s.time_wait_evictions.into()),
         ("drops", drops),
     ]);
     let tap_j = tap.map_or(Json::Null, |t| {

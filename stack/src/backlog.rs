@@ -83,6 +83,14 @@ impl ListenerPorts {
         }
     }
 
+    /// Whether any listener waits for a free socket slot.
+    pub(crate) fn has_slot_waiters(&self) -> bool {
+        self.entries
+            .iter()
+            .flatten()
+            .any(|e| e.slot_waiter.is_some())
+    }
+
     /// A socket slot was freed: wakes (and forgets) every listener waiting for one.
     pub(crate) fn wake_slot_waiters(&mut self) {
         for e in self.entries.iter_mut().flatten() {

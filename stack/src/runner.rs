@@ -137,6 +137,14 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
     if processed == 0 {
         counters.idle_poll();
     } else {
+        // A dropped connection may have just finished its close (the final ACK after our FIN,
+        // or a reset). Egress reaps such orphans, but it runs only when something is due, and
+        // nothing is after a connection closed: a listener waiting for a slot would wait for
+        // unrelated traffic. So reap here while one waits (a new socket takes a finished
+        // orphan's slot by itself, see `State::add_socket`; without waiters this costs nothing).
+        if st.listener_ports.has_slot_waiters() {
+            st.reap_orphans(now);
+        }
         // A DHCP answer or a router advertisement may have arrived: apply it.
         crate::autoconf::after_ingress(&mut st, now, counters);
         st.signal_egress_if_due(now);

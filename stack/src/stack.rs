@@ -70,6 +70,9 @@ pub(crate) struct State {
     /// moved: the state sits in `'static` [`StackResources`] memory.
     egress_timer: Sleep,
     pub(crate) ingress_budget: usize,
+    /// The stack's counters, for the few counted events inside `State`'s own methods. `None`
+    /// only while [`Stack::new`] builds the state (the counters move into place after it).
+    counters: Option<&'static Counters>,
     /// xorshift64 state for ephemeral ports; never zero.
     rng: u64,
     /// [`Config::dns_servers`], for the DNS sockets the application opens.
@@ -172,12 +175,14 @@ impl State {
         out
     }
 
-    /// Adds a socket, or errors when every slot is taken (smoltcp's `add` would panic).
+    /// Adds a socket, or errors when every slot is taken (smoltcp's `add` would panic). When
+    /// every slot is taken, a dropped socket that has finished (not reaped yet) or a dropped
+    /// connection in TIME-WAIT gives its slot up (see [`free_orphan_slot`](Self::free_orphan_slot)).
     pub(crate) fn add_socket<T: AnySocket<'static>>(
         &mut self,
         socket: T,
     ) -> Result<SocketHandle, StackError> {
-        if self.socket_count >= self.socket_capacity {
+        if self.socket_count >= self.socket_capacity && !self.free_orphan_slot() {
             return Err(StackError::NoSocketSlot);
         }
         self.socket_count += 1;
@@ -195,6 +200,64 @@ impl State {
         self.listener_ports.wake_slot_waiters();
     }
 
+    /// Whether the orphan `handle` has finished its work: its TCP connection closed, its UDP
+    /// datagrams sent.
+    fn orphan_done(&self, handle: SocketHandle) -> bool {
+        match self.sockets.get(handle) {
+            Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::Closed,
+            Socket::Udp(u) => u.send_queue() == 0,
+            #[allow(unreachable_patterns)]
+            _ => true,
+        }
+    }
+
+    /// Frees one orphan's slot, without waking anyone (the caller takes the slot at once): an
+    /// orphan that has finished but was not reaped yet, else the TCP connection in TIME-WAIT
+    /// that its owner dropped first. `false` when there is neither.
+    ///
+    /// TIME-WAIT is smoltcp's 10 s wait after a close this side started (an HTTP server
+    /// answering `Connection: close`): the connection is over, the slot is held only to answer
+    /// a retransmitted FIN and to keep a new connection on the same four ports from taking the
+    /// old one's stray segments. A socket slot is worth more than that: without eviction a
+    /// table of N slots serves N such connections per 10 s and then drops every SYN. lwIP makes
+    /// the same trade (`tcp_alloc` kills its oldest TIME-WAIT PCB when none is free), as does
+    /// Linux past `tcp_max_tw_buckets`. Connections still closing in any other state (FIN-WAIT,
+    /// CLOSING, LAST-ACK) keep their slots: their peer still waits for them.
+    fn free_orphan_slot(&mut self) -> bool {
+        let mut oldest: Option<(SocketHandle, SmolInstant)> = None;
+        for i in 0..self.metas.orphan_scan_len() {
+            let Some((handle, until)) = self.metas.orphan_at(i) else {
+                continue;
+            };
+            if self.orphan_done(handle) {
+                oldest = Some((handle, until));
+                break;
+            }
+            let time_wait = match self.sockets.get(handle) {
+                Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::TimeWait,
+                #[allow(unreachable_patterns)]
+                _ => false,
+            };
+            // Every TCP orphan gets the same grace period, so the earliest deadline is the
+            // socket dropped first.
+            if time_wait && oldest.is_none_or(|(_, u)| until < u) {
+                oldest = Some((handle, until));
+            }
+        }
+        let Some((handle, _)) = oldest else {
+            return false;
+        };
+        if !self.orphan_done(handle) {
+            if let Some(c) = self.counters {
+                c.time_wait_eviction();
+            }
+        }
+        self.sockets.remove(handle);
+        self.metas.reset(handle);
+        self.socket_count -= 1;
+        true
+    }
+
     /// Keeps a dropped socket until its work is done or `until` (see [`SocketMetas::adopt`]):
     /// a TCP connection still closing, UDP datagrams still queued.
     pub(crate) fn adopt_orphan(&mut self, handle: SocketHandle, until: SmolInstant) {
@@ -210,13 +273,7 @@ impl State {
             let Some((handle, until)) = self.metas.orphan_at(i) else {
                 continue;
             };
-            let done = match self.sockets.get(handle) {
-                Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::Closed,
-                Socket::Udp(u) => u.send_queue() == 0,
-                #[allow(unreachable_patterns)]
-                _ => true,
-            };
-            if done || now >= until {
+            if self.orphan_done(handle) || now >= until {
                 self.remove_socket(handle);
             }
         }
@@ -456,6 +513,7 @@ impl Stack {
             egress_deadline: None,
             egress_timer: exec.sleep_until(Instant::MAX),
             ingress_budget: config.ingress_budget.max(1),
+            counters: None,
             rng: config.random_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             dns_servers: config.dns_servers,
             autoconf: crate::autoconf::Autoconf::EMPTY,
@@ -497,6 +555,7 @@ impl Stack {
         // SAFETY: as above, `claimed` gives this call the only access; written once, then only
         // shared references are handed out.
         let inner: &'static StackInner = unsafe { (*resources.inner.get()).write(inner) };
+        inner.state.lock().counters = Some(&inner.counters);
         let stack = Stack { inner };
         Ok((stack, crate::Runner { stack }))
     }

@@ -80,6 +80,12 @@ pub struct StackStats {
     /// than its backlog until a retry succeeds. The listener retries whenever `accept` runs
     /// and whenever the stack frees a socket slot.
     pub listener_rearm_failures: u64,
+    /// Times a new socket took the slot of a dropped TCP connection in TIME-WAIT because every
+    /// slot was taken (the connection dropped first goes; see
+    /// [`TcpListener`](crate::tcp::TcpListener)). Sockets that close first (an HTTP server
+    /// answering `Connection: close`) spend 10 s in TIME-WAIT; a count that grows with the
+    /// connection rate means the table is sized below rate × 10 s.
+    pub time_wait_evictions: u64,
 }
 
 impl StackStats {
@@ -114,6 +120,7 @@ pub(crate) struct Counters {
     drops: [AtomicU64; DropReason::COUNT],
     config_changes: AtomicU64,
     listener_rearm_failures: AtomicU64,
+    time_wait_evictions: AtomicU64,
 }
 
 /// Adds one to a counter whose writers are serialised by the state lock (see [`Counters`]).
@@ -134,6 +141,7 @@ impl Counters {
             drops: [const { AtomicU64::new(0) }; DropReason::COUNT],
             config_changes: AtomicU64::new(0),
             listener_rearm_failures: AtomicU64::new(0),
+            time_wait_evictions: AtomicU64::new(0),
         }
     }
 
@@ -170,6 +178,9 @@ impl Counters {
     pub(crate) fn listener_rearm_failure(&self) {
         self.listener_rearm_failures.fetch_add(1, Relaxed);
     }
+    pub(crate) fn time_wait_eviction(&self) {
+        bump(&self.time_wait_evictions);
+    }
     pub(crate) fn drop(&self, reason: DropReason) {
         bump(&self.drops[reason as usize]);
     }
@@ -190,6 +201,7 @@ impl Counters {
             drops,
             config_changes: self.config_changes.load(Relaxed),
             listener_rearm_failures: self.listener_rearm_failures.load(Relaxed),
+            time_wait_evictions: self.time_wait_evictions.load(Relaxed),
         }
     }
 }

@@ -85,12 +85,34 @@ pub fn pair_sized<const S: usize>(
     slots: usize,
     configure: impl FnMut(usize, &mut Config),
 ) -> Pair {
-    pair_sized_with::<S>(exec, faults, Delivery::Copy, slots, configure)
+    pair_sizes_with::<S, S>(exec, faults, Delivery::Copy, slots, configure)
 }
 
 /// [`pair_sized`] with frames crossing the wire by `delivery` ([`Delivery::Lend`]: the
 /// receiver gets the sender's slot, no copy, like smoltcp's `Loopback`).
 pub fn pair_sized_with<const S: usize>(
+    exec: &'static Executor,
+    faults: Faults,
+    delivery: Delivery,
+    slots: usize,
+    configure: impl FnMut(usize, &mut Config),
+) -> Pair {
+    pair_sizes_with::<S, S>(exec, faults, delivery, slots, configure)
+}
+
+/// [`pair_sized`] with `A` socket slots in stack A and `B` in stack B (a client side with room
+/// for more connections than a small server's table, say).
+pub fn pair_sizes<const A: usize, const B: usize>(
+    exec: &'static Executor,
+    faults: Faults,
+    slots: usize,
+    configure: impl FnMut(usize, &mut Config),
+) -> Pair {
+    pair_sizes_with::<A, B>(exec, faults, Delivery::Copy, slots, configure)
+}
+
+/// [`pair_sizes`] with frames crossing the wire by `delivery`.
+pub fn pair_sizes_with<const A: usize, const B: usize>(
     exec: &'static Executor,
     faults: Faults,
     delivery: Delivery,
@@ -106,20 +128,31 @@ pub fn pair_sized_with<const S: usize>(
         Box::leak(Box::new(a.handle())),
         Box::leak(Box::new(b.handle())),
     ];
-    let ends: [&'static mut WireEnd; 2] = [Box::leak(Box::new(a)), Box::leak(Box::new(b))];
-    let mut stacks = Vec::new();
-    for (i, end) in ends.into_iter().enumerate() {
-        let resources: &'static StackResources<S> = Box::leak(Box::new(StackResources::new()));
-        let mut config = side_config(i, 0x1234 + i as u64);
-        configure(i, &mut config);
-        let (stack, runner) = Stack::new(exec, pools[i], end, config, resources).expect("stack");
-        runner.spawn(exec.spawner());
-        stacks.push(stack);
-    }
+    let mut config = |i: usize| {
+        let mut c = side_config(i, 0x1234 + i as u64);
+        configure(i, &mut c);
+        c
+    };
+    let sa = side::<A>(exec, pools[0], a, config(0));
+    let sb = side::<B>(exec, pools[1], b, config(1));
     Pair {
         exec,
-        stacks: [stacks[0], stacks[1]],
+        stacks: [sa, sb],
         ends: handles,
         pools,
     }
+}
+
+/// One stack of a pair, with `S` socket slots, its runner spawned.
+fn side<const S: usize>(
+    exec: &'static Executor,
+    pool: &'static FramePool,
+    end: WireEnd,
+    config: Config,
+) -> Stack {
+    let end: &'static mut WireEnd = Box::leak(Box::new(end));
+    let resources: &'static StackResources<S> = Box::leak(Box::new(StackResources::new()));
+    let (stack, runner) = Stack::new(exec, pool, end, config, resources).expect("stack");
+    runner.spawn(exec.spawner());
+    stack
 }

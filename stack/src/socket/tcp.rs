@@ -614,7 +614,9 @@ impl Drop for TcpSocket {
     /// Dropping a connected socket closes it gracefully in the background: queued data is still
     /// sent, then FIN; the stack removes the socket once the close completes (or after a minute
     /// without progress). Call [`abort`](TcpSocket::abort) first to reset instead. Until then the
-    /// socket keeps its slot in the stack's socket storage.
+    /// socket keeps its slot in the stack's socket storage; once in TIME-WAIT, only until a new
+    /// socket finds no free slot (see
+    /// [`StackStats::time_wait_evictions`](crate::StackStats::time_wait_evictions)).
     fn drop(&mut self) {
         let handle = self.conn.handle;
         let now = self.conn.stack.now();

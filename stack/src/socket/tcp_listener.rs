@@ -16,8 +16,11 @@ use crate::StackError;
 /// one that becomes a connection is handed out and replaced by a fresh listening socket, so up to
 /// `backlog` clients can be in the handshake at the same time.
 ///
-/// A replacement needs a free socket slot in the stack. When closing connections (TIME-WAIT
-/// and other orphans) hold every slot, the listener runs short, counted in
+/// A replacement needs a free socket slot in the stack. A dropped connection in TIME-WAIT
+/// (what a server that closes first leaves behind for 10 s) gives its slot up to it, counted
+/// in [`StackStats::time_wait_evictions`](crate::StackStats::time_wait_evictions). When open
+/// connections and connections still closing in other states hold every slot, the listener
+/// runs short, counted in
 /// [`StackStats::listener_rearm_failures`](crate::StackStats::listener_rearm_failures); a
 /// pending [`accept`](Self::accept) is woken whenever the stack frees a slot and re-arms then.
 #[derive(Debug)]
