@@ -513,6 +513,17 @@ mod tests {
     use crate::wakers::CountingWaker;
     use zcnet_buffer::{PoolConfig, SlotState};
 
+    /// Two 8-slot pools and a wire between them.
+    fn ends(faults: Faults, delivery: Delivery) -> ([&'static FramePool; 2], WireEnd, WireEnd) {
+        let exec = Executor::leak(crate::clock::VirtualClock::leak());
+        let pools = [
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+        ];
+        let (a, b) = wire_pair_with(exec, pools, faults, delivery);
+        (pools, a, b)
+    }
+
     fn send(end: &mut WireEnd, cx: &mut Context<'_>, byte: u8) -> bool {
         match end.poll_transmit_frame(cx) {
             Poll::Ready(mut f) => {
@@ -527,12 +538,7 @@ mod tests {
 
     #[test]
     fn frames_cross_in_the_senders_slot_and_the_ring_applies_backpressure() {
-        let exec = Executor::leak(crate::clock::VirtualClock::leak());
-        let pools = [
-            FramePool::leak(PoolConfig::new(8)).unwrap(),
-            FramePool::leak(PoolConfig::new(8)).unwrap(),
-        ];
-        let (mut a, mut b) = wire_pair(exec, pools, Faults::default());
+        let (pools, mut a, mut b) = ends(Faults::default(), Delivery::Copy);
         let (tx_wakes, tx_waker) = CountingWaker::new();
         let mut cx = Context::from_waker(&tx_waker);
         // Half of A's pool may be on the wire; then A's TX side waits.
@@ -571,12 +577,7 @@ mod tests {
 
     #[test]
     fn lending_hands_the_senders_slot_to_the_receiver_without_a_copy() {
-        let exec = Executor::leak(crate::clock::VirtualClock::leak());
-        let pools = [
-            FramePool::leak(PoolConfig::new(8)).unwrap(),
-            FramePool::leak(PoolConfig::new(8)).unwrap(),
-        ];
-        let (mut a, mut b) = wire_pair_with(exec, pools, Faults::default(), Delivery::Lend);
+        let (pools, mut a, mut b) = ends(Faults::default(), Delivery::Lend);
         let (tx_wakes, tx_waker) = CountingWaker::new();
         let mut cx = Context::from_waker(&tx_waker);
         let mut sent = 0u8;
@@ -618,16 +619,11 @@ mod tests {
 
     #[test]
     fn lending_still_copies_a_corrupted_frame() {
-        let exec = Executor::leak(crate::clock::VirtualClock::leak());
-        let pools = [
-            FramePool::leak(PoolConfig::new(8)).unwrap(),
-            FramePool::leak(PoolConfig::new(8)).unwrap(),
-        ];
         let faults = Faults {
             corrupt: 1.0,
             ..Faults::default()
         };
-        let (mut a, mut b) = wire_pair_with(exec, pools, faults, Delivery::Lend);
+        let (pools, mut a, mut b) = ends(faults, Delivery::Lend);
         let (_, waker) = CountingWaker::new();
         let mut cx = Context::from_waker(&waker);
         assert!(send(&mut a, &mut cx, 0));

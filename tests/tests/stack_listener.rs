@@ -59,6 +59,17 @@ async fn exchange(a: Stack, i: usize) -> Vec<u8> {
     got
 }
 
+/// The server's side of one exchange: reads a request and answers "ok " followed by it. Returns
+/// the read buffer for further use.
+async fn answer(s: &mut TcpSocket) -> [u8; 64] {
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).await.unwrap();
+    let mut answer = b"ok ".to_vec();
+    answer.extend_from_slice(&buf[..n]);
+    s.write_all(&answer).await.unwrap();
+    buf
+}
+
 /// The server closes first (as an HTTP server answering `Connection: close` does), so each
 /// connection it served sits in TIME-WAIT (10 s in smoltcp) as an orphan. With 8 slots and a
 /// backlog of 4, the fifth connection already finds the table full when the listener replaces
@@ -80,11 +91,7 @@ fn time_wait_orphans_give_their_slots_to_the_listener() {
         loop {
             let mut s = l.accept().await;
             sp.spawn(async move {
-                let mut buf = [0u8; 64];
-                let n = s.read(&mut buf).await.unwrap();
-                let mut answer = b"ok ".to_vec();
-                answer.extend_from_slice(&buf[..n]);
-                s.write_all(&answer).await.unwrap();
+                answer(&mut s).await;
                 s.close();
                 // Dropped while closing: the stack finishes the close (TIME-WAIT) as an orphan.
             });
@@ -135,11 +142,7 @@ fn listener_rearms_when_a_slot_is_freed() {
         loop {
             let mut s = l.accept().await;
             sp.spawn(async move {
-                let mut buf = [0u8; 64];
-                let n = s.read(&mut buf).await.unwrap();
-                let mut answer = b"ok ".to_vec();
-                answer.extend_from_slice(&buf[..n]);
-                s.write_all(&answer).await.unwrap();
+                let mut buf = answer(&mut s).await;
                 // Keep the connection until the client closes it, then close our half.
                 while s.read(&mut buf).await.unwrap_or(0) > 0 {}
                 s.close();
