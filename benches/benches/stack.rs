@@ -81,6 +81,13 @@
 //!   smoltcp the same copies made by the benchmark's application code). smoltcp's own copies
 //!   (segment into the receive ring, send ring into the frame) are the same on both sides and
 //!   not in the ledger; neither is the in-memory wire's carriage of frames (see BENCHMARKS.md).
+//!   Counted in one extra run per side and column, made before the timed runs (it doubles as a
+//!   warm-up); the timed runs pause the ledger ([`CopyLedger::set_counting`]) on both sides,
+//!   because its two locked additions per recorded copy are instrumentation, not data path,
+//!   and zcnet records more sites (it also records smoltcp's ring copies) than the smoltcp
+//!   side's application does.
+//!
+//! [`CopyLedger::set_counting`]: zcnet_buffer::ledger::CopyLedger::set_counting
 //! * **allocs**: heap allocations (a counting global allocator around `System`): zcnet's wire
 //!   carries frames in pool slots (none per frame), smoltcp's `Loopback` allocates one `Vec` per
 //!   frame.
@@ -734,6 +741,12 @@ fn main() {
         .collect();
     for work in works {
         for api in [Api::Copy, Api::InPlace] {
+            // One counting run per side first (also a warm-up): the copy ledger counts in it.
+            // The timed runs then run with the ledger paused, on both sides alike (see
+            // "Per-operation costs").
+            let counted_zc = (side != "smoltcp").then(|| zc_run(work, api));
+            let counted_sm = (side != "zcnet").then(|| smol_run(work, api, 0));
+            LEDGER.set_counting(false);
             let (mut zc, mut sm) = (Vec::new(), Vec::new());
             for _ in 0..runs {
                 if side != "smoltcp" {
@@ -743,6 +756,7 @@ fn main() {
                     sm.push(smol_run(work, api, 0));
                 }
             }
+            LEDGER.set_counting(true);
             if zc.is_empty() || sm.is_empty() {
                 // One side alone (profiling): print it and go on.
                 let (who, r) = if zc.is_empty() {
@@ -754,7 +768,12 @@ fn main() {
                 println!("{who}: {:.0} ({:.0}–{:.0})", s.rate.0, s.rate.1, s.rate.2);
                 continue;
             }
-            let (z, s) = (summarize(work, &zc), summarize(work, &sm));
+            let (mut z, mut s) = (summarize(work, &zc), summarize(work, &sm));
+            for (sum, counted) in [(&mut z, counted_zc), (&mut s, counted_sm)] {
+                let counted = counted.expect("both sides ran");
+                sum.copy_calls = counted.copy_calls as f64 / ops(work);
+                sum.copy_bytes = counted.copy_bytes as f64 / ops(work);
+            }
             let (name, unit, per) = match work {
                 Workload::Bulk(b) => (format!("bulk {} MiB", b / MIB), "MB/s", "MiB"),
                 Workload::ReqResp(n) => {

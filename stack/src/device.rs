@@ -9,11 +9,12 @@
 //! * Egress asks the driver for a frame in `transmit()`: when the driver has none, smoltcp is told
 //!   so (`None`) and the adapter remembers it (`starved`), so egress waits for the driver's
 //!   TX-completion waker instead of retrying.
-//! * Every received frame comes with a TX token for a reply (reserved before smoltcp sees the
-//!   frame), yet most frames (TCP data and ACKs) need none. An unused reply frame is kept as the
-//!   stack's *spare* (`State::spare_tx`) rather than returned to the pool, and the next reply
-//!   token or egress transmission takes the spare first: one pool round trip saved per received
-//!   frame. The stack so holds at most one TX slot beyond its scratch frame.
+//! * Every received frame comes with a TX token for a reply, reserved before smoltcp sees the
+//!   frame, yet most frames (TCP data and ACKs) need none. The reserved frame is the stack's
+//!   *spare* (`State::spare_tx`): a token only refers to it, `consume` takes it, and a token
+//!   dropped unused leaves it there for the next reply token or egress transmission. One pool
+//!   round trip saved per received frame; the stack so holds at most one TX slot beyond its
+//!   scratch frame.
 
 use core::task::{Context, Poll, Waker};
 
@@ -69,14 +70,16 @@ pub(crate) struct StepDevice<'s> {
     /// Set when the driver had no TX frame: `tx_waker` is registered for the completion that
     /// frees one.
     pub(crate) starved: bool,
-    /// The stack's spare TX frame (see the module docs): taken before asking the driver, and
-    /// refilled by a reply token dropped unused.
+    /// The stack's spare TX frame (see the module docs): the frame a live token writes into,
+    /// filled by `reserve` and emptied only by `consume`.
     pub(crate) spare: &'s mut Option<TxFrame>,
 }
 
 impl StepDevice<'_> {
-    /// Asks the driver for a TX frame with the driver's headroom reserved; records starvation
-    /// (`tx_waker` is then registered for the TX completion).
+    /// Makes sure the spare holds a TX frame, asking the driver for one (with the driver's
+    /// headroom reserved) when it is empty; `false` when the driver has none (starvation is
+    /// recorded and `tx_waker` is registered for the TX completion) or the frame cannot take
+    /// the headroom.
     ///
     /// Never inlined, on purpose: inlined, its body (the `dyn Driver` call, headroom, the
     /// starvation path) makes smoltcp's `respond` closure in `Interface::socket_egress` too big
@@ -84,9 +87,9 @@ impl StepDevice<'_> {
     /// transmitted frame to pass it on by value. The copies benchmark
     /// (`cargo bench -p zcnet-benches --bench copies`) shows that copy when it comes back.
     #[inline(never)]
-    fn tx_frame(&mut self) -> Option<TxFrame> {
-        if let Some(frame) = self.spare.take() {
-            return Some(frame);
+    fn reserve(&mut self) -> bool {
+        if self.spare.is_some() {
+            return true;
         }
         match self
             .driver
@@ -95,54 +98,47 @@ impl StepDevice<'_> {
             Poll::Ready(mut frame) => {
                 if frame.set_headroom(self.tx_headroom).is_err() {
                     self.counters.drop(DropReason::TxHeadroom);
-                    return None;
+                    return false;
                 }
-                Some(frame)
+                *self.spare = Some(frame);
+                true
             }
             Poll::Pending => {
                 self.starved = true;
-                None
+                false
             }
-        }
-    }
-
-    fn token(&mut self, frame: TxFrame) -> FrameTx<'_> {
-        FrameTx {
-            frame: Some(frame),
-            driver: &mut *self.driver,
-            counters: self.counters,
-            scratch: &mut *self.scratch,
-            spare: &mut *self.spare,
         }
     }
 }
 
-impl phy::Device for StepDevice<'_> {
+impl<'s> phy::Device for StepDevice<'s> {
     type RxToken<'a>
         = FrameRx
     where
         Self: 'a;
     type TxToken<'a>
-        = FrameTx<'a>
+        = FrameTx<'a, 's>
     where
         Self: 'a;
 
-    fn receive(&mut self, _now: SmolInstant) -> Option<(FrameRx, FrameTx<'_>)> {
+    fn receive(&mut self, _now: SmolInstant) -> Option<(FrameRx, FrameTx<'_, 's>)> {
         // Reserve the reply frame first, so a frame is never handed to smoltcp without a way to
         // answer it; without one the frame stays in `rx` and the caller keeps it for later.
         let rx = self.rx.take()?;
-        match self.tx_frame() {
-            Some(frame) => Some((FrameRx(rx), self.token(frame))),
-            None => {
-                self.rx = Some(rx);
-                None
-            }
+        if self.reserve() {
+            Some((FrameRx(rx), FrameTx(self)))
+        } else {
+            self.rx = Some(rx);
+            None
         }
     }
 
-    fn transmit(&mut self, _now: SmolInstant) -> Option<FrameTx<'_>> {
-        let frame = self.tx_frame()?;
-        Some(self.token(frame))
+    fn transmit(&mut self, _now: SmolInstant) -> Option<FrameTx<'_, 's>> {
+        if self.reserve() {
+            Some(FrameTx(self))
+        } else {
+            None
+        }
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
@@ -160,43 +156,37 @@ impl phy::RxToken for FrameRx {
     }
 }
 
-/// A TX frame smoltcp writes a whole frame into. Dropped without `consume`, it leaves its
-/// (still empty) frame as the stack's spare.
-pub(crate) struct FrameTx<'a> {
-    /// `Some` until `consume` takes it.
-    frame: Option<TxFrame>,
-    driver: &'a mut (dyn Driver + Send),
-    counters: &'a Counters,
-    scratch: &'a mut [u8],
-    spare: &'a mut Option<TxFrame>,
-}
+/// A TX token: the right to write one frame into the stack's spare TX frame, which
+/// [`StepDevice::reserve`] filled before the token was made. Dropped without `consume`, it
+/// leaves the (still empty) frame where it is, as the spare for the next token.
+///
+/// One pointer, on purpose: smoltcp moves its tokens by value through several `Result`s and
+/// closures per transmitted frame (`lookup_hardware_addr`, `dispatch_ip`), and a token that
+/// carried the frame and its device's references (72 bytes) showed in profiles as stalled
+/// stores and reloads on every one of those moves.
+pub(crate) struct FrameTx<'a, 's>(&'a mut StepDevice<'s>);
 
-impl phy::TxToken for FrameTx<'_> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(mut self, len: usize, f: F) -> R {
-        let Some(mut frame) = self.frame.take() else {
-            unreachable!("a token is consumed once")
+impl phy::TxToken for FrameTx<'_, '_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let dev = self.0;
+        let Some(mut frame) = dev.spare.take() else {
+            unreachable!("a token exists only while the spare holds its frame")
         };
-        if frame.set_len(len).is_err() || len > self.scratch.len() {
+        if frame.set_len(len).is_err() || len > dev.scratch.len() {
             // The stack sizes smoltcp's MTU to fit a slot, so this does not happen; if it did,
-            // the frame is built into scratch space and dropped, counted.
-            self.counters.drop(DropReason::TxTooLong);
-            let n = len.min(self.scratch.len());
-            return f(&mut self.scratch[..n]);
+            // the frame is built into scratch space and dropped, counted (the empty frame
+            // stays the spare).
+            frame.set_len(0).ok();
+            *dev.spare = Some(frame);
+            dev.counters.drop(DropReason::TxTooLong);
+            let n = len.min(dev.scratch.len());
+            return f(&mut dev.scratch[..n]);
         }
         let r = f(&mut frame);
-        match self.driver.transmit(frame) {
-            Ok(()) => self.counters.frame_out(),
-            Err(_) => self.counters.drop(DropReason::TxDriver),
+        match dev.driver.transmit(frame) {
+            Ok(()) => dev.counters.frame_out(),
+            Err(_) => dev.counters.drop(DropReason::TxDriver),
         }
         r
-    }
-}
-
-impl Drop for FrameTx<'_> {
-    fn drop(&mut self) {
-        if let Some(frame) = self.frame.take() {
-            // Unused (no reply to this frame): empty, headroom reserved; keep it for next time.
-            *self.spare = Some(frame);
-        }
     }
 }

@@ -54,8 +54,8 @@ pub(crate) struct State {
     pub(crate) tx_headroom: usize,
     /// A slot leased for good as scratch space (see `device.rs`).
     pub(crate) scratch: TxFrame,
-    /// A TX frame kept for the next reply token or transmission, refilled by reply tokens
-    /// smoltcp drops unused (see `device.rs`). At most one.
+    /// The TX frame the next TX token writes into (see `device.rs`): reserved for a reply
+    /// before smoltcp sees a received frame, and kept when smoltcp needs no reply. At most one.
     pub(crate) spare_tx: Option<TxFrame>,
     /// A frame taken from the driver that could not be processed yet (no TX frame for a reply).
     pub(crate) pending_rx: Option<RxFrame>,

@@ -77,10 +77,19 @@ impl CopySite {
 }
 
 /// Calls and bytes per [`CopySite`].
+///
+/// Counting can be paused ([`set_counting`](CopyLedger::set_counting)): a benchmark that
+/// times a data path pauses it for the timed runs (on every side it compares, since their
+/// application copies go through the same helper) and counts copies in separate runs. Paused,
+/// [`copy`](CopyLedger::copy) still copies; it only skips the two atomic additions, which
+/// cost a locked instruction each and, right after a large copy, wait for its stores to drain.
 #[derive(Debug)]
 pub struct CopyLedger {
     calls: [StatCounter; CopySite::COUNT],
     bytes: [StatCounter; CopySite::COUNT],
+    /// Cleared while counting is paused. Read with a relaxed load on every record: a pause
+    /// or resume takes effect on other threads at their next record, soon but not at once.
+    counting: core::sync::atomic::AtomicBool,
 }
 
 impl CopyLedger {
@@ -89,7 +98,20 @@ impl CopyLedger {
         Self {
             calls: [const { StatCounter::new() }; CopySite::COUNT],
             bytes: [const { StatCounter::new() }; CopySite::COUNT],
+            counting: core::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// Pauses (`false`) or resumes (`true`, the initial state) counting. Copies made while
+    /// paused are not recorded anywhere.
+    pub fn set_counting(&self, on: bool) {
+        self.counting
+            .store(on, core::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether copies are being counted (see [`set_counting`](Self::set_counting)).
+    pub fn is_counting(&self) -> bool {
+        self.counting.load(core::sync::atomic::Ordering::Relaxed)
     }
 
     /// Copies `min(dst.len(), src.len())` bytes from the front of `src` to the front of `dst`,
@@ -105,6 +127,9 @@ impl CopyLedger {
     /// Records a copy of `bytes` bytes made elsewhere (by the kernel, by smoltcp).
     #[inline]
     pub fn record(&self, site: CopySite, bytes: usize) {
+        if !self.is_counting() {
+            return;
+        }
         self.calls[site as usize].add(1);
         self.bytes[site as usize].add(bytes as u64);
     }

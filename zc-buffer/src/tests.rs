@@ -741,6 +741,26 @@ fn ledger_counts_calls_and_bytes_per_site() {
 }
 
 #[test]
+fn a_paused_ledger_still_copies_but_records_nothing() {
+    let l = CopyLedger::new();
+    assert!(l.is_counting());
+    l.set_counting(false);
+    assert!(!l.is_counting());
+    let mut dst = [0u8; 4];
+    assert_eq!(l.copy(CopySite::AppToSocket, &mut dst, b"wxyz"), 4);
+    assert_eq!(&dst, b"wxyz");
+    l.record(CopySite::KernelFd, 1500);
+    assert_eq!(l.snapshot(), ledger::LedgerSnapshot::default());
+    l.set_counting(true);
+    l.record(CopySite::KernelFd, 10);
+    let s = l.snapshot();
+    assert_eq!(
+        (s.calls(CopySite::KernelFd), s.bytes(CopySite::KernelFd)),
+        (1, 10)
+    );
+}
+
+#[test]
 fn global_ledger_records_through_free_functions() {
     // Other tests may copy concurrently; only what this test adds at its own site is checked.
     let before = ledger::LEDGER.snapshot();
