@@ -179,10 +179,13 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     let zc_starved = crate::neighbor::egress(st, now, cx.waker(), counters);
     let mut starved = zc_starved;
     st.metas.before_egress(&st.sockets);
-    // smoltcp emits at most one packet per socket per pass. After a pass that emitted, ask
-    // `poll_at` (needed below anyway) whether anything is due now rather than making a final
-    // pass over every socket only to find nothing.
+    // smoltcp emits at most one packet per socket per pass. After the first pass that
+    // emitted, ask `poll_at` (needed below anyway) whether anything is due now rather than
+    // making a final pass over every socket only to find nothing: a request/response exchange
+    // sends one segment per run. When more is due (a bulk sender with window to fill), pass
+    // again until a pass finds nothing, without asking `poll_at` after each segment.
     let mut known_at = None;
+    let mut asked = false;
     loop {
         let (mut dev, iface, sockets) = st.step(cx.waker(), None, counters);
         let r = iface.poll_egress(now, &mut dev, sockets);
@@ -190,10 +193,13 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
         if starved || r == PollResult::None {
             break;
         }
-        let at = iface.poll_at(now, sockets);
-        if at.is_none_or(|at| at > now) {
-            known_at = Some(at);
-            break;
+        if !asked {
+            asked = true;
+            let at = iface.poll_at(now, sockets);
+            if at.is_none_or(|at| at > now) {
+                known_at = Some(at);
+                break;
+            }
         }
     }
     st.metas.after_egress(&st.sockets);
