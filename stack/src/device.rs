@@ -3,9 +3,9 @@
 //!
 //! * The RX token lends the [`RxFrame`]'s bytes to smoltcp and drops the frame (its slot goes
 //!   back to the pool) when smoltcp is done with them.
-//! * A TX token owns a [`TxFrame`] and lets smoltcp write the frame straight into the slot: no
-//!   copy at the device boundary. A TX token dropped without `consume` drops its frame, which
-//!   returns the slot (smoltcp #1147).
+//! * A TX token lets smoltcp write the frame straight into a [`TxFrame`] slot reserved for it:
+//!   no copy at the device boundary. A TX token dropped without `consume` (smoltcp #1147) loses
+//!   nothing: its frame stays reserved as the spare (below), and no slot leaks.
 //! * Egress asks the driver for a frame in `transmit()`: when the driver has none, smoltcp is told
 //!   so (`None`) and the adapter remembers it (`starved`), so egress waits for the driver's
 //!   TX-completion waker instead of retrying.
