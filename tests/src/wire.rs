@@ -329,6 +329,15 @@ fn set_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
     }
 }
 
+impl WireEnd {
+    /// A sender slot joins the queue of the direction leaving this end (`d`, locked): counted
+    /// against the ring, and the count mirrored for the lock-free ring check.
+    fn count_in_flight(&self, d: &mut Direction) {
+        d.slots_in_flight += 1;
+        self.shared.in_flight[self.side].store(d.slots_in_flight, Relaxed);
+    }
+}
+
 impl Driver for WireEnd {
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
         let mut dir = self.shared.dirs[1 - self.side].lock();
@@ -436,8 +445,7 @@ impl Driver for WireEnd {
                 d.stats.overflow += 1;
                 return Ok(()); // tail-dropped: "transmitted", its slot is free again
             }
-            d.slots_in_flight += 1;
-            self.shared.in_flight[self.side].store(d.slots_in_flight, Relaxed);
+            self.count_in_flight(d);
             d.queue.push_back(Queued {
                 at: Instant::ZERO,
                 payload: Payload::Slot(frame.into_device()),
@@ -466,8 +474,7 @@ impl Driver for WireEnd {
                 continue;
             }
             if matches!(payload, Payload::Slot(_)) {
-                d.slots_in_flight += 1;
-                self.shared.in_flight[self.side].store(d.slots_in_flight, Relaxed);
+                self.count_in_flight(d);
             }
             let len = payload.bytes().len();
             let corrupt = if d.rng.chance(d.faults.corrupt) && len > 0 {
