@@ -40,6 +40,12 @@ struct Entry {
 #[derive(Debug)]
 pub(crate) struct ListenerPorts {
     entries: [Option<Entry>; MAX_LISTENERS],
+    /// How many entries are `Some`: ingress asks "any listener?" for every frame, and a count
+    /// answers without walking the table.
+    len: usize,
+    /// How many entries hold a slot waiter (`Entry::slot_waiter` is `Some`): asked after every
+    /// ingress batch, answered the same way.
+    waiting: usize,
 }
 
 /// A listener's entry in [`ListenerPorts`].
@@ -50,6 +56,8 @@ impl ListenerPorts {
     pub(crate) const fn new() -> Self {
         Self {
             entries: [const { None }; MAX_LISTENERS],
+            len: 0,
+            waiting: 0,
         }
     }
 
@@ -64,12 +72,18 @@ impl ListenerPorts {
             port,
             slot_waiter: None,
         });
+        self.len += 1;
         Ok(ListenerId(i))
     }
 
     /// Unregisters a listener (dropping its slot waiter, if any).
     pub(crate) fn remove(&mut self, id: ListenerId) {
-        self.entries[id.0] = None;
+        if let Some(e) = self.entries[id.0].take() {
+            self.len -= 1;
+            if e.slot_waiter.is_some() {
+                self.waiting -= 1;
+            }
+        }
     }
 
     /// Until the next [`wake_slot_waiters`](Self::wake_slot_waiters), `waker` is woken when a
@@ -78,21 +92,26 @@ impl ListenerPorts {
         if let Some(e) = &mut self.entries[id.0] {
             match &mut e.slot_waiter {
                 Some(w) if w.will_wake(waker) => {}
-                w => *w = Some(waker.clone()),
+                Some(w) => *w = waker.clone(),
+                w @ None => {
+                    *w = Some(waker.clone());
+                    self.waiting += 1;
+                }
             }
         }
     }
 
     /// Whether any listener waits for a free socket slot.
     pub(crate) fn has_slot_waiters(&self) -> bool {
-        self.entries
-            .iter()
-            .flatten()
-            .any(|e| e.slot_waiter.is_some())
+        self.waiting > 0
     }
 
     /// A socket slot was freed: wakes (and forgets) every listener waiting for one.
     pub(crate) fn wake_slot_waiters(&mut self) {
+        if self.waiting == 0 {
+            return;
+        }
+        self.waiting = 0;
         for e in self.entries.iter_mut().flatten() {
             if let Some(w) = e.slot_waiter.take() {
                 w.wake();
@@ -105,7 +124,7 @@ impl ListenerPorts {
     }
 
     fn is_empty(&self) -> bool {
-        self.entries.iter().all(Option::is_none)
+        self.len == 0
     }
 
     /// Whether `frame` is a SYN for a listener port whose listening sockets are all busy.
@@ -239,16 +258,27 @@ mod tests {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let w = Waker::from(count.clone());
         // Registering twice keeps one waker.
+        assert!(!l.has_slot_waiters());
         l.wait_for_slot(a, &w);
         l.wait_for_slot(a, &w);
+        assert!(l.has_slot_waiters());
         l.wake_slot_waiters();
         assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        assert!(!l.has_slot_waiters());
         // Woken wakers are forgotten; a removed listener's waker is never woken.
         l.wake_slot_waiters();
         assert_eq!(count.0.load(Ordering::Relaxed), 1);
         l.wait_for_slot(b, &w);
+        assert!(l.has_slot_waiters());
         l.remove(b);
+        assert!(!l.has_slot_waiters());
         l.wake_slot_waiters();
         assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        // A waiter replaced by another task's waker is still one waiter.
+        let other = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+        l.wait_for_slot(a, &w);
+        l.wait_for_slot(a, &other);
+        l.remove(a);
+        assert!(!l.has_slot_waiters() && l.is_empty());
     }
 }
