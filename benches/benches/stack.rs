@@ -70,6 +70,10 @@
 //! --toggle-collect='*block_on*'` collects zcnet's connection alone, setup excluded), and
 //! `ZCNET_STACK_SIDE=zcnet` or `ZCNET_STACK_SIDE=smoltcp` runs one side alone and prints its
 //! median rate without ratios (for a sampling profiler such as `perf record -e cpu-clock`).
+//! `ZCNET_STACK_MSG=<bytes>` (1 to 65536) changes the request and response size of req/resp
+//! from 1 KiB: a gap that stays the same in nanoseconds per round trip from 16 bytes to 1 KiB
+//! is per-packet cost (scheduling, the device, smoltcp's bookkeeping), not per-byte cost
+//! (copies, checksums, caches).
 //!
 //! # Per-operation costs (per request, or per MiB for bulk)
 //!
@@ -158,7 +162,7 @@ static GLOBAL: Counting = Counting;
 /// Socket ring sizes, the same on every socket of both sides.
 const RX_RING: usize = 16 * 1024;
 const TX_RING: usize = 16 * 1024;
-/// Request and response size.
+/// Request and response size unless `ZCNET_STACK_MSG` says otherwise.
 const MSG: usize = 1024;
 /// The application buffer the copying API reads into / writes from.
 const APP_CHUNK: usize = 64 * 1024;
@@ -189,8 +193,8 @@ impl Api {
 enum Workload {
     /// Client sends this many bytes.
     Bulk(u64),
-    /// This many 1 KiB / 1 KiB round trips.
-    ReqResp(u64),
+    /// This many round trips of a request and a response of this many bytes each.
+    ReqResp(u64, usize),
 }
 
 /// What one run measured: wall time of the timed part and what happened during it.
@@ -285,12 +289,12 @@ async fn zc_server(b: Stack, stacks: [Stack; 2], work: Workload, api: Api) -> Ma
             }
             zc_marks(stacks)
         }
-        Workload::ReqResp(n) => {
+        Workload::ReqResp(n, msg) => {
             s.set_nodelay(true);
             let resp = app_source();
             for _ in 0..n {
-                zc_read_exact(&mut s, &mut buf[..MSG], api).await;
-                zc_write_all(&mut s, &resp[..MSG], api).await;
+                zc_read_exact(&mut s, &mut buf[..msg], api).await;
+                zc_write_all(&mut s, &resp[..msg], api).await;
             }
             s.flush().await.expect("flush");
             zc_marks(stacks)
@@ -367,12 +371,12 @@ fn zc_run(work: Workload, api: Api) -> Run {
                     left -= k as u64;
                 }
             }
-            Workload::ReqResp(n) => {
+            Workload::ReqResp(n, msg) => {
                 c.set_nodelay(true);
-                let mut buf = vec![0u8; MSG];
+                let mut buf = vec![0u8; msg];
                 start = zc_marks(stacks);
                 for _ in 0..n {
-                    zc_write_all(&mut c, &src[..MSG], api).await;
+                    zc_write_all(&mut c, &src[..msg], api).await;
                     zc_read_exact(&mut c, &mut buf, api).await;
                 }
             }
@@ -381,7 +385,7 @@ fn zc_run(work: Workload, api: Api) -> Run {
             Workload::Bulk(_) => server.await,
             // The client's last read is the end of the timed part; the server's own end
             // (its last response acknowledged) comes after.
-            Workload::ReqResp(_) => {
+            Workload::ReqResp(..) => {
                 let end = zc_marks(stacks);
                 let _ = server.await;
                 end
@@ -585,7 +589,7 @@ fn smol_write(s: &mut tcp::Socket<'static>, src: &[u8], api: Api) -> usize {
 /// poll loop. Never inlined (see `zc_run`).
 #[inline(never)]
 fn smol_run(work: Workload, api: Api, slots: usize) -> Run {
-    let mut sm = Smol::connected(matches!(work, Workload::ReqResp(_)), slots);
+    let mut sm = Smol::connected(matches!(work, Workload::ReqResp(..)), slots);
     let (client, server) = (sm.client, sm.server);
     let src = app_source();
     let mut buf = vec![0u8; APP_CHUNK];
@@ -611,36 +615,36 @@ fn smol_run(work: Workload, api: Api, slots: usize) -> Run {
             }
             sm.marks().run_since(&start)
         }
-        Workload::ReqResp(n) => {
+        Workload::ReqResp(n, msg) => {
             // Client: send the request, then read the response; server: read the request,
             // then send the response.
             let (mut c_sent, mut c_got, mut s_got, mut s_sent) = (0, 0, 0, 0);
-            let mut rbuf = vec![0u8; MSG];
+            let mut rbuf = vec![0u8; msg];
             let mut done = 0;
             while done < n {
                 let mut moved = sm.poll();
-                if c_sent < MSG {
-                    let k = smol_write(sm.sock(client), &src[c_sent..MSG], api);
+                if c_sent < msg {
+                    let k = smol_write(sm.sock(client), &src[c_sent..msg], api);
                     c_sent += k;
                     moved |= k > 0;
                 }
-                if s_got < MSG {
-                    let k = smol_read(sm.sock(server), &mut buf[s_got..], MSG - s_got, api);
+                if s_got < msg {
+                    let k = smol_read(sm.sock(server), &mut buf[s_got..], msg - s_got, api);
                     s_got += k;
                     moved |= k > 0;
                 }
-                if s_got == MSG && s_sent < MSG {
-                    let k = smol_write(sm.sock(server), &src[s_sent..MSG], api);
+                if s_got == msg && s_sent < msg {
+                    let k = smol_write(sm.sock(server), &src[s_sent..msg], api);
                     s_sent += k;
                     moved |= k > 0;
                 }
-                if c_sent == MSG && c_got < MSG {
-                    let k = smol_read(sm.sock(client), &mut rbuf[c_got..], MSG - c_got, api);
+                if c_sent == msg && c_got < msg {
+                    let k = smol_read(sm.sock(client), &mut rbuf[c_got..], msg - c_got, api);
                     c_got += k;
                     moved |= k > 0;
                 }
-                if c_got == MSG {
-                    assert_eq!(s_sent, MSG, "the response was sent whole");
+                if c_got == msg {
+                    assert_eq!(s_sent, msg, "the response was sent whole");
                     done += 1;
                     (c_sent, c_got, s_got, s_sent) = (0, 0, 0, 0);
                 }
@@ -670,7 +674,7 @@ struct Summary {
 fn ops(work: Workload) -> f64 {
     match work {
         Workload::Bulk(bytes) => bytes as f64 / MIB as f64,
-        Workload::ReqResp(n) => n as f64,
+        Workload::ReqResp(n, _) => n as f64,
     }
 }
 
@@ -682,7 +686,7 @@ fn summarize(work: Workload, runs: &[Run]) -> Summary {
     };
     let rate = |r: &Run| match work {
         Workload::Bulk(bytes) => bytes as f64 / r.elapsed.as_secs_f64() / 1e6,
-        Workload::ReqResp(n) => n as f64 / r.elapsed.as_secs_f64(),
+        Workload::ReqResp(n, _) => n as f64 / r.elapsed.as_secs_f64(),
     };
     let rates: Vec<f64> = runs.iter().map(rate).collect();
     Summary {
@@ -699,11 +703,23 @@ fn summarize(work: Workload, runs: &[Run]) -> Summary {
     }
 }
 
+/// The request and response size: `ZCNET_STACK_MSG` bytes (1 to `APP_CHUNK`), else [`MSG`].
+/// Panics on anything else, so a typo never measures the default by mistake.
+fn msg_size() -> usize {
+    match std::env::var("ZCNET_STACK_MSG") {
+        Err(_) => MSG,
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=APP_CHUNK).contains(&n) => n,
+            _ => panic!("ZCNET_STACK_MSG must be a byte count from 1 to {APP_CHUNK}, not {v:?}"),
+        },
+    }
+}
+
 fn main() {
     let mode = Mode::from_env();
     let runs = mode.pick(9, 3);
     let bulk = Workload::Bulk(mode.pick(64, 2) * MIB);
-    let rr = Workload::ReqResp(mode.pick(20_000, 500));
+    let rr = Workload::ReqResp(mode.pick(20_000, 500), msg_size());
 
     let mut rates = Table::new(&[
         "workload",
@@ -735,7 +751,7 @@ fn main() {
         .into_iter()
         .filter(|w| match only.as_str() {
             "bulk" => matches!(w, Workload::Bulk(_)),
-            "rr" => matches!(w, Workload::ReqResp(_)),
+            "rr" => matches!(w, Workload::ReqResp(..)),
             _ => true,
         })
         .collect();
@@ -776,8 +792,13 @@ fn main() {
             }
             let (name, unit, per) = match work {
                 Workload::Bulk(b) => (format!("bulk {} MiB", b / MIB), "MB/s", "MiB"),
-                Workload::ReqResp(n) => {
-                    (format!("req/resp 1 KiB, {n}"), "round trips/s", "request")
+                Workload::ReqResp(n, msg) => {
+                    let size = if msg % 1024 == 0 {
+                        format!("{} KiB", msg / 1024)
+                    } else {
+                        format!("{msg} B")
+                    };
+                    (format!("req/resp {size}, {n}"), "round trips/s", "request")
                 }
             };
             let ratio = z.rate.0 / s.rate.0;
