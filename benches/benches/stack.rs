@@ -63,7 +63,11 @@
 //!   socket it uses ([`ZC_SOCKETS`], via [`zcnet_tests::net::pair_sized_with`]), so both sides walk
 //!   two sockets per round of egress work.
 //! * Interleaved: zcnet and smoltcp alternate run by run (A B A B ..); every figure is a median.
-//!   Each run builds fresh stacks (zcnet) or a fresh interface (smoltcp), untimed.
+//!   Each run builds fresh stacks (zcnet) or a fresh interface (smoltcp), untimed. The ratio is
+//!   the median of the run-by-run ratios (zcnet's run `i` over smoltcp's run `i`, which ran
+//!   right after it), shown with their range: the shared machine has slow and fast phases of
+//!   a few seconds, and a pair of back-to-back runs shares its phase where the two sides'
+//!   medians need not.
 //!
 //! `ZCNET_STACK_ONLY=bulk` or `ZCNET_STACK_ONLY=rr` runs one workload alone (for profilers:
 //! `zc_run` and `smol_run` are never inlined, so `valgrind --tool=callgrind
@@ -678,16 +682,37 @@ fn ops(work: Workload) -> f64 {
     }
 }
 
+/// One run's rate: MB/s (10^6 bytes per second) for bulk, round trips per second for req/resp.
+fn run_rate(work: Workload, r: &Run) -> f64 {
+    match work {
+        Workload::Bulk(bytes) => bytes as f64 / r.elapsed.as_secs_f64() / 1e6,
+        Workload::ReqResp(n, _) => n as f64 / r.elapsed.as_secs_f64(),
+    }
+}
+
+/// zcnet / smoltcp as the median of the run-by-run ratios, with their (min, max): run `i` of
+/// each side ran back to back, so a slow phase of the shared machine that spans the pair
+/// cancels out, where the medians of the two sides could come from different phases.
+fn paired_ratio(work: Workload, zc: &[Run], sm: &[Run]) -> (f64, f64, f64) {
+    let mut r: Vec<f64> = zc
+        .iter()
+        .zip(sm)
+        .map(|(z, s)| run_rate(work, z) / run_rate(work, s))
+        .collect();
+    let (lo, hi) = (
+        r.iter().copied().fold(f64::INFINITY, f64::min),
+        r.iter().copied().fold(0.0, f64::max),
+    );
+    (median(&mut r), lo, hi)
+}
+
 fn summarize(work: Workload, runs: &[Run]) -> Summary {
     let per = ops(work);
     let col = |f: &dyn Fn(&Run) -> f64| {
         let mut v: Vec<f64> = runs.iter().map(f).collect();
         median(&mut v)
     };
-    let rate = |r: &Run| match work {
-        Workload::Bulk(bytes) => bytes as f64 / r.elapsed.as_secs_f64() / 1e6,
-        Workload::ReqResp(n, _) => n as f64 / r.elapsed.as_secs_f64(),
-    };
+    let rate = |r: &Run| run_rate(work, r);
     let rates: Vec<f64> = runs.iter().map(rate).collect();
     Summary {
         rate: (
@@ -727,7 +752,7 @@ fn main() {
         "unit",
         "zcnet (min–max)",
         "smoltcp (min–max)",
-        "zcnet / smoltcp",
+        "zcnet / smoltcp (min–max)",
     ]);
     let mut costs = Table::new(&[
         "workload",
@@ -801,7 +826,7 @@ fn main() {
                     (format!("req/resp {size}, {n}"), "round trips/s", "request")
                 }
             };
-            let ratio = z.rate.0 / s.rate.0;
+            let (ratio, ratio_lo, ratio_hi) = paired_ratio(work, &zc, &sm);
             let fmt_rate = |r: (f64, f64, f64)| format!("{:.0} ({:.0}–{:.0})", r.0, r.1, r.2);
             rates.row(vec![
                 name.clone(),
@@ -809,7 +834,7 @@ fn main() {
                 unit.into(),
                 fmt_rate(z.rate),
                 fmt_rate(s.rate),
-                format!("{ratio:.2}x"),
+                format!("{ratio:.2}x ({ratio_lo:.2}–{ratio_hi:.2})"),
             ]);
             let copies = |s: &Summary| format!("{:.1} ({:.0})", s.copy_calls, s.copy_bytes);
             costs.row(vec![
