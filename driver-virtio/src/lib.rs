@@ -3,15 +3,51 @@
 //! ```text
 //!  FramePool ─PostedSlot─► receive_begin (RX virtqueue, kept full) ─► completion ─► RxFrame
 //!  TxFrame (virtio-net header written into its headroom) ─► transmit_begin ─► InFlight ─► drop
+//!  device interrupt ─► VirtioIrq::handle_rx_interrupt / handle_tx_interrupt ─► task woken
 //! ```
 //!
-//! The driver keeps the RX virtqueue full from the pool, re-posting a free slot after every
-//! completion, turns completions into [`zcnet_buffer::RxFrame`]s, writes the virtio-net header
-//! into a TX frame's headroom, and reclaims TX slots on completion. It implements
-//! [`zcnet_buffer::Driver`] and depends on nothing else of zcnet's.
+//! [`VirtioNet`] implements [`zcnet_buffer::Driver`] over virtio-drivers' `VirtIONetRaw`, for any
+//! `Hal` and any transport (PCI or MMIO). The pool's slots are the device's buffers in both
+//! directions:
 //!
-//! Status: the driver itself is not written yet; no issue has taken it on so far (the QEMU
-//! boot recipe it will be tested with is in `shared/notes/qemu-x86_64-pvh.md`).
+//! * **RX**: the receive virtqueue is kept full of pool slots, each posted so that the virtio-net
+//!   header lands at the end of the slot's headroom and the Ethernet frame where an
+//!   [`RxFrame`](zcnet_buffer::RxFrame) starts. A completion becomes an `RxFrame` in place and a
+//!   fresh slot is posted at once, so frames the application holds drain the pool's spare
+//!   slots, never the ring.
+//! * **TX**: the virtio-net header is written into the [`TxFrame`](zcnet_buffer::TxFrame)'s
+//!   headroom, header and frame go to the device as one buffer, and the slot stays an
+//!   [`InFlight`](zcnet_buffer::InFlight) until the device returns it. A full TX queue is
+//!   back-pressure: the stack's egress waits for the TX interrupt.
+//! * **Interrupts**: [`VirtioIrq`], in a `static`, is what the kernel's interrupt handler calls:
+//!   it counts and wakes the waiting task, without a lock, so it is safe in interrupt context.
+//! * **Counters**: [`VirtioIrq::stats`] gives frames, bytes, drops by reason and interrupts.
+//!
+//! The driver copies nothing and allocates nothing after [`VirtioNet::new`]. It depends on
+//! `zcnet-buffer` only (not on the stack), so it works with anything that consumes the
+//! [`Driver`](zcnet_buffer::Driver) trait.
+//!
+//! ## What the kernel supplies
+//!
+//! 1. **DMA memory for the pool**: build the [`FramePool`](zcnet_buffer::FramePool) over memory
+//!    the device can address, with an [`AddressMap`](zcnet_buffer::AddressMap) that gives each
+//!    slot's device address (identity for an identity-mapped kernel, as a `StaticPool` is).
+//! 2. **A `Hal`** (virtio-drivers' trait): `dma_alloc` for the virtqueues, and a `share` that
+//!    returns the buffer's own device address. A `Hal` that copies into a bounce buffer would
+//!    add a copy per frame; [`VirtioNet::new`] detects it and refuses
+//!    ([`VirtioError::DmaAddressMismatch`]).
+//! 3. **Interrupt wiring**: route the device's interrupts to the [`VirtioIrq`] — with MSI-X, the
+//!    RX queue's vector to [`VirtioIrq::handle_rx_interrupt`] and the TX queue's to
+//!    [`VirtioIrq::handle_tx_interrupt`]; with a shared INTx line, read the ISR status to
+//!    acknowledge it, then call [`VirtioIrq::handle_interrupt`].
+//!
+//! `examples/qemu-kernel/` in the repository is a complete x86_64 kernel doing all three.
 
 #![no_std]
 #![deny(missing_docs)]
+
+mod irq;
+mod net;
+
+pub use irq::{VirtioIrq, VirtioStats};
+pub use net::{VirtioError, VirtioNet, MIN_RX_BUFFER, MTU};

@@ -102,3 +102,4 @@ pub use slot::{SlotMeta, SlotState};
 #[cfg(not(loom))]
 pub use storage::{PoolCell, StaticPool};
 pub use tx::{InFlight, TxFrame};
+pub use waker_cell::WakerCell;

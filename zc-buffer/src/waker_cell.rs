@@ -26,8 +26,26 @@ const REGISTERING: usize = 0b01;
 /// registration was in progress and the registrant must deliver it).
 const WAKING: usize = 0b10;
 
-/// A lock-free single-registrant waker slot (see the module docs for the rules).
-pub(crate) struct WakerCell {
+/// A lock-free single-registrant waker slot: one task registers, any thread or interrupt handler
+/// wakes (see the module docs for the rules).
+///
+/// The pool uses two for its RX refiller and TX waiter; drivers use them to connect a device
+/// interrupt to the task waiting on it (a `static` cell woken from the interrupt handler, the
+/// waker registered by `Driver::poll_receive`), because [`wake`](Self::wake) never takes a lock
+/// and never waits for the registrant.
+///
+/// ```
+/// use core::task::{Context, Waker};
+/// use zcnet_buffer::WakerCell;
+///
+/// static RX_DONE: WakerCell = WakerCell::new();
+///
+/// // Task side: register before checking the device, so a completion after the check wakes it.
+/// RX_DONE.register(&Waker::noop());
+/// // Interrupt side: wake whoever waits (nothing happens if nobody is registered).
+/// RX_DONE.wake();
+/// ```
+pub struct WakerCell {
     state: AtomicUsize,
     /// Touched only by the owner of the slot, as defined by `state`.
     waker: UnsafeCell<Option<Waker>>,
@@ -67,16 +85,18 @@ impl Drop for FinishRegistration<'_> {
 }
 
 impl WakerCell {
+    /// An empty cell.
     #[cfg(not(loom))]
-    pub(crate) const fn new() -> Self {
+    pub const fn new() -> Self {
         Self {
             state: AtomicUsize::new(WAITING),
             waker: UnsafeCell::new(None),
         }
     }
 
+    /// An empty cell.
     #[cfg(loom)]
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self {
             state: AtomicUsize::new(WAITING),
             waker: UnsafeCell::new(None),
@@ -86,8 +106,9 @@ impl WakerCell {
     /// Stores `waker` so that the next [`wake`](Self::wake) wakes it.
     ///
     /// An unchanged waker (`will_wake`) is kept without cloning; a different one replaces the old,
-    /// which is dropped without being woken.
-    pub(crate) fn register(&self, waker: &Waker) {
+    /// which is dropped without being woken. One registrant at a time: a second `register` racing
+    /// the first is ignored.
+    pub fn register(&self, waker: &Waker) {
         match self
             .state
             .compare_exchange(WAITING, REGISTERING, Acquire, Acquire)
@@ -123,8 +144,9 @@ impl WakerCell {
         }
     }
 
-    /// Wakes the registered waker, if any, and empties the cell.
-    pub(crate) fn wake(&self) {
+    /// Wakes the registered waker, if any, and empties the cell. Callable from any thread and
+    /// from interrupt context, any number of times concurrently.
+    pub fn wake(&self) {
         if let Some(waker) = self.take() {
             waker.wake();
         }
@@ -156,6 +178,13 @@ impl WakerCell {
         }
         // SAFETY: tests call this only when no other thread uses the cell.
         self.waker.with(|slot| unsafe { (*slot).is_some() })
+    }
+}
+
+#[cfg(not(loom))]
+impl Default for WakerCell {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
