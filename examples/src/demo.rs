@@ -1,5 +1,6 @@
 //! What the example programs share: command-line options, the TAP + network-namespace setup,
-//! the stack, and a clean exit on Ctrl-C.
+//! the stack, a clean exit on Ctrl-C, and the Linux-side hooks the servers take
+//! ([`tap_driver_stats`]). Needs the `std` feature.
 //!
 //! ```text
 //!   example process (root namespace)              namespace zcnet-demo
@@ -29,6 +30,9 @@ use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::Executor;
 use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
 use zcnet_tap::{Tap, TapConfig, TapStatsHandle};
+
+use crate::http::DriverStats;
+use crate::json::object;
 
 /// The namespace the examples use by default.
 pub const NETNS: &str = "zcnet-demo";
@@ -119,6 +123,26 @@ impl Options {
     }
 }
 
+/// The TAP driver's counters as the HTTP server's [`DriverStats`] hook: the `/stats` member
+/// `"tap"`, an object of the [`TapStats`](zcnet_tap::TapStats) fields (`rx_frames`,
+/// `rx_bytes`, `rx_errors`, `tx_frames`, `tx_bytes`, `tx_errors`, `tx_would_block`,
+/// `tx_queue_full`).
+pub fn tap_driver_stats(handle: TapStatsHandle) -> DriverStats {
+    DriverStats::new("tap", move || {
+        let t = handle.get();
+        object([
+            ("rx_frames", t.rx_frames.into()),
+            ("rx_bytes", t.rx_bytes.into()),
+            ("rx_errors", t.rx_errors.into()),
+            ("tx_frames", t.tx_frames.into()),
+            ("tx_bytes", t.tx_bytes.into()),
+            ("tx_errors", t.tx_errors.into()),
+            ("tx_would_block", t.tx_would_block.into()),
+            ("tx_queue_full", t.tx_queue_full.into()),
+        ])
+    })
+}
+
 fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")
         .args(args)
@@ -146,7 +170,8 @@ pub struct Demo {
     pub exec: &'static Executor,
     /// The stack, 10.77.0.2/24.
     pub stack: Stack,
-    /// The TAP driver's counters.
+    /// The TAP driver's counters ([`tap_driver_stats`] turns them into the HTTP server's
+    /// hook).
     pub tap_stats: TapStatsHandle,
     /// The options it was started with.
     pub options: Options,

@@ -3,13 +3,37 @@
 //!
 //! TCP data is echoed with `read` and `write_all` through a 16 KiB buffer: two copies per byte
 //! in our code (socket→app, app→socket), both counted in the copy ledger.
+//!
+//! UDP runs on either of the stack's datagram APIs, chosen by [`EchoConfig::udp`]:
+//!
+//! * [`UdpEcho::Copying`]: smoltcp's [`UdpSocket`]. A datagram is copied from the socket's
+//!   buffer into a 64 KiB buffer of ours and from there into the socket again (`recv_from`,
+//!   `send_to`); both copies are counted in the copy ledger.
+//! * [`UdpEcho::ZeroCopy`]: zcnet's [`DatagramSocket`]. A datagram is lent to the echo in the
+//!   driver's receive slot; the echo writes the reply straight into a transmit slot
+//!   (`tx_frame`), the stack puts the headers in front of it, and that slot goes to the driver
+//!   (`send_to`). The one copy, receive slot to transmit slot, is the echo's own (any reply
+//!   must be written somewhere); zcnet copies nothing, so the copy ledger shows no UDP copies.
+//!
+//! ```
+//! use zcnet_examples::echo::{EchoConfig, UdpEcho};
+//!
+//! // What a kernel over a zero-copy driver would pick.
+//! let config = EchoConfig {
+//!     udp: UdpEcho::ZeroCopy { queue: 32 },
+//!     ..EchoConfig::default()
+//! };
+//! assert_eq!(config.port, 7);
+//! ```
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
-use std::time::Duration;
+use alloc::sync::Arc;
+use alloc::vec;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::time::Duration;
 
 use zcnet_executor::time::timeout;
 use zcnet_executor::Spawner;
+use zcnet_stack::datagram::{DatagramQueue, DatagramSocket};
 use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_stack::{Never, Stack, StackError};
@@ -18,6 +42,23 @@ use crate::limit::ConnLimit;
 
 /// The echo port.
 pub const PORT: u16 = 7;
+
+/// Which socket the UDP echo answers on (see the [module docs](self) for what each copies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UdpEcho {
+    /// smoltcp's [`UdpSocket`] with a 64-datagram, 64 KiB receive buffer: two copies per
+    /// datagram (socket→app, app→socket), both in the copy ledger. The default; what the TAP
+    /// examples use.
+    Copying,
+    /// zcnet's zero-copy [`DatagramSocket`]: received datagrams stay in the driver's receive
+    /// slots, replies are written once into transmit slots.
+    ZeroCopy {
+        /// Datagrams the socket may hold (each one a frame-pool slot) before further ones are
+        /// dropped; at least 1. The echo frees each slot as soon as its reply is written, so a
+        /// few places absorb a burst.
+        queue: usize,
+    },
+}
 
 /// How to run the echo servers.
 #[derive(Clone, Debug)]
@@ -30,6 +71,8 @@ pub struct EchoConfig {
     pub max_connections: usize,
     /// A TCP connection silent this long is closed.
     pub idle_timeout: Duration,
+    /// The socket the UDP echo uses.
+    pub udp: UdpEcho,
 }
 
 impl Default for EchoConfig {
@@ -39,6 +82,7 @@ impl Default for EchoConfig {
             backlog: 8,
             max_connections: 32,
             idle_timeout: Duration::from_secs(300),
+            udp: UdpEcho::Copying,
         }
     }
 }
@@ -85,21 +129,42 @@ impl EchoStats {
     }
 }
 
+/// The bound UDP socket, of the kind [`EchoConfig::udp`] asked for.
+#[derive(Debug)]
+enum UdpSock {
+    Copying(UdpSocket),
+    ZeroCopy(DatagramSocket),
+}
+
 /// Bound TCP and UDP echo sockets; [`run`](Self::run) serves forever.
 #[derive(Debug)]
 pub struct EchoServer {
     listener: TcpListener,
-    udp: UdpSocket,
+    udp: UdpSock,
     config: EchoConfig,
     stats: EchoStats,
 }
 
 impl EchoServer {
-    /// Binds TCP and UDP `config.port`. Errors when the stack has too few free socket slots or
-    /// the port is taken.
+    /// Binds TCP and UDP `config.port` (UDP on the socket `config.udp` names). Errors when the
+    /// stack has too few free socket slots (for a zero-copy socket: when
+    /// [`MAX_DATAGRAM_SOCKETS`](zcnet_stack::datagram::MAX_DATAGRAM_SOCKETS) are bound), the
+    /// port is taken, or a zero-copy queue of 0 places was asked for
+    /// ([`StackError::NoBuffers`]).
     pub fn bind(stack: Stack, config: EchoConfig) -> Result<EchoServer, StackError> {
         let listener = TcpListener::bind(stack, config.port, config.backlog, echo_buffers)?;
-        let udp = UdpSocket::bind(stack, config.port, UdpBuffers::with_capacity(64, 65536))?;
+        let udp = match config.udp {
+            UdpEcho::Copying => UdpSock::Copying(UdpSocket::bind(
+                stack,
+                config.port,
+                UdpBuffers::with_capacity(64, 65536),
+            )?),
+            UdpEcho::ZeroCopy { queue } => UdpSock::ZeroCopy(DatagramSocket::bind(
+                stack,
+                config.port,
+                DatagramQueue::with_capacity(queue),
+            )?),
+        };
         Ok(EchoServer {
             listener,
             udp,
@@ -122,7 +187,10 @@ impl EchoServer {
             stats,
         } = self;
         let udp_stats = stats.clone();
-        spawner.spawn(udp_echo(udp, udp_stats));
+        match udp {
+            UdpSock::Copying(udp) => spawner.spawn(udp_echo(udp, udp_stats)),
+            UdpSock::ZeroCopy(udp) => spawner.spawn(udp_echo_zero_copy(udp, udp_stats)),
+        };
         let limit = ConnLimit::new(config.max_connections);
         loop {
             let sock = listener.accept().await;
@@ -155,7 +223,8 @@ async fn tcp_echo(mut sock: TcpSocket, idle: Duration, stats: &EchoStats) {
     sock.close();
 }
 
-async fn udp_echo(udp: UdpSocket, stats: EchoStats) {
+/// The UDP echo on smoltcp's socket: two copies per datagram, through `buf`.
+async fn udp_echo(udp: UdpSocket, stats: EchoStats) -> Never {
     let mut buf = vec![0u8; 65536];
     loop {
         let Ok((n, from)) = udp.recv_from(&mut buf).await else {
@@ -166,5 +235,78 @@ async fn udp_echo(udp: UdpSocket, stats: EchoStats) {
             stats.0.udp_datagrams.fetch_add(1, Relaxed);
             stats.0.udp_bytes.fetch_add(n as u64, Relaxed);
         }
+    }
+}
+
+/// The UDP echo on the zero-copy socket: the datagram is read in its receive slot and copied
+/// once, into the transmit slot the reply is sent from.
+async fn udp_echo_zero_copy(sock: DatagramSocket, stats: EchoStats) -> Never {
+    loop {
+        let d = sock.recv().await;
+        let n = d.payload().len();
+        let mut reply = sock.tx_frame().await;
+        // A payload larger than a transmit slot's room (a jumbo datagram on a pool with smaller
+        // slots) cannot be echoed: dropped, as UDP may; both slots return to the pool.
+        let Ok(out) = reply.append(n) else {
+            continue;
+        };
+        out.copy_from_slice(d.payload());
+        let to = d.src();
+        // The receive slot goes back to the pool before the send may wait for ARP / NDP.
+        drop(d);
+        // A reply that cannot be sent (no route, neighbour silent, driver refused) is dropped,
+        // as UDP may; the stack counts the drop.
+        if sock.send_to(reply, to).await.is_ok() {
+            stats.0.udp_datagrams.fetch_add(1, Relaxed);
+            stats.0.udp_bytes.fetch_add(n as u64, Relaxed);
+        }
+    }
+}
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+    use zcnet_stack::IpEndpoint;
+    use zcnet_tests::net::{pair, ADDR};
+    use zcnet_tests::wire::Faults;
+
+    /// The UDP echo on the zero-copy socket, against smoltcp's socket on a second stack over
+    /// the in-memory wire: every datagram comes back byte-exact, and every receive slot lent to
+    /// the echo returns to the pool.
+    #[test]
+    fn zero_copy_udp_echo_answers_byte_exact() {
+        let p = pair(Faults::default(), 64);
+        let [a, b] = p.stacks;
+        let config = EchoConfig {
+            udp: UdpEcho::ZeroCopy { queue: 8 },
+            ..EchoConfig::default()
+        };
+        let server = EchoServer::bind(a, config).expect("bind port 7");
+        let stats = server.stats();
+        p.exec.spawner().spawn(server.run(p.exec.spawner()));
+        let sizes: Vec<usize> = (0..20).map(|i| 1 + i * 73).collect();
+        let sent = sizes.clone();
+        p.exec.block_on(async move {
+            let client = UdpSocket::bind(b, 4000, UdpBuffers::with_capacity(8, 4096)).unwrap();
+            let mut buf = vec![0u8; 2048];
+            for (i, &size) in sent.iter().enumerate() {
+                let msg: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
+                client.send_to(&msg, (ADDR[0], PORT)).await.unwrap();
+                let (n, from) = timeout(Duration::from_secs(5), client.recv_from(&mut buf))
+                    .await
+                    .expect("echo within 5 s")
+                    .unwrap();
+                assert_eq!(&buf[..n], &msg[..], "datagram {i}");
+                assert_eq!(from, IpEndpoint::new(ADDR[0].into(), PORT));
+            }
+        });
+        let s = stats.get();
+        assert_eq!(s.udp_datagrams, 20, "{s:?}");
+        assert_eq!(s.udp_bytes, sizes.iter().sum::<usize>() as u64, "{s:?}");
+        // Both ways through the zero-copy path, not smoltcp's UDP.
+        let zc = a.stats();
+        assert_eq!((zc.datagrams_in, zc.datagrams_out), (20, 20), "{zc:?}");
+        assert_eq!(p.pools[0].occupancy().lent, 0);
     }
 }

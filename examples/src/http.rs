@@ -6,9 +6,10 @@
 //!                 └─ keep-alive: pipelined bytes stay in the buffer for the next request
 //! ```
 //!
-//! `/stats` shows the stack's counters ([`Stack::stats`]), the TAP driver's counters (when the
-//! server was given a [`TapStatsHandle`]), the frame pool's occupancy, the process-wide copy
-//! ledger ([`LEDGER`]) and this server's own counters.
+//! `/stats` shows the stack's counters ([`Stack::stats`]), the driver's counters (when the
+//! server was given a [`DriverStats`] hook), the frame pool's occupancy, the copy ledger
+//! ([`LEDGER`]), this server's own counters, and any further sections the caller adds through
+//! an [`ExtraStats`] hook. See [`stats_json`] for the document's shape.
 //!
 //! Robustness: the request head is bounded ([`MAX_HEAD`], else `431`), a body is read and
 //! discarded only up to [`MAX_BODY`] (else `413`), malformed requests get `400`, unknown paths
@@ -17,16 +18,20 @@
 //! input (see the unit tests, which feed it every prefix and random bytes). Idle connections are
 //! closed after [`HttpConfig::idle_timeout`].
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
-use std::time::Duration;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::time::Duration;
 
 use zcnet_buffer::ledger::{CopySite, LEDGER};
 use zcnet_executor::time::timeout;
 use zcnet_executor::Spawner;
 use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
 use zcnet_stack::{DropReason, Never, Stack, StackError};
-use zcnet_tap::TapStatsHandle;
 
 use crate::json::{object, Json};
 use crate::limit::ConnLimit;
@@ -40,7 +45,7 @@ pub const MAX_BODY: u64 = 64 * 1024;
 /// Most header lines accepted in one request; more gets `431`.
 pub const MAX_HEADERS: usize = 64;
 
-/// The page served at `/` and `/index.html`.
+/// The page served at `/` and `/index.html` unless [`HttpConfig::index_html`] names another.
 pub const INDEX_HTML: &str = "<!doctype html>
 <html lang=\"en\">
 <head><meta charset=\"utf-8\"><title>zcnet</title></head>
@@ -59,7 +64,116 @@ fn http_buffers() -> Option<TcpBuffers> {
     Some(TcpBuffers::with_capacity(8192, 16384))
 }
 
+/// A network driver's counters for `/stats`: a hook the caller supplies, since the server knows
+/// nothing of the driver under the stack.
+///
+/// `/stats` shows them as the top-level member [`name`](Self::name), right after `"stack"`,
+/// with whatever [`render`](Self::render) returns as its value. The TAP examples name it
+/// `"tap"` (their tests read `tap.rx_frames` and the like); a kernel names its driver
+/// (`"virtio"`) and renders that driver's counters.
+///
+/// ```
+/// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use zcnet_examples::http::DriverStats;
+/// use zcnet_examples::json::object;
+///
+/// static RX_FRAMES: AtomicU64 = AtomicU64::new(0);
+/// let driver = DriverStats::new("virtio", || {
+///     object([("rx_frames", RX_FRAMES.load(Relaxed).into())])
+/// });
+/// assert_eq!(driver.render().to_compact(), r#"{"rx_frames":0}"#);
+/// ```
+#[derive(Clone)]
+pub struct DriverStats {
+    name: &'static str,
+    render: Arc<dyn Fn() -> Json + Send + Sync>,
+}
+
+impl DriverStats {
+    /// Counters shown as the member `name`, rendered by `render`. `render` runs on the
+    /// connection's task for every `/stats` request: it must not block (reading atomics is the
+    /// usual body) and should return an object ([`object`] builds one).
+    pub fn new(name: &'static str, render: impl Fn() -> Json + Send + Sync + 'static) -> Self {
+        DriverStats {
+            name,
+            render: Arc::new(render),
+        }
+    }
+
+    /// The member's name in `/stats`.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The counters now.
+    pub fn render(&self) -> Json {
+        (self.render)()
+    }
+}
+
+impl fmt::Debug for DriverStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DriverStats")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Further top-level sections of `/stats`, from the caller: a kernel's own counters (copies it
+/// made, interrupt wakeups, ...), which the server cannot know about.
+///
+/// The members the hook returns are appended, in order, after the built-in ones (`"stack"`,
+/// the driver's, `"pool"`, `"copy_ledger"`, `"http"`). Give them names of their own: a
+/// repeated name is kept, but a reader that looks members up by name finds the first.
+///
+/// ```
+/// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use zcnet_examples::http::ExtraStats;
+/// use zcnet_examples::json::object;
+///
+/// static IRQ_WAKEUPS: AtomicU64 = AtomicU64::new(0);
+/// let extra = ExtraStats::new(|| {
+///     vec![(
+///         "kernel".to_string(),
+///         object([("irq_wakeups", IRQ_WAKEUPS.load(Relaxed).into())]),
+///     )]
+/// });
+/// assert_eq!(extra.render().len(), 1);
+/// ```
+#[derive(Clone)]
+pub struct ExtraStats(Arc<dyn Fn() -> Vec<(String, Json)> + Send + Sync>);
+
+impl ExtraStats {
+    /// Sections rendered by `render`, as `(name, value)` members. `render` runs on the
+    /// connection's task for every `/stats` request: it must not block.
+    pub fn new(render: impl Fn() -> Vec<(String, Json)> + Send + Sync + 'static) -> Self {
+        ExtraStats(Arc::new(render))
+    }
+
+    /// The sections now.
+    pub fn render(&self) -> Vec<(String, Json)> {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for ExtraStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ExtraStats").finish_non_exhaustive()
+    }
+}
+
 /// How to run the server.
+///
+/// ```
+/// use zcnet_examples::http::{DriverStats, HttpConfig};
+/// use zcnet_examples::json::object;
+///
+/// let config = HttpConfig {
+///     driver_stats: Some(DriverStats::new("virtio", || object([]))),
+///     ..HttpConfig::default()
+/// };
+/// assert_eq!(config.port, 80);
+/// ```
 #[derive(Clone, Debug)]
 pub struct HttpConfig {
     /// TCP port.
@@ -71,8 +185,13 @@ pub struct HttpConfig {
     pub max_connections: usize,
     /// A connection with no complete request for this long is closed.
     pub idle_timeout: Duration,
-    /// The TAP driver's counters, shown at `/stats` (none: shown as `null`).
-    pub tap_stats: Option<TapStatsHandle>,
+    /// The page served at `/` and `/index.html` (as `text/html; charset=utf-8`).
+    pub index_html: &'static str,
+    /// The driver's counters in `/stats` (none: `/stats` has no driver section). The TAP
+    /// examples fill it in with `demo::tap_driver_stats`.
+    pub driver_stats: Option<DriverStats>,
+    /// Sections appended to `/stats` after the built-in ones (none: no further sections).
+    pub extra_stats: Option<ExtraStats>,
 }
 
 impl Default for HttpConfig {
@@ -82,7 +201,9 @@ impl Default for HttpConfig {
             backlog: 32,
             max_connections: 160,
             idle_timeout: Duration::from_secs(30),
-            tap_stats: None,
+            index_html: INDEX_HTML,
+            driver_stats: None,
+            extra_stats: None,
         }
     }
 }
@@ -235,7 +356,7 @@ fn is_token(s: &str) -> bool {
 /// Parses a request head (as delimited by [`head_end`]). The error is the status to answer
 /// with (and then close the connection).
 pub fn parse_head(head: &[u8]) -> Result<Request<'_>, u16> {
-    let text = std::str::from_utf8(head).map_err(|_| 400u16)?;
+    let text = core::str::from_utf8(head).map_err(|_| 400u16)?;
     let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
     // Tolerate one empty line before the request line (RFC 9112, 2.2).
     let mut line = lines.next().ok_or(400u16)?;
@@ -382,10 +503,19 @@ fn error_body(status: u16) -> Vec<u8> {
     format!("{status} {}\n", reason(status)).into_bytes()
 }
 
-/// The `/stats` document.
+/// The `/stats` document, an object with these members in this order:
+///
+/// * `"stack"`: the stack's counters ([`Stack::stats`]), with `"drops"` by reason;
+/// * the driver's section, named and rendered by `driver` (absent without one);
+/// * `"pool"`: the frame pool's slots by state and its exhaustion counts;
+/// * `"copy_ledger"`: copies and bytes per [`CopySite`] and `"user_space_total"`;
+/// * `"http"`: this server's counters, with `active` as its connections being served
+///   (`null` without `http`);
+/// * then each member `extra` renders, in order.
 pub fn stats_json(
     stack: &Stack,
-    tap: Option<&TapStatsHandle>,
+    driver: Option<&DriverStats>,
+    extra: Option<&ExtraStats>,
     http: Option<&HttpStats>,
     active: usize,
 ) -> Json {
@@ -409,19 +539,6 @@ pub fn stats_json(
         ("time_wait_evictions", s.time_wait_evictions.into()),
         ("drops", drops),
     ]);
-    let tap_j = tap.map_or(Json::Null, |t| {
-        let t = t.get();
-        object([
-            ("rx_frames", t.rx_frames.into()),
-            ("rx_bytes", t.rx_bytes.into()),
-            ("rx_errors", t.rx_errors.into()),
-            ("tx_frames", t.tx_frames.into()),
-            ("tx_bytes", t.tx_bytes.into()),
-            ("tx_errors", t.tx_errors.into()),
-            ("tx_would_block", t.tx_would_block.into()),
-            ("tx_queue_full", t.tx_queue_full.into()),
-        ])
-    });
     let pool = stack.pool();
     let occ = pool.occupancy();
     let ps = pool.stats();
@@ -468,13 +585,17 @@ pub fn stats_json(
             ("status_5xx", h.status_5xx.into()),
         ])
     });
-    object([
-        ("stack", stack_j),
-        ("tap", tap_j),
-        ("pool", pool_j),
-        ("copy_ledger", Json::Obj(ledger)),
-        ("http", http_j),
-    ])
+    let mut doc = vec![("stack".to_string(), stack_j)];
+    if let Some(d) = driver {
+        doc.push((d.name().to_string(), d.render()));
+    }
+    doc.push(("pool".to_string(), pool_j));
+    doc.push(("copy_ledger".to_string(), Json::Obj(ledger)));
+    doc.push(("http".to_string(), http_j));
+    if let Some(e) = extra {
+        doc.extend(e.render());
+    }
+    Json::Obj(doc)
 }
 
 /// Chooses the response for a well-formed request: (status, content type, body).
@@ -486,12 +607,13 @@ fn route(req: &Request<'_>, shared: &Shared) -> (u16, &'static str, Vec<u8>) {
         "/" | "/index.html" => (
             200,
             "text/html; charset=utf-8",
-            INDEX_HTML.as_bytes().to_vec(),
+            shared.config.index_html.as_bytes().to_vec(),
         ),
         "/stats" => {
             let mut body = stats_json(
                 &shared.stack,
-                shared.config.tap_stats.as_ref(),
+                shared.config.driver_stats.as_ref(),
+                shared.config.extra_stats.as_ref(),
                 Some(&shared.stats),
                 shared.limit.active(),
             )
@@ -683,6 +805,52 @@ mod tests {
             let _ = head_end(&v);
             let _ = parse_head(&v);
         }
+    }
+
+    /// The hooks' sections sit where [`stats_json`] says: the driver's after `"stack"`, the
+    /// extra ones at the end; without hooks, neither.
+    #[cfg(feature = "std")]
+    #[test]
+    fn stats_json_places_the_hooks_sections() {
+        let p = zcnet_tests::net::pair(zcnet_tests::wire::Faults::default(), 16);
+        let driver = DriverStats::new("nic", || object([("rx_frames", 7u64.into())]));
+        let extra = ExtraStats::new(|| {
+            vec![
+                ("kernel".to_string(), object([("irq_wakeups", 3u64.into())])),
+                ("build".to_string(), "test".into()),
+            ]
+        });
+        let names = |j: &Json| -> Vec<String> {
+            match j {
+                Json::Obj(m) => m.iter().map(|(k, _)| k.clone()).collect(),
+                other => panic!("not an object: {other:?}"),
+            }
+        };
+        let j = stats_json(&p.stacks[0], Some(&driver), Some(&extra), None, 0);
+        assert_eq!(
+            names(&j),
+            [
+                "stack",
+                "nic",
+                "pool",
+                "copy_ledger",
+                "http",
+                "kernel",
+                "build"
+            ]
+        );
+        assert_eq!(
+            j.path(&["nic", "rx_frames"]).and_then(Json::as_u64),
+            Some(7)
+        );
+        assert_eq!(
+            j.path(&["kernel", "irq_wakeups"]).and_then(Json::as_u64),
+            Some(3)
+        );
+        assert_eq!(j.get("http"), Some(&Json::Null));
+        let j = stats_json(&p.stacks[0], None, None, Some(&HttpStats::default()), 2);
+        assert_eq!(names(&j), ["stack", "pool", "copy_ledger", "http"]);
+        assert_eq!(j.path(&["http", "active"]).and_then(Json::as_u64), Some(2));
     }
 
     #[test]

@@ -24,8 +24,9 @@
 //! A refused test gets SERVER_ERROR (-2) followed by iperf3's error number and an errno (each a
 //! big-endian `i32`); a control connection arriving while a test runs gets ACCESS_DENIED (-1).
 //! The server's results report, per stream, the bytes moved after the omit period and its
-//! duration, plus this process's CPU use over the test (getrusage), which the client prints as
-//! the remote CPU utilisation.
+//! duration, plus the CPU use over the test, which the client prints as the remote CPU
+//! utilisation: read from the [`Iperf3Config::cpu_time`] hook (on Linux, this process's
+//! `getrusage`), or 0 without one, as iperf3 itself reports a CPU use it cannot measure.
 //!
 //! Data moves through the in-place socket APIs: received bytes are consumed in smoltcp's ring
 //! (`read_with`) and sent bytes are claimed in it (`write_with`) without our code copying them.
@@ -33,15 +34,21 @@
 //! Every wait on the client is bounded (a dead client never wedges the server), every length
 //! it sends is checked, and nothing it sends can make the server panic.
 
-use std::collections::VecDeque;
-use std::future::{pending, poll_fn};
-use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Poll, Waker};
-use std::time::Duration;
+use alloc::collections::VecDeque;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+use core::future::{pending, poll_fn, Future};
+use core::pin::pin;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::task::{Poll, Waker};
+use core::time::Duration;
 
 use futures_util::future::{join_all, select, Either};
+use spin::{Mutex, MutexGuard};
 use zcnet_executor::time::timeout;
 use zcnet_executor::{Executor, Instant, Spawner};
 use zcnet_stack::tcp::{TcpBuffers, TcpError, TcpListener, TcpSocket};
@@ -105,15 +112,77 @@ fn stream_buffers() -> Option<TcpBuffers> {
     Some(TcpBuffers::with_capacity(STREAM_BUFFER, STREAM_BUFFER))
 }
 
+/// CPU time used so far by whatever runs the server (a process, a kernel, one core), in
+/// seconds, split as the platform accounts it. Only differences between two readings are used.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuTime {
+    /// Seconds spent in user mode (a kernel without that split: all of it here, or in
+    /// `system`).
+    pub user: f64,
+    /// Seconds spent in the kernel on the server's behalf.
+    pub system: f64,
+}
+
+/// This process's CPU time from `getrusage(RUSAGE_SELF)`; all zero if the call fails. The
+/// default [`Iperf3Config::cpu_time`] with the `std` feature.
+#[cfg(feature = "std")]
+pub fn process_cpu_time() -> CpuTime {
+    // SAFETY: `rusage` is plain old data; all-zero is valid and getrusage overwrites it.
+    let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF is valid and `ru` is a valid out-pointer for the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return CpuTime::default();
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    CpuTime {
+        user: secs(ru.ru_utime),
+        system: secs(ru.ru_stime),
+    }
+}
+
 /// How to run the server.
+///
+/// A kernel fills in the hooks with plain functions:
+///
+/// ```
+/// use core::fmt;
+/// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use zcnet_examples::iperf3::{CpuTime, Iperf3Config};
+///
+/// /// Nanoseconds the kernel's one core spent outside its idle loop (which keeps the count).
+/// static BUSY_NANOS: AtomicU64 = AtomicU64::new(0);
+///
+/// fn busy_time() -> CpuTime {
+///     // No user/system split in this kernel: all of it is kernel time.
+///     CpuTime { user: 0.0, system: BUSY_NANOS.load(Relaxed) as f64 / 1e9 }
+/// }
+///
+/// fn log_line(line: fmt::Arguments<'_>) {
+///     // A kernel would write `line` and a line break to its serial port here.
+///     let _ = line;
+/// }
+///
+/// let config = Iperf3Config {
+///     cpu_time: Some(busy_time),
+///     log: Some(log_line),
+///     ..Iperf3Config::default()
+/// };
+/// assert_eq!(config.port, 5201);
+/// ```
 #[derive(Clone, Debug)]
 pub struct Iperf3Config {
     /// TCP port for the control connection and the data streams.
     pub port: u16,
     /// Listening sockets, 1..=64 (at least the streams a client opens in a burst).
     pub backlog: usize,
-    /// Print a line per test to stdout.
-    pub verbose: bool,
+    /// Where a line per test goes (how it went, or why it ended early), given without a line
+    /// break. `None` (the default): nowhere.
+    pub log: Option<fn(fmt::Arguments<'_>)>,
+    /// Reads the CPU time used so far; read when the data starts and when it ends, and the
+    /// difference over the wall time is the CPU use the client prints as the remote one. It
+    /// runs on the test's task, so it must not block. `None`: reported as 0 %. The default is
+    /// `process_cpu_time` (`getrusage`) with the `std` feature, `None` without it.
+    pub cpu_time: Option<fn() -> CpuTime>,
 }
 
 impl Default for Iperf3Config {
@@ -121,7 +190,11 @@ impl Default for Iperf3Config {
         Iperf3Config {
             port: PORT,
             backlog: 8,
-            verbose: false,
+            log: None,
+            #[cfg(feature = "std")]
+            cpu_time: Some(process_cpu_time),
+            #[cfg(not(feature = "std"))]
+            cpu_time: None,
         }
     }
 }
@@ -181,16 +254,12 @@ impl Iperf3Stats {
 
     /// The last finished test.
     pub fn last(&self) -> Option<TestSummary> {
-        *self.0.last.lock().unwrap_or_else(|p| p.into_inner())
+        *self.0.last.lock()
     }
 
     /// Why the last test that failed failed.
     pub fn last_error(&self) -> Option<String> {
-        self.0
-            .last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.0.last_error.lock().clone()
     }
 }
 
@@ -216,14 +285,25 @@ struct Dispatch {
 struct Shared {
     dispatch: Mutex<Dispatch>,
     stats: Iperf3Stats,
-    verbose: bool,
+    log: Option<fn(fmt::Arguments<'_>)>,
+    cpu_time: Option<fn() -> CpuTime>,
     exec: &'static Executor,
 }
 
 impl Shared {
     fn dispatch(&self) -> MutexGuard<'_, Dispatch> {
-        // Every critical section leaves `Dispatch` consistent, so a poisoned lock is usable.
-        self.dispatch.lock().unwrap_or_else(|p| p.into_inner())
+        // A spin lock: critical sections are short and never wait, and only tasks take it.
+        self.dispatch.lock()
+    }
+
+    fn log(&self, line: fmt::Arguments<'_>) {
+        if let Some(log) = self.log {
+            log(line);
+        }
+    }
+
+    fn cpu_time(&self) -> CpuTime {
+        self.cpu_time.map_or(CpuTime::default(), |f| f())
     }
 
     fn set_phase(&self, phase: Phase) {
@@ -283,7 +363,8 @@ impl Iperf3Server {
                     waker: None,
                 }),
                 stats: Iperf3Stats::default(),
-                verbose: config.verbose,
+                log: config.log,
+                cpu_time: config.cpu_time,
                 exec: stack.executor(),
             }),
         })
@@ -314,7 +395,9 @@ impl Iperf3Server {
                 }
                 Phase::Streams if d.queue.len() < MAX_STREAMS => {
                     d.queue.push_back(sock);
-                    if let Some(w) = d.waker.take() {
+                    let waker = d.waker.take();
+                    drop(d);
+                    if let Some(w) = waker {
                         w.wake();
                     }
                 }
@@ -347,8 +430,8 @@ enum Fail {
     ClientGone,
 }
 
-impl std::fmt::Display for Fail {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Display for Fail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Fail::Tcp(e) => write!(f, "control connection: {e}"),
             Fail::Timeout(what) => write!(f, "client too slow: no {what} within the limit"),
@@ -372,24 +455,20 @@ async fn finish(ctrl: &mut TcpSocket, shared: &Shared, r: Result<TestSummary, Fa
     match r {
         Ok(summary) => {
             stats.tests_done.fetch_add(1, Relaxed);
-            *stats.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
-            if shared.verbose {
-                println!(
-                    "iperf3 test done: {} stream(s), zcnet {}, {} bytes in {:.2} s = {:.1} Mbit/s",
-                    summary.streams,
-                    if summary.reverse { "sent" } else { "received" },
-                    summary.bytes,
-                    summary.seconds,
-                    summary.bits_per_second() / 1e6
-                );
-            }
+            *stats.last.lock() = Some(summary);
+            shared.log(format_args!(
+                "iperf3 test done: {} stream(s), zcnet {}, {} bytes in {:.2} s = {:.1} Mbit/s",
+                summary.streams,
+                if summary.reverse { "sent" } else { "received" },
+                summary.bytes,
+                summary.seconds,
+                summary.bits_per_second() / 1e6
+            ));
         }
         Err(e) => {
             stats.tests_failed.fetch_add(1, Relaxed);
-            if shared.verbose {
-                println!("iperf3 test ended early: {e}");
-            }
-            *stats.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            shared.log(format_args!("iperf3 test ended early: {e}"));
+            *stats.last_error.lock() = Some(e.to_string());
             if matches!(e, Fail::Timeout(_) | Fail::Protocol(_)) {
                 ctrl.abort();
                 return;
@@ -400,10 +479,7 @@ async fn finish(ctrl: &mut TcpSocket, shared: &Shared, r: Result<TestSummary, Fa
     let _ = timeout(STEP_TIMEOUT, ctrl.flush()).await;
 }
 
-async fn step<T>(
-    what: &'static str,
-    f: impl std::future::Future<Output = Result<T, Fail>>,
-) -> Result<T, Fail> {
+async fn step<T>(what: &'static str, f: impl Future<Output = Result<T, Fail>>) -> Result<T, Fail> {
     timeout(STEP_TIMEOUT, f)
         .await
         .unwrap_or(Err(Fail::Timeout(what)))
@@ -577,18 +653,6 @@ async fn transfer(
     pending::<()>().await;
 }
 
-/// CPU seconds (user, system) this process has used.
-fn cpu_times() -> (f64, f64) {
-    // SAFETY: `rusage` is plain old data; all-zero is valid and getrusage overwrites it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF is valid and `ru` is a valid out-pointer for the call.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return (0.0, 0.0);
-    }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (secs(ru.ru_utime), secs(ru.ru_stime))
-}
-
 /// Runs one test on the control connection `ctrl`.
 async fn run_test(ctrl: &mut TcpSocket, shared: &Shared) -> Result<TestSummary, Fail> {
     let exec = shared.exec;
@@ -624,7 +688,7 @@ async fn run_test(ctrl: &mut TcpSocket, shared: &Shared) -> Result<TestSummary, 
     })
     .await?;
     let start = exec.now();
-    let cpu_start = cpu_times();
+    let cpu_start = shared.cpu_time();
     let omit_end = start + Duration::from_secs(p.omit);
     let mut counts: Vec<Count> = streams.iter().map(|_| Count::default()).collect();
     let limit = if p.time > 0 {
@@ -658,7 +722,7 @@ async fn run_test(ctrl: &mut TcpSocket, shared: &Shared) -> Result<TestSummary, 
         }
     };
     let end = exec.now();
-    let cpu_end = cpu_times();
+    let cpu_end = shared.cpu_time();
     // The streams are finished with: close them as iperf3's own server does (FIN after what is
     // queued; a reset would fail a client still reading, as it may with -R). Dropped, they
     // finish closing in the background.
@@ -670,8 +734,8 @@ async fn run_test(ctrl: &mut TcpSocket, shared: &Shared) -> Result<TestSummary, 
 
     let wall = end.saturating_duration_since(start).as_secs_f64().max(1e-9);
     let counted = end.saturating_duration_since(omit_end).as_secs_f64();
-    let user = (cpu_end.0 - cpu_start.0).max(0.0) / wall * 100.0;
-    let system = (cpu_end.1 - cpu_start.1).max(0.0) / wall * 100.0;
+    let user = (cpu_end.user - cpu_start.user).max(0.0) / wall * 100.0;
+    let system = (cpu_end.system - cpu_start.system).max(0.0) / wall * 100.0;
     let summary = TestSummary {
         streams: counts.len(),
         reverse: p.reverse,

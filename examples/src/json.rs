@@ -4,7 +4,9 @@
 //! The parser takes untrusted input: it never panics, nests at most [`MAX_DEPTH`] levels, and
 //! allocates at most in proportion to its input (which the callers bound).
 
-use std::fmt::Write as _;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt::Write as _;
 
 /// Deepest nesting of arrays and objects [`parse`] accepts.
 pub const MAX_DEPTH: usize = 32;
@@ -156,7 +158,8 @@ fn write_number(out: &mut String, n: f64) {
     if !n.is_finite() {
         // JSON has no NaN or infinity.
         out.push_str("null");
-    } else if n.fract() == 0.0 && n.abs() < 9.0e15 {
+    } else if n.abs() < 9.0e15 && (n as i64) as f64 == n {
+        // A whole number (exactly representable as i64 in this range): no ".0", as cJSON.
         let _ = write!(out, "{}", n as i64);
     } else {
         let _ = write!(out, "{n}");
@@ -190,13 +193,13 @@ pub struct ParseError {
     pub what: &'static str,
 }
 
-impl std::fmt::Display for ParseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "bad JSON at byte {}: {}", self.offset, self.what)
     }
 }
 
-impl std::error::Error for ParseError {}
+impl core::error::Error for ParseError {}
 
 /// Parses one JSON value (surrounding whitespace allowed, nothing else after it).
 pub fn parse(input: &[u8]) -> Result<Json, ParseError> {
@@ -313,7 +316,7 @@ impl Parser<'_> {
         ) {
             self.i += 1;
         }
-        std::str::from_utf8(&self.s[start..self.i])
+        core::str::from_utf8(&self.s[start..self.i])
             .ok()
             .and_then(|t| t.parse::<f64>().ok())
             .map(Json::Num)
@@ -327,7 +330,7 @@ impl Parser<'_> {
         let h = self
             .s
             .get(self.i..self.i + 4)
-            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| core::str::from_utf8(h).ok())
             .and_then(|h| u32::from_str_radix(h, 16).ok())
             .ok_or(self.err("bad \\u escape"))?;
         self.i += 4;

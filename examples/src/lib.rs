@@ -1,20 +1,43 @@
 //! # zcnet-examples: servers on zcnet that unmodified Linux tools talk to
 //!
-//! Each example is library code here, driven by a small program in `src/bin/` (which sets up a
-//! TAP and a network namespace, see [`demo`]) and by the integration tests
-//! (`tests/tests/tap_examples.rs`, which run the same servers in-process against the Linux
-//! stack in a test-made namespace):
+//! The servers are `no_std` + `alloc` library code, the same code whether it runs in a Linux
+//! process over a TAP or in a freestanding kernel over its own driver:
 //!
-//! * [`echo`]: TCP and UDP echo on port 7 (`nc`, `socat`);
+//! * [`echo`]: TCP and UDP echo on port 7 (`nc`, `socat`); UDP on smoltcp's copying socket or
+//!   on zcnet's zero-copy datagram socket;
 //! * [`http`]: an HTTP/1.1 server with keep-alive, a static page and `/stats` (`curl`, `wrk`);
-//! * [`iperf3`]: an iperf3-compatible server (`iperf3 -c`, `-R`, `-P N`).
+//! * [`iperf3`]: an iperf3-compatible server (`iperf3 -c`, `-R`, `-P N`);
+//! * [`json`] and [`limit`]: what they share (a small JSON reader and writer, a cap on
+//!   connection tasks).
+//!
+//! Each server is bound with `XServer::bind(stack, XConfig)` and served by the future
+//! `run(spawner)`. What the servers need from their surroundings that `core` and `alloc` do not
+//! give is a hook in their config, which the caller fills in: the driver's counters for the
+//! HTTP server's `/stats` ([`http::DriverStats`]) and any further sections
+//! ([`http::ExtraStats`]), the process's CPU clock for iperf3's results
+//! ([`iperf3::Iperf3Config::cpu_time`]) and where iperf3's one-line test reports go
+//! ([`iperf3::Iperf3Config::log`]). Time comes from the executor's clock.
+//!
+//! ## Features
+//!
+//! * `std` (default): the Linux side. The `demo` module (TAP and network-namespace setup, and
+//!   the hooks filled in for Linux), the programs in `src/bin/` and `getrusage` as iperf3's
+//!   CPU clock. The programs are driven by `demo`; the integration tests
+//!   (`tests/tests/tap_examples.rs`) run the same servers in-process against the Linux stack
+//!   in a test-made namespace.
+//! * Without it (`default-features = false`) the crate is `#![no_std]` and needs only a global
+//!   allocator: what a kernel links.
 //!
 //! ```text
 //! sudo target/release/http      # then: sudo ip netns exec zcnet-demo curl http://10.77.0.2/
 //! ```
 
+#![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 
+extern crate alloc;
+
+#[cfg(feature = "std")]
 pub mod demo;
 pub mod echo;
 pub mod http;

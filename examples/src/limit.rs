@@ -1,8 +1,10 @@
 //! [`ConnLimit`]: at most N connection tasks at once; the acceptor waits for a free place.
 
-use std::future::poll_fn;
-use std::sync::{Arc, Mutex};
-use std::task::{Poll, Waker};
+use alloc::sync::Arc;
+use core::future::poll_fn;
+use core::task::{Poll, Waker};
+
+use spin::Mutex;
 
 #[derive(Debug)]
 struct Inner {
@@ -30,10 +32,10 @@ impl ConnLimit {
         })))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding this lock cannot leave the counts inconsistent (each critical
-        // section is one assignment), so a poisoned lock is still usable.
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> spin::MutexGuard<'_, Inner> {
+        // A spin lock: each critical section is a few assignments and never waits, and the
+        // lock is only taken by tasks (never by an interrupt handler).
+        self.0.lock()
     }
 
     /// Waits until fewer than `max` permits are out, then takes one. Meant for one acceptor

@@ -7,6 +7,7 @@
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
+use zcnet_examples::demo::tap_driver_stats;
 use zcnet_examples::echo::{EchoConfig, EchoServer};
 use zcnet_examples::http::{HttpConfig, HttpServer, INDEX_HTML};
 use zcnet_examples::iperf3::{Iperf3Config, Iperf3Server, Iperf3Stats};
@@ -45,7 +46,7 @@ fn http_server(net: &TapNet) -> zcnet_examples::http::HttpStats {
     let config = HttpConfig {
         backlog: 4,
         max_connections: 8,
-        tap_stats: Some(net.tap_stats.clone()),
+        driver_stats: Some(tap_driver_stats(net.tap_stats.clone())),
         ..HttpConfig::default()
     };
     let server = HttpServer::bind(net.stack, config).expect("bind port 80");

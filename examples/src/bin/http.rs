@@ -8,7 +8,7 @@
 
 use std::process::ExitCode;
 
-use zcnet_examples::demo::{Demo, Options, ZCNET_ADDR};
+use zcnet_examples::demo::{tap_driver_stats, Demo, Options, ZCNET_ADDR};
 use zcnet_examples::http::{HttpConfig, HttpServer};
 
 fn main() -> ExitCode {
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         }
     };
     let config = HttpConfig {
-        tap_stats: Some(demo.tap_stats.clone()),
+        driver_stats: Some(tap_driver_stats(demo.tap_stats.clone())),
         ..HttpConfig::default()
     };
     let server = match HttpServer::bind(demo.stack, config) {

@@ -23,7 +23,7 @@ fn main() -> ExitCode {
         }
     };
     let config = Iperf3Config {
-        verbose: true,
+        log: Some(|line| println!("{line}")),
         ..Iperf3Config::default()
     };
     let server = match Iperf3Server::bind(demo.stack, config) {
