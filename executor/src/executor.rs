@@ -132,9 +132,9 @@ pub struct Executor {
     /// that moment: after every insert ([`Executor::note_insert`]) and after `fire_timers`
     /// collected what was due. Read without the lock by `fire_timers`, which skips the lock and
     /// the wheel while the clock is below it (most turns). Removals leave it alone, so it can
-    /// only be too low (costing one locked look), never too high. It bounds the next
-    /// *expiration*, not the earliest deadline: a far entry expires first where it cascades
-    /// down a level, the idle path waits for exactly that tick, and `fire_timers` must then run.
+    /// only be too low (costing one locked look), never too high. It is the wheel's next
+    /// expiration (the earliest deadline recorded in the first occupied slot, see the wheel's
+    /// module docs), which the idle path also waits for, so `fire_timers` must then run.
     next_due: AtomicU64,
     /// Turns in a row that found work (no wait), for [`Self::poll_events_now_and_then`].
     /// Written only by the thread running the loop; outside loom's model like the counters.
@@ -473,8 +473,8 @@ impl Executor {
     }
 
     /// An entry was just inserted; `timers` is the held lock (which makes this thread the only
-    /// writer of `next_due`). The bound becomes the wheel's next expiration, not the entry's
-    /// deadline: a far entry expires first at the tick where it cascades down a level, and the
+    /// writer of `next_due`). The bound becomes the wheel's next expiration, which may lie before
+    /// the entry's deadline (an earlier entry, or a lower bound left by a cancelled one), and the
     /// idle path waits for exactly that tick, so `fire_timers` must not skip it.
     pub(crate) fn note_insert(&self, timers: &Timers) {
         self.reset_next_due(timers);

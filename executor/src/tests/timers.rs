@@ -56,6 +56,22 @@ fn far_deadlines_cascade_down_and_fire_on_time() {
 }
 
 #[test]
+fn a_far_sleep_wakes_the_idle_executor_once() {
+    // 3001 ms lies in a level-1 slot that starts at 2944 ms: the executor must sleep straight to
+    // the deadline, not wake at the slot's start to cascade the entry and sleep again.
+    for d in [
+        Duration::from_millis(3001),
+        Duration::from_secs(3 * 3600 + 7),
+    ] {
+        let (_, exec) = virtual_executor();
+        let start = exec.now();
+        exec.block_on(time::sleep(d));
+        assert_eq!(exec.now() - start, d);
+        assert_eq!(exec.stats().waits, 1, "one wait for {d:?}");
+    }
+}
+
+#[test]
 fn dropping_a_sleep_cancels_it() {
     let (_, exec) = virtual_executor();
     exec.block_on(async {

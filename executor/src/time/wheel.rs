@@ -12,8 +12,13 @@
 //!   top level and re-inserted when their slot comes round.
 //! * Every slot at level `l > 0` that holds entries lies strictly after the slot containing
 //!   `elapsed` at that level (an entry in the same slot would have gone to a lower level), so the
-//!   next expiration is the first occupied slot at the lowest non-empty level: found with one
+//!   next work is in the first occupied slot at the lowest non-empty level: found with one
 //!   rotate + trailing-zeros per level, O(levels).
+//! * Each slot below the top level also keeps the earliest deadline placed in it since it was
+//!   last empty (a lower bound: a cancelled entry may have set it). The next expiration is that
+//!   deadline, not the slot's start, so an idle core sleeps until a timer is actually due instead
+//!   of waking at the slot's start only to cascade it. Cascading then happens in the same
+//!   `advance` that fires the entry.
 //! * Processing a slot at level 0 fires its entries; at a higher level it cascades them to lower
 //!   levels (or fires those already due). Fired entries go to the `pending` list; the executor
 //!   takes their wakers in batches and wakes them after releasing the lock.
@@ -163,12 +168,17 @@ impl List {
 struct Level {
     occupied: u64,
     slots: [List; SLOTS],
+    /// Per slot: the earliest deadline placed in it since it was last empty (`u64::MAX` while
+    /// empty). A lower bound on its entries' deadlines, never above any of them: removing an
+    /// entry leaves it as it is (an early wake at worst, never a late one).
+    earliest: [u64; SLOTS],
 }
 
 impl Level {
     const EMPTY: Level = Level {
         occupied: 0,
         slots: [List::EMPTY; SLOTS],
+        earliest: [u64::MAX; SLOTS],
     };
 }
 
@@ -265,6 +275,7 @@ impl Wheel {
             let lvl = &mut self.levels[level];
             lvl.slots[slot].push_back(e);
             lvl.occupied |= 1 << slot;
+            lvl.earliest[slot] = lvl.earliest[slot].min(key);
             true
         }
     }
@@ -284,6 +295,7 @@ impl Wheel {
                     lvl.slots[slot as usize].remove(e);
                     if lvl.slots[slot as usize].is_empty() {
                         lvl.occupied &= !(1 << slot);
+                        lvl.earliest[slot as usize] = u64::MAX;
                     }
                     self.len -= 1;
                 }
@@ -297,13 +309,22 @@ impl Wheel {
         }
     }
 
-    /// The next tick at which the wheel has work (an expiry or a cascade), or `None` if it is
-    /// empty. Due entries already pending count as "now" (`elapsed`). O(levels).
+    /// The earliest tick at which an entry may be due, or `None` if the wheel is empty: the
+    /// earliest deadline recorded for the first occupied slot (its start at the top level, where
+    /// far deadlines are parked and must be re-placed on time). Never after any entry's deadline;
+    /// after a cancellation possibly before all of them. Due entries already pending count as
+    /// "now" (`elapsed`). O(levels).
     pub(crate) fn next_expiration(&self) -> Option<u64> {
         if !self.pending.is_empty() {
             return Some(self.elapsed);
         }
-        self.next_slot().map(|(_, _, t)| t)
+        self.next_slot().map(|(level, slot, tick)| {
+            if level + 1 < LEVELS {
+                tick.max(self.levels[level].earliest[slot])
+            } else {
+                tick
+            }
+        })
     }
 
     /// (level, slot, tick) of the first occupied slot.
@@ -343,6 +364,7 @@ impl Wheel {
             let lvl = &mut self.levels[level];
             let mut list = core::mem::replace(&mut lvl.slots[slot], List::EMPTY);
             lvl.occupied &= !(1 << slot);
+            lvl.earliest[slot] = u64::MAX;
             // SAFETY: the lock is held (module rules) and every entry in the list is live (an
             // entry is unlinked before its Sleep is dropped).
             while let Some(e) = unsafe { list.pop_front() } {
