@@ -162,6 +162,46 @@ impl fmt::Debug for ExtraStats {
     }
 }
 
+/// Further paths the caller answers, such as a kernel's test hooks (`GET /exit`).
+///
+/// Consulted for GET and HEAD requests whose path is none of the built-in ones (`/`,
+/// `/index.html`, `/stats`), so it cannot shadow them: `answer` gets the path and returns the
+/// status, content type and body, or `None` for the usual `404`. It runs on the connection's
+/// task for each such request: it must not block.
+///
+/// ```
+/// use zcnet_examples::http::ExtraRoutes;
+///
+/// let routes = ExtraRoutes::new(|path| {
+///     (path == "/hello").then(|| (200, "text/plain", b"hello\n".to_vec()))
+/// });
+/// assert_eq!(routes.answer("/hello").map(|r| r.0), Some(200));
+/// assert!(routes.answer("/other").is_none());
+/// ```
+#[derive(Clone)]
+#[allow(clippy::type_complexity)]
+pub struct ExtraRoutes(Arc<dyn Fn(&str) -> Option<(u16, &'static str, Vec<u8>)> + Send + Sync>);
+
+impl ExtraRoutes {
+    /// Paths answered by `answer` (see the type's docs).
+    pub fn new(
+        answer: impl Fn(&str) -> Option<(u16, &'static str, Vec<u8>)> + Send + Sync + 'static,
+    ) -> Self {
+        ExtraRoutes(Arc::new(answer))
+    }
+
+    /// The answer for `path`: status, content type, body; `None` if the caller has none.
+    pub fn answer(&self, path: &str) -> Option<(u16, &'static str, Vec<u8>)> {
+        (self.0)(path)
+    }
+}
+
+impl fmt::Debug for ExtraRoutes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ExtraRoutes").finish_non_exhaustive()
+    }
+}
+
 /// How to run the server.
 ///
 /// ```
@@ -192,6 +232,8 @@ pub struct HttpConfig {
     pub driver_stats: Option<DriverStats>,
     /// Sections appended to `/stats` after the built-in ones (none: no further sections).
     pub extra_stats: Option<ExtraStats>,
+    /// Paths answered by the caller beyond the built-in ones (none: they get `404`).
+    pub extra_routes: Option<ExtraRoutes>,
 }
 
 impl Default for HttpConfig {
@@ -204,6 +246,7 @@ impl Default for HttpConfig {
             index_html: INDEX_HTML,
             driver_stats: None,
             extra_stats: None,
+            extra_routes: None,
         }
     }
 }
@@ -622,7 +665,12 @@ fn route(req: &Request<'_>, shared: &Shared) -> (u16, &'static str, Vec<u8>) {
             body.push(b'\n');
             (200, "application/json", body)
         }
-        _ => (404, "text/plain", error_body(404)),
+        path => shared
+            .config
+            .extra_routes
+            .as_ref()
+            .and_then(|r| r.answer(path))
+            .unwrap_or_else(|| (404, "text/plain", error_body(404))),
     }
 }
 

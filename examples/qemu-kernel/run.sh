@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Boots the zcnet example kernel in QEMU (TCG, q35, PVH, virtio-net-pci).
+#
+#   ./run.sh [--tap IFNAME | --ports HTTP,ECHO,IPERF3] [--append "KEY=VALUE ..."] [--kernel ELF]
+#
+# Without --kernel it builds the release kernel first (cargo build --release here). As cargo's
+# runner (.cargo/config.toml) it is called with --kernel and the freshly built ELF.
+#
+# Network: by default QEMU's user-mode network (slirp; the guest gets 10.0.2.15 by DHCP) with
+# host ports on 127.0.0.1 only: 5555 -> guest 80 (HTTP), 5556 -> 7 (TCP and UDP echo),
+# 5201 -> 5201 (iperf3); --ports picks other host ports. With --tap IFNAME the guest is on an
+# existing TAP interface instead.
+#
+# Exit status: 0 when the kernel exits through isa-debug-exit with the success code (QEMU's
+# 33), QEMU's own status otherwise (35: a check failed, 37: panic or CPU exception), 1 if QEMU
+# ended without the kernel choosing a status.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+kernel=""
+tap=""
+append=""
+ports="5555,5556,5201"
+
+usage() {
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
+}
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --tap) tap="${2:?--tap needs an interface name}"; shift 2 ;;
+        --append) append="${2?--append needs a value}"; shift 2 ;;
+        --ports) ports="${2:?--ports needs HTTP,ECHO,IPERF3}"; shift 2 ;;
+        --kernel) kernel="${2:?--kernel needs a path}"; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+
+if [ -z "$kernel" ]; then
+    (cd "$here" && cargo build --release --quiet)
+    kernel="$here/target/x86_64-unknown-linux-gnu/release/zcnet-qemu-kernel"
+fi
+
+if [ -n "$tap" ]; then
+    netdev="tap,id=n0,ifname=$tap,script=no,downscript=no"
+else
+    IFS=, read -r http echo iperf3 extra <<<"$ports"
+    if [ -z "${iperf3:-}" ] || [ -n "${extra:-}" ]; then
+        echo "run.sh: --ports wants three ports, HTTP,ECHO,IPERF3" >&2
+        exit 2
+    fi
+    netdev="user,id=n0"
+    netdev+=",hostfwd=tcp:127.0.0.1:$http-:80"
+    netdev+=",hostfwd=tcp:127.0.0.1:$echo-:7,hostfwd=udp:127.0.0.1:$echo-:7"
+    netdev+=",hostfwd=tcp:127.0.0.1:$iperf3-:5201"
+fi
+
+# QEMU runs as a child so its status can be mapped below; a SIGTERM or SIGINT sent to this
+# script (timeout, a test harness) is passed on to it, so it never outlives the script.
+qemu-system-x86_64 \
+    -accel tcg -machine q35 -m 256M \
+    -display none -serial stdio -no-reboot \
+    -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+    -kernel "$kernel" -append "$append" \
+    -netdev "$netdev" \
+    -device virtio-net-pci,netdev=n0,disable-legacy=on,romfile= \
+    <&0 &
+qemu=$!
+trap 'kill -TERM "$qemu" 2>/dev/null' TERM INT HUP
+status=0
+wait "$qemu" || status=$?
+# A trapped signal interrupts `wait`: wait again for QEMU's own status.
+while kill -0 "$qemu" 2>/dev/null; do
+    status=0
+    wait "$qemu" || status=$?
+done
+
+case "$status" in
+    33) exit 0 ;;
+    0) exit 1 ;;
+    *) exit "$status" ;;
+esac

@@ -1,0 +1,175 @@
+//! The kernel command line (QEMU's `-append`): space-separated `key=value` words.
+//!
+//! | key | values | default | meaning |
+//! |---|---|---|---|
+//! | `ip` | `dhcp`, `A.B.C.D/N` | `dhcp` | IPv4 address: a DHCP lease, or static |
+//! | `gw` | `A.B.C.D` | none | default gateway for a static address |
+//! | `test` | `0`, `1` | `0` | serve `GET /exit`: check invariants and stop QEMU with the verdict |
+//! | `idle` | seconds | off | once addressed, measure wakeups and polls over that many idle seconds |
+//! | `irq` | `msix`, `intx` | `msix` | how the NIC interrupts (`intx`: force the IOAPIC fallback) |
+//!
+//! PVH passes the line's physical address at offset 24 of the `hvm_start_info` structure whose
+//! address arrives in `%ebx` (`boot.rs`). Unknown keys and bad values are reported on the
+//! console and ignored: a typo must not stop the kernel.
+
+use core::net::Ipv4Addr;
+
+/// `hvm_start_info.magic`.
+const START_INFO_MAGIC: u32 = 0x336e_c578;
+/// The longest command line read.
+const MAX_LEN: usize = 1024;
+
+/// Where the IPv4 address comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpSetting {
+    /// A DHCP lease (slirp's DHCP server gives 10.0.2.15/24, gateway 10.0.2.2).
+    Dhcp,
+    /// A fixed address and prefix length.
+    Static {
+        /// The address.
+        address: Ipv4Addr,
+        /// The prefix length, 0..=32.
+        prefix: u8,
+    },
+}
+
+/// How the NIC's interrupts are routed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IrqMode {
+    /// MSI-X (separate RX and TX vectors), falling back to INTx if it cannot be set up.
+    Msix,
+    /// The legacy INTx line through the IOAPIC.
+    Intx,
+}
+
+/// The parsed command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cmdline {
+    /// `ip=`.
+    pub ip: IpSetting,
+    /// `gw=`.
+    pub gateway: Option<Ipv4Addr>,
+    /// `test=1`.
+    pub test: bool,
+    /// `idle=N`.
+    pub idle_secs: Option<u32>,
+    /// `irq=`.
+    pub irq: IrqMode,
+}
+
+impl Default for Cmdline {
+    fn default() -> Self {
+        Cmdline {
+            ip: IpSetting::Dhcp,
+            gateway: None,
+            test: false,
+            idle_secs: None,
+            irq: IrqMode::Msix,
+        }
+    }
+}
+
+impl Cmdline {
+    /// Parses `line`, printing a warning for each word it ignores.
+    pub fn parse(line: &str) -> Cmdline {
+        let mut c = Cmdline::default();
+        for word in line.split_ascii_whitespace() {
+            if c.apply(word).is_none() {
+                println!("cmdline: ignoring {word:?}");
+            }
+        }
+        c
+    }
+
+    fn apply(&mut self, word: &str) -> Option<()> {
+        let (key, value) = word.split_once('=')?;
+        match key {
+            "ip" if value == "dhcp" => self.ip = IpSetting::Dhcp,
+            "ip" => {
+                let (address, prefix) = value.split_once('/')?;
+                let prefix: u8 = prefix.parse().ok().filter(|p| *p <= 32)?;
+                self.ip = IpSetting::Static {
+                    address: address.parse().ok()?,
+                    prefix,
+                };
+            }
+            "gw" => self.gateway = Some(value.parse().ok()?),
+            "test" => self.test = parse_bool(value)?,
+            "idle" => self.idle_secs = Some(value.parse().ok()?),
+            "irq" => {
+                self.irq = match value {
+                    "msix" => IrqMode::Msix,
+                    "intx" => IrqMode::Intx,
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// Reads and parses the command line PVH handed over.
+    ///
+    /// # Safety
+    ///
+    /// `start_info` is the physical address QEMU passed in `%ebx` (or 0), identity mapped, and
+    /// the memory it and the command line occupy has not been reused yet.
+    pub unsafe fn from_start_info(start_info: usize) -> Cmdline {
+        let mut buf = [0u8; MAX_LEN];
+        // SAFETY: passed on from the caller.
+        let len = unsafe { read_cmdline(start_info, &mut buf) };
+        match core::str::from_utf8(&buf[..len]) {
+            Ok(line) => {
+                println!("cmdline: {line:?}");
+                Cmdline::parse(line)
+            }
+            Err(_) => {
+                println!("cmdline: not UTF-8, ignored");
+                Cmdline::default()
+            }
+        }
+    }
+}
+
+fn parse_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "yes" | "on" | "true" => Some(true),
+        "0" | "no" | "off" | "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// Copies the command line into `buf` (at most its length; longer lines are cut) and returns
+/// the length.
+///
+/// # Safety
+///
+/// As for [`Cmdline::from_start_info`].
+unsafe fn read_cmdline(start_info: usize, buf: &mut [u8]) -> usize {
+    if start_info == 0 {
+        return 0;
+    }
+    let info = start_info as *const u8;
+    // SAFETY: the start-info structure is at least 56 bytes, identity mapped (caller).
+    let (magic, cmdline) = unsafe {
+        (
+            info.cast::<u32>().read_unaligned(),
+            info.add(24).cast::<u64>().read_unaligned(),
+        )
+    };
+    if magic != START_INFO_MAGIC || cmdline == 0 {
+        return 0;
+    }
+    let mut len = 0;
+    while len < buf.len() {
+        // SAFETY: the command line is a NUL-terminated string at `cmdline` (PVH's contract),
+        // identity mapped; reading stops at its NUL.
+        let b = unsafe { (cmdline as *const u8).add(len).read_volatile() };
+        if b == 0 {
+            break;
+        }
+        buf[len] = b;
+        len += 1;
+    }
+    len
+}

@@ -1,0 +1,121 @@
+//! zcnet's example kernel: a freestanding x86_64 kernel, booted by QEMU through PVH, that runs
+//! zcnet over virtio-net and serves HTTP, echo and iperf3.
+//!
+//! What a kernel supplies to use zcnet, and where this one does it:
+//!
+//! * **a clock, a wait and a signal** for the executor: [`platform`] (TSC calibrated against
+//!   the HPET in [`clock`], LAPIC one-shot deadlines in [`apic`], `hlt`), no periodic tick;
+//! * **DMA memory and address translation** for the driver: [`hal`] (virtio-drivers' `Hal`,
+//!   identity mapped, no bounce buffers) and the frame pool in [`net`] (a `StaticPool` in
+//!   `.bss`, which identity mapping makes DMA memory as is);
+//! * **interrupt wiring**: [`idt`] and [`gdt`] (gates on IST stacks, SSE state saved),
+//!   [`pic`] silenced, [`nic_irq`] (MSI-X vectors per queue, or INTx), each calling the
+//!   driver's `VirtioIrq`;
+//! * **a heap** for the services' tasks and buffers: [`heap`].
+//!
+//! The rest is what any freestanding Rust program needs ([`boot`], [`serial`], [`libc`],
+//! [`exit`], [`port`]) and this kernel's own choices ([`cmdline`], [`services`]).
+#![no_std]
+#![no_main]
+// The `baseline` build runs `baseline::run` instead of zcnet: the zcnet path is left unused.
+#![cfg_attr(feature = "baseline", allow(dead_code))]
+
+extern crate alloc;
+
+#[macro_use]
+pub mod serial;
+pub mod apic;
+pub mod boot;
+pub mod clock;
+pub mod cmdline;
+pub mod exit;
+pub mod gdt;
+pub mod hal;
+pub mod heap;
+pub mod idt;
+pub mod libc;
+pub mod net;
+pub mod nic_irq;
+pub mod pci;
+pub mod pic;
+pub mod platform;
+pub mod port;
+pub mod services;
+
+#[cfg(feature = "baseline")]
+mod baseline;
+
+use core::panic::PanicInfo;
+
+use zcnet_executor::Executor;
+
+use crate::cmdline::Cmdline;
+use crate::exit::{exit, ExitCode};
+
+/// The executor, on the kernel's platform.
+pub static EXECUTOR: Executor = Executor::new(&platform::PLATFORM);
+
+/// The kernel, entered from `boot.rs` with the physical address of PVH's start info.
+pub fn kernel_main(start_info: usize) -> ! {
+    // SAFETY: called once, first thing, with QEMU's start-info address.
+    let cmdline = unsafe { init(start_info) };
+    #[cfg(feature = "baseline")]
+    baseline::run(cmdline);
+    #[cfg(not(feature = "baseline"))]
+    run(cmdline)
+}
+
+/// Brings the machine up: console, command line, descriptor tables, interrupt controllers,
+/// clock, heap; returns with interrupts enabled.
+///
+/// # Safety
+///
+/// Call once, at boot, with interrupts disabled and `start_info` as QEMU passed it.
+pub unsafe fn init(start_info: usize) -> Cmdline {
+    serial::init();
+    // SAFETY: nothing has reused the memory of the start info and the command line yet.
+    let cmdline = unsafe { Cmdline::from_start_info(start_info) };
+    // SAFETY: once, at boot, interrupts off; the GDT (with the IST stacks) before the IDT.
+    unsafe {
+        gdt::init();
+        idt::init();
+    }
+    pic::disable();
+    apic::init();
+    clock::calibrate();
+    heap::init();
+    idt::set_handler(apic::TIMER_VECTOR, idt::IrqKind::Timer, || {});
+    idt::enable();
+    println!(
+        "zcnet kernel: TSC {} MHz, LAPIC timer {} kHz",
+        clock::tsc_hz() / 1_000_000,
+        clock::lapic_hz() / 1000
+    );
+    cmdline
+}
+
+/// zcnet over virtio-net, the services, and the executor's loop.
+fn run(cmdline: Cmdline) -> ! {
+    let net = match net::start(&EXECUTOR, &cmdline) {
+        Ok(net) => net,
+        Err(e) => {
+            println!("net: {e}");
+            exit(ExitCode::Failure)
+        }
+    };
+    println!(
+        "net: virtio-net up, interrupts {:?}, pool {} x {} bytes",
+        net.routing,
+        net.pool.slot_count(),
+        net.pool.slot_size()
+    );
+    services::spawn(net, cmdline, EXECUTOR.spawner());
+    EXECUTOR.run()
+}
+
+#[panic_handler]
+fn panic(info: &PanicInfo<'_>) -> ! {
+    use core::fmt::Write;
+    let _ = writeln!(serial::emergency_writer(), "PANIC: {info}");
+    exit(ExitCode::Panic)
+}

@@ -1,0 +1,147 @@
+//! zcnet on the virtio-net device: the frame pool, the driver, its interrupts, the stack.
+//!
+//! ```text
+//!  StaticPool (.bss, identity mapped = DMA memory) ─► VirtioNet (zcnet-virtio) ─► Stack
+//!        ▲ slots posted to the RX ring, TX frames sent in place      │ ingress / egress tasks
+//!  MSI-X: RX vector ─► NET_IRQ.handle_rx_interrupt ─► wakes ingress  │ on the executor
+//!         TX vector ─► NET_IRQ.handle_tx_interrupt ─► wakes egress ◄─┘
+//! ```
+//!
+//! The order matters: virtio-drivers' `VirtIONetRaw::new` initialises the device, which resets
+//! its MSI-X vectors, so the interrupts are routed (`nic_irq.rs`) only after the driver exists.
+
+use alloc::boxed::Box;
+use core::fmt;
+
+use virtio_drivers::device::net::VirtIONetRaw;
+use virtio_drivers::transport::pci::PciTransport;
+use zcnet_buffer::{FramePool, PoolError, StaticPool, DEFAULT_HEADROOM};
+use zcnet_executor::Executor;
+use zcnet_stack::{Config, Ipv4Cidr, Ipv4Config, Stack, StackError, StackResources, StaticV4};
+use zcnet_virtio::{VirtioError, VirtioIrq, VirtioNet};
+
+use crate::cmdline::{Cmdline, IpSetting, IrqMode};
+use crate::hal::KernelHal;
+use crate::nic_irq::{self, Routing};
+use crate::pci::{self, NicPci, PciError};
+
+/// Frames in the pool: the RX ring (256) stays full, the rest is for frames in flight, held by
+/// sockets, or being built.
+pub const POOL_SLOTS: usize = 1024;
+/// Bytes per frame slot: headroom plus a full Ethernet frame fits.
+pub const SLOT_SIZE: usize = 2048;
+/// Entries per virtqueue.
+pub const QUEUE_SIZE: usize = 256;
+/// Socket slots of the stack (listeners' backlogs plus connections of all services).
+pub const SOCKETS: usize = 320;
+
+/// The zcnet driver type this kernel uses.
+pub type Nic = VirtioNet<KernelHal, PciTransport, QUEUE_SIZE>;
+
+/// Shared between the driver and the NIC's interrupt handlers.
+pub static NET_IRQ: VirtioIrq = VirtioIrq::new();
+static POOL: StaticPool<POOL_SLOTS, SLOT_SIZE> = StaticPool::new();
+static RESOURCES: StackResources<SOCKETS> = StackResources::new();
+
+/// The running network: the stack and what `/stats` and the test checks look at.
+#[derive(Clone, Copy, Debug)]
+pub struct Net {
+    /// The stack handle.
+    pub stack: Stack,
+    /// The frame pool.
+    pub pool: &'static FramePool,
+    /// How the NIC's interrupts are routed.
+    pub routing: Routing,
+}
+
+/// Why the network could not be started.
+#[derive(Debug)]
+pub enum NetError {
+    /// The frame pool could not be built.
+    Pool(PoolError),
+    /// No usable virtio-net device.
+    Pci(PciError),
+    /// virtio-drivers could not initialise the device.
+    Device(virtio_drivers::Error),
+    /// zcnet's driver refused the device or the pool.
+    Driver(VirtioError),
+    /// Neither MSI-X nor INTx could be routed.
+    Interrupts,
+    /// The stack could not be built.
+    Stack(StackError),
+}
+
+impl fmt::Display for NetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetError::Pool(e) => write!(f, "frame pool: {e:?}"),
+            NetError::Pci(e) => write!(f, "PCI: {e:?}"),
+            NetError::Device(e) => write!(f, "virtio-net: {e}"),
+            NetError::Driver(e) => write!(f, "zcnet-virtio: {e}"),
+            NetError::Interrupts => f.write_str("no interrupt route for the NIC"),
+            NetError::Stack(e) => write!(f, "stack: {e}"),
+        }
+    }
+}
+
+fn rx_interrupt() {
+    NET_IRQ.handle_rx_interrupt();
+}
+
+fn tx_interrupt() {
+    NET_IRQ.handle_tx_interrupt();
+}
+
+fn shared_interrupt() {
+    NET_IRQ.handle_interrupt();
+}
+
+/// Configuration changes (link status): zcnet-virtio reports the link as always up, so the
+/// interrupt only ends the CPU's halt, counted as a device wakeup.
+fn config_interrupt() {}
+
+/// MSI-X unless the command line asks for INTx or MSI-X setup fails; then INTx.
+fn route_interrupts(nic: &NicPci, mode: IrqMode) -> Result<Routing, NetError> {
+    if mode == IrqMode::Msix {
+        match nic_irq::setup_msix(nic, rx_interrupt, tx_interrupt, config_interrupt) {
+            Ok(routing) => return Ok(routing),
+            Err(e) => println!("net: MSI-X unavailable ({e:?}), using INTx"),
+        }
+    }
+    nic_irq::setup_intx(nic, shared_interrupt).map_err(|e| {
+        println!("net: INTx unavailable ({e:?})");
+        NetError::Interrupts
+    })
+}
+
+/// Builds the pool, finds and initialises the NIC, wraps it in zcnet's driver, routes its
+/// interrupts and starts the stack's tasks on `exec`.
+pub fn start(exec: &'static Executor, cmdline: &Cmdline) -> Result<Net, NetError> {
+    let pool = POOL.init(DEFAULT_HEADROOM).map_err(NetError::Pool)?;
+    let (transport, nic) = pci::find_virtio_net().map_err(NetError::Pci)?;
+    let raw = VirtIONetRaw::<KernelHal, _, QUEUE_SIZE>::new(transport).map_err(NetError::Device)?;
+    let driver: Nic = VirtioNet::new(raw, pool, &NET_IRQ).map_err(NetError::Driver)?;
+    let routing = route_interrupts(&nic, cmdline.irq)?;
+    let ipv4 = match cmdline.ip {
+        IpSetting::Dhcp => Ipv4Config::Dhcp,
+        IpSetting::Static { address, prefix } => Ipv4Config::Static(StaticV4 {
+            address: Ipv4Cidr::new(address, prefix),
+            gateway: cmdline.gateway,
+        }),
+    };
+    let config = Config {
+        ipv4,
+        // Varies per boot: the TSC at this point depends on how long QEMU and the firmware took.
+        random_seed: crate::clock::now_ns() ^ crate::clock::tsc_hz().rotate_left(32),
+        ..Config::default()
+    };
+    let driver: &'static mut Nic = Box::leak(Box::new(driver));
+    let (stack, runner) =
+        Stack::new(exec, pool, driver, config, &RESOURCES).map_err(NetError::Stack)?;
+    runner.spawn(exec.spawner());
+    Ok(Net {
+        stack,
+        pool,
+        routing,
+    })
+}
