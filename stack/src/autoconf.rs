@@ -291,7 +291,7 @@ pub(crate) fn after_egress(st: &mut State, now: SmolInstant, starved: bool, coun
         a.rs_left -= 1;
         a.rs_at = now + SLAAC_SOLICITATION_INTERVAL;
     }
-    after_poll(st, counters);
+    after_poll(st, now, counters);
 }
 
 /// After an ingress batch: with SLAAC on, lets smoltcp apply a router advertisement it just
@@ -301,13 +301,14 @@ pub(crate) fn after_ingress(st: &mut State, now: SmolInstant, counters: &Counter
     if st.autoconf.slaac {
         st.iface.poll_maintenance(now);
     }
-    after_poll(st, counters);
+    after_poll(st, now, counters);
 }
 
 /// After an ingress batch or an egress run: applies what the DHCP client reported and what
 /// SLAAC learned, and wakes the waiters if anything changed. Bounded: one event, one sync.
-fn after_poll(st: &mut State, counters: &Counters) {
+fn after_poll(st: &mut State, now: SmolInstant, counters: &Counters) {
     let mut changed = false;
+    let mut gateway = None;
     if let Some(handle) = st.autoconf.dhcp {
         let iface = &mut st.iface;
         let auto = &mut st.autoconf;
@@ -328,6 +329,7 @@ fn after_poll(st: &mut State, counters: &Counters) {
                     dns_len,
                 };
                 set_ipv4(iface, Some(lease.address), lease.router);
+                gateway = lease.router;
                 auto.lease = Some(lease);
                 changed = true;
             }
@@ -347,6 +349,11 @@ fn after_poll(st: &mut State, counters: &Counters) {
             st.autoconf.ra_seen = true;
             changed = true;
         }
+    }
+    if let Some(gw) = gateway {
+        // Learn the gateway's MAC now, before a peer that learned ours without ARP (from the
+        // DHCP answer) sends something smoltcp would answer (see `Neighbors::prime`).
+        st.neighbors.prime(gw.into(), now);
     }
     if changed {
         st.autoconf.changed(counters);

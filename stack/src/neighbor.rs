@@ -169,6 +169,22 @@ impl Neighbors {
         Ok(Lookup::Unknown)
     }
 
+    /// Starts resolving `ip` ahead of any send, unless it is known or already resolving: egress
+    /// sends the request, and the answer (an ARP reply aimed at us) also fills smoltcp's own
+    /// cache. The stack primes its IPv4 gateway when an address is configured, because smoltcp
+    /// learns a neighbour only from ARP and drops a reply it generates to an unknown one (the
+    /// first echo reply to a peer that learned our MAC from a DHCP answer, without ARP). A full
+    /// table skips the priming: it is an optimisation, nothing waits on it.
+    pub(crate) fn prime(&mut self, ip: IpAddress, now: Instant) {
+        let _ = self.lookup(ip, now);
+    }
+
+    /// Whether a resolution or refresh is in progress: ingress then snoops ARP even with no
+    /// zero-copy socket bound, so the answer completes the entry.
+    pub(crate) fn resolving(&self) -> bool {
+        self.requests_wanted
+    }
+
     /// Holds `frame` until `next_hop` resolves; returns the ticket its sender waits on.
     pub(crate) fn hold(
         &mut self,

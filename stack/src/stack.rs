@@ -537,6 +537,8 @@ impl Stack {
                 .routes_mut()
                 .add_default_ipv4_route(gw)
                 .map_err(|_| StackError::TooManyRoutes)?;
+            // Resolve the gateway at once (see `Neighbors::prime`); egress's first run asks.
+            state.neighbors.prime(gw.into(), smol_now(exec));
         }
         if let Some(gw) = config.ipv6.and_then(|v| v.gateway) {
             state

@@ -172,11 +172,12 @@ fn zcnet_leases_an_address_from_dnsmasq_and_resolves_through_it() {
         assert_eq!(none, Err(DnsError::NotFound));
     });
     let dns_time = dns_started.elapsed();
-    // Linux reaches zcnet at the leased address. (Only now, after zcnet has talked to Linux:
-    // dnsmasq's unicast DHCP answers gave Linux zcnet's MAC without any ARP, while zcnet learns
-    // Linux's only by ARP; smoltcp drops a reply it generates on ingress, such as an echo
-    // reply, when the neighbour's MAC is unknown (it sends an ARP request instead), so a ping
-    // straight after the lease loses its first echo.)
+    // Linux reaches zcnet at the leased address. (dnsmasq's unicast DHCP answers gave Linux
+    // zcnet's MAC without any ARP, and smoltcp drops a reply it generates on ingress, such as
+    // an echo reply, when the neighbour's MAC is unknown; the stack resolves its gateway as soon
+    // as the lease arrives, so by now Linux's MAC is known. The QEMU test pings straight after
+    // the lease with no loss allowed; here the executor runs only inside `block_on`, so an
+    // immediate ping would race the stack's first egress turn.)
     let mut ping = ChildGuard::spawn(net.netns.command("ping").args([
         "-c",
         "3",

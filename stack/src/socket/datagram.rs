@@ -392,6 +392,9 @@ pub(crate) fn ingress(
     counters: &Counters,
 ) -> Option<RxFrame> {
     if st.zc.bound == 0 {
+        if st.neighbors.resolving() {
+            snoop_only(st, &frame, now, counters);
+        }
         return Some(frame);
     }
     match classify(st, &frame, now, counters) {
@@ -428,6 +431,19 @@ pub(crate) fn ingress(
                 w.wake();
             }
             None
+        }
+    }
+}
+
+/// With no zero-copy socket bound: learns from an ARP packet for a resolution in progress (the
+/// stack's gateway priming), classifying nothing else.
+fn snoop_only(st: &mut State, bytes: &[u8], now: Instant, counters: &Counters) {
+    if st.caps.medium != Medium::Ethernet {
+        return;
+    }
+    if let Ok(eth) = EthernetFrame::new_checked(bytes) {
+        if eth.ethertype() == EthernetProtocol::Arp {
+            neighbor::snoop_arp(st, eth.payload(), now, counters);
         }
     }
 }
