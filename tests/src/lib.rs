@@ -13,10 +13,13 @@
 //!   pair built with it, to prove zero copy.
 //! * [`netns`]: a network namespace holding the kernel side of a TAP that zcnet drives, so zcnet
 //!   talks to the real Linux stack (needs root and `/dev/net/tun`).
+//! * [`qemu`]: the example kernel (`examples/qemu-kernel/`) built once and booted under QEMU,
+//!   with its serial log collected, bounded waits, and QEMU killed on drop.
 
 pub mod clock;
 pub mod net;
 pub mod netns;
+pub mod qemu;
 pub mod recorder;
 pub mod sim_nic;
 pub mod wakers;

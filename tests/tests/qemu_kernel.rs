@@ -1,0 +1,391 @@
+//! The example kernel (`examples/qemu-kernel/`: a freestanding x86_64 PVH kernel running zcnet
+//! over QEMU's virtio-net) booted under QEMU (TCG) and driven by unmodified Linux tools:
+//!
+//! * user networking (slirp, no root): DHCP from QEMU, `curl` through a `hostfwd` on 127.0.0.1
+//!   to the HTTP server (`/`, `/stats`), then `GET /exit` makes the guest check its invariants
+//!   and leave QEMU with the pass code;
+//! * a TAP inside a network namespace the test makes (root and `/dev/net/tun`; fails, never
+//!   skips, without them, like the other TAP tests): DHCP from `dnsmasq`, `ping`, a 20 MB TCP
+//!   echo compared by SHA-256, `iperf3` both ways, UDP echo, `GET /exit`;
+//! * idle: with a static address and nothing on the wire, the guest's `hlt` loop wakes only for
+//!   its own measurement timer, and the stack is not polled at all.
+//!
+//! QEMU is launched by the tests themselves (`zcnet_tests::qemu`); the guest's serial output is
+//! QEMU's stdout, printed in full when a test fails. Traffic goes only to 127.0.0.1 (slirp with
+//! `restrict=on`: nothing is routed to the outside) or into the test's own namespace. Every
+//! test's name contains `qemu`: `scripts/test-all.sh` skips them in its AddressSanitizer run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use zcnet_examples::json::{self, Json};
+use zcnet_tests::netns::{tap_name, ChildGuard, Netns};
+use zcnet_tests::qemu::{
+    field, free_local_port, kernel, qemu_args, run_bounded, Qemu, TempDir, ToolOutput, QEMU,
+};
+
+/// From spawning QEMU to the guest's `READY` line (boot takes 0.1–0.3 s; DHCP a moment).
+const READY_LIMIT: Duration = Duration::from_secs(30);
+/// From the `/exit` answer to QEMU's exit.
+const EXIT_LIMIT: Duration = Duration::from_secs(10);
+/// Any one host tool (curl, ping, python3, iperf3).
+const TOOL_LIMIT: Duration = Duration::from_secs(60);
+
+fn require_tool(tool: &str, version_arg: &str, package: &str) {
+    let ok = Command::new(tool)
+        .arg(version_arg)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "this test needs `{tool}` (apt-get install {package}; .ci/run installs it)"
+    );
+}
+
+/// `READY ip=A.B.C.D` → `A.B.C.D`.
+fn ready_ip(line: &str) -> String {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix("ip="))
+        .unwrap_or_else(|| panic!("no ip= in {line:?}"))
+        .to_string()
+}
+
+/// `curl -sS -w "\n%{http_code}" <url>`, run by `cmd` (plain or inside a namespace): the body
+/// and the status code.
+fn curl(mut cmd: Command, url: &str) -> (String, String, ToolOutput) {
+    let out = run_bounded(
+        cmd.args(["-sS", "--max-time", "20", "-w", "\n%{http_code}", url]),
+        TOOL_LIMIT,
+    );
+    out.assert_success(&format!("curl {url}"));
+    let (body, code) = out
+        .stdout
+        .rsplit_once('\n')
+        .unwrap_or_else(|| panic!("no status line from curl -w: {:?}", out.stdout));
+    (body.to_string(), code.to_string(), out)
+}
+
+/// `/stats` parses as JSON and holds the stack's and the virtio driver's counters (which saw
+/// at least this request's handshake and head, and no device error), the pool's occupancy, the
+/// copy ledger, and the kernel's own counters (the traffic woke its idle loop through the
+/// device).
+fn check_stats(body: &str) {
+    let j = json::parse(body.as_bytes()).unwrap_or_else(|e| panic!("/stats: {e}: {body}"));
+    let num = |path: &[&str]| {
+        j.path(path)
+            .and_then(Json::as_u64)
+            .unwrap_or_else(|| panic!("no number at {path:?} in /stats: {body}"))
+    };
+    assert!(num(&["stack", "frames_in"]) >= 2, "{body}");
+    assert!(num(&["virtio", "rx_frames"]) >= 2, "{body}");
+    assert_eq!(num(&["virtio", "device_errors"]), 0, "{body}");
+    assert!(num(&["pool", "slots"]) > 0, "{body}");
+    assert!(j.get("copy_ledger").is_some(), "no copy_ledger in {body}");
+    assert!(num(&["kernel", "wakeups", "device"]) >= 1, "{body}");
+}
+
+/// `GET /exit` (the guest answers, checks its invariants — pool audit, driver drop and error
+/// counters zero — and writes the verdict to `isa-debug-exit`): QEMU must exit with 33.
+fn exit_through_http(qemu: &mut Qemu, cmd: Command, url: &str) {
+    let (body, code, _) = curl(cmd, url);
+    eprintln!("GET /exit: {code} {body}");
+    qemu.expect_pass(EXIT_LIMIT);
+    assert_eq!(code, "200", "GET /exit: {body}");
+}
+
+/// User networking (slirp): DHCP from QEMU, `/` and `/stats` through a `hostfwd` on 127.0.0.1,
+/// then `GET /exit` → exit code 33.
+#[test]
+fn qemu_kernel_serves_http_over_user_networking() {
+    require_tool(QEMU, "--version", "qemu-system-x86");
+    require_tool("curl", "--version", "curl");
+    let elf = kernel();
+    let port = free_local_port();
+    let netdev = format!("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:80");
+    let mut qemu = Qemu::spawn(Command::new(QEMU).args(qemu_args(elf, &netdev, "test=1")));
+    let ready = qemu.wait_for_line("READY ", READY_LIMIT);
+    eprintln!("{ready} after {:.2?}", qemu.elapsed());
+    // slirp's DHCP server hands out 10.0.2.15 first, which is where hostfwd forwards.
+    assert_eq!(ready_ip(&ready), "10.0.2.15", "{ready}");
+
+    let base = format!("http://127.0.0.1:{port}");
+    let (body, code, out) = curl(Command::new("curl"), &format!("{base}/"));
+    assert_eq!(code, "200", "GET /: {body}");
+    assert!(
+        body.contains("zcnet") && body.contains("</html>"),
+        "GET / is not the kernel's page: {body:?}"
+    );
+    eprintln!("GET / {} bytes in {:.2?}", body.len(), out.elapsed);
+
+    let (body, code, _) = curl(Command::new("curl"), &format!("{base}/stats"));
+    assert_eq!(code, "200", "GET /stats: {body}");
+    check_stats(&body);
+
+    exit_through_http(&mut qemu, Command::new("curl"), &format!("{base}/exit"));
+}
+
+/// Waits until `path` contains `needle`; panics with the file's text after `limit`.
+fn wait_for_text(path: &Path, needle: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in {} after {limit:?}: {text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Prints a file (dnsmasq's log) when dropped during a panic, beside the serial log.
+struct ShowOnPanic(PathBuf);
+
+impl Drop for ShowOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- {} ---\n{}",
+                self.0.display(),
+                std::fs::read_to_string(&self.0).unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// The namespace's side of the TAP. 10.79.0.0/24 is this test's own subnet (the other TAP tests
+/// use 10.77.0.0/24); dnsmasq's range is the one address [`GUEST`].
+const LINUX: &str = "10.79.0.1";
+const GUEST: &str = "10.79.0.2";
+
+/// `iperf3 -c GUEST -t 3 --json <extra>` in the namespace: exits 0, no error, both ends report
+/// nonzero throughput. Returns (sent, received) bits per second.
+fn iperf3(netns: &Netns, extra: &[&str]) -> (f64, f64) {
+    let mut args = vec![
+        "-c",
+        GUEST,
+        "-t",
+        "3",
+        "--json",
+        "--connect-timeout",
+        "5000",
+    ];
+    args.extend_from_slice(extra);
+    let out = run_bounded(netns.command("iperf3").args(&args), TOOL_LIMIT);
+    out.assert_success(&format!("iperf3 {args:?}"));
+    let j = json::parse(out.stdout.as_bytes()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
+    assert!(
+        j.get("error").is_none(),
+        "iperf3 reported an error: {}",
+        out.stdout
+    );
+    let bps = |which: &str| {
+        j.path(&["end", which, "bits_per_second"])
+            .and_then(Json::as_f64)
+            .unwrap_or_else(|| panic!("no end.{which}.bits_per_second in {}", out.stdout))
+    };
+    let (sent, received) = (bps("sum_sent"), bps("sum_received"));
+    assert!(
+        sent > 0.0 && received > 0.0,
+        "iperf3 {extra:?}: {sent} / {received} bit/s"
+    );
+    eprintln!(
+        "iperf3 -c {extra:?}: sent {:.1} Mbit/s, received {:.1} Mbit/s",
+        sent / 1e6,
+        received / 1e6
+    );
+    (sent, received)
+}
+
+/// A TAP in a namespace of the test's own, QEMU running inside it: the guest leases its address
+/// from dnsmasq, answers 100 pings without loss, echoes 20 MB of TCP byte-exact (SHA-256) while
+/// the client writes and reads concurrently, serves `iperf3 -c` and `-R`, echoes UDP, and exits
+/// 33 on `GET /exit`.
+#[test]
+fn qemu_kernel_over_tap_in_a_netns_dhcp_ping_echo_iperf3() {
+    require_tool(QEMU, "--version", "qemu-system-x86");
+    for (tool, package) in [
+        ("dnsmasq", "dnsmasq-base"),
+        ("curl", "curl"),
+        ("iperf3", "iperf3"),
+        ("python3", "python3"),
+    ] {
+        require_tool(tool, "--version", package);
+    }
+    let elf = kernel();
+    // Declared in teardown order's reverse: QEMU is killed first, then dnsmasq, then the
+    // namespace (with the TAP) is deleted — also when the test panics.
+    let netns = Netns::new();
+    let tap = tap_name();
+    // The TAP is made (persistent) and configured before QEMU attaches to it, and dnsmasq is
+    // listening before the guest boots: the guest's first DHCPDISCOVER is answered, not lost
+    // to a link that is not up yet (which would cost a retransmission timeout).
+    netns.ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]);
+    netns.ip(&["addr", "add", &format!("{LINUX}/24"), "dev", &tap]);
+    netns.ip(&["link", "set", &tap, "up"]);
+    let dir = TempDir::new(netns.name());
+    let log = dir.0.join("dnsmasq.log");
+    // dnsmasq touches nothing of the host: no configuration file, no /etc/hosts or
+    // /etc/resolv.conf, no DNS (--port=0), bound to the TAP only, its files in `dir`, its
+    // sockets in the namespace.
+    let _dnsmasq = ChildGuard::spawn(netns.command("dnsmasq").args([
+        "--no-daemon",
+        "--conf-file=/dev/null",
+        "--no-resolv",
+        "--no-hosts",
+        "--port=0",
+        &format!("--interface={tap}"),
+        "--bind-interfaces",
+        "--no-ping",
+        &format!("--dhcp-range={GUEST},{GUEST},255.255.255.0,1h"),
+        &format!("--dhcp-option=option:router,{LINUX}"),
+        &format!("--pid-file={}", dir.0.join("pid").display()),
+        &format!("--dhcp-leasefile={}", dir.0.join("leases").display()),
+        &format!("--log-facility={}", log.display()),
+    ]));
+    wait_for_text(&log, "DHCP, IP range", Duration::from_secs(10));
+    // Dropped before `dir` is removed (declared after it).
+    let _show_log = ShowOnPanic(log.clone());
+
+    let netdev = format!("tap,id=n0,ifname={tap},script=no,downscript=no");
+    let mut qemu = Qemu::spawn(netns.command(QEMU).args(qemu_args(elf, &netdev, "test=1")));
+    let ready = qemu.wait_for_line("READY ", READY_LIMIT);
+    eprintln!("{ready} after {:.2?}", qemu.elapsed());
+    assert_eq!(ready_ip(&ready), GUEST, "{ready}");
+
+    // ping: 100 echoes 20 ms apart (root may go below 200 ms), none lost.
+    let out = run_bounded(
+        netns
+            .command("ping")
+            .args(["-c", "100", "-i", "0.02", "-W", "2", GUEST]),
+        TOOL_LIMIT,
+    );
+    out.assert_success("ping");
+    assert!(
+        out.stdout
+            .contains("100 packets transmitted, 100 received, 0% packet loss"),
+        "{}",
+        out.stdout
+    );
+    eprintln!(
+        "ping: {}",
+        out.stdout.lines().last().unwrap_or_default().trim()
+    );
+
+    // TCP echo: 20,000,000 seeded-random bytes; one thread writes (then half-closes), the
+    // other reads until the guest closes; both sides' SHA-256 printed and compared here.
+    let script = format!(
+        r#"
+import hashlib, random, socket, threading, time
+N = 20_000_000
+data = random.Random(20240607).randbytes(N)
+s = socket.create_connection(("{GUEST}", 7), timeout=30)
+err = []
+def send():
+    try:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+    except Exception as e:
+        err.append(e)
+t0 = time.monotonic()
+t = threading.Thread(target=send); t.start()
+h = hashlib.sha256(); n = 0
+while True:
+    b = s.recv(1 << 20)
+    if not b: break
+    h.update(b); n += len(b)
+t.join()
+s.close()
+if err: raise err[0]
+print("sent", N, hashlib.sha256(data).hexdigest())
+print("received", n, h.hexdigest())
+print("seconds", round(time.monotonic() - t0, 2))
+"#
+    );
+    let out = run_bounded(netns.command("python3").args(["-c", &script]), TOOL_LIMIT);
+    out.assert_success("python3 TCP echo client");
+    let line = |tag: &str| {
+        out.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(tag))
+            .unwrap_or_else(|| panic!("no {tag:?} in {}", out.stdout))
+            .to_string()
+    };
+    let (sent, received) = (line("sent "), line("received "));
+    assert_eq!(received, sent, "TCP echo differs (length, SHA-256)");
+    eprintln!(
+        "TCP echo: 20,000,000 bytes each way in {} s",
+        line("seconds ")
+    );
+
+    iperf3(&netns, &[]);
+    iperf3(&netns, &["-R"]);
+
+    // UDP echo: a few datagrams of different sizes, each answered byte-exact.
+    let script = format!(
+        r#"
+import random, socket, sys
+r = random.Random(7)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(5)
+for size in (1, 64, 512, 1000, 1472):
+    m = r.randbytes(size)
+    u.sendto(m, ("{GUEST}", 7))
+    got, frm = u.recvfrom(4096)
+    if got != m or frm != ("{GUEST}", 7):
+        print("udp mismatch", size, len(got), frm); sys.exit(1)
+print("udp ok")
+"#
+    );
+    let out = run_bounded(netns.command("python3").args(["-c", &script]), TOOL_LIMIT);
+    out.assert_success("python3 UDP echo client");
+    assert_eq!(out.stdout.trim(), "udp ok");
+
+    let (body, code, _) = curl(netns.command("curl"), &format!("http://{GUEST}/stats"));
+    assert_eq!(code, "200", "GET /stats: {body}");
+    check_stats(&body);
+
+    exit_through_http(
+        &mut qemu,
+        netns.command("curl"),
+        &format!("http://{GUEST}/exit"),
+    );
+}
+
+/// Idle: static address (no DHCP timers), no IPv6 from slirp (no router advertisements),
+/// nothing on the wire. Over the guest's 3 s window its `hlt` loop wakes only for the timer
+/// that ends the window, never for the device or anything else, and the stack is never
+/// polled.
+#[test]
+fn qemu_kernel_idles_without_wakeups_or_polls() {
+    require_tool(QEMU, "--version", "qemu-system-x86");
+    let elf = kernel();
+    let mut qemu = Qemu::spawn(Command::new(QEMU).args(qemu_args(
+        elf,
+        "user,id=n0,restrict=on,ipv6=off",
+        "ip=10.0.2.15/24 gw=10.0.2.2 idle=3",
+    )));
+    let ready = qemu.wait_for_line("READY ", READY_LIMIT);
+    assert_eq!(ready_ip(&ready), "10.0.2.15", "{ready}");
+    // 1 s settling, then the 3 s window.
+    let line = qemu.wait_for_line("IDLE ", Duration::from_secs(30));
+    eprintln!("{line} ({:.2?} after start)", qemu.elapsed());
+    let f = |key| field(&line, key);
+    let (wakeups, timer, device, other, polls) = (
+        f("wakeups"),
+        f("timer"),
+        f("device"),
+        f("other"),
+        f("polls"),
+    );
+    assert_eq!(f("seconds"), 3, "{line}");
+    assert_eq!(wakeups, timer + device + other, "wakeups by cause: {line}");
+    assert_eq!(device, 0, "device wakeups while idle: {line}");
+    assert_eq!(other, 0, "other wakeups while idle: {line}");
+    assert!(timer <= 1, "timer wakeups beyond the window's own: {line}");
+    assert_eq!(polls, 0, "stack polls while idle: {line}");
+    qemu.kill();
+}
