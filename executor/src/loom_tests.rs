@@ -1,4 +1,4 @@
-//! loom models of every waker handoff DESIGN.md lists for the executor. Run with
+//! loom models of every waker handoff ARCHITECTURE.md lists for the executor. Run with
 //! `RUSTFLAGS="--cfg loom -C debug-assertions" cargo test -p zcnet-executor --release --lib`
 //! (`scripts/test-all.sh` sets `LOOM_MAX_PREEMPTIONS`).
 //!

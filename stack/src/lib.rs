@@ -50,11 +50,11 @@
 //! `SocketToApp` / `AppToSocket`, smoltcp's as `StackRx` / `Emit` (attributed when the
 //! application consumes or queues the bytes; TCP retransmissions are not in the ledger).
 //!
-//! Status: issue 4 is in place and tested (`tests/tests/stack_*.rs`) except its speed target
-//! (BENCHMARKS.md, "Stack"). Issue 5's zero-copy datagram sockets, headroom TX and in-place TCP
-//! are in place and proven in `tests/tests/stack_zero_copy.rs` (payload addresses checked
-//! against the driver's slots) and `tests/tests/tap_zero_copy.rs` (against Linux); not covered
-//! by the zero-copy path: raw IP, multicast groups, IP fragments (they go to smoltcp).
+//! Tests: `tests/tests/stack_*.rs` over an in-memory wire with fault injection (zero copy is
+//! proven there by payload addresses checked against the driver's slots), `tap_*.rs` against
+//! Linux, `qemu_kernel.rs` in the example kernel; speed against plain smoltcp in BENCHMARKS.md
+//! ("Stack"). Not covered by the zero-copy path: raw IP, multicast groups, IP fragments (they go
+//! to smoltcp).
 
 #![no_std]
 #![deny(missing_docs)]

@@ -48,7 +48,7 @@ impl SlotState {
         SlotState::Device,
     ];
 
-    /// The state's name in upper case, as DESIGN.md writes it.
+    /// The state's name in upper case, as ARCHITECTURE.md writes it.
     pub const fn name(self) -> &'static str {
         match self {
             SlotState::Free => "FREE",

@@ -465,7 +465,7 @@ fn main() {
         let f = rows.iter().find(|(q, _)| q.name() == p).expect("peer").1;
         (*w, f)
     };
-    println!("Targets (issue 5):");
+    println!("Targets:");
     // Targets zcnet meets today; a run that finds one missed exits non-zero, so the CI smoke run
     // catches a regression (e.g. the 256-byte `Packet` copy that `StepDevice::tx_frame`'s
     // `#[inline(never)]` removes, which shows in "every app + stack copy" below).

@@ -1,5 +1,5 @@
 //! zcnet against the Linux kernel over TAP, side by side with plain smoltcp 0.14 and
-//! embassy-net 0.9.1 in one run, reported as ratios (issue 6, item 5).
+//! embassy-net 0.9.1 in one run, reported as ratios.
 //!
 //! ```text
 //! cargo bench -p zcnet-benches --bench tap            # full run (BENCHMARKS.md); needs root, wrk
