@@ -1,6 +1,6 @@
 //! What the example programs share: command-line options, the TAP + network-namespace setup,
-//! the stack, a clean exit on Ctrl-C, and the Linux-side hooks the servers take
-//! ([`tap_driver_stats`]). Needs the `std` feature.
+//! the stack, a clean exit on Ctrl-C, a packet capture on request, and the Linux-side hooks the
+//! servers take ([`tap_driver_stats`]). Needs the `std` feature.
 //!
 //! ```text
 //!   example process (root namespace)              namespace zcnet-demo
@@ -18,14 +18,28 @@
 //! made by `scripts/netns-up.sh`, and is started inside that namespace:
 //! `sudo ip netns exec zcnet-demo target/release/http --attach` (the TAP belongs to the user
 //! the script names, so the program itself may then run unprivileged through `sudo -u`).
+//!
+//! With `--pcap FILE` the TAP driver is wrapped in a [`Capture`]: every frame zcnet receives or
+//! sends is written to FILE in pcap format (wall-clock timestamps, nanosecond resolution), for
+//! `tcpdump -r FILE` or Wireshark. The file is flushed at least every second while frames come,
+//! and when the program stops. Without the option the driver is not wrapped and nothing is
+//! recorded.
 
+use std::fs::File;
 use std::future::Future;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::pin::pin;
 use std::process::Command;
+use std::sync::Mutex;
 
 use futures_util::future::{select, Either};
-use zcnet_buffer::{FramePool, PoolConfig, DEFAULT_SLOT_SIZE, ETHERNET_HEADER_LEN, SLOT_ALIGN};
+use zcnet_buffer::capture::{
+    system_time_ns, Capture, CaptureCounters, CaptureStats, IoSink, PcapSink,
+};
+use zcnet_buffer::{
+    Driver, FramePool, PoolConfig, DEFAULT_SLOT_SIZE, ETHERNET_HEADER_LEN, SLOT_ALIGN,
+};
 use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::Executor;
 use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
@@ -58,6 +72,8 @@ pub struct Options {
     pub mtu: usize,
     /// Use an existing TAP in the current namespace instead of setting one up (`--attach`).
     pub attach: bool,
+    /// Write every frame zcnet receives or sends to this file in pcap format (`--pcap`).
+    pub pcap: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -67,6 +83,7 @@ impl Default for Options {
             tap: TAP.to_string(),
             mtu: 1500,
             attach: false,
+            pcap: None,
         }
     }
 }
@@ -76,13 +93,15 @@ impl Options {
     pub fn usage(program: &str, what: &str) -> String {
         format!(
             "{program}: {what}\n\n\
-             usage: sudo {program} [--netns NAME] [--tap NAME] [--mtu N]\n\
-             \x20      sudo ip netns exec NAME {program} --attach [--tap NAME] [--mtu N]\n\n\
+             usage: sudo {program} [--netns NAME] [--tap NAME] [--mtu N] [--pcap FILE]\n\
+             \x20      sudo ip netns exec NAME {program} --attach [--tap NAME] [--mtu N] [--pcap FILE]\n\n\
              Without --attach (needs root): creates network namespace NAME (default {NETNS}) if\n\
              missing, opens TAP NAME (default {TAP}) and moves its kernel side into it as\n\
              {LINUX_ADDR}/24; zcnet is {ZCNET_ADDR}. Ctrl-C removes what it created.\n\
              With --attach: opens the existing TAP made by scripts/netns-up.sh; run the program\n\
-             inside that namespace.\n"
+             inside that namespace.\n\
+             With --pcap FILE: writes every frame zcnet receives or sends to FILE (created or\n\
+             truncated) in pcap format, for `tcpdump -r FILE` or Wireshark.\n"
         )
     }
 
@@ -100,6 +119,7 @@ impl Options {
                     o.mtu = v.parse().map_err(|_| format!("bad --mtu {v}"))?;
                 }
                 "--attach" => o.attach = true,
+                "--pcap" => o.pcap = Some(value("--pcap")?.into()),
                 other => return Err(format!("unknown argument {other}")),
             }
         }
@@ -178,11 +198,49 @@ pub struct Demo {
     platform: &'static LinuxPlatform,
     signals: OwnedFd,
     created_netns: bool,
+    capture: Option<PcapFile>,
+}
+
+/// The file a `--pcap` capture writes to, shared with the wrapped driver (which the stack owns
+/// for good), so the file can be flushed and the counts told when the program stops.
+#[derive(Debug)]
+struct PcapFile {
+    path: PathBuf,
+    sink: &'static Mutex<IoSink<File>>,
+    counters: &'static CaptureCounters,
+}
+
+impl PcapFile {
+    fn create(path: &std::path::Path) -> Result<PcapFile, String> {
+        let sink = IoSink::create(path)
+            .map_err(|e| format!("cannot create capture file {}: {e}", path.display()))?;
+        Ok(PcapFile {
+            path: path.to_path_buf(),
+            sink: Box::leak(Box::new(Mutex::new(sink))),
+            counters: Box::leak(Box::new(CaptureCounters::new())),
+        })
+    }
+
+    /// Flushes the file; the counters, or why the file is incomplete.
+    fn finish(&self) -> Result<CaptureStats, String> {
+        let mut sink = self.sink;
+        if sink.flush().is_ok() {
+            return Ok(self.counters.stats());
+        }
+        let why = self
+            .sink
+            .lock()
+            .ok()
+            .and_then(|s| s.error().map(ToString::to_string))
+            .unwrap_or_else(|| "not flushed".to_string());
+        Err(format!("capture file {}: {why}", self.path.display()))
+    }
 }
 
 impl Demo {
-    /// Blocks SIGINT and SIGTERM (they are read from a signalfd in [`run`](Self::run)), sets up
-    /// the namespace and TAP (unless `--attach`), and starts the stack.
+    /// Blocks SIGINT and SIGTERM (they are read from a signalfd in [`run`](Self::run)), creates
+    /// the capture file (with `--pcap`), sets up the namespace and TAP (unless `--attach`), and
+    /// starts the stack (over the TAP wrapped in a [`Capture`] with `--pcap`).
     pub fn start(options: Options) -> Result<Demo, String> {
         let signals = block_exit_signals()?;
         if !options.attach {
@@ -195,6 +253,8 @@ impl Demo {
                 ));
             }
         }
+        // Before anything is set up, so a bad path leaves nothing behind.
+        let capture = options.pcap.as_deref().map(PcapFile::create).transpose()?;
         let platform = LinuxPlatform::leak().map_err(|e| format!("epoll: {e}"))?;
         let exec = Executor::leak(platform);
         let slot_size = (options.mtu + ETHERNET_HEADER_LEN)
@@ -258,7 +318,21 @@ impl Demo {
                     .map_or(0, |d| d.as_nanos() as u64),
             ..Config::default()
         };
-        let driver: &'static mut Tap = Box::leak(Box::new(tap));
+        let driver: &'static mut (dyn Driver + Send) = match &capture {
+            None => Box::leak(Box::new(tap)),
+            Some(c) => {
+                println!(
+                    "capturing every frame to {} (tcpdump -r {0})",
+                    c.path.display()
+                );
+                Box::leak(Box::new(Capture::new(
+                    tap,
+                    c.sink,
+                    system_time_ns,
+                    c.counters,
+                )))
+            }
+        };
         let (stack, runner) = Stack::new(exec, pool, driver, config, resources)
             .map_err(|e| format!("cannot build the stack: {e}"))?;
         runner.spawn(exec.spawner());
@@ -270,6 +344,7 @@ impl Demo {
             platform,
             signals,
             created_netns,
+            capture,
         })
     }
 
@@ -301,6 +376,24 @@ impl Demo {
 
 impl Drop for Demo {
     fn drop(&mut self) {
+        if let Some(c) = &self.capture {
+            match c.finish() {
+                Ok(s) => {
+                    print!(
+                        "captured {} frames ({} received, {} sent) to {}",
+                        s.rx_frames + s.tx_frames,
+                        s.rx_frames,
+                        s.tx_frames,
+                        c.path.display()
+                    );
+                    if s.lost > 0 {
+                        print!("; {} frames could not be written", s.lost);
+                    }
+                    println!();
+                }
+                Err(e) => eprintln!("warning: {e}"),
+            }
+        }
         if self.created_netns {
             match ip(&["netns", "del", &self.options.netns]) {
                 Ok(()) => println!("removed namespace {}", self.options.netns),
@@ -350,17 +443,22 @@ mod tests {
     #[test]
     fn options() {
         assert_eq!(parse(&[]).unwrap(), Options::default());
-        let o = parse(&["--netns", "n1", "--tap", "t1", "--mtu", "9000", "--attach"]).unwrap();
+        let o = parse(&[
+            "--netns", "n1", "--tap", "t1", "--mtu", "9000", "--attach", "--pcap", "x.pcap",
+        ])
+        .unwrap();
         assert_eq!(
             o,
             Options {
                 netns: "n1".into(),
                 tap: "t1".into(),
                 mtu: 9000,
-                attach: true
+                attach: true,
+                pcap: Some("x.pcap".into()),
             }
         );
         assert!(parse(&["--mtu"]).is_err());
+        assert!(parse(&["--pcap"]).is_err());
         assert!(parse(&["--mtu", "x"]).is_err());
         assert!(parse(&["--bogus"]).is_err());
     }

@@ -30,9 +30,13 @@
 //! * The [`Driver`] trait is what zcnet's drivers implement and the stack consumes; drivers depend
 //!   on this crate only.
 //! * The [`ledger`] counts every payload copy zcnet makes, per [`CopySite`].
+//! * [`capture::Capture`] wraps any driver and writes every frame it moves to a sink in pcap
+//!   format (`tcpdump -r`, Wireshark); a driver that is not wrapped pays nothing.
 //!
 //! `no_std`, no allocator needed ([`StaticPool`] puts everything in a `static`); the `alloc`
-//! feature adds [`FramePool::leak`]. Targets need 64-bit atomic compare-exchange.
+//! feature adds [`FramePool::leak`], the `std` feature (which implies `alloc`) the capture's
+//! sink over `std::io::Write` (`capture::IoSink`). Targets need 64-bit atomic
+//! compare-exchange.
 //!
 //! ```
 //! use zcnet_buffer::{FramePool, PoolConfig, SlotState};
@@ -63,12 +67,14 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-#[cfg(test)]
+#[cfg(any(test, feature = "std"))]
 extern crate std;
 
+pub mod capture;
 mod driver;
 mod error;
-#[cfg(any(feature = "alloc", test))]
+// `doc`: the documentation shows the `alloc` part whatever features are on.
+#[cfg(any(feature = "alloc", test, doc))]
 mod heap;
 pub mod ledger;
 mod pool;

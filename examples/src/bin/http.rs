@@ -4,6 +4,7 @@
 //! ```text
 //! cargo build --release -p zcnet-examples && sudo target/release/http
 //! sudo ip netns exec zcnet-demo curl http://10.77.0.2/stats
+//! sudo target/release/http --pcap http.pcap   # also records every frame: tcpdump -r http.pcap
 //! ```
 
 use std::process::ExitCode;

@@ -6,6 +6,7 @@
 //! sudo ip netns exec zcnet-demo iperf3 -c 10.77.0.2          # Linux sends, zcnet receives
 //! sudo ip netns exec zcnet-demo iperf3 -c 10.77.0.2 -R       # zcnet sends
 //! sudo ip netns exec zcnet-demo iperf3 -c 10.77.0.2 -P 4     # four parallel streams
+//! sudo target/release/iperf3 --pcap iperf3.pcap   # also records every frame: tcpdump -r iperf3.pcap
 //! ```
 
 use std::process::ExitCode;
