@@ -27,7 +27,7 @@ step "rustdoc (broken links are errors; the no_std stack's docs too)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR=target/doc-nostd cargo doc -p zcnet-stack --no-deps --no-default-features
 
-step "example kernel (examples/qemu-kernel): fmt, clippy, build"
+step "example kernel (examples/qemu-kernel): fmt, clippy (zcnet and the smoltcp baselines), build"
 # Its own cargo project (not a workspace member): its .cargo/config.toml (target, freestanding
 # link flags) is found from the current directory, so these run inside it. The QEMU tests in
 # the next step build it too (a no-op after this).
@@ -35,6 +35,9 @@ step "example kernel (examples/qemu-kernel): fmt, clippy, build"
     cd examples/qemu-kernel
     cargo fmt -- --check
     cargo clippy --release -- -D warnings
+    # The smoltcp-only variants the kernel benchmark measures zcnet against.
+    cargo clippy --release --features baseline -- -D warnings
+    cargo clippy --release --features baseline-lend -- -D warnings
     cargo build --release
 )
 
@@ -66,6 +69,9 @@ cargo bench -p zcnet-benches --bench stack -- --quick
 cargo bench -p zcnet-benches --bench copies -- --quick
 # Root, /dev/net/tun and wrk: zcnet, smoltcp and embassy-net against Linux over TAP (< 60 s).
 cargo bench -p zcnet-benches --bench tap -- --quick
+# Root, QEMU, iperf3 and wrk: the example kernel on zcnet against the same kernel on smoltcp's
+# own poll loop (builds both kernels, then about 30 s of measuring).
+cargo bench -p zcnet-benches --bench kernel -- --quick
 
 step "demo (README's first command)"
 cargo run -q -p zcnet-examples --bin pool-demo > /dev/null

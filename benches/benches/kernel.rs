@@ -1,0 +1,1055 @@
+//! The example kernel twice, under QEMU: once on zcnet, once on plain smoltcp 0.14 with its own
+//! `Interface::poll` loop over a copying virtio device (the `baseline` feature of
+//! `examples/qemu-kernel`), measured in one run with the same QEMU command line and reported as
+//! ratios.
+//!
+//! ```text
+//! cargo bench -p zcnet-benches --bench kernel            # full run (BENCHMARKS.md); root, QEMU
+//! cargo bench -p zcnet-benches --bench kernel -- --quick # CI smoke run
+//! ```
+//!
+//! Needs root (a network namespace and a TAP device), `/dev/net/tun`, `qemu-system-x86_64`,
+//! `iperf3`, `wrk` and `curl`; without one of them it says which and exits with status 2.
+//!
+//! # What it does
+//!
+//! 1. Builds the kernel twice in `examples/qemu-kernel/` (its own cargo project):
+//!    `cargo build --release` and `cargo build --release --features baseline`, from that
+//!    directory, with the environment cleared of what would change the build (`RUSTFLAGS`,
+//!    `CARGO_TARGET_DIR`, `CARGO_BUILD_*`, the variables cargo set for this benchmark, ...), and
+//!    copies each ELF to `examples/qemu-kernel/target/kernel-bench/{zcnet,baseline}.elf`.
+//! 2. Makes one network namespace (`zcnet_tests::netns::Netns`, deleted on drop, also on a
+//!    panic or Ctrl-C) holding a TAP `zck0` with 10.80.0.1/24, IPv6 off (no router
+//!    solicitations or MLD reports reach an idle guest). QEMU runs inside it
+//!    (`ip netns exec`), attached to that TAP (`-netdev tap,ifname=zck0,script=no,downscript=no`);
+//!    the guest is `ip=10.80.0.2/24 gw=10.80.0.1`. All traffic stays in the namespace.
+//! 3. Boots a fresh guest for every measurement and variant, alternating zcnet and baseline
+//!    measurement by measurement, `runs` times:
+//!    * **TCP throughput** both ways: `iperf3 -c 10.80.0.2 -t T -J` (Linux sends) and with `-R`
+//!      (the guest sends); the figure is `end.sum_received.bits_per_second`.
+//!    * **HTTP requests per second**: `wrk -t 1 -c C -d T http://10.80.0.2/` at C = 1, 10, 50
+//!      (keep-alive, the static page).
+//!    * **copies per request**, counted in the guest by its counting `memcpy` / `memmove`
+//!      (`/stats` → `copies.calls`, `copies.bytes`): `/stats` twice (s0, s1), then `N`
+//!      keep-alive requests for `/` on one connection (`curl` with a URL range `/?[1-N]`; the
+//!      query string is ignored by both servers), then `/stats` again (s2). The window s1→s2
+//!      holds the N requests plus the tail of the `/stats` exchange that read s1 (its response
+//!      being built and sent) and the head of the one that reads s2 (its connection and
+//!      request); the window s0→s1 holds exactly one such pair, so per request =
+//!      ((s2 − s1) − (s1 − s0)) / N. What is left is the difference between two `/stats`
+//!      exchanges (a few digits of JSON), well under one request's worth in N.
+//!    * **guest CPU**: around each iperf3 and wrk run the benchmark reads `/stats` and reports
+//!      the share of the time the guest was not halted (`kernel.busy_ns` over
+//!      `kernel.uptime_ns`) and, for wrk, the guest's busy microseconds per request. Under TCG
+//!      the guest's emulated CPU is the scarce resource; these say how much of it each kernel
+//!      spends for its throughput.
+//!    * **idle wakeups**: a boot with `idle=S`; the guest settles for a second after `READY`,
+//!      then prints `IDLE seconds=S wakeups=W timer=T device=D other=O polls=P` after S idle
+//!      seconds. The window ends with a timer wakeup of its own (the measurement's deadline),
+//!      counted in `W` by both kernels: the benchmark reports `W − 1` wakeups (when `T ≥ 1`),
+//!      the stack's own.
+//! 4. Prints the medians (with min–max), the median of the paired ratios zcnet / baseline (run
+//!    `i` of zcnet and run `i` of the baseline ran back to back, so a slow phase of the shared
+//!    machine cancels within the pair, as in the `stack` benchmark) and the targets: zcnet
+//!    ≥ 1.2x the baseline's throughput and request rate, ≤ 0.5x its bytes copied per request,
+//!    and 0 wakeups while idle.
+//!
+//! Everything runs under QEMU's TCG (no KVM on these machines): every guest instruction is
+//! translated, so the absolute figures are a fraction of what the same kernels do on hardware,
+//! and the ratios compare how much guest work each kernel does per byte and per request as TCG
+//! weighs it (translated code for computation and copies, QEMU's device emulation for each
+//! virtqueue notification and interrupt).
+//!
+//! Environment:
+//!
+//! * `ZCNET_KERNEL_ONLY=iperf,wrk,copies,idle` (any subset) runs only those measurements;
+//! * `ZCNET_KERNEL_BASELINE=lend` builds the baseline with `--features baseline-lend`: its
+//!   device lends the DMA buffers to smoltcp instead of copying (as ArceOS's `axnet` does);
+//! * `ZCNET_KERNEL_BASELINE_ARGS` appends words to the baseline's kernel command line;
+//! * `ZCNET_KERNEL_NO_BUILD=1` uses the ELFs already in `target/kernel-bench/`.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use zcnet_benches::{median, Mode, Table};
+use zcnet_examples::json::{self, Json};
+use zcnet_tests::netns::Netns;
+
+/// The guest's address.
+const GUEST: &str = "10.80.0.2";
+/// The guest's kernel command line (both variants).
+const GUEST_NET: &str = "ip=10.80.0.2/24 gw=10.80.0.1";
+/// Linux's side of the TAP, inside the namespace.
+const HOST_CIDR: &str = "10.80.0.1/24";
+/// The TAP's name (alone in its namespace, so a fixed name is unique).
+const TAP: &str = "zck0";
+/// Memory given to the guest.
+const GUEST_MEM: &str = "256M";
+/// How long a boot may take to print `READY`.
+const BOOT_LIMIT: Duration = Duration::from_secs(60);
+/// Serial lines kept per guest for the error message when something fails.
+const LOG_LINES: usize = 60;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    Zcnet,
+    Baseline,
+}
+
+const VARIANTS: [Variant; 2] = [Variant::Zcnet, Variant::Baseline];
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Zcnet => "zcnet",
+            Variant::Baseline => "baseline",
+        }
+    }
+}
+
+/// How much to measure.
+struct Plan {
+    runs: usize,
+    iperf_secs: u64,
+    wrk_secs: u64,
+    conns: &'static [u32],
+    requests: u32,
+    idle_secs: u64,
+}
+
+// ---- Ctrl-C ---------------------------------------------------------------------------------
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM only set a flag: QEMU and the clients, in our process group, get the
+/// signal too and exit; the wait that notices panics, and unwinding kills what is left and
+/// deletes the namespace.
+fn catch_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to an atomic, which
+        // is async-signal-safe; replacing the default disposition has no other effect.
+        unsafe {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+fn check_interrupted() {
+    assert!(
+        !INTERRUPTED.load(Ordering::SeqCst),
+        "interrupted: cleaning up"
+    );
+}
+
+// ---- prerequisites and build ----------------------------------------------------------------
+
+/// Says what is missing and exits with status 2.
+fn require_tools() {
+    let mut missing = Vec::new();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        missing.push(
+            "root (the benchmark makes a network namespace and a TAP device): run it with sudo"
+                .to_string(),
+        );
+    }
+    if !Path::new("/dev/net/tun").exists() {
+        missing.push("/dev/net/tun (modprobe tun)".into());
+    }
+    for (tool, arg, pkg) in [
+        ("qemu-system-x86_64", "--version", "qemu-system-x86"),
+        ("iperf3", "--version", "iperf3"),
+        ("wrk", "--version", "wrk"),
+        ("curl", "--version", "curl"),
+        ("ip", "-V", "iproute2"),
+    ] {
+        let found = Command::new(tool)
+            .arg(arg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok();
+        if !found {
+            missing.push(format!("{tool} (apt-get install {pkg})"));
+        }
+    }
+    if !missing.is_empty() {
+        eprintln!("the kernel benchmark cannot run; it needs:");
+        for m in &missing {
+            eprintln!("  - {m}");
+        }
+        std::process::exit(2);
+    }
+}
+
+fn kernel_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/qemu-kernel")
+}
+
+/// Whether `name` is an environment variable that would change how cargo builds the kernel, or
+/// that cargo set for this benchmark's own run.
+fn build_env_var(name: &str) -> bool {
+    const KEEP: [&str; 5] = [
+        "CARGO_HOME",
+        "CARGO_NET_",
+        "CARGO_HTTP_",
+        "CARGO_REGISTRIES_",
+        "CARGO_TERM_",
+    ];
+    if KEEP.iter().any(|k| name.starts_with(k)) {
+        return false;
+    }
+    name.starts_with("CARGO_")
+        || name.starts_with("__CARGO")
+        || matches!(
+            name,
+            "RUSTFLAGS"
+                | "RUSTDOCFLAGS"
+                | "RUSTC_WORKSPACE_WRAPPER"
+                | "MAKEFLAGS"
+                | "MFLAGS"
+                | "OUT_DIR"
+                | "TARGET"
+                | "HOST"
+                | "PROFILE"
+                | "OPT_LEVEL"
+                | "DEBUG"
+        )
+}
+
+/// The cargo feature the baseline is built with: `baseline` (a copying device), or
+/// `baseline-lend` (a device that lends its DMA buffers) with `ZCNET_KERNEL_BASELINE=lend`.
+fn baseline_feature() -> &'static str {
+    match std::env::var("ZCNET_KERNEL_BASELINE").as_deref() {
+        Err(_) | Ok("" | "copy") => "baseline",
+        Ok("lend") => "baseline-lend",
+        Ok(other) => panic!("ZCNET_KERNEL_BASELINE must be `copy` or `lend`, not {other:?}"),
+    }
+}
+
+/// Builds one variant and copies its ELF to `target/kernel-bench/<variant>.elf`.
+fn build(variant: Variant) -> PathBuf {
+    let dir = kernel_dir();
+    let out = dir.join("target/kernel-bench");
+    let elf = out.join(format!("{}.elf", variant.name()));
+    if std::env::var_os("ZCNET_KERNEL_NO_BUILD").is_some_and(|v| v != "0") {
+        assert!(
+            elf.exists(),
+            "ZCNET_KERNEL_NO_BUILD: {} is missing",
+            elf.display()
+        );
+        return elf;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&dir).args([
+        "build",
+        "--release",
+        "--message-format=json-render-diagnostics",
+    ]);
+    if variant == Variant::Baseline {
+        cmd.args(["--features", baseline_feature()]);
+    }
+    for (k, _) in std::env::vars_os() {
+        if let Some(k) = k.to_str() {
+            if build_env_var(k) {
+                cmd.env_remove(k);
+            }
+        }
+    }
+    eprintln!(
+        "building the {} kernel in {}",
+        variant.name(),
+        dir.display()
+    );
+    let output = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cargo: {e}"));
+    assert!(
+        output.status.success(),
+        "building the {} kernel failed ({})",
+        variant.name(),
+        output.status
+    );
+    // The kernel: the (last) binary target cargo reports an executable for.
+    let is_bin = |m: &Json| {
+        m.path(&["target", "kind"])
+            .and_then(Json::as_array)
+            .is_some_and(|k| k.iter().any(|k| k.as_str() == Some("bin")))
+    };
+    let exe = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .rev()
+        .filter_map(|l| json::parse(l.as_bytes()).ok())
+        .filter(|m| m.get("reason").and_then(Json::as_str) == Some("compiler-artifact"))
+        .filter(is_bin)
+        .find_map(|m| {
+            m.get("executable")
+                .and_then(Json::as_str)
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| panic!("cargo built no executable for {}", variant.name()));
+    std::fs::create_dir_all(&out).expect("create target/kernel-bench");
+    std::fs::copy(&exe, &elf)
+        .unwrap_or_else(|e| panic!("copy {} to {}: {e}", exe.display(), elf.display()));
+    elf
+}
+
+// ---- the namespace and the guest -------------------------------------------------------------
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The namespace with the TAP QEMU attaches to.
+fn make_netns() -> Netns {
+    let ns = Netns::new();
+    run_ok(ns.command("sh").args([
+        "-c",
+        "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 && \
+         echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",
+    ]));
+    ns.ip(&["tuntap", "add", "dev", TAP, "mode", "tap"]);
+    ns.ip(&["addr", "add", HOST_CIDR, "dev", TAP]);
+    ns.ip(&["link", "set", TAP, "up"]);
+    ns
+}
+
+/// A QEMU process running one kernel; killed on drop.
+struct Guest {
+    child: Child,
+    lines: Receiver<String>,
+    log: VecDeque<String>,
+    what: String,
+}
+
+impl Guest {
+    /// Boots `elf` with `cmdline` and waits for `READY`.
+    fn boot(ns: &Netns, variant: Variant, elf: &Path, cmdline: &str) -> Guest {
+        check_interrupted();
+        let mut child = ns
+            .command("qemu-system-x86_64")
+            .args([
+                "-accel", "tcg", "-machine", "q35", "-m", GUEST_MEM, "-smp", "1",
+            ])
+            .args(["-display", "none", "-serial", "stdio", "-monitor", "none"])
+            .args([
+                "-no-reboot",
+                "-device",
+                "isa-debug-exit,iobase=0xf4,iosize=0x04",
+            ])
+            .arg("-kernel")
+            .arg(elf)
+            .args(["-append", cmdline])
+            .args([
+                "-netdev",
+                &format!("tap,id=n0,ifname={TAP},script=no,downscript=no"),
+                "-device",
+                "virtio-net-pci,netdev=n0,disable-legacy=on,romfile=",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start QEMU: {e}"));
+        let (tx, lines) = channel();
+        for pipe in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let mut g = Guest {
+            child,
+            lines,
+            log: VecDeque::new(),
+            what: format!("{} guest ({cmdline})", variant.name()),
+        };
+        let ready = g.wait_for("READY ", BOOT_LIMIT);
+        assert!(
+            ready.contains(&format!("ip={GUEST}")),
+            "{} came up with another address: {ready}",
+            g.what
+        );
+        g
+    }
+
+    /// The first serial line starting with `prefix`, within `limit`.
+    fn wait_for(&mut self, prefix: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            check_interrupted();
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self
+                .lines
+                .recv_timeout(left.min(Duration::from_millis(200)))
+            {
+                Ok(line) => {
+                    if self.log.len() == LOG_LINES {
+                        self.log.pop_front();
+                    }
+                    self.log.push_back(line.clone());
+                    if line.starts_with(prefix) {
+                        return line;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) if !left.is_zero() => {
+                    if let Ok(Some(st)) = self.child.try_wait() {
+                        self.fail(&format!("QEMU exited ({st}) before `{prefix}`"));
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.fail(&format!("no `{prefix}` line within {limit:?}"))
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.fail(&format!("QEMU closed its output before `{prefix}`"))
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, what: &str) -> ! {
+        // Collect what the guest printed last.
+        while let Ok(line) = self.lines.try_recv() {
+            self.log.push_back(line);
+        }
+        let log: Vec<&str> = self.log.iter().map(String::as_str).collect();
+        panic!(
+            "{}: {what}\nlast serial lines:\n{}",
+            self.what,
+            log.join("\n")
+        );
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `program args` inside the namespace; its stdout. Killed (and the benchmark fails) past
+/// `limit`, or when it fails.
+fn in_netns(ns: &Netns, program: &str, args: &[String], limit: Duration) -> String {
+    check_interrupted();
+    let mut child = ns
+        .command(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for a client") {
+            break Some(st);
+        }
+        if Instant::now() >= deadline || INTERRUPTED.load(Ordering::SeqCst) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    check_interrupted();
+    match status {
+        Some(st) if st.success() => stdout,
+        Some(st) => panic!("{program} {args:?} failed ({st})\nstdout: {stdout}\nstderr: {stderr}"),
+        None => panic!(
+            "{program} {args:?} still running after {limit:?}; killed\nstdout: {stdout}\nstderr: {stderr}"
+        ),
+    }
+}
+
+// ---- measurements ---------------------------------------------------------------------------
+
+/// Mbit/s received by the receiving end, from `iperf3 -J`.
+fn iperf(ns: &Netns, secs: u64, reverse: bool) -> f64 {
+    let mut args: Vec<String> = ["-c", GUEST, "-J", "-t"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(secs.to_string());
+    if reverse {
+        args.push("-R".into());
+    }
+    let out = in_netns(ns, "iperf3", &args, Duration::from_secs(secs + 60));
+    let j = json::parse(out.as_bytes())
+        .unwrap_or_else(|e| panic!("iperf3 -J gave no JSON ({e}): {out}"));
+    if let Some(e) = j.get("error").and_then(Json::as_str) {
+        panic!("iperf3 failed: {e}");
+    }
+    j.path(&["end", "sum_received", "bits_per_second"])
+        .and_then(Json::as_f64)
+        .unwrap_or_else(|| panic!("no end.sum_received.bits_per_second in: {out}"))
+        / 1e6
+}
+
+/// (requests per second, requests, errors) from `wrk`'s output.
+fn wrk(ns: &Netns, conns: u32, secs: u64) -> (f64, u64, u64) {
+    let args = vec![
+        "-t1".to_string(),
+        format!("-c{conns}"),
+        format!("-d{secs}s"),
+        format!("http://{GUEST}/"),
+    ];
+    let out = in_netns(ns, "wrk", &args, Duration::from_secs(secs + 60));
+    let rps = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no Requests/sec in wrk's output: {out}"));
+    let requests = out
+        .lines()
+        .find_map(|l| {
+            let (n, rest) = l.trim().split_once(' ')?;
+            rest.starts_with("requests in")
+                .then(|| n.parse::<u64>().ok())?
+        })
+        .unwrap_or_else(|| panic!("no request count in wrk's output: {out}"));
+    let mut errors = 0;
+    for l in out.lines().map(str::trim) {
+        if let Some(e) = l.strip_prefix("Socket errors:") {
+            errors += e
+                .split(',')
+                .filter_map(|p| p.split_whitespace().last()?.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+        if let Some(e) = l.strip_prefix("Non-2xx or 3xx responses:") {
+            errors += e.trim().parse::<u64>().unwrap_or(0);
+        }
+    }
+    (rps, requests, errors)
+}
+
+/// One reading of the guest's `/stats`.
+#[derive(Clone, Copy)]
+struct GuestStats {
+    /// `memcpy` + `memmove` calls so far (`copies.calls`).
+    calls: f64,
+    /// Bytes they copied (`copies.bytes`).
+    bytes: f64,
+    /// HTTP requests received (`http.requests`).
+    requests: f64,
+    /// Nanoseconds the guest was not halted (`kernel.busy_ns`).
+    busy_ns: f64,
+    /// Nanoseconds since the guest's clock started (`kernel.uptime_ns`).
+    uptime_ns: f64,
+}
+
+fn stats(ns: &Netns) -> GuestStats {
+    let args = vec![
+        "-sS".to_string(),
+        "-m".into(),
+        "20".into(),
+        format!("http://{GUEST}/stats"),
+    ];
+    let out = in_netns(ns, "curl", &args, Duration::from_secs(30));
+    let j = json::parse(out.trim().as_bytes())
+        .unwrap_or_else(|e| panic!("/stats is not JSON ({e}): {out}"));
+    let num = |path: &[&str]| {
+        j.path(path)
+            .and_then(Json::as_f64)
+            .unwrap_or_else(|| panic!("no {} in /stats: {out}", path.join(".")))
+    };
+    GuestStats {
+        calls: num(&["copies", "calls"]),
+        bytes: num(&["copies", "bytes"]),
+        requests: num(&["http", "requests"]),
+        busy_ns: num(&["kernel", "busy_ns"]),
+        uptime_ns: num(&["kernel", "uptime_ns"]),
+    }
+}
+
+/// The share of the time between two readings that the guest was not halted, in percent.
+fn busy_percent(before: GuestStats, after: GuestStats) -> f64 {
+    (after.busy_ns - before.busy_ns) / (after.uptime_ns - before.uptime_ns).max(1.0) * 100.0
+}
+
+/// memcpy calls and bytes per keep-alive request for `/`, and the correction applied (the
+/// `/stats` exchange's own share, in calls and bytes), see the module docs.
+struct Copies {
+    calls: f64,
+    bytes: f64,
+    overhead_calls: f64,
+    overhead_bytes: f64,
+}
+
+fn copies(ns: &Netns, n: u32) -> Copies {
+    let s0 = stats(ns);
+    let s1 = stats(ns);
+    // One connection, keep-alive, `n` requests; the bodies are read and dropped.
+    let args = vec![
+        "-sS".to_string(),
+        "-m".into(),
+        "120".into(),
+        format!("http://{GUEST}/?[1-{n}]"),
+    ];
+    in_netns(ns, "curl", &args, Duration::from_secs(180));
+    let s2 = stats(ns);
+    let (oc, ob) = (s1.calls - s0.calls, s1.bytes - s0.bytes);
+    let served = (s2.requests - s1.requests) - (s1.requests - s0.requests);
+    assert!(
+        (served - f64::from(n)).abs() < 0.5,
+        "the guest counted {served} requests for the {n} sent"
+    );
+    Copies {
+        calls: ((s2.calls - s1.calls) - oc) / f64::from(n),
+        bytes: ((s2.bytes - s1.bytes) - ob) / f64::from(n),
+        overhead_calls: oc,
+        overhead_bytes: ob,
+    }
+}
+
+/// `key=value` from the IDLE line.
+fn kv(line: &str, key: &str) -> f64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
+// ---- samples and the report -----------------------------------------------------------------
+
+/// Samples per (metric, variant), in run order.
+#[derive(Default)]
+struct Samples(Vec<(String, Variant, Vec<f64>)>);
+
+impl Samples {
+    fn add(&mut self, metric: &str, v: Variant, x: f64) {
+        match self.0.iter_mut().find(|(m, w, _)| m == metric && *w == v) {
+            Some((_, _, xs)) => xs.push(x),
+            None => self.0.push((metric.to_string(), v, vec![x])),
+        }
+    }
+
+    fn get(&self, metric: &str, v: Variant) -> Option<&[f64]> {
+        self.0
+            .iter()
+            .find(|(m, w, _)| m == metric && *w == v)
+            .map(|(_, _, xs)| xs.as_slice())
+    }
+}
+
+fn spread(xs: &[f64]) -> (f64, f64, f64) {
+    let mut v = xs.to_vec();
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (median(&mut v), lo, hi)
+}
+
+fn fmt_num(x: f64) -> String {
+    if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn fmt_spread(xs: &[f64]) -> String {
+    let (m, lo, hi) = spread(xs);
+    if xs.len() == 1 {
+        fmt_num(m)
+    } else {
+        format!("{} ({}–{})", fmt_num(m), fmt_num(lo), fmt_num(hi))
+    }
+}
+
+/// The target a metric is held to.
+#[derive(Clone, Copy)]
+enum Target {
+    /// zcnet / baseline at least this.
+    AtLeast(f64),
+    /// zcnet / baseline at most this.
+    AtMost(f64),
+    /// zcnet's own value is 0 in every run.
+    Zero,
+    /// Shown, no target.
+    None,
+}
+
+struct Row {
+    metric: &'static str,
+    key: String,
+    unit: &'static str,
+    target: Target,
+}
+
+fn report(plan: &Plan, mode: Mode, s: &Samples) {
+    let mut rows = vec![
+        Row {
+            metric: "TCP Linux → guest (iperf3)",
+            key: "iperf".into(),
+            unit: "Mbit/s",
+            target: Target::AtLeast(1.2),
+        },
+        Row {
+            metric: "TCP guest → Linux (iperf3 -R)",
+            key: "iperf -R".into(),
+            unit: "Mbit/s",
+            target: Target::AtLeast(1.2),
+        },
+    ];
+    for &c in plan.conns {
+        rows.push(Row {
+            metric: match c {
+                1 => "HTTP keep-alive, 1 connection (wrk)",
+                10 => "HTTP keep-alive, 10 connections (wrk)",
+                50 => "HTTP keep-alive, 50 connections (wrk)",
+                _ => "HTTP keep-alive (wrk)",
+            },
+            key: format!("wrk c={c}"),
+            unit: "req/s",
+            target: Target::AtLeast(1.2),
+        });
+    }
+    rows.extend([
+        Row {
+            metric: "guest busy during iperf3",
+            key: "iperf busy".into(),
+            unit: "%",
+            target: Target::None,
+        },
+        Row {
+            metric: "guest busy during iperf3 -R",
+            key: "iperf -R busy".into(),
+            unit: "%",
+            target: Target::None,
+        },
+    ]);
+    for &c in plan.conns {
+        rows.push(Row {
+            metric: match c {
+                1 => "guest CPU per request, 1 connection",
+                10 => "guest CPU per request, 10 connections",
+                50 => "guest CPU per request, 50 connections",
+                _ => "guest CPU per request",
+            },
+            key: format!("wrk c={c} cpu"),
+            unit: "µs",
+            target: Target::None,
+        });
+    }
+    rows.extend([
+        Row {
+            metric: "bytes copied per request (memcpy + memmove)",
+            key: "copy bytes".into(),
+            unit: "bytes",
+            target: Target::AtMost(0.5),
+        },
+        Row {
+            metric: "memcpy + memmove calls per request",
+            key: "copy calls".into(),
+            unit: "calls",
+            target: Target::None,
+        },
+        Row {
+            metric: "idle wakeups",
+            key: "idle wakeups".into(),
+            unit: "per s",
+            target: Target::Zero,
+        },
+        Row {
+            metric: "idle stack polls",
+            key: "idle polls".into(),
+            unit: "per s",
+            target: Target::None,
+        },
+    ]);
+    let mut t = Table::new(&[
+        "metric",
+        "unit",
+        "zcnet (min–max)",
+        "baseline (min–max)",
+        "zcnet / baseline (min–max)",
+        "target",
+        "verdict",
+    ]);
+    let mut verdicts = Vec::new();
+    for r in rows {
+        let (Some(z), Some(b)) = (
+            s.get(&r.key, Variant::Zcnet),
+            s.get(&r.key, Variant::Baseline),
+        ) else {
+            continue;
+        };
+        let ratios: Vec<f64> = z
+            .iter()
+            .zip(b)
+            .filter(|(_, &b)| b != 0.0)
+            .map(|(&z, &b)| z / b)
+            .collect();
+        let ratio = if ratios.is_empty() {
+            None
+        } else {
+            Some(spread(&ratios))
+        };
+        let ratio_cell = match ratio {
+            None => "n/a (baseline 0)".to_string(),
+            Some((m, lo, hi)) if ratios.len() > 1 => format!("{m:.2}x ({lo:.2}–{hi:.2})"),
+            Some((m, _, _)) => format!("{m:.2}x"),
+        };
+        let (target, verdict) = match (r.target, ratio) {
+            (Target::AtLeast(x), Some((m, _, _))) => (
+                format!("≥ {x:.1}x"),
+                if m >= x {
+                    format!("met ({m:.2}x)")
+                } else {
+                    format!("MISSED ({m:.2}x, {:.0}% short)", (1.0 - m / x) * 100.0)
+                },
+            ),
+            (Target::AtMost(x), Some((m, _, _))) => (
+                format!("≤ {x:.1}x"),
+                if m <= x {
+                    format!("met ({m:.2}x)")
+                } else {
+                    format!("MISSED ({m:.2}x, {:.2}x over)", m / x)
+                },
+            ),
+            (Target::Zero, _) => {
+                let worst = z.iter().copied().fold(0.0, f64::max);
+                (
+                    "zcnet 0".to_string(),
+                    if worst == 0.0 {
+                        "met (0 in every run)".to_string()
+                    } else {
+                        format!("MISSED (up to {} per s)", fmt_num(worst))
+                    },
+                )
+            }
+            (Target::AtLeast(_) | Target::AtMost(_), None) => {
+                ("-".to_string(), "no ratio".to_string())
+            }
+            (Target::None, _) => ("-".to_string(), "-".to_string()),
+        };
+        if !matches!(r.target, Target::None) {
+            verdicts.push(format!("{}: {verdict}", r.metric));
+        }
+        t.row(vec![
+            r.metric.to_string(),
+            r.unit.to_string(),
+            fmt_spread(z),
+            fmt_spread(b),
+            ratio_cell,
+            target,
+            verdict,
+        ]);
+    }
+    println!();
+    println!(
+        "example kernel under QEMU TCG, zcnet vs smoltcp's own poll loop (`--features {}`) ({}): \
+         {} run(s) each, interleaved; iperf3 {} s, wrk {} s, {} requests for the copy count, \
+         idle {} s; medians",
+        baseline_feature(),
+        mode.label(),
+        plan.runs,
+        plan.iperf_secs,
+        plan.wrk_secs,
+        plan.requests,
+        plan.idle_secs
+    );
+    println!();
+    print!("{}", t.to_markdown());
+    println!();
+    for v in verdicts {
+        println!("{v}");
+    }
+    if let (Some(z), Some(b)) = (
+        s.get("copy overhead", Variant::Zcnet),
+        s.get("copy overhead", Variant::Baseline),
+    ) {
+        println!(
+            "\n/stats exchange subtracted from the copy window (bytes, median): zcnet {}, baseline {}",
+            fmt_spread(z),
+            fmt_spread(b)
+        );
+    }
+    for (key, what) in [("wrk errors", "wrk errors (all runs)")] {
+        if let (Some(z), Some(b)) = (s.get(key, Variant::Zcnet), s.get(key, Variant::Baseline)) {
+            println!(
+                "{what}: zcnet {}, baseline {}",
+                z.iter().sum::<f64>(),
+                b.iter().sum::<f64>()
+            );
+        }
+    }
+}
+
+// ---- main -----------------------------------------------------------------------------------
+
+fn main() {
+    require_tools();
+    catch_signals();
+    let mode = Mode::from_env();
+    let plan = mode.pick(
+        Plan {
+            runs: 5,
+            iperf_secs: 8,
+            wrk_secs: 5,
+            conns: &[1, 10, 50],
+            requests: 1000,
+            idle_secs: 10,
+        },
+        Plan {
+            runs: 1,
+            iperf_secs: 2,
+            wrk_secs: 1,
+            conns: &[1, 10, 50],
+            requests: 100,
+            idle_secs: 2,
+        },
+    );
+    let only = std::env::var("ZCNET_KERNEL_ONLY").unwrap_or_default();
+    let want = |w: &str| only.is_empty() || only.split(',').any(|o| o.trim() == w);
+    let extra = std::env::var("ZCNET_KERNEL_BASELINE_ARGS").unwrap_or_default();
+    let cmdline = |v: Variant, more: &str| {
+        let mut c = GUEST_NET.to_string();
+        if !more.is_empty() {
+            c.push(' ');
+            c.push_str(more);
+        }
+        if v == Variant::Baseline && !extra.trim().is_empty() {
+            c.push(' ');
+            c.push_str(extra.trim());
+        }
+        c
+    };
+
+    let build_start = Instant::now();
+    let elfs: Vec<(Variant, PathBuf)> = VARIANTS.iter().map(|&v| (v, build(v))).collect();
+    eprintln!(
+        "kernels ready in {:.0} s",
+        build_start.elapsed().as_secs_f64()
+    );
+    let start = Instant::now();
+    let ns = make_netns();
+    let mut s = Samples::default();
+    for run in 0..plan.runs {
+        if want("iperf") {
+            for reverse in [false, true] {
+                let key = if reverse { "iperf -R" } else { "iperf" };
+                for (v, elf) in &elfs {
+                    let g = Guest::boot(&ns, *v, elf, &cmdline(*v, ""));
+                    let before = stats(&ns);
+                    let mbit = iperf(&ns, plan.iperf_secs, reverse);
+                    let busy = busy_percent(before, stats(&ns));
+                    drop(g);
+                    s.add(key, *v, mbit);
+                    s.add(&format!("{key} busy"), *v, busy);
+                    eprintln!(
+                        "run {run} {key} {}: {mbit:.1} Mbit/s, guest busy {busy:.0}%",
+                        v.name()
+                    );
+                }
+            }
+        }
+        if want("wrk") {
+            for &c in plan.conns {
+                let key = format!("wrk c={c}");
+                for (v, elf) in &elfs {
+                    let g = Guest::boot(&ns, *v, elf, &cmdline(*v, ""));
+                    let before = stats(&ns);
+                    let (rps, n, errors) = wrk(&ns, c, plan.wrk_secs);
+                    let after = stats(&ns);
+                    drop(g);
+                    // Guest CPU per request: its time outside `hlt` over wrk's requests (the
+                    // second `/stats` request adds one request's worth, a fraction of a
+                    // percent of a run).
+                    let cpu_us = (after.busy_ns - before.busy_ns) / 1e3 / (n.max(1) as f64);
+                    s.add(&key, *v, rps);
+                    s.add(&format!("{key} cpu"), *v, cpu_us);
+                    s.add("wrk errors", *v, errors as f64);
+                    eprintln!(
+                        "run {run} {key} {}: {rps:.0} req/s ({n} requests, {errors} errors), \
+                         guest busy {cpu_us:.1} us per request, {:.0}%",
+                        v.name(),
+                        busy_percent(before, after)
+                    );
+                }
+            }
+        }
+        if want("copies") {
+            for (v, elf) in &elfs {
+                let g = Guest::boot(&ns, *v, elf, &cmdline(*v, ""));
+                let c = copies(&ns, plan.requests);
+                drop(g);
+                s.add("copy calls", *v, c.calls);
+                s.add("copy bytes", *v, c.bytes);
+                s.add("copy overhead", *v, c.overhead_bytes);
+                eprintln!(
+                    "run {run} copies {}: {:.1} calls, {:.0} bytes per request (subtracted: one /stats exchange, {:.0} calls, {:.0} bytes)",
+                    v.name(),
+                    c.calls,
+                    c.bytes,
+                    c.overhead_calls,
+                    c.overhead_bytes
+                );
+            }
+        }
+        if want("idle") {
+            for (v, elf) in &elfs {
+                let more = format!("idle={}", plan.idle_secs);
+                let mut g = Guest::boot(&ns, *v, elf, &cmdline(*v, &more));
+                let line = g.wait_for("IDLE ", Duration::from_secs(plan.idle_secs + 60));
+                drop(g);
+                let secs = kv(&line, "seconds").max(1e-9);
+                // Less the measurement's own end-of-window timer wakeup.
+                let own = kv(&line, "timer").min(1.0);
+                s.add("idle wakeups", *v, (kv(&line, "wakeups") - own) / secs);
+                s.add("idle polls", *v, kv(&line, "polls") / secs);
+                eprintln!("run {run} idle {}: {line}", v.name());
+            }
+        }
+    }
+    drop(ns);
+    report(&plan, mode, &s);
+    eprintln!(
+        "kernel benchmark: measured in {:.0} s (plus {:.0} s of building)",
+        start.elapsed().as_secs_f64(),
+        build_start.elapsed().as_secs_f64() - start.elapsed().as_secs_f64()
+    );
+}
