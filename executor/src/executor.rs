@@ -22,7 +22,7 @@ use crate::run_queue::{Notify, RunQueue};
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering::*};
 use crate::task::{header_from_waker, task_waker, JoinHandle, SpawnError, TaskRef, TaskStorage};
 use crate::time::wheel::Wheel;
-use crate::time::Sleep;
+use crate::time::{Sleep, Timeout};
 
 /// The executor is called `Core` inside the crate: what task headers point to.
 pub(crate) type Core = Executor;
@@ -173,12 +173,115 @@ fn main_wake(data: *const ()) {
 
 fn main_drop(_: *const ()) {}
 
-/// Releases the "running" flag when the run loop ends (also by unwinding).
-struct RunningGuard<'a>(&'a AtomicBool);
+/// Releases the "running" flag and restores this thread's record in [`running`] when the run
+/// loop ends (also by unwinding).
+struct RunningGuard {
+    exec: &'static Executor,
+    outer: running::Outer,
+}
 
-impl Drop for RunningGuard<'_> {
+impl Drop for RunningGuard {
     fn drop(&mut self) {
-        self.0.store(false, Release);
+        running::leave(self.outer);
+        self.exec.running.store(false, Release);
+    }
+}
+
+/// Which executor runs where, for timers polled with a waker that is not one of ours (see
+/// [`Executor::for_timers`]).
+///
+/// * With `std`: a per-thread record of the executor whose loop (`run`, `block_on`,
+///   `run_until_idle`) the thread is inside; a nested loop of another executor saves and
+///   restores the outer one.
+/// * Always: the process's *default* executor. An executor takes the role when it starts a loop
+///   while the role is free or its holder is not running a loop, and keeps it after its loop
+///   ends, until another executor takes it that way. So a program (or kernel) with one
+///   executor always has that one, and starting and ending loops costs no locked instruction
+///   once it holds the role. Executors are `'static`, so a pointer read from it stays valid.
+///
+/// Under loom neither exists (the models free their executors between executions, and poll
+/// timers only with executor-bound sleeps or task wakers).
+#[cfg(not(loom))]
+mod running {
+    use core::ptr;
+
+    use super::Executor;
+    use crate::sync::{AtomicPtr, Ordering::*};
+
+    static DEFAULT: AtomicPtr<Executor> = AtomicPtr::new(ptr::null_mut());
+
+    #[cfg(feature = "std")]
+    std::thread_local! {
+        static ON_THREAD: core::cell::Cell<Option<&'static Executor>> =
+            const { core::cell::Cell::new(None) };
+    }
+
+    /// What [`enter`] replaced on this thread, for [`leave`] to put back.
+    #[derive(Clone, Copy)]
+    pub(super) struct Outer(#[cfg(feature = "std")] Option<&'static Executor>);
+
+    /// `exec`'s loop starts on this thread (its `running` flag is already set).
+    pub(super) fn enter(exec: &'static Executor) -> Outer {
+        let p = ptr::from_ref(exec).cast_mut();
+        // Acquire: the holder is read below.
+        let holder = DEFAULT.load(Acquire);
+        if holder != p {
+            // SAFETY: only pointers made from `&'static Executor` are stored.
+            let busy = unsafe { holder.as_ref() }.is_some_and(|h| h.running.load(Relaxed));
+            if !busy {
+                // Release: a thread that reads the pointer (Acquire) sees the executor built.
+                // Failure means another executor took the role meanwhile: it keeps it.
+                let _ = DEFAULT.compare_exchange(holder, p, Release, Relaxed);
+            }
+        }
+        #[cfg(feature = "std")]
+        {
+            // `try_with`: during thread teardown the record is gone; there is nothing to save.
+            Outer(ON_THREAD.try_with(|t| t.replace(Some(exec))).ok().flatten())
+        }
+        #[cfg(not(feature = "std"))]
+        {
+            Outer()
+        }
+    }
+
+    /// `exec`'s loop ends on this thread. The default role, if `exec` holds it, stays.
+    pub(super) fn leave(outer: Outer) {
+        #[cfg(feature = "std")]
+        let _ = ON_THREAD.try_with(|t| t.set(outer.0));
+        #[cfg(not(feature = "std"))]
+        let Outer() = outer;
+    }
+
+    /// The executor whose loop this thread is inside (`std`), else the default one.
+    pub(super) fn get() -> Option<&'static Executor> {
+        #[cfg(feature = "std")]
+        if let Some(exec) = ON_THREAD.try_with(|t| t.get()).ok().flatten() {
+            return Some(exec);
+        }
+        let p = DEFAULT.load(Acquire);
+        // SAFETY: only pointers made from `&'static Executor` are stored, and executors are
+        // never freed (they live for `'static`).
+        unsafe { p.as_ref() }
+    }
+}
+
+/// [`running`] under loom: no records.
+#[cfg(loom)]
+mod running {
+    use super::Executor;
+
+    #[derive(Clone, Copy)]
+    pub(super) struct Outer;
+
+    pub(super) fn enter(_: &'static Executor) -> Outer {
+        Outer
+    }
+
+    pub(super) fn leave(_: Outer) {}
+
+    pub(super) fn get() -> Option<&'static Executor> {
+        None
     }
 }
 
@@ -254,16 +357,29 @@ impl Executor {
         self.platform.now()
     }
 
-    /// A [`Sleep`] until `deadline`, usable outside tasks too (it knows its executor).
+    /// A [`Sleep`] until `deadline` on this executor's timer wheel. It knows its executor, so it
+    /// works under any waker (inside a `FuturesUnordered`, under a foreign executor, on any
+    /// thread) and never panics for want of one; the loop of this executor must run for it to
+    /// fire.
     pub fn sleep_until(&'static self, deadline: Instant) -> Sleep {
         let mut s = Sleep::at(deadline);
         s.bind(self);
         s
     }
 
-    /// A [`Sleep`] of `duration` from now.
+    /// A [`Sleep`] of `duration` from now, as [`sleep_until`](Self::sleep_until).
     pub fn sleep(&'static self, duration: Duration) -> Sleep {
         self.sleep_until(self.now() + duration)
+    }
+
+    /// Runs `future` for at most `duration` from its first poll, as
+    /// [`time::timeout`](crate::time::timeout) does, with the timer on this executor's wheel:
+    /// like [`sleep_until`](Self::sleep_until), it works under any waker and never looks an
+    /// executor up.
+    pub fn timeout<F: Future>(&'static self, duration: Duration, future: F) -> Timeout<F> {
+        let mut s = Sleep::after(duration);
+        s.bind(self);
+        Timeout::new(future, s)
     }
 
     /// The counters.
@@ -327,14 +443,17 @@ impl Executor {
         self.polls.get() - before
     }
 
-    fn enter(&self) -> RunningGuard<'_> {
+    fn enter(&'static self) -> RunningGuard {
         assert!(
             self.running
                 .compare_exchange(false, true, Acquire, Relaxed)
                 .is_ok(),
             "zcnet-executor: an executor is run by one thread at a time"
         );
-        RunningGuard(&self.running)
+        RunningGuard {
+            exec: self,
+            outer: running::enter(self),
+        }
     }
 
     /// One turn of the loop: run the queued tasks, fire timers, and wait if there is nothing to
@@ -512,6 +631,16 @@ impl Executor {
     pub(crate) fn signal(&self) {
         self.signals.add(1);
         self.platform.signal();
+    }
+
+    /// The executor that serves the timers of a future polled with `cx` (the free functions of
+    /// [`time`](crate::time)): the executor of `cx`'s waker if it is one of ours (a task's, or
+    /// `block_on`'s); else, with `std`, the executor whose loop this thread is running (a waker
+    /// wrapped by a `FuturesUnordered` or a `select` inside one of its tasks); else the
+    /// process's default executor (see [`running`]: a kernel's one executor; the executor a
+    /// foreign executor's thread gets). `None` when no executor has run a loop yet.
+    pub(crate) fn for_timers(cx: &Context<'_>) -> Option<&'static Executor> {
+        Self::from_waker(cx.waker()).or_else(running::get)
     }
 
     /// The executor a waker belongs to, if it is a task waker or a `block_on` waker of ours.

@@ -23,7 +23,10 @@
 //!   serves all three with one `epoll_wait` and also dispatches fd readiness.
 //! * [`time`]: [`time::sleep`], [`time::sleep_until`], [`time::timeout`], [`time::interval`] on a
 //!   hierarchical timer wheel (6 levels × 64 slots, 1 ms ticks by default, O(1) insert and cancel,
-//!   O(levels) next deadline). Each [`time::Sleep`] embeds its wheel entry.
+//!   O(levels) next deadline). Each [`time::Sleep`] embeds its wheel entry. The free functions
+//!   find their executor through the polling waker, else the executor running the thread, else
+//!   the process's default one (see [`time`]); [`Executor::sleep`] and [`Executor::timeout`]
+//!   name theirs and work under any waker.
 //!
 //! This crate depends on nothing of zcnet's. `no_std`; features `alloc` (boxed tasks) and `std`
 //! (the Linux platform, implies `alloc`).

@@ -346,6 +346,70 @@ fn timer_fires_vs_repoll_with_new_waker() {
     });
 }
 
+/// A waker whose every clone, wake and drop takes the executor's timer lock (as a waker whose
+/// drop re-enters the executor might): one used while that lock is held deadlocks, which loom
+/// reports.
+static LOCKING_VTABLE: core::task::RawWakerVTable = core::task::RawWakerVTable::new(
+    |data| {
+        locking_touch(data);
+        core::task::RawWaker::new(data, &LOCKING_VTABLE)
+    },
+    locking_touch,
+    locking_touch,
+    locking_touch,
+);
+
+fn locking_touch(data: *const ()) {
+    // SAFETY: LOCKING_VTABLE is only used with pointers made from a `&'static Executor` that
+    // outlives every such waker (see `locking_waker`).
+    let exec = unsafe { &*data.cast::<Executor>() };
+    let _ = exec.armed_timers();
+}
+
+/// A waker that takes `exec`'s timer lock whenever it is cloned, woken or dropped. Every copy
+/// must be gone before the `Model` frees the executor.
+fn locking_waker(exec: &'static Executor) -> Waker {
+    // SAFETY: LOCKING_VTABLE's functions keep the RawWaker contract for a `&'static Executor`:
+    // nothing is owned, so clone, wake and drop only read it.
+    unsafe {
+        Waker::from_raw(core::task::RawWaker::new(
+            core::ptr::from_ref(exec).cast(),
+            &LOCKING_VTABLE,
+        ))
+    }
+}
+
+/// A re-poll with a new waker lets go of the timer lock to clone it, and the timer fires in
+/// that window: the poll completes, and the clone it no longer needs is dropped after the lock
+/// is released (the clone's drop takes the lock, so dropping it under the lock deadlocks).
+/// Whichever way the race goes, exactly one waker is woken.
+#[test]
+fn timer_fires_while_a_repoll_clones_its_waker() {
+    loom::model(|| {
+        let m = Model::new();
+        let exec = m.exec;
+        let (f1, w1) = flag();
+        let mut sleep = Box::pin(exec.sleep_until(Instant::from_nanos(MS)));
+        assert!(sleep
+            .as_mut()
+            .poll(&mut Context::from_waker(&w1))
+            .is_pending());
+        let t = thread::spawn(move || {
+            let w2 = locking_waker(exec);
+            let second = sleep.as_mut().poll(&mut Context::from_waker(&w2));
+            (second.is_pending(), sleep)
+        });
+        m.platform.advance(MS);
+        exec.run_until_idle();
+        let (pending, sleep) = t.join().unwrap();
+        // Pending: the new waker was linked in time and woken instead of the first; Ready: the
+        // timer fired first (before the re-poll, or while it cloned) and woke the first.
+        let n1 = f1.0.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(n1, if pending { 0 } else { 1 });
+        drop(sleep);
+    });
+}
+
 /// The executor sleeps (no deadline, or a far one) when another thread links an earlier timer
 /// into its wheel: it must be signalled, re-arm its wait for the new deadline, and fire it when
 /// time reaches it. Time passing is not a signal here, so without the insert's signal the

@@ -283,3 +283,151 @@ fn a_sleep_survives_a_waker_whose_clone_panics() {
         .is_ready());
     assert_eq!(exec.armed_timers(), 0);
 }
+
+/// A probe waker for the "expired while the re-poll cloned its waker" path: its first clone lets
+/// the deadline pass and runs the executor (which fires the timer while the `Sleep` has let go of
+/// the lock to clone), and every drop records whether the timer lock was held.
+struct RacingClone {
+    platform: &'static super::VirtualPlatform,
+    exec: &'static crate::Executor,
+    clones: std::sync::atomic::AtomicUsize,
+    drops: std::sync::atomic::AtomicUsize,
+    drops_under_lock: std::sync::atomic::AtomicUsize,
+}
+
+static RACING_CLONE_VTABLE: core::task::RawWakerVTable =
+    core::task::RawWakerVTable::new(racing_clone, racing_drop, |_| {}, racing_drop);
+
+fn racing(data: *const ()) -> &'static RacingClone {
+    // SAFETY: the vtable is only used with pointers to leaked `RacingClone`s.
+    unsafe { &*data.cast::<RacingClone>() }
+}
+
+fn racing_clone(data: *const ()) -> core::task::RawWaker {
+    let r = racing(data);
+    if r.clones.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+        r.platform.advance(5 * MS);
+        r.exec.run_until_idle();
+    }
+    core::task::RawWaker::new(data, &RACING_CLONE_VTABLE)
+}
+
+fn racing_drop(data: *const ()) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let r = racing(data);
+    r.drops.fetch_add(1, SeqCst);
+    if r.exec.timers.is_locked() {
+        r.drops_under_lock.fetch_add(1, SeqCst);
+    }
+}
+
+/// A re-poll with a new waker lets go of the timer lock to clone it; if the timer expires
+/// meanwhile the poll completes, and the clone it no longer needs is dropped after the lock is
+/// released (a waker's drop may call back into the executor).
+#[test]
+fn a_waker_clone_that_lost_to_the_timer_is_dropped_outside_the_lock() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let (platform, exec) = virtual_executor();
+    let probe: &'static RacingClone = std::boxed::Box::leak(std::boxed::Box::new(RacingClone {
+        platform,
+        exec,
+        clones: AtomicUsize::new(0),
+        drops: AtomicUsize::new(0),
+        drops_under_lock: AtomicUsize::new(0),
+    }));
+    let mut s = std::boxed::Box::pin(exec.sleep(Duration::from_millis(5)));
+    assert!(s
+        .as_mut()
+        .poll(&mut Context::from_waker(std::task::Waker::noop()))
+        .is_pending());
+    // SAFETY: RACING_CLONE_VTABLE's functions keep the RawWaker contract for a `&'static
+    // RacingClone` (clone and drop count; nothing is owned).
+    let w = unsafe {
+        std::task::Waker::from_raw(core::task::RawWaker::new(
+            core::ptr::from_ref(probe).cast(),
+            &RACING_CLONE_VTABLE,
+        ))
+    };
+    assert!(
+        s.as_mut().poll(&mut Context::from_waker(&w)).is_ready(),
+        "the timer fired during the clone"
+    );
+    assert_eq!(exec.stats().timers_fired, 1);
+    assert_eq!(probe.clones.load(SeqCst), 1);
+    assert_eq!(probe.drops.load(SeqCst), 1, "the unused clone was dropped");
+    assert_eq!(
+        probe.drops_under_lock.load(SeqCst),
+        0,
+        "and dropped outside the lock"
+    );
+    assert_eq!(exec.armed_timers(), 0);
+    drop(w);
+}
+
+/// Polls its future with a waker of its own that forwards wakes to the caller's, as
+/// `FuturesUnordered` and `select`-style combinators do: the timers inside see a waker that is
+/// not the executor's.
+struct Wrapped<F>(std::pin::Pin<std::boxed::Box<F>>);
+
+struct Forward(std::task::Waker);
+
+impl std::task::Wake for Forward {
+    fn wake(self: Arc<Self>) {
+        self.0.wake_by_ref();
+    }
+}
+
+impl<F: Future> Future for Wrapped<F> {
+    type Output = F::Output;
+    fn poll(mut self: core::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let w = std::task::Waker::from(Arc::new(Forward(cx.waker().clone())));
+        self.0.as_mut().poll(&mut Context::from_waker(&w))
+    }
+}
+
+fn wrapped<F: Future>(f: F) -> Wrapped<F> {
+    Wrapped(std::boxed::Box::pin(f))
+}
+
+/// `sleep`, `sleep_until`, `timeout`, `now` and `interval` polled with a wrapped waker, in
+/// `block_on` and in a spawned task, are served by the executor whose loop runs the thread.
+#[test]
+fn free_timers_work_under_a_wrapped_waker() {
+    let (_, exec) = virtual_executor();
+    let start = exec.now();
+    exec.block_on(wrapped(time::sleep(Duration::from_millis(20))));
+    assert_eq!(exec.now() - start, Duration::from_millis(20));
+    let r = exec.block_on(wrapped(time::timeout(
+        Duration::from_millis(10),
+        core::future::pending::<()>(),
+    )));
+    assert_eq!(r, Err(Elapsed));
+    assert_eq!(exec.now() - start, Duration::from_millis(30));
+
+    let task = exec.spawner().spawn(wrapped(async {
+        let t0 = time::now().await;
+        time::sleep_until(t0 + Duration::from_millis(7)).await;
+        let mut iv = time::interval(Duration::from_millis(5));
+        iv.tick().await;
+        iv.tick().await;
+        time::now().await - t0
+    }));
+    assert_eq!(exec.block_on(task), Duration::from_millis(17));
+    assert_eq!(exec.stats().timers_fired, 5);
+    assert_eq!(exec.armed_timers(), 0);
+}
+
+/// A nested `block_on` of another executor inside a task hands the thread back when it returns:
+/// wrapped timers after it are served by the outer executor again.
+#[test]
+fn a_nested_loop_restores_the_outer_executor() {
+    let (_, outer) = virtual_executor();
+    let (_, inner) = virtual_executor();
+    outer.block_on(async {
+        inner.block_on(wrapped(time::sleep(Duration::from_millis(3))));
+        wrapped(time::sleep(Duration::from_millis(4))).await;
+    });
+    assert_eq!(inner.stats().timers_fired, 1);
+    assert_eq!(outer.stats().timers_fired, 1);
+    assert_eq!(outer.now(), Instant::from_nanos(4 * MS));
+}

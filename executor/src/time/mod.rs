@@ -1,8 +1,31 @@
 //! Timers: [`sleep`], [`sleep_until`], [`timeout`], [`interval`], all backed by the executor's
 //! hierarchical timer wheel (see `wheel.rs` for its ground rules).
 //!
-//! These functions find the executor through the waker of the task that polls them, so they work
-//! in any task of a zcnet [`Executor`](crate::Executor) (and in its `block_on`).
+//! # Which executor serves them
+//!
+//! The free functions here are not tied to an executor; a [`Sleep`] (also the one inside a
+//! [`Timeout`]) picks one on its first poll, and [`now`] on each:
+//!
+//! 1. the executor of the waker it is polled with, when that is one of ours: any task of a
+//!    zcnet [`Executor`](crate::Executor), and its `block_on`;
+//! 2. otherwise (a waker wrapped by a `FuturesUnordered`, a `select`, any combinator that
+//!    polls with a waker of its own), with the `std` feature, the executor whose loop the
+//!    polling thread is running, so wrapped wakers inside a task behave as if unwrapped;
+//! 3. otherwise (no `std`, or a thread that runs no zcnet executor: a foreign executor), the
+//!    process's *default* executor: an executor takes that role when it starts a loop (`run`,
+//!    `block_on`, `run_until_idle`) while the role is free or its holder is not running a
+//!    loop, and keeps it after its loop ends. A program or kernel with one executor always
+//!    gets that one; with several, the one that took the role last. Its timers wake whatever
+//!    waker was registered, on any thread.
+//!
+//! Before any zcnet executor has run a loop, nothing could ever fire the timer: the first poll
+//! panics rather than hang. A timer bound to an executor whose loop is not running fires once
+//! that loop runs again.
+//!
+//! [`Executor::sleep`](crate::Executor::sleep), [`Executor::sleep_until`](crate::Executor::sleep_until)
+//! and [`Executor::timeout`](crate::Executor::timeout) name their executor instead: they work
+//! under any waker, on any thread, and never look one up. Code that holds its executor (the
+//! stack's sockets do) uses them.
 
 use core::fmt;
 use core::future::Future;
@@ -18,17 +41,32 @@ pub(crate) mod wheel;
 
 pub use sleep::Sleep;
 
-/// Completes `duration` after its first poll.
+/// Completes `duration` after its first poll, on the executor chosen as the [module
+/// docs](self) say.
+///
+/// # Panics
+///
+/// On the first poll, if no zcnet executor has run a loop yet in the process.
 pub fn sleep(duration: Duration) -> Sleep {
     Sleep::after(duration)
 }
 
-/// Completes at `deadline` (at once if it has passed).
+/// Completes at `deadline` (at once if it has passed), on the executor chosen as the [module
+/// docs](self) say.
+///
+/// # Panics
+///
+/// On the first poll, if no zcnet executor has run a loop yet in the process (even a past
+/// deadline needs a clock to be known as past).
 pub fn sleep_until(deadline: Instant) -> Sleep {
     Sleep::at(deadline)
 }
 
-/// The executor's clock, read from inside a task.
+/// The clock of the executor chosen as the [module docs](self) say (usually the running task's).
+///
+/// # Panics
+///
+/// When polled before any zcnet executor has run a loop in the process.
 pub fn now() -> Now {
     Now
 }
@@ -40,8 +78,9 @@ pub struct Now;
 impl Future for Now {
     type Output = Instant;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Instant> {
-        let core = Core::from_waker(cx.waker())
-            .expect("zcnet-executor: now() polled outside a zcnet executor");
+        let core = Core::for_timers(cx).expect(
+            "zcnet-executor: time::now() polled before any zcnet executor ran; use Executor::now",
+        );
         Poll::Ready(core.now())
     }
 }
@@ -58,27 +97,40 @@ impl fmt::Display for Elapsed {
 
 impl core::error::Error for Elapsed {}
 
-/// Runs `future` for at most `duration`: `Ok(output)`, or `Err(Elapsed)` and the future dropped.
+/// Runs `future` for at most `duration` from its first poll: `Ok(output)`, or `Err(Elapsed)`
+/// and the future dropped. Its timer is served by the executor chosen as the [module
+/// docs](self) say; [`Executor::timeout`](crate::Executor::timeout) names it instead.
+///
+/// # Panics
+///
+/// On the first poll at which `future` is not ready, if no zcnet executor has run a loop yet in
+/// the process.
 pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
-    Timeout {
-        future,
-        sleep: sleep(duration),
-    }
+    Timeout::new(future, sleep(duration))
 }
 
-/// The future returned by [`timeout`]. The inner future is polled first, so a future that is
-/// ready at the deadline wins.
+/// The future returned by [`timeout`] and [`Executor::timeout`](crate::Executor::timeout). The
+/// inner future is polled first, so a future that is ready at the deadline wins.
 #[derive(Debug)]
 pub struct Timeout<F> {
     future: F,
     sleep: Sleep,
 }
 
+impl<F> Timeout<F> {
+    pub(crate) fn new(future: F, sleep: Sleep) -> Self {
+        Self { future, sleep }
+    }
+}
+
 impl<F: Future> Future for Timeout<F> {
     type Output = Result<F::Output, Elapsed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: structural pinning: neither field is moved out of the pinned struct.
+        // SAFETY: structural pinning: neither field is moved out of the pinned struct. The
+        // `&mut Timeout` covers `sleep`'s timer entry, which may be linked into the wheel and
+        // written through the wheel's raw pointers: sound because `Timeout` is `!Unpin` (its
+        // `Sleep` is), and a `&mut` to a `!Unpin` type claims no uniqueness (see `wheel.rs`).
         let this = unsafe { self.get_unchecked_mut() };
         // SAFETY: `future` is pinned as part of `self`.
         if let Poll::Ready(v) = unsafe { Pin::new_unchecked(&mut this.future) }.poll(cx) {

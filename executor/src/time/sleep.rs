@@ -23,13 +23,28 @@ enum Deadline {
 ///
 /// Its timer entry is linked into the executor's wheel on the first poll (never before), and
 /// unlinked when it is dropped (cancellation is O(1)). A deadline already past completes on
-/// the first poll without touching the wheel. Must be polled by a task of a zcnet executor (or
-/// inside its `block_on`): that is how it finds the wheel.
+/// the first poll without touching the wheel. A `Sleep` from an [`Executor`](crate::Executor)
+/// method is bound to that executor; one from a free function picks its executor on the first
+/// poll, as the [`time`](super) module docs say (and panics there if no executor has run yet).
+///
+/// `!Unpin`: the entry's address is in the wheel while it is linked, and every `&mut Sleep`
+/// (a `Pin<&mut Sleep>` included) overlaps that entry; see `wheel.rs` for why that is sound.
 pub struct Sleep {
     entry: Entry,
     deadline: Deadline,
     core: Option<&'static Core>,
 }
+
+// `Sleep` must stay `!Unpin` (wheel.rs, ground rules). Were it `Unpin`, both impls below would
+// apply to it and the path in the last line would be ambiguous: a compile error.
+const _: () = {
+    trait AmbiguousIfUnpin<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> AmbiguousIfUnpin<()> for T {}
+    impl<T: ?Sized + Unpin> AmbiguousIfUnpin<u8> for T {}
+    let _ = <Sleep as AmbiguousIfUnpin<_>>::check;
+};
 
 impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -71,7 +86,10 @@ impl Sleep {
 
     /// Re-arms the sleep for a new deadline (cancelling the old one), as if newly made.
     pub fn reset(self: Pin<&mut Self>, deadline: Instant) {
-        // SAFETY: nothing is moved out of the pinned struct; `entry` stays where it is.
+        // SAFETY: nothing is moved out of the pinned struct; `entry` stays where it is. The
+        // `&mut Sleep` overlaps the entry while it may be linked (the executor's thread may
+        // write it through the wheel's raw pointers, under the lock): sound only because
+        // `Sleep` is `!Unpin`, so the reference claims no uniqueness (wheel.rs, ground rules).
         let this = unsafe { self.get_unchecked_mut() };
         if let Some(core) = this.core {
             let mut timers = core.timers.lock();
@@ -95,14 +113,18 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        // SAFETY: nothing is moved out of the pinned struct; `entry` stays where it is.
+        // SAFETY: nothing is moved out of the pinned struct; `entry` stays where it is. The
+        // `&mut Sleep` overlaps the entry while it may be linked (the executor's thread may
+        // write it through the wheel's raw pointers, under the lock): sound only because
+        // `Sleep` is `!Unpin`, so the reference claims no uniqueness (wheel.rs, ground rules).
+        // The entry itself is only ever reached through `state()`'s raw pointer.
         let this = unsafe { self.get_unchecked_mut() };
         let core = match this.core {
             Some(c) => c,
             None => {
-                let c = Core::from_waker(cx.waker()).expect(
-                    "zcnet-executor: Sleep polled outside a zcnet executor; \
-                     use Executor::sleep or run it in a zcnet task",
+                let c = Core::for_timers(cx).expect(
+                    "zcnet-executor: a time::sleep / time::timeout was polled before any zcnet \
+                     executor ran; use Executor::sleep or Executor::timeout",
                 );
                 this.core = Some(c);
                 c
@@ -145,11 +167,19 @@ impl Future for Sleep {
                             drop(old);
                         }
                         _ => {
-                            // Fired meanwhile: the old waker was taken (and woken); done.
+                            // Expired meanwhile: done. If the executor has not collected the
+                            // entry yet (Pending), the old waker is taken here instead. Both it
+                            // and the unused clone are dropped after the lock, like every
+                            // waker (a waker's drop may run foreign code, even re-enter us).
                             // SAFETY: as above.
-                            unsafe { timers.wheel.remove(this.entry.state()) };
-                            // SAFETY: as above.
-                            unsafe { *addr_of_mut!((*state).place) = Place::Fired };
+                            let old = unsafe {
+                                timers.wheel.remove(this.entry.state());
+                                *addr_of_mut!((*state).place) = Place::Fired;
+                                (*addr_of_mut!((*state).waker)).take()
+                            };
+                            drop(timers);
+                            drop(waker);
+                            drop(old);
                             return Poll::Ready(());
                         }
                     }
@@ -200,10 +230,14 @@ impl Future for Sleep {
 }
 
 impl Drop for Sleep {
+    // `&mut self` overlaps the entry, which may still be linked until the `remove` below: sound
+    // only because `Sleep` is `!Unpin` (wheel.rs, ground rules).
     fn drop(&mut self) {
         let Some(core) = self.core else { return };
         let mut timers = core.timers.lock();
         // SAFETY: the entry is live (we are its owner, being dropped) and the lock is held.
         unsafe { timers.wheel.remove(self.entry.state()) };
+        drop(timers);
+        // The entry's waker, if any, is dropped with the fields, after the lock was released.
     }
 }

@@ -22,9 +22,23 @@
 //! * Processing a slot at level 0 fires its entries; at a higher level it cascades them to lower
 //!   levels (or fires those already due). Fired entries go to the `pending` list; the executor
 //!   takes their wakers in batches and wakes them after releasing the lock.
-//! * Entries are intrusive doubly-linked nodes embedded in `Sleep` futures (pinned, `!Unpin`).
-//!   They are reached through raw pointers; no `&mut` to an entry is ever formed while it is
-//!   linked, because the `Sleep` that owns it holds a shared pin to it.
+//! * Entries are intrusive doubly-linked nodes embedded in `Sleep` futures, pinned while
+//!   linked. The wheel and the `Sleep` reach an entry's state only through the raw pointer
+//!   `Entry::state` gives (`addr_of_mut!`); no reference to a whole `EntryState`, nor to its
+//!   links, is formed while it is linked. The only references into a linked entry are
+//!   short-lived ones to its `waker` field (to compare, take or replace the waker), under the
+//!   lock, so nothing else touches that field while they live.
+//! * `&mut` references that *enclose* a linked entry cannot be avoided: every `Pin<&mut Sleep>`
+//!   a poll receives is one, and so are `get_unchecked_mut` in `Sleep::poll`, `Sleep::reset`
+//!   and `Timeout::poll`, and `&mut self` in `Sleep::drop`; meanwhile the executor's thread
+//!   may write the entry through the wheel's pointers (under the lock). This is sound only
+//!   because a `&mut T` with `T: !Unpin` asserts no uniqueness: rustc emits no `noalias` for
+//!   it, and Miri's Stacked and Tree Borrows exempt it from their uniqueness checks (tokio's
+//!   intrusive lists rely on the same rule and put a `PhantomPinned` in their nodes for it). So
+//!   the `PhantomPinned` in `Entry` is load-bearing: it makes `Entry`, `Sleep`, `Timeout` and
+//!   every future holding a `Sleep` `!Unpin` (`sleep.rs` checks `Sleep` at compile time); an
+//!   `Unpin` type must never embed an entry. (`core::pin::UnsafePinned`, unstable for now,
+//!   states this exemption explicitly; once stable it is the better marker.)
 
 use core::cell::UnsafeCell;
 use core::marker::PhantomPinned;
@@ -62,9 +76,11 @@ pub(crate) struct EntryState {
 }
 
 /// A timer entry, embedded in a `Sleep`. `!Unpin`: its address is in the wheel's lists while
-/// linked.
+/// linked, and `&mut` references to the `Sleep` enclosing it must claim no uniqueness (module
+/// ground rules).
 pub(crate) struct Entry {
     state: UnsafeCell<EntryState>,
+    /// Load-bearing (module ground rules): makes every type that embeds an entry `!Unpin`.
     _pin: PhantomPinned,
 }
 
