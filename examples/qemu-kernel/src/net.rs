@@ -32,8 +32,11 @@ pub const POOL_SLOTS: usize = 1024;
 pub const SLOT_SIZE: usize = 2048;
 /// Entries per virtqueue.
 pub const QUEUE_SIZE: usize = 256;
-/// Socket slots of the stack (listeners' backlogs plus connections of all services).
-pub const SOCKETS: usize = 320;
+/// Socket slots of the stack: the services' listeners' backlogs plus their connections (HTTP
+/// 16 + 64, echo 4 + 8 and the UDP socket, iperf3 4 + a control connection and 16 streams) and
+/// DHCP, with a few to spare. smoltcp walks every slot on each egress pass and `poll_at`, so
+/// the table is sized to what the services can use, not larger.
+pub const SOCKETS: usize = 128;
 
 /// The zcnet driver type this kernel uses.
 pub type Nic = VirtioNet<KernelHal, PciTransport, QUEUE_SIZE>;

@@ -56,6 +56,8 @@ const EXIT_GRACE: Duration = Duration::from_millis(200);
 pub fn spawn(net: Net, cmdline: Cmdline, spawner: Spawner) {
     let http = HttpConfig {
         index_html: INDEX_HTML,
+        backlog: 16,
+        max_connections: 64,
         driver_stats: Some(DriverStats::new("virtio", || virtio_json(&NET_IRQ.stats()))),
         extra_stats: Some(ExtraStats::new(move || {
             let (calls, bytes) = crate::libc::copy_counts();
@@ -78,6 +80,8 @@ pub fn spawn(net: Net, cmdline: Cmdline, spawner: Spawner) {
     }
     let echo = EchoConfig {
         udp: UdpEcho::ZeroCopy { queue: 16 },
+        backlog: 4,
+        max_connections: 8,
         ..EchoConfig::default()
     };
     match EchoServer::bind(net.stack, echo) {
@@ -86,6 +90,7 @@ pub fn spawn(net: Net, cmdline: Cmdline, spawner: Spawner) {
     }
     let iperf3 = Iperf3Config {
         log: Some(iperf3_log),
+        backlog: 4,
         cpu_time: Some(cpu_time),
         ..Iperf3Config::default()
     };
