@@ -9,10 +9,15 @@
 //! [`DropReason::BacklogFull`](crate::DropReason::BacklogFull).
 //!
 //! The same table lets a listener that is short of listening sockets (the stack's socket slots
-//! were all taken when it tried to re-arm) wait for a slot: [`State::remove_socket`] wakes it,
-//! so its `accept` re-arms as soon as a slot is free again.
+//! were all taken, or its buffer source had none, when it tried to re-arm) wait for what it
+//! lacks: [`State::remove_socket`] wakes it when a slot frees, [`State::adopt_orphan`] when
+//! the application drops a socket that lingers (its buffers go back to a source that counts
+//! per connection), and [`Stack::tcp_buffers_returned`] when the application says buffers came
+//! back; its `accept` then re-arms.
 //!
 //! [`State::remove_socket`]: crate::stack::State::remove_socket
+//! [`State::adopt_orphan`]: crate::stack::State::adopt_orphan
+//! [`Stack::tcp_buffers_returned`]: crate::Stack::tcp_buffers_returned
 
 use core::task::Waker;
 
@@ -87,7 +92,8 @@ impl ListenerPorts {
     }
 
     /// Until the next [`wake_slot_waiters`](Self::wake_slot_waiters), `waker` is woken when a
-    /// socket slot is freed (replacing this listener's earlier waker: one per listener).
+    /// socket slot is freed or buffers may have come back (replacing this listener's earlier
+    /// waker: one per listener).
     pub(crate) fn wait_for_slot(&mut self, id: ListenerId, waker: &Waker) {
         if let Some(e) = &mut self.entries[id.0] {
             match &mut e.slot_waiter {
@@ -106,7 +112,8 @@ impl ListenerPorts {
         self.waiting > 0
     }
 
-    /// A socket slot was freed: wakes (and forgets) every listener waiting for one.
+    /// A socket slot was freed or buffers may have come back: wakes (and forgets) every
+    /// listener waiting.
     pub(crate) fn wake_slot_waiters(&mut self) {
         if self.waiting == 0 {
             return;

@@ -73,6 +73,12 @@ pub(crate) struct StepDevice<'s> {
     /// The stack's spare TX frame (see the module docs): the frame a live token writes into,
     /// filled by `reserve` and emptied only by `consume`.
     pub(crate) spare: &'s mut Option<TxFrame>,
+    /// An ingress step: frames written are answers to the received frame, and `refused`
+    /// records whether one refuses it (see `rx_check.rs`).
+    pub(crate) ingress: bool,
+    /// An answer written in this ingress step refused the received frame (a TCP reset, an ICMP
+    /// destination unreachable, an ICMPv6 parameter problem for an unknown next header).
+    pub(crate) refused: bool,
 }
 
 impl StepDevice<'_> {
@@ -183,6 +189,11 @@ impl phy::TxToken for FrameTx<'_, '_> {
             return f(&mut dev.scratch[..n]);
         }
         let r = f(&mut frame);
+        if dev.ingress {
+            // Answers during ingress are rare (most replies go out from egress): a look at
+            // this one's headers tells whether smoltcp refused the received frame.
+            dev.refused |= crate::rx_check::is_refusal(dev.caps.medium, &frame);
+        }
         match dev.driver.transmit(frame) {
             Ok(()) => dev.counters.frame_out(),
             Err(_) => dev.counters.drop(DropReason::TxDriver),

@@ -21,7 +21,7 @@
 //!   place into a [`TxFrame`](zcnet_buffer::TxFrame), headers put in front with
 //!   `smoltcp::wire`. Ingress classifies each frame before smoltcp (Ethernet, IPv4/IPv6, UDP,
 //!   checksum, address and port) and moves matches into the socket's bounded queue; everything
-//!   else reaches smoltcp exactly as before. The send path resolves next hops with its own
+//!   else goes on to smoltcp. The send path resolves next hops with its own
 //!   bounded neighbour table (smoltcp's is private), fed by snooping ARP and NDP, holding
 //!   frames while ARP / NDP requests go out and failing them with an error on timeout
 //!   (`socket/datagram.rs`, `neighbor.rs`; the module docs of [`datagram`] say who owns a frame
@@ -35,6 +35,13 @@
 //!   ([`Config::slaac`]) and the IPv6 link-local address; the application reads them with
 //!   [`Stack::ipv4_config`], [`Stack::dhcp_lease`] and [`Stack::ip_addrs`] and waits for them
 //!   with [`Stack::wait_ipv4`] and [`Stack::wait_config_change`] (`autoconf.rs`).
+//! * Drops: every frame the stack drops is counted by reason ([`DropReason`],
+//!   [`Stack::stats`]), those smoltcp drops included: ingress looks at each frame before
+//!   smoltcp does (header reads; it verifies the IPv4, TCP, UDP and ICMP checksums in
+//!   smoltcp's place, so each is still verified once) and at the answers smoltcp gives
+//!   (`rx_check.rs`).
+//! * Ports: one allocator hands out every ephemeral port (TCP connect, UDP and zero-copy bind
+//!   to port 0) and keeps DNS queries off ports other sockets use (`ports.rs`).
 //!
 //! # Copies per payload byte
 //!
@@ -65,7 +72,9 @@ mod backlog;
 mod config;
 mod device;
 mod neighbor;
+mod ports;
 mod runner;
+mod rx_check;
 mod socket;
 mod socket_meta;
 mod stack;
@@ -119,7 +128,8 @@ pub enum StackError {
     NotEthernet,
     /// Another socket already receives on this UDP endpoint: a zero-copy
     /// [`DatagramSocket`](datagram::DatagramSocket) and a [`UdpSocket`](udp::UdpSocket) (or the
-    /// DHCPv4 client, or two zero-copy sockets) cannot share a port.
+    /// DHCPv4 client, or two zero-copy sockets) cannot share a port, and neither can take the
+    /// port of a [`DnsSocket`](dns::DnsSocket) query in flight.
     AddressInUse,
 }
 

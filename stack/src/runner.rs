@@ -108,6 +108,17 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
             processed += 1;
             continue;
         };
+        // What smoltcp will drop, counted (`rx_check.rs`); wrong checksums, which smoltcp
+        // leaves to ingress, drop here.
+        let doomed = match crate::rx_check::check(&st, &frame) {
+            crate::rx_check::Verdict::Pass => None,
+            crate::rx_check::Verdict::Doomed(reason) => Some(reason),
+            crate::rx_check::Verdict::Drop(reason) => {
+                counters.drop(reason);
+                processed += 1;
+                continue; // the frame drops here: its slot returns to the pool
+            }
+        };
         if st
             .listener_ports
             .overflows(st.caps.medium, &frame, &st.sockets)
@@ -118,6 +129,8 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
         }
         let (mut dev, iface, sockets) = st.step(cx.waker(), Some(frame), counters);
         let _ = iface.poll_ingress_single(now, &mut dev, sockets);
+        // Counted once smoltcp has handled the frame (not when it is kept for a retry).
+        let dropped = doomed.or(dev.refused.then_some(DropReason::NoSocket));
         if let Some(unprocessed) = dev.rx.take() {
             // No TX frame for a possible reply: keep the frame. The driver's TX waiter is
             // egress's waker (registered by the attempt); egress wakes us when it runs.
@@ -127,6 +140,9 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
                 st.ingress_waiting_tx = Some(cx.waker().clone());
             }
             break;
+        }
+        if let Some(reason) = dropped {
+            counters.drop(reason);
         }
         processed += 1;
     }

@@ -50,7 +50,12 @@ pub(crate) struct State {
     /// listeners waiting for a free socket slot.
     pub(crate) listener_ports: ListenerPorts,
     pub(crate) driver: &'static mut (dyn Driver + Send),
+    /// The driver's capabilities as smoltcp names them: the checksums they leave to software
+    /// are the ones ingress and the zero-copy path verify and compute.
     pub(crate) caps: DeviceCapabilities,
+    /// What smoltcp is told: `caps` with receive checksum verification off, which ingress does
+    /// in its place (`rx_check.rs`).
+    smol_caps: DeviceCapabilities,
     pub(crate) tx_headroom: usize,
     /// A slot leased for good as scratch space (see `device.rs`).
     pub(crate) scratch: TxFrame,
@@ -101,13 +106,15 @@ impl State {
         let dev = StepDevice {
             driver: &mut *self.driver,
             tx_waker: self.egress_waker.as_ref().unwrap_or(waker),
+            ingress: rx.is_some(),
             rx,
-            caps: self.caps.clone(),
+            caps: self.smol_caps.clone(),
             tx_headroom: self.tx_headroom,
             counters,
             scratch: self.scratch.buffer_mut(),
             starved: false,
             spare: &mut self.spare_tx,
+            refused: false,
         };
         (dev, &mut self.iface, &mut self.sockets)
     }
@@ -126,27 +133,6 @@ impl State {
             egress_waker: self.egress_waker.as_ref(),
         };
         f(sock, &mut cx)
-    }
-
-    /// A port from the dynamic range (49152–65535) that no socket of this stack uses, picked at
-    /// random (RFC 6056: guessable ports help off-path attackers), or `None` when all are taken.
-    pub(crate) fn ephemeral_port(&mut self) -> Option<u16> {
-        const FIRST: u16 = 49152;
-        const SPAN: u32 = (u16::MAX - FIRST) as u32 + 1;
-        let start = self.random_u32() % SPAN;
-        (0..SPAN)
-            .map(|i| FIRST + ((start + i) % SPAN) as u16)
-            .find(|&port| {
-                !self.sockets.iter().any(|(_, s)| match s {
-                    Socket::Tcp(t) => {
-                        t.local_endpoint().is_some_and(|e| e.port == port)
-                            || t.listen_endpoint().port == port
-                    }
-                    Socket::Udp(u) => u.endpoint().port == port,
-                    #[allow(unreachable_patterns)]
-                    _ => false,
-                }) && !self.zc.uses_port(port)
-            })
     }
 
     /// The next number of the stack's xorshift generator (seeded from
@@ -200,14 +186,24 @@ impl State {
         self.listener_ports.wake_slot_waiters();
     }
 
-    /// Whether the orphan `handle` has finished its work: its TCP connection closed, its UDP
-    /// datagrams sent.
+    /// Whether the orphan `handle` has finished its work: its TCP connection closed, its
+    /// datagrams (UDP, ICMP, raw IP) sent.
     fn orphan_done(&self, handle: SocketHandle) -> bool {
         match self.sockets.get(handle) {
             Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::Closed,
-            Socket::Udp(u) => u.send_queue() == 0,
-            #[allow(unreachable_patterns)]
-            _ => true,
+            s => !datagrams_queued(s),
+        }
+    }
+
+    /// Drops the datagram socket (UDP, ICMP, raw IP) behind `handle`: removed at once when it
+    /// has nothing queued to send, else kept until what it queued is sent or
+    /// [`DATAGRAM_LINGER`] has passed (an orphan, see [`adopt_orphan`](Self::adopt_orphan));
+    /// its port, identifier or protocol stays taken until then.
+    pub(crate) fn drop_datagram_socket(&mut self, handle: SocketHandle, now: SmolInstant) {
+        if datagrams_queued(self.sockets.get(handle)) {
+            self.adopt_orphan(handle, now + DATAGRAM_LINGER);
+        } else {
+            self.remove_socket(handle);
         }
     }
 
@@ -259,9 +255,14 @@ impl State {
     }
 
     /// Keeps a dropped socket until its work is done or `until` (see [`SocketMetas::adopt`]):
-    /// a TCP connection still closing, UDP datagrams still queued.
+    /// a TCP connection still closing, datagrams (UDP, ICMP, raw IP) still queued.
+    ///
+    /// Also wakes the listeners short of listening sockets: the application is done with this
+    /// socket, which is when a buffer source that counts per connection gets its buffers back
+    /// (the slot itself frees later, when the orphan is removed, and wakes them again).
     pub(crate) fn adopt_orphan(&mut self, handle: SocketHandle, until: SmolInstant) {
         self.metas.adopt(handle, until);
+        self.listener_ports.wake_slot_waiters();
         self.signal_egress();
     }
 
@@ -349,6 +350,21 @@ impl State {
     }
 }
 
+/// How long a dropped datagram socket (UDP, ICMP, raw IP) keeps trying to send what it queued
+/// (e.g. while its neighbour resolves) before the rest is discarded.
+pub(crate) const DATAGRAM_LINGER: smoltcp::time::Duration = smoltcp::time::Duration::from_secs(3);
+
+/// Whether `s` is a datagram socket with packets queued to send.
+fn datagrams_queued(s: &Socket<'_>) -> bool {
+    match s {
+        Socket::Udp(u) => u.send_queue() > 0,
+        Socket::Icmp(i) => i.send_queue() > 0,
+        Socket::Raw(r) => r.send_queue() > 0,
+        #[allow(unreachable_patterns)]
+        _ => false,
+    }
+}
+
 /// The shared part of a stack: its state, counters, clock and pool.
 pub struct StackInner {
     pub(crate) state: SpinMutex<State>,
@@ -373,8 +389,10 @@ pub struct StackResources<const SOCKETS: usize> {
     inner: UnsafeCell<MaybeUninit<StackInner>>,
 }
 
-// SAFETY: the cells are written once, by the caller that wins `claimed`, before any reference to
-// their contents is handed out; afterwards the stack state is behind its lock.
+// SAFETY: the cells are written only by the caller that holds `claimed`: once, before any
+// reference to their contents is handed out (afterwards the stack state is behind its lock), or,
+// by a `Stack::new` that failed, cleared after its own references are gone and before it
+// releases the claim.
 unsafe impl<const SOCKETS: usize> Sync for StackResources<SOCKETS> {}
 
 impl<const SOCKETS: usize> core::fmt::Debug for StackResources<SOCKETS> {
@@ -433,8 +451,12 @@ impl Stack {
     /// the handle and the [`Runner`](crate::Runner) whose two tasks must be spawned (or run) for
     /// anything to happen.
     ///
-    /// Errors if `resources` were used before, if the pool has no slot to spare, or if the pool's
-    /// slots cannot hold the driver's largest frame plus its headroom.
+    /// Errors if `resources` hold a stack already, if the pool has no slot to spare, if the
+    /// pool's slots cannot hold the driver's largest frame plus its headroom, if the
+    /// configuration needs an Ethernet driver or a socket slot it does not have, or if a route
+    /// does not fit. A failed call keeps nothing: `resources` are free for the next call and
+    /// the slot taken for scratch space is back in the pool (`driver`, moved in, is not given
+    /// back).
     pub fn new<const SOCKETS: usize>(
         exec: &'static Executor,
         pool: &'static FramePool,
@@ -449,6 +471,31 @@ impl Stack {
         {
             return Err(StackError::ResourcesInUse);
         }
+        let built = Self::build(exec, pool, driver, config, resources);
+        if built.is_err() {
+            // `build` dropped everything it made (the state, and with it the scratch frame and
+            // the socket set's borrow of the storage) before returning. Sockets it added (the
+            // DHCP client) are still in the storage: clear it and the records, then release.
+            // SAFETY: this call still holds `claimed`, and the state that borrowed the storage
+            // and the records is gone, so these are the only references to them.
+            let (storage, metas) =
+                unsafe { (&mut *resources.sockets.get(), &mut *resources.metas.get()) };
+            storage.fill_with(|| SocketStorage::EMPTY);
+            metas.fill(SocketMeta::EMPTY);
+            resources.claimed.store(false, Ordering::Release);
+        }
+        built
+    }
+
+    /// [`new`](Self::new) once `resources` are claimed; on error, everything it made is dropped
+    /// before it returns.
+    fn build<const SOCKETS: usize>(
+        exec: &'static Executor,
+        pool: &'static FramePool,
+        driver: &'static mut (dyn Driver + Send),
+        config: Config,
+        resources: &'static StackResources<SOCKETS>,
+    ) -> Result<(Stack, crate::Runner), StackError> {
         let dcaps = driver.capabilities();
         let mut caps = smoltcp_caps(&dcaps);
         let room = pool.slot_size().saturating_sub(dcaps.tx_headroom);
@@ -460,6 +507,8 @@ impl Stack {
         }
         // Never let smoltcp build a frame that does not fit a slot after the driver's headroom.
         caps.max_transmission_unit = caps.max_transmission_unit.min(room);
+        let mut smol_caps = caps.clone();
+        smol_caps.checksum = crate::rx_check::smoltcp_checksums(&caps.checksum);
         let mut scratch = pool.try_alloc_tx().ok_or(StackError::PoolExhausted)?;
         // The whole slot as scratch space.
         let _ = scratch.set_headroom(0);
@@ -471,7 +520,9 @@ impl Stack {
         let mut iconfig = smoltcp::iface::Config::new(hw);
         iconfig.random_seed = config.random_seed;
         crate::autoconf::interface_config(&mut iconfig, &config);
-        // SAFETY: winning `claimed` makes this the only access to the socket storage, ever.
+        // SAFETY: the caller won `claimed`, which makes this the only access to the socket
+        // storage: for good if this call succeeds; if it fails, the state borrowing it is
+        // dropped before `new` touches the storage again and releases the claim.
         let storage: &'static mut [SocketStorage<'static>] =
             unsafe { &mut *resources.sockets.get() };
         // SAFETY: as above.
@@ -488,12 +539,14 @@ impl Stack {
                     driver: &mut *driver,
                     tx_waker: Waker::noop(),
                     rx: None,
-                    caps: caps.clone(),
+                    caps: smol_caps.clone(),
                     tx_headroom: dcaps.tx_headroom,
                     counters: &counters,
                     scratch: &mut scratch_tx,
                     starved: false,
                     spare: &mut spare,
+                    ingress: false,
+                    refused: false,
                 };
                 Interface::new(iconfig, &mut dev, now)
             },
@@ -504,6 +557,7 @@ impl Stack {
             listener_ports: ListenerPorts::new(),
             driver,
             caps,
+            smol_caps,
             tx_headroom: dcaps.tx_headroom,
             scratch,
             spare_tx: None,
@@ -554,8 +608,9 @@ impl Stack {
             exec,
             pool,
         };
-        // SAFETY: as above, `claimed` gives this call the only access; written once, then only
-        // shared references are handed out.
+        // SAFETY: as above, `claimed` gives this call the only access; written once (nothing
+        // fails after this point, so the claim is never released again), then only shared
+        // references are handed out.
         let inner: &'static StackInner = unsafe { (*resources.inner.get()).write(inner) };
         inner.state.lock().counters = Some(&inner.counters);
         let stack = Stack { inner };
@@ -575,6 +630,18 @@ impl Stack {
     /// The pool the stack's frames come from.
     pub fn pool(&self) -> &'static FramePool {
         self.inner.pool
+    }
+
+    /// Tells this stack's [`TcpListener`](crate::tcp::TcpListener)s that their buffer sources
+    /// may have buffers again: every listener short of listening sockets (its `make_buffers`
+    /// returned `None`, or no socket slot was free) tries to re-arm at once.
+    ///
+    /// The stack does this by itself whenever the application drops a socket (TCP, UDP, ICMP,
+    /// raw or DNS) and whenever a socket's slot is freed; call this when buffers come back any other way (a source that
+    /// is refilled later, or by another part of the system). Takes the stack lock: not for
+    /// interrupt handlers.
+    pub fn tcp_buffers_returned(&self) {
+        self.with(|st| st.listener_ports.wake_slot_waiters());
     }
 
     pub(crate) fn now(&self) -> SmolInstant {

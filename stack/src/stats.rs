@@ -1,4 +1,7 @@
 //! Stack counters: polls, frames, drops by reason. Relaxed atomics, read as a snapshot.
+//!
+//! Received frames that smoltcp drops are counted by ingress, which looks at them before and
+//! after smoltcp does (`rx_check.rs` says how, what it costs and what is not counted).
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -17,17 +20,36 @@ pub enum DropReason {
     /// A datagram for a zero-copy socket ([`DatagramSocket`](crate::datagram::DatagramSocket))
     /// whose receive queue was full: the frame went back to the pool at once.
     DatagramQueueFull,
-    /// A datagram for a zero-copy socket with a wrong IPv4 header or UDP checksum (or an IPv6
-    /// UDP datagram without a checksum): dropped, never delivered.
+    /// A wrong checksum: a datagram for a zero-copy socket with a wrong IPv4 header or UDP
+    /// checksum (or an IPv6 UDP datagram without one), or a frame for smoltcp with a wrong IPv4
+    /// header, TCP, UDP, ICMPv4 or ICMPv6 checksum (ingress verifies these in smoltcp's place,
+    /// see `rx_check.rs`). Dropped, never delivered.
     BadChecksum,
     /// A zero-copy datagram held while its next hop's link-layer address was resolved, dropped
     /// because no ARP / NDP answer came in time; its sender got
     /// [`DatagramError::NeighborTimeout`](crate::datagram::DatagramError::NeighborTimeout).
     NeighborTimeout,
+    /// A received frame smoltcp cannot parse: shorter than its Ethernet or IP header, IP
+    /// lengths beyond the frame, the wrong IP version, a TCP, UDP or ICMP header cut short, a
+    /// broken IPv6 hop-by-hop header.
+    Malformed,
+    /// A received frame not addressed to the stack: an Ethernet destination that is neither
+    /// its MAC, broadcast nor multicast, or an IP destination that is none of its addresses,
+    /// broadcast or multicast (the stack does not forward).
+    NotForUs,
+    /// A received frame of a kind the stack does not handle: an Ethernet type other than ARP,
+    /// IPv4 and IPv6, or an IPv4 fragment (the stack does not reassemble).
+    Unsupported,
+    /// A received datagram or segment the stack refused, answering it with a TCP reset, an
+    /// ICMP destination unreachable (port or protocol) or an ICMPv6 parameter problem (unknown
+    /// next header): no socket took it (for TCP, also a segment no connection accepts, such as
+    /// an ACK to a listening port). Broadcast and multicast datagrams get no answer and are not
+    /// counted.
+    NoSocket,
 }
 
 impl DropReason {
-    const COUNT: usize = 7;
+    const COUNT: usize = 11;
     /// Every reason, in the order [`StackStats::drops`] lists them.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TxTooLong,
@@ -37,6 +59,10 @@ impl DropReason {
         DropReason::DatagramQueueFull,
         DropReason::BadChecksum,
         DropReason::NeighborTimeout,
+        DropReason::Malformed,
+        DropReason::NotForUs,
+        DropReason::Unsupported,
+        DropReason::NoSocket,
     ];
 
     /// A stable snake_case name for logs and reports (`"backlog_full"`, ...).
@@ -49,6 +75,10 @@ impl DropReason {
             DropReason::DatagramQueueFull => "datagram_queue_full",
             DropReason::BadChecksum => "bad_checksum",
             DropReason::NeighborTimeout => "neighbor_timeout",
+            DropReason::Malformed => "malformed",
+            DropReason::NotForUs => "not_for_us",
+            DropReason::Unsupported => "unsupported",
+            DropReason::NoSocket => "no_socket",
         }
     }
 }
@@ -77,8 +107,10 @@ pub struct StackStats {
     pub config_changes: u64,
     /// Times a [`TcpListener`](crate::tcp::TcpListener) failed to replace a listening socket
     /// (no free socket slot, or no buffers from its source): it has fewer listening sockets
-    /// than its backlog until a retry succeeds. The listener retries whenever `accept` runs
-    /// and whenever the stack frees a socket slot.
+    /// than its backlog until a retry succeeds. The listener retries whenever `accept` runs,
+    /// and a pending `accept` is woken to retry whenever the stack frees a socket slot, the
+    /// application drops a socket, or [`Stack::tcp_buffers_returned`](crate::Stack::tcp_buffers_returned)
+    /// is called.
     pub listener_rearm_failures: u64,
     /// Times a new socket took the slot of a dropped TCP connection in TIME-WAIT because every
     /// slot was taken (the connection dropped first goes; see

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  RX  driver ─RxFrame─► ingress: Ethernet ─► IPv4/IPv6 ─► UDP ─► bound (address, port)?
-//!         │                 no ──► smoltcp, exactly as before (ARP, ICMP, TCP, UdpSocket, …)
+//!         │                 no ──► smoltcp (ARP, ICMP, TCP, UdpSocket, …), see below
 //!         │                 yes ─► checksum ok? ── no ──► drop, count DropReason::BadChecksum
 //!         │                          │ yes
 //!         │                          ▼
@@ -51,8 +51,10 @@
 //!
 //! Everything that is not a UDP datagram for a bound zero-copy socket: ARP, ICMP, NDP, TCP,
 //! UDP for ordinary [`UdpSocket`](crate::udp::UdpSocket)s or for no socket (smoltcp answers
-//! with ICMP port unreachable as before), IPv4 fragments, IPv6 packets with extension headers,
-//! and anything malformed. ARP and NDP packets are also snooped, before smoltcp sees them, to
+//! with ICMP port unreachable), IPv4 fragments, IPv6 packets with extension headers, and
+//! anything malformed; first, ingress counts what smoltcp will drop and drops (counted) what
+//! has a wrong IPv4, TCP, UDP or ICMP checksum, which smoltcp leaves to it (`rx_check.rs`).
+//! ARP and NDP packets are also snooped, before smoltcp sees them, to
 //! learn neighbours for the zero-copy send path. A datagram matched to a zero-copy socket is
 //! never seen by smoltcp, so a [`RawSocket`](crate::raw::RawSocket) for UDP does not see it.
 //! While no zero-copy socket is bound, ingress does no classification at all.
@@ -68,10 +70,11 @@
 //!
 //! A zero-copy socket and a smoltcp [`UdpSocket`](crate::udp::UdpSocket) cannot share a port
 //! (either `bind` fails with [`StackError::AddressInUse`]); neither can two zero-copy sockets
-//! whose addresses overlap, nor a zero-copy socket and the DHCPv4 client (port 68). Port 0
-//! picks a free ephemeral port. smoltcp's DNS sockets pick their query port themselves, at
-//! random in the dynamic range, without asking: binding zero-copy sockets to fixed ports
-//! below 49152 avoids any chance of catching a DNS answer.
+//! whose addresses overlap, nor a zero-copy socket and the DHCPv4 client (port 68), nor a
+//! zero-copy socket and a [`DnsSocket`](crate::dns::DnsSocket) query in flight. Port 0 picks a
+//! free ephemeral port from the stack's one allocator, which UDP sockets, TCP connections and
+//! DNS queries use too: a DNS query never starts from a port a zero-copy socket is bound to,
+//! and a zero-copy socket never gets the port of a query in flight (`ports.rs`).
 //!
 //! # Not covered
 //!
@@ -235,7 +238,9 @@ pub struct DatagramQueue {
 }
 
 impl DatagramQueue {
-    /// A queue over caller-provided places (e.g. a `static mut` array claimed once).
+    /// A queue over caller-provided places (e.g. a `static mut` array claimed once). Dropping
+    /// the queue (with its socket) drops the datagrams still in it, returning their slots to
+    /// the pool, and leaves the places empty.
     pub fn from_static(places: &'static mut [DatagramSlot]) -> Self {
         Self {
             places: Places::Static(places),
@@ -264,6 +269,16 @@ impl DatagramQueue {
             Places::Static(p) => p,
             #[cfg(feature = "alloc")]
             Places::Heap(p) => p,
+        }
+    }
+}
+
+impl Drop for DatagramQueue {
+    /// Drops the datagrams still queued, so their slots return to the pool whoever owns the
+    /// places (caller-provided places outlive the queue; heap places are freed after this).
+    fn drop(&mut self) {
+        for place in self.places() {
+            drop(place.0.take());
         }
     }
 }
@@ -736,7 +751,8 @@ impl DatagramSocket {
     /// free ephemeral port) with `queue` as its receive queue.
     ///
     /// Errors: [`StackError::AddressInUse`] when a [`UdpSocket`](crate::udp::UdpSocket), the
-    /// DHCPv4 client or another zero-copy socket already receives on that endpoint;
+    /// DHCPv4 client, a DNS query in flight or another zero-copy socket already receives on
+    /// that endpoint;
     /// [`StackError::NoBuffers`] for a queue of capacity zero; [`StackError::NoSocketSlot`] when
     /// [`MAX_DATAGRAM_SOCKETS`] are bound; [`StackError::Unaddressable`] when no ephemeral
     /// port is free.
@@ -754,6 +770,7 @@ impl DatagramSocket {
                 endpoint.port = st.ephemeral_port().ok_or(StackError::Unaddressable)?;
             }
             let taken = st.zc.conflicts(&endpoint)
+                || st.dns_query_uses(endpoint.port)
                 || st.sockets.iter().any(|(_, s)| match s {
                     Socket::Udp(u) => overlaps(&u.endpoint(), &endpoint),
                     Socket::Dhcpv4(_) => endpoint.port == 68,

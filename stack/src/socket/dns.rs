@@ -38,6 +38,7 @@ use smoltcp::wire::DnsQueryType;
 pub use smoltcp::socket::dns::DnsQuery;
 
 use crate::config::{IpAddress, Ipv4Address, MAX_DNS_SERVERS};
+use crate::ports::DnsStartError;
 use crate::socket::{routable, SocketCx};
 use crate::stack::Stack;
 use crate::StackError;
@@ -88,7 +89,8 @@ pub enum DnsError {
     /// [`Config::dns_servers`](crate::Config::dns_servers) names no server.
     NoServers,
     /// The query could not be sent: the stack has no route to the first server (not on one of
-    /// its subnets and no route covers it) or no address to send from.
+    /// its subnets and no route covers it) or no address to send from, or no local port was
+    /// free for it.
     Failed,
 }
 
@@ -138,6 +140,8 @@ impl DnsAddresses {
 
 /// A DNS resolver: one smoltcp DNS socket with a fixed number of query slots, each `resolve`
 /// in flight using one. Share it (`&DnsSocket`) between tasks to resolve several names at once.
+/// Each query goes out from a random local port that no other socket or query of the stack
+/// uses, and while it is in flight no socket can bind that port (`ports.rs`).
 ///
 /// The servers are [`Config::dns_servers`](crate::Config::dns_servers) or, when none are
 /// configured, those of the current DHCP lease ([`Stack::dhcp_lease`](crate::Stack::dhcp_lease)).
@@ -242,8 +246,8 @@ impl DnsSocket {
         let servers = self.servers().count();
         let first = self.servers().next().ok_or(DnsError::NoServers)?;
         let cap = SMOLTCP_SERVER_TIMEOUT * servers as u32 - Duration::from_millis(500);
-        let query = self.with(|s, st| {
-            if !routable(st.iface, &first) {
+        let query = self.stack.with(|st| {
+            if !routable(&mut st.iface, &first) {
                 // smoltcp would fail the query at once (no source address), like an NXDOMAIN
                 // answer, or send it nowhere.
                 return Err(DnsError::Failed);
@@ -251,13 +255,17 @@ impl DnsSocket {
             if self.in_flight.load(Ordering::Relaxed) >= self.slots {
                 return Err(DnsError::TooManyQueries);
             }
-            let q = s
-                .start_query(st.iface.context(), name, kind.into())
+            // From a local port no other socket or query uses (`ports.rs`).
+            let q = st
+                .start_dns_query(self.handle, name, kind.into())
                 .map_err(|e| match e {
-                    dns::StartQueryError::NoFreeSlot => DnsError::TooManyQueries,
-                    dns::StartQueryError::InvalidName | dns::StartQueryError::NameTooLong => {
-                        DnsError::InvalidName
+                    DnsStartError::Query(dns::StartQueryError::NoFreeSlot) => {
+                        DnsError::TooManyQueries
                     }
+                    DnsStartError::Query(
+                        dns::StartQueryError::InvalidName | dns::StartQueryError::NameTooLong,
+                    ) => DnsError::InvalidName,
+                    DnsStartError::NoFreePort => DnsError::Failed,
                 })?;
             // Under the stack lock, so the check above and this count never race.
             self.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -288,7 +296,9 @@ impl DnsSocket {
                 }
             })
         });
-        match zcnet_executor::time::timeout(timeout.min(cap), wait).await {
+        // The stack's own executor serves the timer, whatever waker polls this future.
+        let exec = self.stack.executor();
+        match exec.timeout(timeout.min(cap), wait).await {
             Ok(r) => r,
             // The guard cancels the query.
             Err(_) => Err(DnsError::TimedOut),

@@ -70,7 +70,8 @@ pub struct EchoReply {
 
 /// An ICMP socket bound to one echo identifier, for IPv4 and IPv6 alike.
 ///
-/// Dropping it frees its socket slot; echo requests still queued are discarded.
+/// Dropping it frees its socket slot once the echo requests it queued are sent (see
+/// [`Drop`](#impl-Drop-for-IcmpSocket)); until then it also still receives.
 #[derive(Debug)]
 pub struct IcmpSocket {
     stack: Stack,
@@ -255,7 +256,8 @@ impl IcmpSocket {
                 }
             }
         };
-        match zcnet_executor::time::timeout(timeout, attempt).await {
+        // The stack's own executor serves the timer, whatever waker polls this future.
+        match exec.timeout(timeout, attempt).await {
             Ok(r) => r,
             Err(_) => Err(IcmpError::TimedOut),
         }
@@ -263,8 +265,11 @@ impl IcmpSocket {
 }
 
 impl Drop for IcmpSocket {
+    /// Echo requests already queued are still sent after the socket is dropped (for up to three
+    /// seconds, e.g. while the neighbour resolves); the socket's slot is free once they are.
     fn drop(&mut self) {
         let handle = self.handle;
-        self.stack.with(|st| st.remove_socket(handle));
+        let now = self.stack.now();
+        self.stack.with(|st| st.drop_datagram_socket(handle, now));
     }
 }

@@ -55,7 +55,8 @@ pub type RawBuffers = PacketBuffers<()>;
 
 /// A raw IP socket for one IP version and protocol number.
 ///
-/// Dropping it frees its socket slot; packets still queued for sending are discarded.
+/// Dropping it frees its socket slot once the packets it queued are sent (see
+/// [`Drop`](#impl-Drop-for-RawSocket)); until then it also still receives.
 #[derive(Debug)]
 pub struct RawSocket {
     stack: Stack,
@@ -180,8 +181,12 @@ impl RawSocket {
 }
 
 impl Drop for RawSocket {
+    /// Packets already accepted by `send` are still sent after the socket is dropped (for up to
+    /// three seconds, e.g. while the neighbour resolves); the socket's slot is free once they
+    /// are.
     fn drop(&mut self) {
         let handle = self.handle;
-        self.stack.with(|st| st.remove_socket(handle));
+        let now = self.stack.now();
+        self.stack.with(|st| st.drop_datagram_socket(handle, now));
     }
 }

@@ -380,7 +380,9 @@ impl TcpSocket {
         timeout: core::time::Duration,
     ) -> Result<(), TcpError> {
         let remote = remote.into();
-        match zcnet_executor::time::timeout(timeout, self.connect(remote)).await {
+        // The stack's own executor serves the timer, whatever waker polls this future.
+        let exec = self.conn.stack.executor();
+        match exec.timeout(timeout, self.connect(remote)).await {
             Ok(r) => r,
             Err(_) => {
                 let handle = self.conn.handle;

@@ -16,13 +16,17 @@ use crate::StackError;
 /// one that becomes a connection is handed out and replaced by a fresh listening socket, so up to
 /// `backlog` clients can be in the handshake at the same time.
 ///
-/// A replacement needs a free socket slot in the stack. A dropped connection in TIME-WAIT
-/// (what a server that closes first leaves behind for 10 s) gives its slot up to it, counted
-/// in [`StackStats::time_wait_evictions`](crate::StackStats::time_wait_evictions). When open
-/// connections and connections still closing in other states hold every slot, the listener
-/// runs short, counted in
-/// [`StackStats::listener_rearm_failures`](crate::StackStats::listener_rearm_failures); a
-/// pending [`accept`](Self::accept) is woken whenever the stack frees a slot and re-arms then.
+/// A replacement needs a free socket slot in the stack and buffers from `make_buffers`. A
+/// dropped connection in TIME-WAIT (what a server that closes first leaves behind for 10 s)
+/// gives its slot up to it, counted in
+/// [`StackStats::time_wait_evictions`](crate::StackStats::time_wait_evictions). When open
+/// connections and connections still closing in other states hold every slot, or
+/// `make_buffers` returns `None`, the listener runs short, counted in
+/// [`StackStats::listener_rearm_failures`](crate::StackStats::listener_rearm_failures). A
+/// pending [`accept`](Self::accept) then re-arms when it is woken: whenever the stack frees a
+/// slot, whenever the application drops a socket (when a buffer source that counts per
+/// connection gets its buffers back), and when the application calls
+/// [`Stack::tcp_buffers_returned`] (buffers that come back any other way).
 #[derive(Debug)]
 pub struct TcpListener {
     stack: Stack,
@@ -38,8 +42,9 @@ pub const MAX_BACKLOG: usize = 64;
 
 impl TcpListener {
     /// Listens on `endpoint` with `backlog` sockets (1..=[`MAX_BACKLOG`]), each with buffers from
-    /// `make_buffers` (called again for every replacement; `None` stops re-arming until an
-    /// accept finds buffers again).
+    /// `make_buffers` (called again for every replacement; after a `None` the listener is short
+    /// until a pending [`accept`](Self::accept), woken as the type's docs say, finds buffers
+    /// again).
     pub fn bind(
         stack: Stack,
         endpoint: impl Into<IpListenEndpoint>,
@@ -103,7 +108,8 @@ impl TcpListener {
     /// Waits for the next established connection. The listening socket that became it is
     /// replaced by a fresh one when the stack has a slot and `make_buffers` gives buffers;
     /// otherwise `accept` tries again each time it runs, and it is woken to do so whenever the
-    /// stack frees a socket slot.
+    /// stack frees a socket slot, the application drops a socket, or
+    /// [`Stack::tcp_buffers_returned`] is called.
     pub async fn accept(&mut self) -> TcpSocket {
         let (i, handle) = poll_fn(|cx| {
             if self.listening() < self.backlog {

@@ -16,7 +16,6 @@ use core::task::Poll;
 
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::udp;
-use smoltcp::time::Duration as SmolDuration;
 use zcnet_buffer::ledger::{self, CopySite};
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
@@ -67,7 +66,8 @@ impl UdpSocket {
     ///
     /// Errors: [`StackError::Unaddressable`] when no ephemeral port is free,
     /// [`StackError::AddressInUse`] when a zero-copy
-    /// [`DatagramSocket`](crate::datagram::DatagramSocket) receives on an overlapping endpoint,
+    /// [`DatagramSocket`](crate::datagram::DatagramSocket) receives on an overlapping endpoint
+    /// or a [`DnsSocket`](crate::dns::DnsSocket) query in flight uses the port,
     /// [`StackError::NoSocketSlot`] when the stack's socket storage is full.
     pub fn bind(
         stack: Stack,
@@ -80,7 +80,7 @@ impl UdpSocket {
             if endpoint.port == 0 {
                 endpoint.port = st.ephemeral_port().ok_or(StackError::Unaddressable)?;
             }
-            if st.zc.conflicts(&endpoint) {
+            if st.zc.conflicts(&endpoint) || st.dns_query_uses(endpoint.port) {
                 return Err(StackError::AddressInUse);
             }
             s.bind(endpoint).map_err(|_| StackError::Unaddressable)?;
@@ -181,10 +181,6 @@ impl UdpSocket {
     }
 }
 
-/// How long a dropped UDP socket keeps trying to send what was queued (e.g. while its
-/// neighbour resolves) before the rest is discarded.
-const LINGER: SmolDuration = SmolDuration::from_secs(3);
-
 impl Drop for UdpSocket {
     /// Datagrams already accepted by `send_to` are still sent after the socket is dropped (for up
     /// to three seconds, e.g. while the neighbour resolves); the port is free again once they
@@ -192,13 +188,6 @@ impl Drop for UdpSocket {
     fn drop(&mut self) {
         let handle = self.handle;
         let now = self.stack.now();
-        self.stack.with(|st| {
-            let queued = st.sockets.get::<udp::Socket>(handle).send_queue() > 0;
-            if queued {
-                st.adopt_orphan(handle, now + LINGER);
-            } else {
-                st.remove_socket(handle);
-            }
-        })
+        self.stack.with(|st| st.drop_datagram_socket(handle, now))
     }
 }

@@ -1,0 +1,245 @@
+//! Frames smoltcp drops, counted by reason in [`StackStats::drops`](crate::StackStats::drops).
+//!
+//! smoltcp drops a frame it cannot use without a word. Ingress therefore looks at each frame
+//! before smoltcp does ([`check`]: header reads only, no copy, no socket lookup) and, for the
+//! frames smoltcp answers with a refusal, at the answer ([`is_refusal`]):
+//!
+//! | reason | what | how it is counted |
+//! |---|---|---|
+//! | [`BadChecksum`](DropReason::BadChecksum) | IPv4 header, TCP, UDP, ICMPv4 or ICMPv6 checksum wrong | ingress verifies these *instead of* smoltcp and drops the frame itself |
+//! | [`Malformed`](DropReason::Malformed) | headers smoltcp cannot parse: a frame shorter than its Ethernet or IP header, IP lengths beyond the frame, the wrong IP version, a TCP, UDP or ICMP header cut short, a broken IPv6 hop-by-hop header | the same `smoltcp::wire` checks smoltcp makes; smoltcp still gets the frame and drops it |
+//! | [`NotForUs`](DropReason::NotForUs) | an Ethernet destination that is neither ours, broadcast nor multicast; an IP destination that is none of the interface's addresses, broadcast or multicast | as above |
+//! | [`Unsupported`](DropReason::Unsupported) | an Ethernet type other than ARP, IPv4 and IPv6; an IPv4 fragment (the stack does not reassemble) | as above |
+//! | [`NoSocket`](DropReason::NoSocket) | a datagram or segment no socket took (for TCP, also one no connection accepts): smoltcp answered it with a TCP reset, an ICMP destination unreachable, or an ICMPv6 parameter problem for an unknown next header | the answer smoltcp writes while it handles the frame |
+//!
+//! A frame is counted once, when smoltcp has handled it (a frame kept for a later retry is not
+//! counted twice), or when ingress drops it.
+//!
+//! # Cost
+//!
+//! Each checksum is verified once per frame: smoltcp is built with receive verification off
+//! for every checksum the driver does not verify ([`smoltcp_checksums`]), and ingress verifies
+//! the packets smoltcp would verify with it on (every IPv4 header; the TCP, UDP and ICMP
+//! messages smoltcp hands to its protocol code: addressed to the stack, and for IPv6 after a
+//! hop-by-hop header, skipped as smoltcp skips it), with the same `smoltcp::wire` functions. What ingress adds per frame is
+//! header parsing: a few bounds-checked loads, and a look at the interface's (at most four)
+//! addresses. The answer is examined only for frames smoltcp answers during ingress.
+//!
+//! # Not counted
+//!
+//! Drops smoltcp decides from socket state: a datagram for a socket whose receive buffer is
+//! full, a broadcast or multicast datagram no socket takes (smoltcp does not answer those), a
+//! refusal smoltcp could not send because the sender's link-layer address is unknown (it sends
+//! an ARP request or neighbour solicitation instead); and a few it decides from addresses: a
+//! multicast group the interface has not joined, a packet from a broadcast, multicast or
+//! unspecified source, a TCP segment with port 0.
+//!
+//! A raw socket for TCP, UDP or ICMP does not see packets whose checksum is wrong: ingress
+//! drops them before smoltcp, which hands packets to raw sockets before its protocol code.
+
+use smoltcp::phy::{Checksum, ChecksumCapabilities, Medium};
+use smoltcp::wire::{
+    EthernetFrame, EthernetProtocol, HardwareAddress, Icmpv4Packet, Icmpv6Packet, IpAddress,
+    IpProtocol, IpVersion, Ipv4Packet, Ipv6ExtHeader, Ipv6Packet, TcpPacket, UdpPacket,
+};
+
+use crate::neighbor::is_v4_broadcast;
+use crate::stack::State;
+use crate::stats::DropReason;
+
+/// The checksum capabilities smoltcp is built with: the driver's, with receive verification
+/// off wherever ingress verifies in smoltcp's place (wherever the driver does not).
+pub(crate) fn smoltcp_checksums(driver: &ChecksumCapabilities) -> ChecksumCapabilities {
+    let tx_only = |c: &Checksum| if c.tx() { Checksum::Tx } else { Checksum::None };
+    let mut c = driver.clone();
+    c.ipv4 = tx_only(&driver.ipv4);
+    c.udp = tx_only(&driver.udp);
+    c.tcp = tx_only(&driver.tcp);
+    c.icmpv4 = tx_only(&driver.icmpv4);
+    c.icmpv6 = tx_only(&driver.icmpv6);
+    c
+}
+
+/// What ingress does with a frame before smoltcp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// smoltcp gets it.
+    Pass,
+    /// smoltcp gets it and will drop it: count the reason once smoltcp has handled it.
+    Doomed(DropReason),
+    /// A checksum ingress verifies for smoltcp is wrong: drop it here, counted.
+    Drop(DropReason),
+}
+
+/// Looks at `frame` as smoltcp will (see the [module docs](self)).
+pub(crate) fn check(st: &State, frame: &[u8]) -> Verdict {
+    // The IP version smoltcp takes the packet for: the Ethernet type's, or the first nibble's;
+    // a packet whose own version field disagrees is dropped either way.
+    let version = |ip: &[u8]| ip.first().map(|b| b >> 4);
+    let (ip, v) = match st.caps.medium {
+        Medium::Ethernet => {
+            let Ok(eth) = EthernetFrame::new_checked(frame) else {
+                return Verdict::Doomed(DropReason::Malformed);
+            };
+            let d = eth.dst_addr();
+            if !(d.is_broadcast()
+                || d.is_multicast()
+                || st.iface.hardware_addr() == HardwareAddress::Ethernet(d))
+            {
+                return Verdict::Doomed(DropReason::NotForUs);
+            }
+            match eth.ethertype() {
+                EthernetProtocol::Ipv4 => (eth.payload(), 4),
+                EthernetProtocol::Ipv6 => (eth.payload(), 6),
+                EthernetProtocol::Arp => return Verdict::Pass,
+                _ => return Verdict::Doomed(DropReason::Unsupported),
+            }
+        }
+        Medium::Ip => match version(frame) {
+            Some(v) => (frame, v),
+            None => return Verdict::Doomed(DropReason::Malformed),
+        },
+        #[allow(unreachable_patterns)]
+        _ => return Verdict::Pass,
+    };
+    match (v, version(ip)) {
+        (4, Some(4)) => check_v4(st, ip),
+        (6, Some(6)) => check_v6(st, ip),
+        _ => Verdict::Doomed(DropReason::Malformed),
+    }
+}
+
+fn check_v4(st: &State, ip: &[u8]) -> Verdict {
+    let Ok(p) = Ipv4Packet::new_checked(ip) else {
+        return Verdict::Doomed(DropReason::Malformed);
+    };
+    let ck = &st.caps.checksum;
+    if ck.ipv4.rx() && !p.verify_checksum() {
+        return Verdict::Drop(DropReason::BadChecksum);
+    }
+    if p.more_frags() || p.frag_offset() != 0 {
+        return Verdict::Doomed(DropReason::Unsupported);
+    }
+    let (src, dst) = (p.src_addr(), p.dst_addr());
+    let payload = p.payload();
+    // smoltcp hands a DHCP answer (UDP 67 → 68) to its DHCP client whatever its destination.
+    let dhcp = p.next_header() == IpProtocol::Udp
+        && UdpPacket::new_checked(payload).is_ok_and(|u| u.src_port() == 67 && u.dst_port() == 68);
+    let ours =
+        st.iface.has_ip_addr(dst) || dst.is_multicast() || is_v4_broadcast(&st.iface, dst) || dhcp;
+    if !ours {
+        return Verdict::Doomed(DropReason::NotForUs);
+    }
+    check_transport(
+        ck,
+        p.next_header(),
+        IpAddress::Ipv4(src),
+        IpAddress::Ipv4(dst),
+        payload,
+    )
+}
+
+fn check_v6(st: &State, ip: &[u8]) -> Verdict {
+    let Ok(p) = Ipv6Packet::new_checked(ip) else {
+        return Verdict::Doomed(DropReason::Malformed);
+    };
+    let (mut next, mut payload) = (p.next_header(), p.payload());
+    if next == IpProtocol::HopByHop {
+        // Skipped as smoltcp skips it (its options are smoltcp's business).
+        let Ok(h) = Ipv6ExtHeader::new_checked(payload) else {
+            return Verdict::Doomed(DropReason::Malformed);
+        };
+        next = h.next_header();
+        payload = &payload[2 + h.payload().len()..];
+    }
+    let dst = p.dst_addr();
+    if !(st.iface.has_ip_addr(dst) || dst.is_multicast() || dst.is_loopback()) {
+        return Verdict::Doomed(DropReason::NotForUs);
+    }
+    check_transport(
+        &st.caps.checksum,
+        next,
+        IpAddress::Ipv6(p.src_addr()),
+        IpAddress::Ipv6(dst),
+        payload,
+    )
+}
+
+/// The transport header smoltcp will parse, and its checksum where ingress verifies it.
+fn check_transport(
+    ck: &ChecksumCapabilities,
+    proto: IpProtocol,
+    src: IpAddress,
+    dst: IpAddress,
+    payload: &[u8],
+) -> Verdict {
+    let good = match proto {
+        IpProtocol::Tcp => match TcpPacket::new_checked(payload) {
+            Ok(t) => !ck.tcp.rx() || t.verify_checksum(&src, &dst),
+            Err(_) => return Verdict::Doomed(DropReason::Malformed),
+        },
+        IpProtocol::Udp => match UdpPacket::new_checked(payload) {
+            Ok(u) => !ck.udp.rx() || u.verify_checksum(&src, &dst),
+            Err(_) => return Verdict::Doomed(DropReason::Malformed),
+        },
+        // ICMPv4 over IPv4, ICMPv6 over IPv6; the other way round, smoltcp treats them as
+        // unknown protocols.
+        IpProtocol::Icmp if src.version() == IpVersion::Ipv4 => {
+            match Icmpv4Packet::new_checked(payload) {
+                Ok(i) => !ck.icmpv4.rx() || i.verify_checksum(),
+                Err(_) => return Verdict::Doomed(DropReason::Malformed),
+            }
+        }
+        IpProtocol::Icmpv6 => match (Icmpv6Packet::new_checked(payload), src, dst) {
+            (Ok(i), IpAddress::Ipv6(src), IpAddress::Ipv6(dst)) => {
+                !ck.icmpv6.rx() || i.verify_checksum(&src, &dst)
+            }
+            (Err(_), IpAddress::Ipv6(_), _) => return Verdict::Doomed(DropReason::Malformed),
+            _ => true,
+        },
+        _ => true,
+    };
+    if good {
+        Verdict::Pass
+    } else {
+        Verdict::Drop(DropReason::BadChecksum)
+    }
+}
+
+/// Whether `frame`, which smoltcp wrote in answer to a received frame, refuses it: a TCP
+/// reset, an ICMP destination unreachable, or an ICMPv6 parameter problem for an unknown next
+/// header.
+pub(crate) fn is_refusal(medium: Medium, frame: &[u8]) -> bool {
+    let ip = match medium {
+        Medium::Ethernet => match EthernetFrame::new_checked(frame) {
+            Ok(eth) => eth.payload(),
+            Err(_) => return false,
+        },
+        _ => frame,
+    };
+    let (proto, payload) = match ip.first().map(|b| b >> 4) {
+        Some(4) => match Ipv4Packet::new_checked(ip) {
+            Ok(p) => (p.next_header(), p.payload()),
+            Err(_) => return false,
+        },
+        Some(6) => match Ipv6Packet::new_checked(ip) {
+            Ok(p) => (p.next_header(), p.payload()),
+            Err(_) => return false,
+        },
+        _ => return false,
+    };
+    /// ICMPv4 destination unreachable; ICMPv6 destination unreachable and parameter problem,
+    /// with that one's code for an unrecognised next header.
+    const V4_UNREACHABLE: u8 = 3;
+    const V6_UNREACHABLE: u8 = 1;
+    const V6_PARAM_PROBLEM: u8 = 4;
+    const V6_UNKNOWN_NEXT_HEADER: u8 = 1;
+    match (proto, payload) {
+        (IpProtocol::Tcp, _) => TcpPacket::new_checked(payload).is_ok_and(|t| t.rst()),
+        (IpProtocol::Icmp, [ty, ..]) => *ty == V4_UNREACHABLE,
+        (IpProtocol::Icmpv6, [ty, code, ..]) => {
+            *ty == V6_UNREACHABLE || (*ty == V6_PARAM_PROBLEM && *code == V6_UNKNOWN_NEXT_HEADER)
+        }
+        _ => false,
+    }
+}
