@@ -502,7 +502,8 @@ pub fn parse_head(head: &[u8]) -> Result<Request<'_>, u16> {
     })
 }
 
-fn reason(status: u16) -> &'static str {
+/// The reason phrase the server sends with `status`.
+pub fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
@@ -517,8 +518,9 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-/// A complete response: head and (unless `head_only`) body.
-fn response(
+/// A complete response: head and (unless `head_only`) body, as this server sends it (also
+/// used by the example kernel's smoltcp baseline, so both serve the same bytes).
+pub fn response(
     status: u16,
     content_type: &str,
     body: &[u8],
@@ -542,7 +544,8 @@ fn response(
     out
 }
 
-fn error_body(status: u16) -> Vec<u8> {
+/// The plain-text body of an error response: the status and its reason phrase.
+pub fn error_body(status: u16) -> Vec<u8> {
     format!("{status} {}\n", reason(status)).into_bytes()
 }
 

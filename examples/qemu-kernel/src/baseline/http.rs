@@ -21,14 +21,13 @@
 //! to [`MAX_BODY`](zcnet_examples::http::MAX_BODY), and a connection with no complete request
 //! for [`IDLE_TIMEOUT`] is closed.
 
-use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
 use smoltcp::time::{Duration, Instant};
-use zcnet_examples::http::{head_end, parse_head, MAX_HEAD};
+use zcnet_examples::http::{error_body, head_end, parse_head, response, MAX_HEAD};
 use zcnet_examples::json::Json;
 
 /// The port.
@@ -103,50 +102,6 @@ enum Slot {
 pub struct HttpServer {
     sockets: Vec<(SocketHandle, Slot)>,
     counters: HttpCounters,
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        413 => "Content Too Large",
-        431 => "Request Header Fields Too Large",
-        501 => "Not Implemented",
-        505 => "HTTP Version Not Supported",
-        _ => "Error",
-    }
-}
-
-/// A complete response, built as zcnet's server builds it.
-fn response(
-    status: u16,
-    content_type: &str,
-    body: &[u8],
-    keep_alive: bool,
-    head_only: bool,
-) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status} {}\r\nServer: zcnet\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: {}\r\n",
-        reason(status),
-        body.len(),
-        if keep_alive { "keep-alive" } else { "close" }
-    );
-    if status == 405 {
-        out.push_str("Allow: GET, HEAD\r\n");
-    }
-    out.push_str("\r\n");
-    let mut out = out.into_bytes();
-    if !head_only {
-        out.extend_from_slice(body);
-    }
-    out
-}
-
-fn error_body(status: u16) -> Vec<u8> {
-    format!("{status} {}\n", reason(status)).into_bytes()
 }
 
 impl HttpServer {
