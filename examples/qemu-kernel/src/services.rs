@@ -155,8 +155,9 @@ fn virtio_json(s: &VirtioStats) -> Json {
 
 /// The kernel's section of `/stats`: why the CPU woke from `hlt`, CPU time, heap use and how
 /// the NIC interrupts. (Its `"copies"` section beside this one counts every `memcpy` and
-/// `memmove` in the kernel, smoltcp's and zcnet's alike.)
-fn kernel_json(routing: Routing) -> Json {
+/// `memmove` in the kernel, smoltcp's and zcnet's alike.) The smoltcp baseline reports the same
+/// section.
+pub fn kernel_json(routing: Routing) -> Json {
     let w = wakeups();
     let (heap_used, heap_free) = crate::heap::usage();
     let irq = match routing {

@@ -191,7 +191,10 @@ impl http::Host for Host<'_> {
                 ]),
             ),
             ("copies".to_string(), copies_json()),
-            ("kernel".to_string(), kernel_json(self.routing)),
+            (
+                "kernel".to_string(),
+                crate::services::kernel_json(self.routing),
+            ),
         ])
     }
 
@@ -213,36 +216,6 @@ impl http::Host for Host<'_> {
 fn copies_json() -> Json {
     let (calls, bytes) = crate::libc::copy_counts();
     object([("calls", calls.into()), ("bytes", bytes.into())])
-}
-
-/// The kernel's section of `/stats`, with the zcnet kernel's members.
-fn kernel_json(routing: Routing) -> Json {
-    let w = wakeups();
-    let (heap_used, heap_free) = crate::heap::usage();
-    let irq = match routing {
-        Routing::Msix => "msix".to_string(),
-        Routing::Intx { pin } => format!("intx (IOAPIC pin {pin})"),
-    };
-    object([
-        (
-            "wakeups",
-            object([
-                ("timer", w.timer.into()),
-                ("device", w.device.into()),
-                ("other", w.other.into()),
-            ]),
-        ),
-        ("uptime_ns", crate::clock::now_ns().into()),
-        ("busy_ns", platform::busy_ns().into()),
-        (
-            "heap",
-            object([
-                ("used", (heap_used as u64).into()),
-                ("free", (heap_free as u64).into()),
-            ]),
-        ),
-        ("nic_interrupts", irq.as_str().into()),
-    ])
 }
 
 /// Test mode's invariants, each printed: the device reported nothing it should not have.
