@@ -308,22 +308,7 @@ fn iperf3_run(net: &TapNet, stats: &Iperf3Stats, extra: &[&str]) -> Json {
         sent > 0.0 && received > 0.0,
         "{extra:?}: {sent} / {received}"
     );
-    // The client exits on DISPLAY_RESULTS; the server counts the test once its IPERF_DONE (or
-    // close) arrives, which may be a moment later.
-    net.exec.block_on(async {
-        for _ in 0..1000 {
-            if stats.tests_done() > done_before {
-                break;
-            }
-            sleep(Duration::from_millis(5)).await;
-        }
-    });
-    assert_eq!(
-        stats.tests_done(),
-        done_before + 1,
-        "server: {:?}",
-        stats.last_error()
-    );
+    wait_for_test(net, stats, done_before);
     let summary = stats.last().expect("a finished test");
     assert!(summary.bytes > 0, "{summary:?}");
     eprintln!(
@@ -340,6 +325,7 @@ fn iperf3_text(net: &TapNet, stats: &Iperf3Stats, args: &[&str]) -> String {
     let addr = ZCNET_ADDR.to_string();
     let mut all = vec!["-c", addr.as_str()];
     all.extend_from_slice(args);
+    let done_before = stats.tests_done();
     let (status, out, err) = run_in_ns(net, "iperf3", &all);
     assert_success(
         &format!("iperf3 {all:?} (server: {:?})", stats.last_error()),
@@ -348,7 +334,28 @@ fn iperf3_text(net: &TapNet, stats: &Iperf3Stats, args: &[&str]) -> String {
         &err,
     );
     eprintln!("$ iperf3 {}\n{out}", all.join(" "));
+    wait_for_test(net, stats, done_before);
     out
+}
+
+/// Runs the server until it has counted the test the client just finished: the client exits
+/// on DISPLAY_RESULTS, the server counts the test once its IPERF_DONE (or close) arrives, a
+/// moment later, and the server runs only while the test drives the executor.
+fn wait_for_test(net: &TapNet, stats: &Iperf3Stats, done_before: u64) {
+    net.exec.block_on(async {
+        for _ in 0..1000 {
+            if stats.tests_done() > done_before {
+                break;
+            }
+            sleep(Duration::from_millis(5)).await;
+        }
+    });
+    assert_eq!(
+        stats.tests_done(),
+        done_before + 1,
+        "server: {:?}",
+        stats.last_error()
+    );
 }
 
 /// A number at `path` in iperf3's JSON output.
