@@ -6,7 +6,8 @@
 //! * [`echo`]: TCP and UDP echo on port 7 (`nc`, `socat`); UDP on smoltcp's copying socket or
 //!   on zcnet's zero-copy datagram socket;
 //! * [`http`]: an HTTP/1.1 server with keep-alive, a static page and `/stats` (`curl`, `wrk`);
-//! * [`iperf3`]: an iperf3-compatible server (`iperf3 -c`, `-R`, `-P N`);
+//! * [`iperf3`]: an iperf3-compatible server (`iperf3 -c`, `-R`, `-P N`, `--bidir`, UDP with
+//!   `-u -b RATE`);
 //! * [`json`] and [`limit`]: what they share (a small JSON reader and writer, a cap on
 //!   connection tasks).
 //!

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | 80 | HTTP: `/`, `/stats` (JSON), and `/exit` with `test=1` |
 //! | 7 | TCP echo, UDP echo (zero-copy datagram socket) |
-//! | 5201 | iperf3 server (`iperf3 -c`, `-R`, `-P N`) |
+//! | 5201 | iperf3 server (`iperf3 -c`, `-R`, `-P N`, `--bidir`, `-u -b RATE`) |
 //! | — | ping: the stack answers by itself |
 //!
 //! `/stats` is the HTTP server's document (stack, `"virtio"` driver counters, pool, copy ledger,
