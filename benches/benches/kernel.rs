@@ -78,7 +78,7 @@ use std::time::{Duration, Instant};
 
 use zcnet_benches::{median, Mode, Table};
 use zcnet_examples::json::{self, Json};
-use zcnet_tests::netns::Netns;
+use zcnet_tests::netns::{self, Netns};
 
 /// The guest's address.
 const GUEST: &str = "10.80.0.2";
@@ -307,22 +307,10 @@ fn build(variant: Variant) -> PathBuf {
 
 // ---- the namespace and the guest -------------------------------------------------------------
 
-fn run_ok(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The namespace with the TAP QEMU attaches to.
 fn make_netns() -> Netns {
     let ns = Netns::new();
-    run_ok(ns.command("sh").args([
+    netns::run(ns.command("sh").args([
         "-c",
         "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 && \
          echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6",

@@ -67,7 +67,7 @@ fn unique() -> (u32, usize) {
 }
 
 /// Runs `cmd` to completion; panics with its stderr if it fails.
-fn run(cmd: &mut Command) {
+pub fn run(cmd: &mut Command) {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
