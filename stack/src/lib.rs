@@ -79,6 +79,7 @@ mod socket;
 mod socket_meta;
 mod stack;
 mod stats;
+mod tcb;
 
 pub use autoconf::{
     eui64_interface_id, ipv6_link_local, Dhcpv4Lease, IpAddrs, Ipv4Settings, MAX_ADDRS,

@@ -1,0 +1,110 @@
+//! Congestion control: no control, Reno (RFC 5681) and CUBIC (RFC 9438), behind one
+//! [`Controller`] interface (smoltcp's `socket/tcp/congestion.rs`).
+
+use smoltcp::time::Instant;
+
+use super::rtt::RttEstimator;
+
+pub(super) mod cubic;
+pub(super) mod no_control;
+pub(super) mod reno;
+
+/// A congestion control algorithm.
+#[derive(Debug, Copy, Clone, Eq, PartialEq)]
+pub(crate) enum CongestionControl {
+    /// No congestion window: only the remote's window limits what is in flight.
+    None,
+    /// Reno: slow start, congestion avoidance, fast retransmit and fast recovery (RFC 5681).
+    Reno,
+    /// CUBIC (RFC 9438): the default of Linux, Windows and macOS. Uses `f64` arithmetic.
+    Cubic,
+}
+
+/// What a congestion control algorithm is told, and what it answers ([`window`](Self::window)).
+pub(super) trait Controller {
+    /// Returns the number of bytes that can be sent.
+    fn window(&self) -> usize;
+
+    /// Set the remote window size.
+    fn set_remote_window(&mut self, _remote_window: usize) {}
+
+    /// An acceptable segment arrived: `len` bytes newly acknowledged (possibly 0), `in_flight`
+    /// bytes still unacknowledged.
+    fn on_ack(&mut self, _now: Instant, _len: usize, _in_flight: usize, _rtt: &RttEstimator) {}
+
+    /// Fired on each duplicate ack received, after `on_loss` has been called.
+    fn on_dup_ack(&mut self, _now: Instant, _len: usize, _in_flight: usize) {}
+
+    /// Fired on a retransmission timeout.
+    fn on_rto(&mut self, _now: Instant, _in_flight: usize) {}
+
+    /// Fired after an inferred loss via three duplicate acks.
+    fn on_loss(&mut self, _now: Instant, _in_flight: usize) {}
+
+    /// Fired at the start of each dispatch.
+    fn pre_transmit(&mut self, _now: Instant) {}
+
+    /// Fired after a segment occupying `len` sequence numbers was sent.
+    fn post_transmit(&mut self, _now: Instant, _len: usize) {}
+
+    /// Set the maximum segment size.
+    fn set_mss(&mut self, _mss: usize) {}
+}
+
+/// One of the algorithms.
+#[derive(Debug)]
+pub(super) enum AnyController {
+    /// [`CongestionControl::None`].
+    None(no_control::NoControl),
+    /// [`CongestionControl::Reno`].
+    Reno(reno::Reno),
+    /// [`CongestionControl::Cubic`].
+    Cubic(cubic::Cubic),
+}
+
+impl AnyController {
+    /// The algorithm of a new connection: no control, as smoltcp chooses when built without
+    /// its `socket-tcp-reno` and `socket-tcp-cubic` features (zcnet's build so far).
+    #[inline]
+    pub(super) fn new() -> Self {
+        AnyController::None(no_control::NoControl)
+    }
+
+    /// A fresh controller of the given algorithm.
+    pub(super) fn with(congestion_control: CongestionControl) -> Self {
+        match congestion_control {
+            CongestionControl::None => AnyController::None(no_control::NoControl),
+            CongestionControl::Reno => AnyController::Reno(reno::Reno::new()),
+            CongestionControl::Cubic => AnyController::Cubic(cubic::Cubic::new()),
+        }
+    }
+
+    /// Which algorithm this is.
+    pub(super) fn kind(&self) -> CongestionControl {
+        match self {
+            AnyController::None(_) => CongestionControl::None,
+            AnyController::Reno(_) => CongestionControl::Reno,
+            AnyController::Cubic(_) => CongestionControl::Cubic,
+        }
+    }
+
+    /// The algorithm, to notify it.
+    #[inline]
+    pub(super) fn inner_mut(&mut self) -> &mut dyn Controller {
+        match self {
+            AnyController::None(n) => n,
+            AnyController::Reno(r) => r,
+            AnyController::Cubic(c) => c,
+        }
+    }
+
+    /// The algorithm, to read its window.
+    #[inline]
+    pub(super) fn inner(&self) -> &dyn Controller {
+        match self {
+            AnyController::None(n) => n,
+            AnyController::Reno(r) => r,
+            AnyController::Cubic(c) => c,
+        }
+    }
+}

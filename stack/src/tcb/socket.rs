@@ -1,0 +1,2236 @@
+//! The TCP state machine: [`Tcb`], smoltcp 0.14's `tcp::Socket` (see the module docs of
+//! [`tcp`](super) for what differs).
+
+// Heads up! Before working on this file you should read, at least, RFC 793 and
+// the parts of RFC 1122 that discuss TCP, as well as RFC 7323 for some of the TCP options.
+// Consult RFC 7414 when implementing a new feature.
+
+use core::fmt;
+use core::task::Waker;
+
+use smoltcp::storage::Assembler;
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{
+    IpAddress, IpEndpoint, IpListenEndpoint, IpProtocol, IpRepr, TcpControl, TcpRepr, TcpSeqNumber,
+    TcpTimestampGenerator, TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
+};
+
+use super::buffer::{RecvBuffer, SendBuffer};
+use super::congestion::{AnyController, CongestionControl};
+use super::context::{PollAt, TcpContext};
+use super::error::{ConnectError, ListenError, RecvError, SendError};
+use super::rtt::RttEstimator;
+use super::state::State;
+use super::timer::{AckDelayTimer, Timer, ACK_DELAY_DEFAULT};
+use super::waker::WakerRegistration;
+
+/// A connection's local and remote endpoints.
+#[derive(Debug, Copy, Clone, Eq, PartialEq)]
+pub(crate) struct Tuple {
+    /// Our end.
+    pub(crate) local: IpEndpoint,
+    /// The remote end.
+    pub(crate) remote: IpEndpoint,
+}
+
+impl fmt::Display for Tuple {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.local, self.remote)
+    }
+}
+
+/// A TCP connection's transmission control block: smoltcp's `tcp::Socket`.
+///
+/// It may passively listen for connections or actively connect to another endpoint. A
+/// listening TCB takes one connection: there is no backlog here (the stack keeps one).
+#[derive(Debug)]
+pub(crate) struct Tcb<'a> {
+    /// The RFC 793 state.
+    state: State,
+    /// Retransmission, zero-window probe, keep-alive or TIME-WAIT timer.
+    timer: Timer,
+    /// The RTT estimator, which gives the retransmission timeout.
+    rtte: RttEstimator,
+    /// Which bytes past the in-order data of `rx_buffer` arrived out of order.
+    assembler: Assembler,
+    /// Received data.
+    rx_buffer: RecvBuffer<'a>,
+    /// Whether the remote's FIN arrived (reads then end with `Finished`).
+    rx_fin_received: bool,
+    /// Data to send, and sent but unacknowledged.
+    tx_buffer: SendBuffer<'a>,
+    /// Interval after which, if no inbound packets are received, the connection is aborted.
+    timeout: Option<Duration>,
+    /// Interval at which keep-alive packets will be sent.
+    keep_alive: Option<Duration>,
+    /// The time-to-live (IPv4) or hop limit (IPv6) value used in outgoing packets.
+    hop_limit: Option<u8>,
+    /// Address passed to listen(). Listen address is set when listen() is called and
+    /// used every time the socket is reset back to the LISTEN state.
+    listen_endpoint: IpListenEndpoint,
+    /// Current 4-tuple (local and remote endpoints).
+    tuple: Option<Tuple>,
+    /// The sequence number corresponding to the beginning of the transmit buffer.
+    /// I.e. an ACK(local_seq_no+n) packet removes n bytes from the transmit buffer.
+    local_seq_no: TcpSeqNumber,
+    /// The sequence number corresponding to the beginning of the receive buffer.
+    /// I.e. userspace reading n bytes adds n to remote_seq_no.
+    remote_seq_no: TcpSeqNumber,
+    /// The last sequence number sent.
+    /// I.e. in an idle socket, local_seq_no+tx_buffer.len().
+    remote_last_seq: TcpSeqNumber,
+    /// The last acknowledgement number sent.
+    /// I.e. in an idle socket, remote_seq_no+rx_buffer.len().
+    remote_last_ack: Option<TcpSeqNumber>,
+    /// The last window length sent.
+    remote_last_win: u16,
+    /// The sending window scaling factor advertised to remotes which support RFC 1323.
+    /// It is zero if the window <= 64KiB and/or the remote does not support it.
+    remote_win_shift: u8,
+    /// The remote window size, relative to local_seq_no
+    /// I.e. we're allowed to send octets until local_seq_no+remote_win_len
+    remote_win_len: usize,
+    /// The receive window scaling factor for remotes which support RFC 1323, None if unsupported.
+    remote_win_scale: Option<u8>,
+    /// Whether or not the remote supports selective ACK as described in RFC 2018.
+    remote_has_sack: bool,
+    /// The maximum number of data octets that the remote side may receive.
+    remote_mss: usize,
+    /// The timestamp of the last packet received.
+    remote_last_ts: Option<Instant>,
+    /// The sequence number of the last packet received, used for sACK
+    local_rx_last_seq: Option<TcpSeqNumber>,
+    /// The ACK number of the last packet received.
+    local_rx_last_ack: Option<TcpSeqNumber>,
+    /// The number of packets received directly after
+    /// each other which have the same ACK number.
+    local_rx_dup_acks: u8,
+    /// If a fast retransmit needs to occur
+    pending_fast_retransmit: bool,
+
+    /// Duration for Delayed ACK. If None no ACKs will be delayed.
+    ack_delay: Option<Duration>,
+    /// Delayed ack timer. If set, packets containing exclusively
+    /// ACK or window updates (ie, no data) won't be sent until expiry.
+    ack_delay_timer: AckDelayTimer,
+
+    /// Used for rate-limiting: No more challenge ACKs will be sent until this instant.
+    challenge_ack_timer: Instant,
+
+    /// Nagle's Algorithm enabled.
+    nagle: bool,
+
+    /// The congestion control algorithm.
+    congestion_controller: AnyController,
+
+    /// tsval generator - if some, tcp timestamp is enabled
+    tsval_generator: Option<TcpTimestampGenerator>,
+
+    /// 0 if not seen or timestamp not enabled
+    last_remote_tsval: u32,
+    /// Woken when `recv` may return something new.
+    rx_waker: WakerRegistration,
+    /// Woken when `send` may accept more.
+    tx_waker: WakerRegistration,
+
+    /// If this is set, we will not send a SYN|ACK until this is unset.
+    synack_paused: bool,
+}
+
+/// The remote's MSS until it announces one (RFC 1122).
+const DEFAULT_MSS: usize = 536;
+
+/// Minimum MSS we accept from the remote, same value as Linux's `TCP_MIN_SND_MSS`.
+/// Without it, a peer advertising a tiny MSS could force segments to carry little
+/// or no payload once the TCP options length is subtracted from the effective MSS,
+/// stalling the connection in an endless stream of empty segments.
+///
+/// Must exceed the maximum possible length of the TCP options (currently 12, for
+/// timestamps) so that every segment carries some payload.
+const MIN_REMOTE_MSS: usize = 48;
+
+impl<'a> Tcb<'a> {
+    /// A closed connection over the given buffers.
+    ///
+    /// # Panics
+    /// If the receive buffer is larger than 1 GiB (the largest window scaling allows).
+    pub(crate) fn new(rx_buffer: RecvBuffer<'a>, tx_buffer: SendBuffer<'a>) -> Tcb<'a> {
+        let rx_capacity = rx_buffer.capacity();
+
+        // From RFC 1323:
+        // [...] the above constraints imply that 2 * the max window size must be less
+        // than 2**31 [...] Thus, the shift count must be limited to 14 (which allows
+        // windows of 2**30 = 1 Gbyte).
+        if rx_capacity > (1 << 30) {
+            panic!("receiving buffer too large, cannot exceed 1 GiB")
+        }
+        let rx_cap_log2 = usize::BITS as usize - rx_capacity.leading_zeros() as usize;
+
+        Tcb {
+            state: State::Closed,
+            timer: Timer::new(),
+            rtte: RttEstimator::default(),
+            assembler: Assembler::new(),
+            tx_buffer,
+            rx_buffer,
+            rx_fin_received: false,
+            timeout: None,
+            keep_alive: None,
+            hop_limit: None,
+            listen_endpoint: IpListenEndpoint::default(),
+            tuple: None,
+            local_seq_no: TcpSeqNumber::default(),
+            remote_seq_no: TcpSeqNumber::default(),
+            remote_last_seq: TcpSeqNumber::default(),
+            remote_last_ack: None,
+            remote_last_win: 0,
+            remote_win_len: 0,
+            remote_win_shift: rx_cap_log2.saturating_sub(16) as u8,
+            remote_win_scale: None,
+            remote_has_sack: false,
+            remote_mss: DEFAULT_MSS,
+            remote_last_ts: None,
+            local_rx_last_ack: None,
+            local_rx_last_seq: None,
+            local_rx_dup_acks: 0,
+            pending_fast_retransmit: false,
+            ack_delay: Some(ACK_DELAY_DEFAULT),
+            ack_delay_timer: AckDelayTimer::Idle,
+            challenge_ack_timer: Instant::from_secs(0),
+            nagle: true,
+            tsval_generator: None,
+            last_remote_tsval: 0,
+            congestion_controller: AnyController::new(),
+            rx_waker: WakerRegistration::new(),
+            tx_waker: WakerRegistration::new(),
+            synack_paused: false,
+        }
+    }
+
+    /// Enable or disable TCP Timestamp.
+    pub(crate) fn set_tsval_generator(&mut self, generator: Option<TcpTimestampGenerator>) {
+        self.tsval_generator = generator;
+    }
+
+    /// Return whether TCP Timestamp is enabled.
+    pub(crate) fn timestamp_enabled(&self) -> bool {
+        self.tsval_generator.is_some()
+    }
+
+    /// Set an algorithm for congestion control.
+    ///
+    /// `CongestionControl::None` indicates that no congestion control is applied (the default).
+    /// Options `CongestionControl::Cubic` and `CongestionControl::Reno` are also available.
+    ///
+    /// `CongestionControl::Reno` is a classic congestion control algorithm valued for its simplicity.
+    /// Despite having a lower algorithmic complexity than `Cubic`,
+    /// it is less efficient in terms of bandwidth usage.
+    ///
+    /// `CongestionControl::Cubic` represents a modern congestion control algorithm designed to
+    /// be more efficient and fair compared to `CongestionControl::Reno`.
+    /// It is the default choice for Linux, Windows, and macOS.
+    /// `CongestionControl::Cubic` relies on double precision (`f64`) floating point operations, which may cause issues in some contexts:
+    /// * Small embedded processors (such as Cortex-M0, Cortex-M1, and Cortex-M3) do not have an FPU, and floating point operations consume significant amounts of CPU time and Flash space.
+    /// * Interrupt handlers should almost always avoid floating-point operations.
+    /// * Kernel-mode code on desktop processors usually avoids FPU operations to reduce the penalty of saving and restoring FPU registers.
+    ///
+    /// In all these cases, `CongestionControl::Reno` is a better choice of congestion control algorithm.
+    pub(crate) fn set_congestion_control(&mut self, congestion_control: CongestionControl) {
+        self.congestion_controller = AnyController::with(congestion_control);
+    }
+
+    /// Return the current congestion control algorithm.
+    pub(crate) fn congestion_control(&self) -> CongestionControl {
+        self.congestion_controller.kind()
+    }
+
+    /// Register a waker for receive operations.
+    ///
+    /// The waker is woken on state changes that might affect the return value
+    /// of `recv` method calls, such as receiving data, or the socket closing.
+    ///
+    /// Notes:
+    ///
+    /// - Only one waker can be registered at a time. If another waker was previously registered,
+    ///   it is overwritten and will no longer be woken.
+    /// - The Waker is woken only once. Once woken, you must register it again to receive more wakes.
+    /// - "Spurious wakes" are allowed: a wake doesn't guarantee the result of `recv` has
+    ///   necessarily changed.
+    pub(crate) fn register_recv_waker(&mut self, waker: &Waker) {
+        self.rx_waker.register(waker)
+    }
+
+    /// Register a waker for send operations.
+    ///
+    /// The waker is woken on state changes that might affect the return value
+    /// of `send` method calls, such as space becoming available in the transmit
+    /// buffer, or the socket closing.
+    ///
+    /// Notes:
+    ///
+    /// - Only one waker can be registered at a time. If another waker was previously registered,
+    ///   it is overwritten and will no longer be woken.
+    /// - The Waker is woken only once. Once woken, you must register it again to receive more wakes.
+    /// - "Spurious wakes" are allowed: a wake doesn't guarantee the result of `send` has
+    ///   necessarily changed.
+    pub(crate) fn register_send_waker(&mut self, waker: &Waker) {
+        self.tx_waker.register(waker)
+    }
+
+    /// Return the timeout duration.
+    ///
+    /// See also the [set_timeout](#method.set_timeout) method.
+    pub(crate) fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Return the ACK delay duration.
+    ///
+    /// See also the [set_ack_delay](#method.set_ack_delay) method.
+    pub(crate) fn ack_delay(&self) -> Option<Duration> {
+        self.ack_delay
+    }
+
+    /// Return whether Nagle's Algorithm is enabled.
+    ///
+    /// See also the [set_nagle_enabled](#method.set_nagle_enabled) method.
+    pub(crate) fn nagle_enabled(&self) -> bool {
+        self.nagle
+    }
+
+    /// Pause sending of SYN|ACK packets.
+    ///
+    /// When this flag is set, the socket will get stuck in `SynReceived` state without sending
+    /// any SYN|ACK packets back, until this flag is unset. This is useful for certain niche TCP
+    /// proxy usecases.
+    pub(crate) fn pause_synack(&mut self, pause: bool) {
+        self.synack_paused = pause;
+    }
+
+    /// Return the current window field value, including scaling according to RFC 1323.
+    ///
+    /// Used in internal calculations as well as packet generation.
+    #[inline]
+    fn scaled_window(&self) -> u16 {
+        u16::try_from(self.rx_buffer.window() >> self.remote_win_shift).unwrap_or(u16::MAX)
+    }
+
+    /// Return the last window field value, including scaling according to RFC 1323.
+    ///
+    /// Used in internal calculations as well as packet generation.
+    ///
+    /// Unlike `remote_last_win`, we take into account new packets received (but not acknowledged)
+    /// since the last window update and adjust the window length accordingly. This ensures a fair
+    /// comparison between the last window length and the new window length we're going to
+    /// advertise.
+    #[inline]
+    fn last_scaled_window(&self) -> Option<u16> {
+        let last_ack = self.remote_last_ack?;
+        let next_ack = self.remote_seq_no + self.rx_buffer.len();
+
+        let last_win = usize::from(self.remote_last_win) << self.remote_win_shift;
+        let last_win_adjusted = last_ack + last_win - next_ack;
+
+        Some(u16::try_from(last_win_adjusted >> self.remote_win_shift).unwrap_or(u16::MAX))
+    }
+
+    /// Set the timeout duration.
+    ///
+    /// A socket with a timeout duration set will abort the connection if either of the following
+    /// occurs:
+    ///
+    ///   * After a [connect](#method.connect) call, the remote endpoint does not respond within
+    ///     the specified duration;
+    ///   * After establishing a connection, there is data in the transmit buffer and the remote
+    ///     endpoint exceeds the specified duration between any two packets it sends;
+    ///   * After enabling [keep-alive](#method.set_keep_alive), the remote endpoint exceeds
+    ///     the specified duration between any two packets it sends.
+    pub(crate) fn set_timeout(&mut self, duration: Option<Duration>) {
+        self.timeout = duration
+    }
+
+    /// Set the ACK delay duration.
+    ///
+    /// By default, the ACK delay is set to 10ms.
+    pub(crate) fn set_ack_delay(&mut self, duration: Option<Duration>) {
+        self.ack_delay = duration
+    }
+
+    /// Enable or disable Nagle's Algorithm.
+    ///
+    /// Also known as "tinygram prevention". By default, it is enabled.
+    /// Disabling it is equivalent to Linux's TCP_NODELAY flag.
+    ///
+    /// When enabled, Nagle's Algorithm prevents sending segments smaller than MSS if
+    /// there is data in flight (sent but not acknowledged). In other words, it ensures
+    /// at most only one segment smaller than MSS is in flight at a time.
+    ///
+    /// It ensures better network utilization by preventing sending many very small packets,
+    /// at the cost of increased latency in some situations, particularly when the remote peer
+    /// has ACK delay enabled.
+    pub(crate) fn set_nagle_enabled(&mut self, enabled: bool) {
+        self.nagle = enabled
+    }
+
+    /// Return the keep-alive interval.
+    ///
+    /// See also the [set_keep_alive](#method.set_keep_alive) method.
+    pub(crate) fn keep_alive(&self) -> Option<Duration> {
+        self.keep_alive
+    }
+
+    /// Set the keep-alive interval.
+    ///
+    /// An idle socket with a keep-alive interval set will transmit a "keep-alive ACK" packet
+    /// every time it receives no communication during that interval. As a result, three things
+    /// may happen:
+    ///
+    ///   * The remote endpoint is fine and answers with an ACK packet.
+    ///   * The remote endpoint has rebooted and answers with an RST packet.
+    ///   * The remote endpoint has crashed and does not answer.
+    ///
+    /// The keep-alive functionality together with the timeout functionality allows to react
+    /// to these error conditions.
+    pub(crate) fn set_keep_alive(&mut self, interval: Option<Duration>) {
+        self.keep_alive = interval;
+        if self.keep_alive.is_some() {
+            // If the connection is idle and we've just set the option, it would not take effect
+            // until the next packet, unless we wind up the timer explicitly.
+            self.timer.set_keep_alive();
+        }
+    }
+
+    /// Return the time-to-live (IPv4) or hop limit (IPv6) value used in outgoing packets.
+    ///
+    /// See also the [set_hop_limit](#method.set_hop_limit) method
+    pub(crate) fn hop_limit(&self) -> Option<u8> {
+        self.hop_limit
+    }
+
+    /// Set the time-to-live (IPv4) or hop limit (IPv6) value used in outgoing packets.
+    ///
+    /// A socket without an explicitly set hop limit value uses the default [IANA recommended]
+    /// value (64).
+    ///
+    /// # Panics
+    ///
+    /// This function panics if a hop limit value of 0 is given. See [RFC 1122 § 3.2.1.7].
+    ///
+    /// [IANA recommended]: https://www.iana.org/assignments/ip-parameters/ip-parameters.xhtml
+    /// [RFC 1122 § 3.2.1.7]: https://tools.ietf.org/html/rfc1122#section-3.2.1.7
+    pub(crate) fn set_hop_limit(&mut self, hop_limit: Option<u8>) {
+        // A host MUST NOT send a datagram with a hop limit value of 0
+        if let Some(0) = hop_limit {
+            panic!("the time-to-live value of a packet must not be zero")
+        }
+
+        self.hop_limit = hop_limit
+    }
+
+    /// Return the listen endpoint
+    #[inline]
+    pub(crate) fn listen_endpoint(&self) -> IpListenEndpoint {
+        self.listen_endpoint
+    }
+
+    /// Return the local endpoint, or None if not connected.
+    #[inline]
+    pub(crate) fn local_endpoint(&self) -> Option<IpEndpoint> {
+        Some(self.tuple?.local)
+    }
+
+    /// Return the remote endpoint, or None if not connected.
+    #[inline]
+    pub(crate) fn remote_endpoint(&self) -> Option<IpEndpoint> {
+        Some(self.tuple?.remote)
+    }
+
+    /// Return the connection state, in terms of the TCP state machine.
+    #[inline]
+    pub(crate) fn state(&self) -> State {
+        self.state
+    }
+
+    /// Back to a fresh closed connection (options kept), waking both wakers.
+    fn reset(&mut self) {
+        let rx_cap_log2 = usize::BITS as usize - self.rx_buffer.capacity().leading_zeros() as usize;
+
+        self.state = State::Closed;
+        self.timer = Timer::new();
+        self.rtte = RttEstimator::default();
+        self.assembler = Assembler::new();
+        self.tx_buffer.clear();
+        self.rx_buffer.clear();
+        self.rx_fin_received = false;
+        self.listen_endpoint = IpListenEndpoint::default();
+        self.tuple = None;
+        self.local_seq_no = TcpSeqNumber::default();
+        self.remote_seq_no = TcpSeqNumber::default();
+        self.remote_last_seq = TcpSeqNumber::default();
+        self.remote_last_ack = None;
+        self.remote_last_win = 0;
+        self.remote_win_len = 0;
+        self.remote_win_scale = None;
+        self.remote_win_shift = rx_cap_log2.saturating_sub(16) as u8;
+        self.remote_mss = DEFAULT_MSS;
+        self.remote_last_ts = None;
+        self.ack_delay_timer = AckDelayTimer::Idle;
+        self.challenge_ack_timer = Instant::from_secs(0);
+
+        self.rx_waker.wake();
+        self.tx_waker.wake();
+    }
+
+    /// Start listening on the given endpoint.
+    ///
+    /// This function returns `Err(ListenError::InvalidState)` if the socket was already open
+    /// (see [is_open](#method.is_open)), and `Err(ListenError::Unaddressable)`
+    /// if the port in the given endpoint is zero.
+    pub(crate) fn listen<T>(&mut self, local_endpoint: T) -> Result<(), ListenError>
+    where
+        T: Into<IpListenEndpoint>,
+    {
+        let local_endpoint = local_endpoint.into();
+        if local_endpoint.port == 0 {
+            return Err(ListenError::Unaddressable);
+        }
+
+        if self.is_open() {
+            // If we were already listening to same endpoint there is nothing to do; exit early.
+            //
+            // In the past listening on an socket that was already listening was an error,
+            // however this makes writing an acceptor loop with multiple sockets impossible.
+            // Without this early exit, if you tried to listen on a socket that's already listening you'll
+            // immediately get an error. The only way around this is to abort the socket first
+            // before listening again, but this means that incoming connections can actually
+            // get aborted between the abort() and the next listen().
+            if matches!(self.state, State::Listen) && self.listen_endpoint == local_endpoint {
+                return Ok(());
+            } else {
+                return Err(ListenError::InvalidState);
+            }
+        }
+
+        self.reset();
+        self.listen_endpoint = local_endpoint;
+        self.tuple = None;
+        self.set_state(State::Listen);
+        Ok(())
+    }
+
+    /// Connect to a given endpoint.
+    ///
+    /// The local port must be provided explicitly (the stack's ephemeral port allocator
+    /// picks it).
+    ///
+    /// The local address may optionally be provided; without it the context's
+    /// [`LocalAddrs::source_address`](super::context::LocalAddrs::source_address) chooses one.
+    ///
+    /// This function returns an error if the socket was open; see [is_open](#method.is_open).
+    /// It also returns an error if the local or remote port is zero, or if the remote address
+    /// is unspecified.
+    pub(crate) fn connect<T, U>(
+        &mut self,
+        cx: &mut TcpContext<'_>,
+        remote_endpoint: T,
+        local_endpoint: U,
+    ) -> Result<(), ConnectError>
+    where
+        T: Into<IpEndpoint>,
+        U: Into<IpListenEndpoint>,
+    {
+        let remote_endpoint: IpEndpoint = remote_endpoint.into();
+        let local_endpoint: IpListenEndpoint = local_endpoint.into();
+
+        if self.is_open() {
+            return Err(ConnectError::InvalidState);
+        }
+        if remote_endpoint.port == 0 || remote_endpoint.addr.is_unspecified() {
+            return Err(ConnectError::Unaddressable);
+        }
+        if local_endpoint.port == 0 {
+            return Err(ConnectError::Unaddressable);
+        }
+
+        // If local address is not provided, choose it automatically.
+        let local_endpoint = IpEndpoint {
+            addr: match local_endpoint.addr {
+                Some(addr) => {
+                    if addr.is_unspecified() {
+                        return Err(ConnectError::Unaddressable);
+                    }
+                    addr
+                }
+                None => cx
+                    .addrs
+                    .source_address(&remote_endpoint.addr)
+                    .ok_or(ConnectError::Unaddressable)?,
+            },
+            port: local_endpoint.port,
+        };
+
+        if local_endpoint.addr.version() != remote_endpoint.addr.version() {
+            return Err(ConnectError::Unaddressable);
+        }
+
+        self.reset();
+        self.tuple = Some(Tuple {
+            local: local_endpoint,
+            remote: remote_endpoint,
+        });
+        self.set_state(State::SynSent);
+
+        let seq = Self::random_seq_no(cx);
+        self.local_seq_no = seq;
+        self.remote_last_seq = seq;
+        Ok(())
+    }
+
+    /// A random initial sequence number. Unit tests expect a fixed one (as smoltcp's do):
+    /// they draw from the random source all the same, then use 10000.
+    #[cfg(test)]
+    fn random_seq_no(cx: &mut TcpContext<'_>) -> TcpSeqNumber {
+        let _ = cx.rand.rand_u32();
+        TcpSeqNumber(10000)
+    }
+
+    /// A random initial sequence number.
+    #[cfg(not(test))]
+    fn random_seq_no(cx: &mut TcpContext<'_>) -> TcpSeqNumber {
+        TcpSeqNumber(cx.rand.rand_u32() as i32)
+    }
+
+    /// Close the transmit half of the full-duplex connection.
+    ///
+    /// Note that there is no corresponding function for the receive half of the full-duplex
+    /// connection; only the remote end can close it. If you no longer wish to receive any
+    /// data and would like to reuse the socket right away, use [abort](#method.abort).
+    pub(crate) fn close(&mut self) {
+        match self.state {
+            // In the LISTEN state there is no established connection.
+            State::Listen => self.set_state(State::Closed),
+            // In the SYN-SENT state the remote endpoint is not yet synchronized and, upon
+            // receiving an RST, will abort the connection.
+            State::SynSent => self.set_state(State::Closed),
+            // In the SYN-RECEIVED, ESTABLISHED and CLOSE-WAIT states the transmit half
+            // of the connection is open, and needs to be explicitly closed with a FIN.
+            State::SynReceived | State::Established => self.set_state(State::FinWait1),
+            State::CloseWait => self.set_state(State::LastAck),
+            // In the FIN-WAIT-1, FIN-WAIT-2, CLOSING, LAST-ACK, TIME-WAIT and CLOSED states,
+            // the transmit half of the connection is already closed, and no further
+            // action is needed.
+            State::FinWait1
+            | State::FinWait2
+            | State::Closing
+            | State::TimeWait
+            | State::LastAck
+            | State::Closed => (),
+        }
+    }
+
+    /// Aborts the connection, if any.
+    ///
+    /// This function instantly closes the socket. One reset packet will be sent to the remote
+    /// endpoint.
+    ///
+    /// In terms of the TCP state machine, the socket may be in any state and is moved to
+    /// the `CLOSED` state.
+    pub(crate) fn abort(&mut self) {
+        self.set_state(State::Closed);
+    }
+
+    /// Return whether the socket is passively listening for incoming connections.
+    ///
+    /// In terms of the TCP state machine, the socket must be in the `LISTEN` state.
+    #[inline]
+    pub(crate) fn is_listening(&self) -> bool {
+        matches!(self.state, State::Listen)
+    }
+
+    /// Return whether the socket is open.
+    ///
+    /// This function returns true if the socket will process incoming or dispatch outgoing
+    /// packets. Note that this does not mean that it is possible to send or receive data through
+    /// the socket; for that, use [can_send](#method.can_send) or [can_recv](#method.can_recv).
+    ///
+    /// In terms of the TCP state machine, the socket must not be in the `CLOSED`
+    /// or `TIME-WAIT` states.
+    #[inline]
+    pub(crate) fn is_open(&self) -> bool {
+        !matches!(self.state, State::Closed | State::TimeWait)
+    }
+
+    /// Return whether a connection is active.
+    ///
+    /// This function returns true if the socket is actively exchanging packets with
+    /// a remote endpoint. Note that this does not mean that it is possible to send or receive
+    /// data through the socket; for that, use [can_send](#method.can_send) or
+    /// [can_recv](#method.can_recv).
+    ///
+    /// If a connection is established, [abort](#method.close) will send a reset to
+    /// the remote endpoint.
+    ///
+    /// In terms of the TCP state machine, the socket must not be in the `CLOSED`, `TIME-WAIT`,
+    /// or `LISTEN` state.
+    #[inline]
+    pub(crate) fn is_active(&self) -> bool {
+        !matches!(self.state, State::Closed | State::TimeWait | State::Listen)
+    }
+
+    /// Return whether the transmit half of the full-duplex connection is open.
+    ///
+    /// This function returns true if it's possible to send data and have it arrive
+    /// to the remote endpoint. However, it does not make any guarantees about the state
+    /// of the transmit buffer, and even if it returns true, [send](#method.send) may
+    /// not be able to enqueue any octets.
+    ///
+    /// In terms of the TCP state machine, the socket must be in the `ESTABLISHED` or
+    /// `CLOSE-WAIT` state.
+    #[inline]
+    pub(crate) fn may_send(&self) -> bool {
+        match self.state {
+            State::Established => true,
+            // In CLOSE-WAIT, the remote endpoint has closed our receive half of the connection
+            // but we still can transmit indefinitely.
+            State::CloseWait => true,
+            _ => false,
+        }
+    }
+
+    /// Return whether the receive half of the full-duplex connection is open.
+    ///
+    /// This function returns true if it's possible to receive data from the remote endpoint.
+    /// It will return true while there is data in the receive buffer, and if there isn't,
+    /// as long as the remote endpoint has not closed the connection.
+    ///
+    /// In terms of the TCP state machine, the socket must be in the `ESTABLISHED`,
+    /// `FIN-WAIT-1`, or `FIN-WAIT-2` state, or have data in the receive buffer instead.
+    #[inline]
+    pub(crate) fn may_recv(&self) -> bool {
+        match self.state {
+            State::Established => true,
+            // In FIN-WAIT-1/2, we have closed our transmit half of the connection but
+            // we still can receive indefinitely.
+            State::FinWait1 | State::FinWait2 => true,
+            // If we have something in the receive buffer, we can receive that.
+            _ if self.can_recv() => true,
+            _ => false,
+        }
+    }
+
+    /// Check whether the transmit half of the full-duplex connection is open
+    /// (see [may_send](#method.may_send)), and the transmit buffer is not full.
+    #[inline]
+    pub(crate) fn can_send(&self) -> bool {
+        if !self.may_send() {
+            return false;
+        }
+
+        !self.tx_buffer.is_full()
+    }
+
+    /// Return the maximum number of bytes inside the recv buffer.
+    #[inline]
+    pub(crate) fn recv_capacity(&self) -> usize {
+        self.rx_buffer.capacity()
+    }
+
+    /// Return the maximum number of bytes inside the transmit buffer.
+    #[inline]
+    pub(crate) fn send_capacity(&self) -> usize {
+        self.tx_buffer.capacity()
+    }
+
+    /// Check whether the receive buffer is not empty.
+    #[inline]
+    pub(crate) fn can_recv(&self) -> bool {
+        !self.rx_buffer.is_empty()
+    }
+
+    /// Queue bytes with `f` (which returns how many it queued) if the transmit half is open,
+    /// and restart the timeout and zero-window-probe clocks when data starts waiting.
+    fn send_impl<'b, F, R>(&'b mut self, f: F) -> Result<R, SendError>
+    where
+        F: FnOnce(&'b mut SendBuffer<'a>) -> (usize, R),
+    {
+        if !self.may_send() {
+            return Err(SendError::InvalidState);
+        }
+
+        let old_length = self.tx_buffer.len();
+        let (size, result) = f(&mut self.tx_buffer);
+        if size > 0 {
+            // The connection might have been idle for a long time, and so remote_last_ts
+            // would be far in the past. Unless we clear it here, we'll abort the connection
+            // down over in dispatch() by erroneously detecting it as timed out.
+            if old_length == 0 {
+                self.remote_last_ts = None
+            }
+
+            // if remote win is zero and we go from having no data to some data pending to
+            // send, start the zero window probe timer.
+            if self.remote_win_len == 0 && self.timer.is_idle() {
+                let delay = self.rtte.retransmission_timeout();
+
+                // We don't have access to the current time here, so use Instant::ZERO instead.
+                // this will cause the first ZWP to be sent immediately, but that's okay.
+                self.timer.set_for_zero_window_probe(Instant::ZERO, delay);
+            }
+        }
+        Ok(result)
+    }
+
+    /// Call `f` with the largest contiguous slice of octets in the transmit buffer,
+    /// and enqueue the amount of elements returned by `f`.
+    ///
+    /// This function returns `Err(SendError::InvalidState)` if the transmit half of
+    /// the connection is not open; see [may_send](#method.may_send).
+    pub(crate) fn send<'b, F, R>(&'b mut self, f: F) -> Result<R, SendError>
+    where
+        F: FnOnce(&'b mut [u8]) -> (usize, R),
+    {
+        self.send_impl(|tx_buffer| tx_buffer.enqueue_with(f))
+    }
+
+    /// Enqueue a sequence of octets to be sent, and fill it from a slice.
+    ///
+    /// This function returns the amount of octets actually enqueued, which is limited
+    /// by the amount of free space in the transmit buffer; down to zero.
+    ///
+    /// See also [send](#method.send).
+    pub(crate) fn send_slice(&mut self, data: &[u8]) -> Result<usize, SendError> {
+        self.send_impl(|tx_buffer| {
+            let size = tx_buffer.enqueue_slice(data);
+            (size, size)
+        })
+    }
+
+    /// Whether the application may read: `Finished` after the remote's FIN, `InvalidState`
+    /// before the connection is open or after it was reset.
+    fn recv_error_check(&mut self) -> Result<(), RecvError> {
+        // We may have received some data inside the initial SYN, but until the connection
+        // is fully open we must not dequeue any data, as it may be overwritten by e.g.
+        // another (stale) SYN. (We do not support TCP Fast Open.)
+        if !self.may_recv() {
+            if self.rx_fin_received {
+                return Err(RecvError::Finished);
+            }
+            return Err(RecvError::InvalidState);
+        }
+
+        Ok(())
+    }
+
+    /// Consume received bytes with `f` (which returns how many it consumed) if the
+    /// application may read, and move the receive window's left edge past them.
+    fn recv_impl<'b, F, R>(&'b mut self, f: F) -> Result<R, RecvError>
+    where
+        F: FnOnce(&'b mut RecvBuffer<'a>) -> (usize, R),
+    {
+        self.recv_error_check()?;
+
+        let (size, result) = f(&mut self.rx_buffer);
+        self.remote_seq_no += size;
+        Ok(result)
+    }
+
+    /// Call `f` with the largest contiguous slice of octets in the receive buffer,
+    /// and dequeue the amount of elements returned by `f`.
+    ///
+    /// This function errors if the receive half of the connection is not open.
+    ///
+    /// If the receive half has been gracefully closed (with a FIN packet),
+    /// `Err(RecvError::Finished)` is returned. In this case, the previously received data is
+    /// guaranteed to be complete.
+    ///
+    /// In all other cases, `Err(RecvError::InvalidState)` is returned and previously received
+    /// data (if any) may be incomplete (truncated).
+    pub(crate) fn recv<'b, F, R>(&'b mut self, f: F) -> Result<R, RecvError>
+    where
+        F: FnOnce(&'b mut [u8]) -> (usize, R),
+    {
+        self.recv_impl(|rx_buffer| rx_buffer.dequeue_with(f))
+    }
+
+    /// Dequeue a sequence of received octets, and fill a slice from it.
+    ///
+    /// This function returns the amount of octets actually dequeued, which is limited
+    /// by the amount of occupied space in the receive buffer; down to zero.
+    ///
+    /// See also [recv](#method.recv).
+    pub(crate) fn recv_slice(&mut self, data: &mut [u8]) -> Result<usize, RecvError> {
+        self.recv_impl(|rx_buffer| {
+            let size = rx_buffer.dequeue_slice(data);
+            (size, size)
+        })
+    }
+
+    /// Peek at a sequence of received octets without removing them from
+    /// the receive buffer, and return a pointer to it.
+    ///
+    /// This function otherwise behaves identically to [recv](#method.recv).
+    pub(crate) fn peek(&mut self, size: usize) -> Result<&[u8], RecvError> {
+        self.recv_error_check()?;
+
+        Ok(self.rx_buffer.peek(size))
+    }
+
+    /// Peek at a sequence of received octets without removing them from
+    /// the receive buffer, and fill a slice from it.
+    ///
+    /// This function otherwise behaves identically to [recv_slice](#method.recv_slice).
+    pub(crate) fn peek_slice(&mut self, data: &mut [u8]) -> Result<usize, RecvError> {
+        Ok(self.rx_buffer.peek_slice(data))
+    }
+
+    /// Return the amount of octets queued in the transmit buffer.
+    ///
+    /// Note that the Berkeley sockets interface does not have an equivalent of this API.
+    pub(crate) fn send_queue(&self) -> usize {
+        self.tx_buffer.len()
+    }
+
+    /// Number of octets transmitted but not yet ACKed.
+    fn flight_size(&self) -> usize {
+        self.remote_last_seq - self.local_seq_no
+    }
+
+    /// What the congestion window still allows in flight.
+    fn cwnd_remaining(&self) -> usize {
+        self.congestion_controller
+            .inner()
+            .window()
+            .saturating_sub(self.flight_size())
+    }
+
+    /// Return the amount of octets queued in the receive buffer. This value can be larger than
+    /// the slice read by the next `recv` or `peek` call because it includes all queued octets,
+    /// and not only the octets that may be returned as a contiguous slice.
+    ///
+    /// Note that the Berkeley sockets interface does not have an equivalent of this API.
+    pub(crate) fn recv_queue(&self) -> usize {
+        self.rx_buffer.len()
+    }
+
+    /// Move to `state`, waking both wakers.
+    fn set_state(&mut self, state: State) {
+        self.state = state;
+
+        // Wake all tasks waiting. Even if we haven't received/sent data, this
+        // is needed because return values of functions may change depending on the state.
+        // For example, a pending read has to fail with an error if the socket is closed.
+        self.rx_waker.wake();
+        self.tx_waker.wake();
+    }
+
+    /// An empty reply to `repr` (ports and addresses swapped, no flags, sequence numbers 0),
+    /// for the caller to fill in.
+    pub(crate) fn reply(ip_repr: &IpRepr, repr: &TcpRepr) -> (IpRepr, TcpRepr<'static>) {
+        let reply_repr = TcpRepr {
+            src_port: repr.dst_port,
+            dst_port: repr.src_port,
+            control: TcpControl::None,
+            seq_number: TcpSeqNumber(0),
+            ack_number: None,
+            window_len: 0,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None, None, None],
+            timestamp: None,
+            payload: &[],
+        };
+        let ip_reply_repr = IpRepr::new(
+            ip_repr.dst_addr(),
+            ip_repr.src_addr(),
+            IpProtocol::Tcp,
+            reply_repr.buffer_len(),
+            64,
+        );
+        (ip_reply_repr, reply_repr)
+    }
+
+    /// The RST answering `repr`, a segment no connection accepts (RFC 793, "Reset
+    /// Generation"). `repr` must not be an RST itself.
+    pub(crate) fn rst_reply(ip_repr: &IpRepr, repr: &TcpRepr) -> (IpRepr, TcpRepr<'static>) {
+        debug_assert!(repr.control != TcpControl::Rst);
+
+        let (ip_reply_repr, mut reply_repr) = Self::reply(ip_repr, repr);
+
+        // See https://www.snellman.net/blog/archive/2016-02-01-tcp-rst/ for explanation
+        // of why we sometimes send an RST and sometimes an RST|ACK
+        reply_repr.control = TcpControl::Rst;
+        reply_repr.seq_number = repr.ack_number.unwrap_or_default();
+        if repr.control == TcpControl::Syn && repr.ack_number.is_none() {
+            reply_repr.ack_number = Some(repr.seq_number + repr.segment_len());
+        }
+
+        (ip_reply_repr, reply_repr)
+    }
+
+    /// An ACK of everything received so far, with our window and (if the remote supports it)
+    /// one SACK block; records the ACK and window as sent.
+    fn ack_reply(&mut self, ip_repr: &IpRepr, repr: &TcpRepr) -> (IpRepr, TcpRepr<'static>) {
+        let (mut ip_reply_repr, mut reply_repr) = Self::reply(ip_repr, repr);
+        reply_repr.timestamp = repr
+            .timestamp
+            .and_then(|tcp_ts| tcp_ts.generate_reply(self.tsval_generator));
+
+        // From RFC 793:
+        // [...] an empty acknowledgment segment containing the current send-sequence number
+        // and an acknowledgment indicating the next sequence number expected
+        // to be received.
+        reply_repr.seq_number = self.remote_last_seq;
+        reply_repr.ack_number = Some(self.remote_seq_no + self.rx_buffer.len());
+        self.remote_last_ack = reply_repr.ack_number;
+
+        // From RFC 1323:
+        // The window field [...] of every outgoing segment, with the exception of SYN
+        // segments, is right-shifted by [advertised scale value] bits[...]
+        reply_repr.window_len = self.scaled_window();
+        self.remote_last_win = reply_repr.window_len;
+
+        // If the remote supports selective acknowledgement, add the option to the outgoing
+        // segment.
+        if self.remote_has_sack {
+            // RFC 2018: The first SACK block (i.e., the one immediately following the kind and
+            // length fields in the option) MUST specify the contiguous block of data containing
+            // the segment which triggered this ACK, unless that segment advanced the
+            // Acknowledgment Number field in the header.
+            reply_repr.sack_ranges[0] = None;
+
+            let ack = reply_repr.ack_number.unwrap_or(TcpSeqNumber(0));
+
+            if let Some(last_seg_seq) = self.local_rx_last_seq {
+                reply_repr.sack_ranges[0] = self
+                    .assembler
+                    .iter_data()
+                    .map(|(left, right)| (ack + left, ack + right))
+                    .find(|&(left, right)| left <= last_seg_seq && right >= last_seg_seq)
+                    .map(|(left, right)| (left.0 as u32, right.0 as u32));
+            }
+
+            if reply_repr.sack_ranges[0].is_none() {
+                // The matching segment was removed from the assembler, meaning the acknowledgement
+                // number has advanced, or there was no previous sACK.
+                //
+                // While the RFC says we SHOULD keep a list of reported sACK ranges, and iterate
+                // through those, that is currently infeasible. Instead, we offer the range with
+                // the lowest sequence number (if one exists) to hint at what segments would
+                // most quickly advance the acknowledgement number.
+                reply_repr.sack_ranges[0] = self
+                    .assembler
+                    .iter_data()
+                    .map(|(left, right)| (ack + left, ack + right))
+                    .next()
+                    .map(|(left, right)| (left.0 as u32, right.0 as u32));
+            }
+        }
+
+        // Since the sACK option may have changed the length of the payload, update that.
+        ip_reply_repr.set_payload_len(reply_repr.buffer_len());
+        (ip_reply_repr, reply_repr)
+    }
+
+    /// An ACK answering an unacceptable segment (RFC 5961), at most one per second.
+    fn challenge_ack_reply(
+        &mut self,
+        cx: &mut TcpContext<'_>,
+        ip_repr: &IpRepr,
+        repr: &TcpRepr,
+    ) -> Option<(IpRepr, TcpRepr<'static>)> {
+        if cx.now < self.challenge_ack_timer {
+            return None;
+        }
+
+        // Rate-limit to 1 per second max.
+        self.challenge_ack_timer = cx.now + Duration::from_secs(1);
+
+        Some(self.ack_reply(ip_repr, repr))
+    }
+
+    /// Whether the segment `repr` in the packet `ip_repr` belongs to this connection (its
+    /// 4-tuple, or, when listening, a SYN to the listen endpoint). Call [`process`](Self::process)
+    /// with the segments this accepts; answer the others with [`rst_reply`](Self::rst_reply)
+    /// if no other connection accepts them.
+    pub(crate) fn accepts(&self, ip_repr: &IpRepr, repr: &TcpRepr) -> bool {
+        if self.state == State::Closed {
+            return false;
+        }
+
+        // If we're still listening for SYNs and the packet has an ACK or a RST,
+        // it cannot be destined to this socket, but another one may well listen
+        // on the same local endpoint.
+        if self.state == State::Listen
+            && (repr.ack_number.is_some() || repr.control == TcpControl::Rst)
+        {
+            return false;
+        }
+
+        if let Some(tuple) = &self.tuple {
+            // Reject packets not matching the 4-tuple
+            ip_repr.dst_addr() == tuple.local.addr
+                && repr.dst_port == tuple.local.port
+                && ip_repr.src_addr() == tuple.remote.addr
+                && repr.src_port == tuple.remote.port
+        } else {
+            // We're listening, reject packets not matching the listen endpoint.
+            let addr_ok = match self.listen_endpoint.addr {
+                Some(addr) => ip_repr.dst_addr() == addr,
+                None => true,
+            };
+            addr_ok && repr.dst_port != 0 && repr.dst_port == self.listen_endpoint.port
+        }
+    }
+
+    /// Handle a segment [`accepts`](Self::accepts) accepted: the RFC 793 "SEGMENT ARRIVES"
+    /// processing (acceptability, RST, SYN, ACK, window, data, FIN), with data written to the
+    /// receive buffer.
+    ///
+    /// Returns the segment to send back right away, if any (an RST, a challenge ACK, the ACK
+    /// of out-of-order data); other answers wait for [`dispatch`](Self::dispatch).
+    pub(crate) fn process(
+        &mut self,
+        cx: &mut TcpContext<'_>,
+        ip_repr: &IpRepr,
+        repr: &TcpRepr,
+    ) -> Option<(IpRepr, TcpRepr<'static>)> {
+        debug_assert!(self.accepts(ip_repr, repr));
+
+        // Consider how much the sequence number space differs from the transmit buffer space.
+        let (sent_syn, sent_fin) = match self.state {
+            // In SYN-SENT or SYN-RECEIVED, we've just sent a SYN.
+            State::SynSent | State::SynReceived => (true, false),
+            // In FIN-WAIT-1, LAST-ACK, or CLOSING, we've just sent a FIN.
+            State::FinWait1 | State::LastAck | State::Closing => (false, true),
+            // In all other states we've already got acknowledgements for
+            // all of the control flags we sent.
+            _ => (false, false),
+        };
+        let control_len = usize::from(sent_syn) + usize::from(sent_fin);
+
+        // Reject unacceptable acknowledgements.
+        match (self.state, repr.control, repr.ack_number) {
+            // An RST received in response to initial SYN is acceptable if it acknowledges
+            // the initial SYN.
+            // An RST without ACK in response to the initial SYN is unacceptable (we expect an
+            // RST|ACK).
+            (State::SynSent, TcpControl::Rst, None) => {
+                return None;
+            }
+            // Unacceptable RST|ACK in response to the initial SYN.
+            (State::SynSent, TcpControl::Rst, Some(ack_number)) => {
+                if ack_number != self.local_seq_no + 1 {
+                    return None;
+                }
+            }
+            // Any other RST need only have a valid sequence number.
+            (_, TcpControl::Rst, _) => (),
+            // The initial SYN cannot contain an acknowledgement.
+            (State::Listen, _, None) => (),
+            // This case is handled in `accepts()`.
+            (State::Listen, _, Some(_)) => unreachable!(),
+            // SYN|ACK in the SYN-SENT state must have the exact ACK number.
+            (State::SynSent, TcpControl::Syn, Some(ack_number)) => {
+                if ack_number != self.local_seq_no + 1 {
+                    // Unacceptable SYN|ACK in response to the initial SYN.
+                    return Some(Self::rst_reply(ip_repr, repr));
+                }
+            }
+            // TCP simultaneous open.
+            // This is required by RFC 9293, which states "A TCP implementation MUST support
+            // simultaneous open attempts (MUST-10)."
+            (State::SynSent, TcpControl::Syn, None) => (),
+            // ACKs in the SYN-SENT state are invalid.
+            (State::SynSent, TcpControl::None, Some(ack_number)) => {
+                // If the sequence number matches, ignore it instead of RSTing.
+                // I'm not sure why, I think it may be a workaround for broken TCP
+                // servers, or a defense against reordering. Either way, if Linux
+                // does it, we do too.
+                if ack_number == self.local_seq_no + 1 {
+                    // Expecting a SYN|ACK, received an ACK with the right ack_number: ignore.
+                    return None;
+                }
+
+                // Expecting a SYN|ACK, received an ACK with the wrong ack_number: RST.
+                return Some(Self::rst_reply(ip_repr, repr));
+            }
+            // Anything else in the SYN-SENT state is invalid: we expect a SYN|ACK.
+            (State::SynSent, _, _) => {
+                return None;
+            }
+            // Every packet after the initial SYN must be an acknowledgement.
+            (_, _, None) => {
+                return None;
+            }
+            // ACK in the SYN-RECEIVED state must have the exact ACK number, or we RST it.
+            (State::SynReceived, _, Some(ack_number)) => {
+                if ack_number != self.local_seq_no + 1 {
+                    return Some(Self::rst_reply(ip_repr, repr));
+                }
+            }
+            // Every acknowledgement must be for transmitted but unacknowledged data.
+            (_, _, Some(ack_number)) => {
+                let unacknowledged = self.tx_buffer.len() + control_len;
+
+                // Acceptable ACK range (both inclusive)
+                let mut ack_min = self.local_seq_no;
+                let ack_max = self.local_seq_no + unacknowledged;
+
+                // If we have sent a SYN, it MUST be acknowledged.
+                if sent_syn {
+                    ack_min += 1;
+                }
+
+                // Duplicate ACK (not in ack_min..=ack_max).
+                if ack_number < ack_min {
+                    return None;
+                }
+
+                // Unacceptable ACK (not in ack_min..=ack_max): acknowledges data never sent.
+                if ack_number > ack_max {
+                    return self.challenge_ack_reply(cx, ip_repr, repr);
+                }
+            }
+        }
+
+        let window_start = self.remote_seq_no + self.rx_buffer.len();
+        let window_end = if let Some(last_ack) = self.remote_last_ack {
+            last_ack + (usize::from(self.remote_last_win) << self.remote_win_shift)
+        } else {
+            window_start
+        };
+        let segment_start = repr.seq_number;
+        let segment_end = repr.seq_number + repr.payload.len();
+
+        let (payload, payload_offset) = match self.state {
+            // In LISTEN and SYN-SENT states, we have not yet synchronized with the remote end.
+            State::Listen | State::SynSent => (&[][..], 0),
+            _ => {
+                // https://www.rfc-editor.org/rfc/rfc9293.html#name-segment-acceptability-tests
+                let segment_in_window =
+                    match (segment_start == segment_end, window_start == window_end) {
+                        // A keep-alive or window probe packet: send an ACK.
+                        (true, _) if segment_end == window_start - 1 => false,
+                        // A zero-length segment is acceptable in a zero-length window only at its
+                        // start; otherwise send an ACK.
+                        (true, true) => window_start == segment_start,
+                        // A zero-length segment must start inside the window; otherwise send an ACK.
+                        (true, false) => {
+                            window_start <= segment_start && segment_start < window_end
+                        }
+                        // A non-zero-length segment with a zero receive window: only send an ACK.
+                        (false, true) => false,
+                        // A segment must intersect the receive window; otherwise send a challenge ACK.
+                        (false, false) => {
+                            (window_start <= segment_start && segment_start < window_end)
+                                || (window_start < segment_end && segment_end <= window_end)
+                        }
+                    };
+
+                if segment_in_window {
+                    let overlap_start = window_start.max(segment_start);
+                    let overlap_end = window_end.min(segment_end);
+
+                    // the checks done above imply this.
+                    debug_assert!(overlap_start <= overlap_end);
+
+                    self.local_rx_last_seq = Some(repr.seq_number);
+
+                    (
+                        &repr.payload[overlap_start - segment_start..overlap_end - segment_start],
+                        overlap_start - window_start,
+                    )
+                } else {
+                    // Out-of-window RSTs are silently dropped, per RFC 9293
+                    // (3.10.7.4) and RFC 5961 (3.2): no reply is sent, and the
+                    // TIME-WAIT timer below is not refreshed. RST senders don't
+                    // need a reply to make progress.
+                    if repr.control == TcpControl::Rst {
+                        return None;
+                    }
+
+                    // If we're in the TIME-WAIT state, restart the TIME-WAIT timeout, since
+                    // the remote end may not have realized we've closed the connection.
+                    if self.state == State::TimeWait {
+                        self.timer.set_for_close(cx.now);
+                    }
+
+                    // Segments carrying data are exempt from challenge ACK rate
+                    // limiting: an out-of-window data segment is a retransmission
+                    // whose ACK was lost, or a window probe, and per RFC 9293
+                    // (3.10.7.4, 3.8.6.1) it should elicit an ACK so the remote
+                    // can make progress. Withholding these ACKs strands the
+                    // remote in retransmission backoff or persist state. The
+                    // rate limit exists to break ACK loops between desynced
+                    // peers, and exempting data segments cannot sustain such a
+                    // loop: the remote paces them with its retransmission and
+                    // persist timers, and the data it may send in response to a
+                    // duplicate ACK of ours (fast recovery) is bounded by its
+                    // send window, which never advances during a desync.
+                    //
+                    // The exemption covers FIN (a retransmitted final segment is
+                    // the same lost-ACK situation) but not SYN: a SYN in a
+                    // synchronized state is a challenge ACK situation (RFC 5961
+                    // 4.2), and challenge ACKs should be throttled (RFC 5961 7).
+                    // One per second is ample for a restarted peer to complete
+                    // the challenge exchange, since it retransmits its SYN on
+                    // its own timer.
+                    if !repr.payload.is_empty()
+                        && matches!(
+                            repr.control,
+                            TcpControl::None | TcpControl::Psh | TcpControl::Fin
+                        )
+                    {
+                        return Some(self.ack_reply(ip_repr, repr));
+                    }
+
+                    return self.challenge_ack_reply(cx, ip_repr, repr);
+                }
+            }
+        };
+
+        // Compute the amount of acknowledged octets, removing the SYN and FIN bits
+        // from the sequence space.
+        let mut ack_len = 0;
+        let mut ack_of_fin = false;
+        let mut ack_all = false;
+        let ack_number = match repr.control {
+            TcpControl::Rst => None,
+            _ => repr.ack_number,
+        };
+        if let Some(ack_number) = ack_number {
+            // Sequence number corresponding to the first byte in `tx_buffer`.
+            // This normally equals `local_seq_no`, but is 1 higher if we have sent a SYN,
+            // as the SYN occupies 1 sequence number "before" the data.
+            let tx_buffer_start_seq = self.local_seq_no + usize::from(sent_syn);
+
+            if ack_number >= tx_buffer_start_seq {
+                ack_len = ack_number - tx_buffer_start_seq;
+
+                // We could've sent data before the FIN, so only remove FIN from the sequence
+                // space if all of that data is acknowledged.
+                if sent_fin && self.tx_buffer.len() + 1 == ack_len {
+                    ack_len -= 1;
+                    ack_of_fin = true;
+                }
+
+                ack_all = self.remote_last_seq <= ack_number;
+            }
+        }
+
+        // Disregard control flags we don't care about or shouldn't act on yet.
+        let mut control = repr.control;
+        control = control.quash_psh();
+
+        // If a FIN is received at the end of the current segment, but
+        // we have a hole in the assembler before the current segment, disregard this FIN.
+        if control == TcpControl::Fin && window_start < segment_start {
+            control = TcpControl::None;
+        }
+
+        // Validate and update the state.
+        match (self.state, control) {
+            // RSTs are not accepted in the LISTEN state.
+            (State::Listen, TcpControl::Rst) => return None,
+
+            // RSTs in SYN-RECEIVED flip the socket back to the LISTEN state.
+            // Here we need to additionally check `listen_endpoint`, because we want to make sure
+            // that SYN-RECEIVED was actually converted from the LISTEN state (another possible
+            // reason is TCP simultaneous open).
+            (State::SynReceived, TcpControl::Rst) if self.listen_endpoint.port != 0 => {
+                self.tuple = None;
+                self.set_state(State::Listen);
+                return None;
+            }
+
+            // RSTs in any other state close the socket.
+            (_, TcpControl::Rst) => {
+                self.set_state(State::Closed);
+                self.tuple = None;
+                return None;
+            }
+
+            // SYN packets in the LISTEN state change it to SYN-RECEIVED.
+            (State::Listen, TcpControl::Syn) => {
+                if let Some(max_seg_size) = repr.max_seg_size {
+                    // Treat a zero MSS as if the option were absent, like Linux does.
+                    if max_seg_size != 0 {
+                        self.remote_mss = usize::from(max_seg_size).max(MIN_REMOTE_MSS);
+                        self.congestion_controller
+                            .inner_mut()
+                            .set_mss(self.remote_mss);
+                    }
+                }
+
+                self.tuple = Some(Tuple {
+                    local: IpEndpoint::new(ip_repr.dst_addr(), repr.dst_port),
+                    remote: IpEndpoint::new(ip_repr.src_addr(), repr.src_port),
+                });
+                self.local_seq_no = Self::random_seq_no(cx);
+                self.remote_seq_no = repr.seq_number + 1;
+                self.remote_last_seq = self.local_seq_no;
+                self.remote_has_sack = repr.sack_permitted;
+                self.remote_win_scale = repr.window_scale;
+                // Remote doesn't support window scaling, don't do it.
+                if self.remote_win_scale.is_none() {
+                    self.remote_win_shift = 0;
+                }
+                // Remote doesn't support timestamping, don't do it.
+                if repr.timestamp.is_none() {
+                    self.tsval_generator = None;
+                }
+                self.set_state(State::SynReceived);
+                self.timer.set_for_idle(cx.now, self.keep_alive);
+            }
+
+            // ACK packets in the SYN-RECEIVED state change it to ESTABLISHED.
+            (State::SynReceived, TcpControl::None) => {
+                self.set_state(State::Established);
+            }
+
+            // FIN packets in the SYN-RECEIVED state change it to CLOSE-WAIT.
+            // It's not obvious from RFC 793 that this is permitted, but
+            // 7th and 8th steps in the "SEGMENT ARRIVES" event describe this behavior.
+            (State::SynReceived, TcpControl::Fin) => {
+                self.remote_seq_no += 1;
+                self.rx_fin_received = true;
+                self.set_state(State::CloseWait);
+            }
+
+            // SYN|ACK packets in the SYN-SENT state change it to ESTABLISHED.
+            // SYN packets in the SYN-SENT state change it to SYN-RECEIVED.
+            (State::SynSent, TcpControl::Syn) => {
+                if let Some(max_seg_size) = repr.max_seg_size {
+                    // Treat a zero MSS as if the option were absent, like Linux does.
+                    if max_seg_size != 0 {
+                        self.remote_mss = usize::from(max_seg_size).max(MIN_REMOTE_MSS);
+                        self.congestion_controller
+                            .inner_mut()
+                            .set_mss(self.remote_mss);
+                    }
+                }
+
+                self.remote_seq_no = repr.seq_number + 1;
+                self.remote_last_seq = self.local_seq_no + 1;
+                self.remote_last_ack = Some(repr.seq_number);
+                self.remote_has_sack = repr.sack_permitted;
+                self.remote_win_scale = repr.window_scale;
+                // Remote doesn't support window scaling, don't do it.
+                if self.remote_win_scale.is_none() {
+                    self.remote_win_shift = 0;
+                }
+                // Remote doesn't support timestamping, don't do it.
+                if repr.timestamp.is_none() {
+                    self.tsval_generator = None;
+                }
+
+                if repr.ack_number.is_some() {
+                    self.set_state(State::Established);
+                } else {
+                    self.set_state(State::SynReceived);
+                }
+            }
+
+            (State::Established, TcpControl::None) => {}
+
+            // FIN packets in ESTABLISHED state indicate the remote side has closed.
+            (State::Established, TcpControl::Fin) => {
+                self.remote_seq_no += 1;
+                self.rx_fin_received = true;
+                self.set_state(State::CloseWait);
+            }
+
+            // ACK packets in FIN-WAIT-1 state change it to FIN-WAIT-2, if we've already
+            // sent everything in the transmit buffer. If not, they reset the retransmit timer.
+            (State::FinWait1, TcpControl::None) => {
+                if ack_of_fin {
+                    self.set_state(State::FinWait2);
+                }
+            }
+
+            // FIN packets in FIN-WAIT-1 state change it to CLOSING, or to TIME-WAIT
+            // if they also acknowledge our FIN.
+            (State::FinWait1, TcpControl::Fin) => {
+                self.remote_seq_no += 1;
+                self.rx_fin_received = true;
+                if ack_of_fin {
+                    self.set_state(State::TimeWait);
+                    self.timer.set_for_close(cx.now);
+                } else {
+                    self.set_state(State::Closing);
+                }
+            }
+
+            (State::FinWait2, TcpControl::None) => {}
+
+            // FIN packets in FIN-WAIT-2 state change it to TIME-WAIT.
+            (State::FinWait2, TcpControl::Fin) => {
+                self.remote_seq_no += 1;
+                self.rx_fin_received = true;
+                self.set_state(State::TimeWait);
+                self.timer.set_for_close(cx.now);
+            }
+
+            // ACK packets in CLOSING state change it to TIME-WAIT.
+            (State::Closing, TcpControl::None) => {
+                if ack_of_fin {
+                    self.set_state(State::TimeWait);
+                    self.timer.set_for_close(cx.now);
+                }
+            }
+
+            (State::CloseWait, TcpControl::None) => {}
+
+            // ACK packets in LAST-ACK state change it to CLOSED.
+            (State::LastAck, TcpControl::None) => {
+                if ack_of_fin {
+                    // Clear the remote endpoint, or we'll send an RST there.
+                    self.set_state(State::Closed);
+                    self.tuple = None;
+                } else if ack_len == 0 {
+                    // Duplicate ACK; our FIN has not been acknowledged.
+                    // Per RFC 9293 (3.10.7.4), send a challenge ACK.
+                    return self.challenge_ack_reply(cx, ip_repr, repr);
+                }
+                // Partial ACK: fall through to advance SND.UNA normally.
+            }
+
+            // Unexpected packet.
+            _ => {
+                return None;
+            }
+        }
+
+        // Update remote state.
+        self.remote_last_ts = Some(cx.now);
+
+        // RFC 1323: The window field (SEG.WND) in the header of every incoming segment, with the
+        // exception of SYN segments, is left-shifted by Snd.Wind.Scale bits before updating SND.WND.
+        let scale = match repr.control {
+            TcpControl::Syn => 0,
+            _ => self.remote_win_scale.unwrap_or(0),
+        };
+        let new_remote_win_len = usize::from(repr.window_len) << usize::from(scale);
+        let is_window_update = new_remote_win_len != self.remote_win_len;
+        self.remote_win_len = new_remote_win_len;
+
+        self.congestion_controller
+            .inner_mut()
+            .set_remote_window(new_remote_win_len);
+
+        if ack_len > 0 {
+            // Dequeue acknowledged octets.
+            debug_assert!(self.tx_buffer.len() >= ack_len);
+            self.tx_buffer.dequeue(ack_len);
+
+            // There's new room available in tx_buffer, wake the waiting task if any.
+            self.tx_waker.wake();
+        }
+
+        if let Some(ack_number) = repr.ack_number {
+            // TODO: When flow control is implemented,
+            // refractor the following block within that implementation
+
+            match self.local_rx_last_ack {
+                // Duplicate ACK if payload empty and ACK doesn't move send window ->
+                // Increment duplicate ACK count, notify congestion controller and
+                // set for retransmit if we just received the third duplicate ACK
+                Some(last_rx_ack)
+                    if repr.payload.is_empty()
+                        && last_rx_ack == ack_number
+                        && ack_number < self.remote_last_seq
+                        && !is_window_update =>
+                {
+                    // Increment duplicate ACK count
+                    self.local_rx_dup_acks = self.local_rx_dup_acks.saturating_add(1);
+
+                    // Start fast retransmit on the third duplicate ACK.
+                    if self.local_rx_dup_acks == 3 {
+                        self.timer.set_for_fast_retransmit();
+                    }
+
+                    // Notify of duplicate ACK
+                    let in_flight = self.flight_size();
+                    self.congestion_controller.inner_mut().on_dup_ack(
+                        cx.now,
+                        self.remote_mss,
+                        in_flight,
+                    );
+                }
+
+                // No duplicate ACK means we reset the duplicate ACK count
+                // and notify the congestion controller of the fresh ACK
+                _ => {
+                    self.local_rx_dup_acks = 0;
+                    self.local_rx_last_ack = Some(ack_number);
+
+                    // Notify of fresh ACK
+                    self.rtte.on_ack(cx.now, ack_number);
+                    let new_flight_size = self.flight_size().saturating_sub(ack_len);
+                    self.congestion_controller.inner_mut().on_ack(
+                        cx.now,
+                        ack_len,
+                        new_flight_size,
+                        &self.rtte,
+                    );
+                }
+            };
+
+            // We've processed everything in the incoming segment, so advance the local
+            // sequence number past it.
+            self.local_seq_no = ack_number;
+
+            // During retransmission, if an earlier segment got lost but later was
+            // successfully received, self.local_seq_no can move past self.remote_last_seq.
+            // Do not attempt to retransmit the latter segments; not only this is pointless
+            // in theory but also impossible in practice, since they have been already
+            // deallocated from the buffer.
+            if self.remote_last_seq < self.local_seq_no {
+                self.remote_last_seq = self.local_seq_no
+            }
+        }
+
+        // update last remote tsval
+        if let Some(timestamp) = repr.timestamp {
+            self.last_remote_tsval = timestamp.tsval;
+        }
+
+        // update timers.
+        match self.timer {
+            Timer::Retransmit { .. } | Timer::FastRetransmit => {
+                if ack_all {
+                    // RFC 6298: (5.2) ACK of all outstanding data turn off the retransmit timer.
+                    self.timer.set_for_idle(cx.now, self.keep_alive);
+                } else if ack_len > 0 {
+                    // (5.3) ACK of new data in ESTABLISHED state restart the retransmit timer.
+                    let rto = self.rtte.retransmission_timeout();
+                    self.timer.set_for_retransmit(cx.now, rto);
+                }
+            }
+            Timer::Idle { .. } => {
+                // any packet on idle refresh the keepalive timer.
+                self.timer.set_for_idle(cx.now, self.keep_alive);
+            }
+            _ => {}
+        }
+
+        // start/stop the Zero Window Probe timer.
+        if self.remote_win_len == 0
+            && !self.tx_buffer.is_empty()
+            && (self.timer.is_idle() || ack_len > 0)
+        {
+            let delay = self.rtte.retransmission_timeout();
+            self.timer.set_for_zero_window_probe(cx.now, delay);
+        }
+        if self.remote_win_len != 0 && self.timer.is_zero_window_probe() {
+            self.timer.set_for_idle(cx.now, self.keep_alive);
+        }
+
+        let payload_len = payload.len();
+        if payload_len == 0 {
+            return None;
+        }
+
+        let assembler_was_empty = self.assembler.is_empty();
+
+        // Try adding payload octets to the assembler.
+        let Ok(contig_len) = self
+            .assembler
+            .add_then_remove_front(payload_offset, payload_len)
+        else {
+            // Too many holes in the assembler to add this segment: drop it.
+            return None;
+        };
+
+        // Place payload octets into the buffer.
+        let len_written = self.rx_buffer.write_at(payload_offset, payload);
+        debug_assert!(len_written == payload_len);
+
+        if contig_len != 0 {
+            // Enqueue the contiguous data octets in front of the buffer.
+            self.rx_buffer.commit(contig_len);
+
+            // There's new data in rx_buffer, notify waiting task if any.
+            self.rx_waker.wake();
+        }
+
+        // Handle delayed acks
+        if let Some(ack_delay) = self.ack_delay {
+            if self.ack_to_transmit() {
+                self.ack_delay_timer = match self.ack_delay_timer {
+                    // Start the delayed ack timer.
+                    AckDelayTimer::Idle => AckDelayTimer::Waiting(cx.now + ack_delay),
+                    // Already started: a full segment's worth is waiting, force expiry.
+                    AckDelayTimer::Waiting(_) if self.immediate_ack_to_transmit() => {
+                        AckDelayTimer::Immediate
+                    }
+                    // Wait until the delayed ack timer expires.
+                    timer @ AckDelayTimer::Waiting(_) => timer,
+                    // Already force-expired.
+                    AckDelayTimer::Immediate => AckDelayTimer::Immediate,
+                };
+            }
+        }
+
+        // Per RFC 5681, we should send an immediate ACK when either:
+        //  1) an out-of-order segment is received, or
+        //  2) a segment arrives that fills in all or part of a gap in sequence space.
+        if !self.assembler.is_empty() || !assembler_was_empty {
+            // Note that we change the transmitter state here.
+            // This is fine because smoltcp assumes that it can always transmit zero or one
+            // packets for every packet it receives.
+            Some(self.ack_reply(ip_repr, repr))
+        } else {
+            None
+        }
+    }
+
+    /// Whether the remote has been silent longer than the timeout at `timestamp`.
+    fn timed_out(&self, timestamp: Instant) -> bool {
+        match (self.remote_last_ts, self.timeout) {
+            (Some(remote_last_ts), Some(timeout)) => timestamp >= remote_last_ts + timeout,
+            (_, _) => false,
+        }
+    }
+
+    /// Whether a segment occupying sequence space (SYN, data, FIN) may be sent now: window,
+    /// congestion window and Nagle permitting.
+    fn seq_to_transmit(&self, cx: &mut TcpContext<'_>) -> bool {
+        // Fast retransmits should always send, even if later congestion checks would disallow
+        if self.pending_fast_retransmit && !self.tx_buffer.is_empty() {
+            return true;
+        }
+
+        let ip_header_len = match self.tuple.unwrap().local.addr {
+            IpAddress::Ipv4(_) => IPV4_HEADER_LEN,
+            IpAddress::Ipv6(_) => IPV6_HEADER_LEN,
+        };
+
+        // The effective max segment size, taking into account the options and the local and remote limits.
+        let options_len = if self.tsval_generator.is_some() {
+            12
+        } else {
+            0
+        };
+
+        let local_mss = cx.ip_mtu - ip_header_len - TCP_HEADER_LEN;
+        let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
+
+        // Have we sent data that hasn't been ACKed yet?
+        let data_in_flight = self.remote_last_seq != self.local_seq_no;
+
+        // If we want to send a SYN and we haven't done so, do it!
+        if matches!(self.state, State::SynSent | State::SynReceived) && !data_in_flight {
+            return true;
+        }
+
+        // max sequence number we can send.
+        let max_send_seq =
+            self.local_seq_no + core::cmp::min(self.remote_win_len, self.tx_buffer.len());
+
+        // Max amount of octets we can send.
+        let capped_send_seq = if max_send_seq >= self.remote_last_seq {
+            max_send_seq - self.remote_last_seq
+        } else {
+            0
+        };
+
+        // compare max bytes allowed by cwnd with max bytes allowed by remote
+        let max_send = capped_send_seq.min(self.cwnd_remaining());
+
+        // Can we send at least 1 octet?
+        let mut can_send = max_send != 0;
+        // Can we send at least 1 full segment?
+        let can_send_full = max_send >= effective_mss;
+
+        // Do we have to send a FIN?
+        let want_fin = matches!(
+            self.state,
+            State::FinWait1 | State::Closing | State::LastAck
+        );
+
+        // If we're applying the Nagle algorithm we don't want to send more
+        // until one of:
+        // * There's no data in flight
+        // * We can send a full packet
+        // * We have all the data we'll ever send (we're closing send)
+        if self.nagle && data_in_flight && !can_send_full && !want_fin {
+            can_send = false;
+        }
+
+        // Can we actually send the FIN? We can send it if:
+        // 1. We have unsent data that fits in the remote window.
+        // 2. We have no unsent data.
+        // This condition matches only if #2, because #1 is already covered by can_data and we're ORing them.
+        let can_fin = want_fin && self.remote_last_seq == self.local_seq_no + self.tx_buffer.len();
+
+        can_send || can_fin
+    }
+
+    /// Whether a delayed ACK may go out at `timestamp`.
+    fn delayed_ack_expired(&self, timestamp: Instant) -> bool {
+        match self.ack_delay_timer {
+            AckDelayTimer::Idle => true,
+            AckDelayTimer::Waiting(t) => t <= timestamp,
+            AckDelayTimer::Immediate => true,
+        }
+    }
+
+    /// Whether received data has not been acknowledged yet.
+    fn ack_to_transmit(&self) -> bool {
+        if let Some(remote_last_ack) = self.remote_last_ack {
+            remote_last_ack < self.remote_seq_no + self.rx_buffer.len()
+        } else {
+            false
+        }
+    }
+
+    /// Return whether to send ACK immediately due to the amount of unacknowledged data.
+    ///
+    /// RFC 9293 states "An ACK SHOULD be generated for at least every second full-sized segment or
+    /// 2*RMSS bytes of new data (where RMSS is the MSS specified by the TCP endpoint receiving the
+    /// segments to be acknowledged, or the default value if not specified) (SHLD-19)."
+    ///
+    /// Note that the RFC above only says "at least 2*RMSS bytes", which is not a hard requirement.
+    /// In practice, we follow the Linux kernel's empirical value of sending an ACK for every RMSS
+    /// byte of new data. For details, see
+    /// <https://elixir.bootlin.com/linux/v6.11.4/source/net/ipv4/tcp_input.c#L5747>.
+    fn immediate_ack_to_transmit(&self) -> bool {
+        if let Some(remote_last_ack) = self.remote_last_ack {
+            remote_last_ack + self.remote_mss < self.remote_seq_no + self.rx_buffer.len()
+        } else {
+            false
+        }
+    }
+
+    /// Return whether we should send ACK immediately due to significant window updates.
+    ///
+    /// ACKs with significant window updates should be sent immediately to let the sender know that
+    /// more data can be sent. According to the Linux kernel implementation, "significant" means
+    /// doubling the receive window. The Linux kernel implementation can be found at
+    /// <https://elixir.bootlin.com/linux/v6.9.9/source/net/ipv4/tcp.c#L1472>.
+    fn window_to_update(&self) -> bool {
+        match self.state {
+            State::SynSent
+            | State::SynReceived
+            | State::Established
+            | State::FinWait1
+            | State::FinWait2 => {
+                let new_win = self.scaled_window();
+                if let Some(last_win) = self.last_scaled_window() {
+                    new_win > 0 && new_win / 2 >= last_win
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// Run the timers and, if there is anything to send (a SYN, data, FIN, ACK, window
+    /// update, RST, keep-alive or zero-window probe), build one segment and hand it to `emit`.
+    ///
+    /// `emit` gets the context back and the IP and TCP headers (the payload is a view into
+    /// the send buffer); it returns an error if it could not send the segment (no buffer, no
+    /// neighbour yet), which `dispatch` returns after leaving the connection as if nothing
+    /// was sent. Call again while [`poll_at`](Self::poll_at) says `Now`: one segment per call.
+    pub(crate) fn dispatch<F, E>(&mut self, cx: &mut TcpContext<'_>, emit: F) -> Result<(), E>
+    where
+        F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr)) -> Result<(), E>,
+    {
+        if self.tuple.is_none() {
+            return Ok(());
+        }
+
+        // NOTE(unwrap): we check tuple is not None above.
+        let tuple = self.tuple.unwrap();
+
+        // Check if the interface still has our source IP address.
+        // If not (e.g. the interface's IP changed), reset the socket.
+        // We use reset() instead of set_state(Closed) to avoid sending
+        // an RST packet with the now-invalid source IP.
+        if !cx.addrs.has_ip_addr(tuple.local.addr) {
+            // The source IP address is no longer available: close the connection.
+            self.reset();
+            return Ok(());
+        }
+
+        if self.remote_last_ts.is_none() {
+            // We get here in exactly two cases:
+            //  1) This socket just transitioned into SYN-SENT.
+            //  2) This socket had an empty transmit buffer and some data was added there.
+            // Both are similar in that the socket has been quiet for an indefinite
+            // period of time, it isn't anymore, and the local endpoint is talking.
+            // So, we start counting the timeout not from the last received packet
+            // but from the first transmitted one.
+            self.remote_last_ts = Some(cx.now);
+        }
+
+        self.congestion_controller.inner_mut().pre_transmit(cx.now);
+
+        // Check if any state needs to be changed because of a timer.
+        if self.timed_out(cx.now) {
+            // If a timeout expires, we should abort the connection.
+            self.set_state(State::Closed);
+        } else if self.timer.should_retransmit(cx.now) {
+            if let Timer::Retransmit { .. } = self.timer {
+                // If a retransmit timer expired, we should resend data starting at the last ACK.
+
+                // Inform the congestion controller that we're retransmitting and should enter the slow start state
+                let in_flight = self.flight_size();
+                self.congestion_controller
+                    .inner_mut()
+                    .on_rto(cx.now, in_flight);
+
+                // Rewind "last sequence number sent", as if we never
+                // had sent them. This will cause all data in the queue
+                // to be sent again.
+                self.remote_last_seq = self.local_seq_no;
+
+                // Inform RTTE, so that it can can handle RTO backoff
+                self.rtte.on_rto();
+            } else {
+                // If a fast rentrasmit timer expired, we should resend only the earliest unAcked segment
+
+                // Inform the congestion controller that we're doing a fast retransmit and should enter the fast recovery state
+                let in_flight = self.flight_size();
+                self.congestion_controller
+                    .inner_mut()
+                    .on_loss(cx.now, in_flight);
+
+                self.pending_fast_retransmit = true;
+            }
+
+            // Clear the `should_retransmit` state. If we can't retransmit right
+            // now for whatever reason (like zero window), this avoids an
+            // infinite polling loop where `poll_at` returns `Now` but `dispatch`
+            // can't actually do anything.
+            self.timer.set_for_idle(cx.now, self.keep_alive);
+
+            // Inform RTTE, so that it can avoid bogus measurements.
+            self.rtte.on_retransmit();
+        }
+
+        if matches!(self.state, State::SynReceived) && self.synack_paused {
+            return Ok(());
+        }
+
+        // Decide whether we're sending a packet.
+        // If we have data to transmit and it fits into partner's window, do it.
+        let send = self.seq_to_transmit(cx)
+            // If we have data to acknowledge, do it.
+            || (self.ack_to_transmit() && self.delayed_ack_expired(cx.now))
+            // If we have window length increase to advertise, do it.
+            || self.window_to_update()
+            // If we need to abort the connection, do it.
+            || self.state == State::Closed
+            // If we need to transmit a keep-alive packet, do it.
+            || self.timer.should_keep_alive(cx.now)
+            // If a zero-window probe is due, send it.
+            || self.timer.should_zero_window_probe(cx.now);
+        if !send {
+            if self.timer.should_close(cx.now) {
+                // If we have spent enough time in the TIME-WAIT state, close the socket.
+                self.reset();
+            }
+            return Ok(());
+        }
+
+        // Construct the lowered IP representation.
+        // We might need this to calculate the MSS, so do it early.
+        let mut ip_repr = IpRepr::new(
+            tuple.local.addr,
+            tuple.remote.addr,
+            IpProtocol::Tcp,
+            0,
+            self.hop_limit.unwrap_or(64),
+        );
+
+        // Construct the basic TCP representation, an empty ACK packet.
+        // We'll adjust this to be more specific as needed.
+        let mut repr = TcpRepr {
+            src_port: tuple.local.port,
+            dst_port: tuple.remote.port,
+            control: TcpControl::None,
+            seq_number: self.remote_last_seq,
+            ack_number: Some(self.remote_seq_no + self.rx_buffer.len()),
+            window_len: self.scaled_window(),
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None, None, None],
+            timestamp: TcpTimestampRepr::generate_reply_with_tsval(
+                self.tsval_generator,
+                self.last_remote_tsval,
+            ),
+            payload: &[],
+        };
+
+        let mut is_zero_window_probe = false;
+
+        match self.state {
+            // We transmit an RST in the CLOSED state. If we ended up in the CLOSED state
+            // with a specified endpoint, it means that the socket was aborted.
+            State::Closed => {
+                repr.control = TcpControl::Rst;
+            }
+
+            // We never transmit anything in the LISTEN state.
+            State::Listen => return Ok(()),
+
+            // We transmit a SYN in the SYN-SENT state.
+            // We transmit a SYN|ACK in the SYN-RECEIVED state.
+            State::SynSent | State::SynReceived => {
+                repr.control = TcpControl::Syn;
+                repr.seq_number = self.local_seq_no;
+                // window len must NOT be scaled in SYNs.
+                repr.window_len = u16::try_from(self.rx_buffer.window()).unwrap_or(u16::MAX);
+                if self.state == State::SynSent {
+                    repr.ack_number = None;
+                    repr.window_scale = Some(self.remote_win_shift);
+                    repr.sack_permitted = true;
+                } else {
+                    repr.sack_permitted = self.remote_has_sack;
+                    repr.window_scale = self.remote_win_scale.map(|_| self.remote_win_shift);
+                }
+            }
+
+            // We transmit data in all states where we may have data in the buffer,
+            // or the transmit half of the connection is still open.
+            State::Established
+            | State::FinWait1
+            | State::Closing
+            | State::CloseWait
+            | State::LastAck => {
+                // Extract as much data as the remote side can receive in this packet
+                // from the transmit buffer.
+
+                // Maximum size we're allowed to send. This can be limited by 4 factors:
+                // 1. remote window
+                // 2. MSS the remote is willing to accept, probably determined by their MTU
+                // 3. MSS we can send, determined by our MTU.
+                // 4. Our congestion window
+                let options_len = repr.header_len() - TCP_HEADER_LEN;
+                let local_mss = cx.ip_mtu - ip_repr.header_len() - TCP_HEADER_LEN;
+                let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
+
+                let offset = if self.pending_fast_retransmit {
+                    let size = effective_mss.min(self.tx_buffer.len());
+                    repr.seq_number = self.local_seq_no;
+                    repr.payload = self.tx_buffer.get(0, size);
+
+                    self.pending_fast_retransmit = false;
+
+                    0
+                } else {
+                    // Right edge of window, ie the max sequence number we're allowed to send.
+                    let win_right_edge = self.local_seq_no + self.remote_win_len;
+
+                    // Max amount of octets we're allowed to send according to the remote window.
+                    let mut win_limit = if win_right_edge >= self.remote_last_seq {
+                        win_right_edge - self.remote_last_seq
+                    } else {
+                        // This can happen if we've sent some data and later the remote side
+                        // has shrunk its window so that data is no longer inside the window.
+                        // This should be very rare and is strongly discouraged by the RFCs,
+                        // but it does happen in practice.
+                        // http://www.tcpipguide.com/free/t_TCPWindowManagementIssues.htm
+                        0
+                    };
+
+                    // To send a zero-window-probe, force the window limit to at least 1 byte.
+                    if win_limit == 0 && self.timer.should_zero_window_probe(cx.now) {
+                        win_limit = 1;
+                        is_zero_window_probe = true;
+                    }
+
+                    // Maximum size we're allowed to send. This can be limited by 4 factors:
+                    // 1. remote window
+                    // 2. congestion window
+                    // 3. MSS the remote is willing to accept, probably determined by their MTU
+                    // 4. MSS we can send, determined by our MTU.
+                    //
+                    // (smoltcp lets a device with segmentation offload take segments larger
+                    // than the MSS here; this port has no segmentation offload.)
+                    let device_limit = effective_mss;
+
+                    let size = if is_zero_window_probe {
+                        // Zero-window probes are exempt from the congestion window: they
+                        // are sent precisely when normal transmission is impossible, and
+                        // an empty segment elicits no reply, so capping the probe to a
+                        // zero length would stall the connection if a window update from
+                        // the remote got lost.
+                        win_limit.min(device_limit)
+                    } else {
+                        win_limit.min(device_limit).min(self.cwnd_remaining())
+                    };
+
+                    let offset = self.flight_size();
+                    repr.payload = self.tx_buffer.get(offset, size);
+
+                    offset
+                };
+
+                // If we've sent everything we had in the buffer, follow it with the PSH or FIN
+                // flags, depending on whether the transmit half of the connection is open.
+                if offset + repr.payload.len() == self.tx_buffer.len() {
+                    match self.state {
+                        State::FinWait1 | State::LastAck | State::Closing => {
+                            repr.control = TcpControl::Fin
+                        }
+                        State::Established | State::CloseWait if !repr.payload.is_empty() => {
+                            repr.control = TcpControl::Psh
+                        }
+                        _ => (),
+                    }
+                }
+            }
+
+            // In FIN-WAIT-2 and TIME-WAIT states we may only transmit ACKs for incoming data or FIN
+            State::FinWait2 | State::TimeWait => {}
+        }
+
+        // There might be more than one reason to send a packet. E.g. the keep-alive timer
+        // has expired, and we also have data in transmit buffer. Since any packet that occupies
+        // sequence space will elicit an ACK, we only need to send an explicit packet if we
+        // couldn't fill the sequence space with anything.
+        let is_keep_alive;
+        if self.timer.should_keep_alive(cx.now) && repr.is_empty() {
+            repr.seq_number = repr.seq_number - 1;
+            repr.payload = b"\x00"; // RFC 1122 says we should do this
+            is_keep_alive = true;
+        } else {
+            is_keep_alive = false;
+        }
+
+        if repr.control == TcpControl::Syn {
+            // Fill the MSS option. See RFC 6691 for an explanation of this calculation.
+            let max_segment_size = cx.ip_mtu - ip_repr.header_len() - TCP_HEADER_LEN;
+            repr.max_seg_size = Some(max_segment_size as u16);
+        }
+
+        // Actually send the packet. If this succeeds, it means the packet is in
+        // the device buffer, and its transmission is imminent. If not, we might have
+        // a number of problems, e.g. we need neighbor discovery.
+        //
+        // Bailing out if the packet isn't placed in the device buffer allows us
+        // to not waste time waiting for the retransmit timer on packets that we know
+        // for sure will not be successfully transmitted.
+        ip_repr.set_payload_len(repr.buffer_len());
+        emit(cx, (ip_repr, repr))?;
+
+        // We've sent something, whether useful data or a keep-alive packet, so rewind
+        // the keep-alive timer.
+        self.timer.rewind_keep_alive(cx.now, self.keep_alive);
+
+        // Reset delayed-ack timer
+        self.ack_delay_timer = AckDelayTimer::Idle;
+
+        // Leave the rest of the state intact if sending a zero-window probe.
+        if is_zero_window_probe {
+            self.timer.rewind_zero_window_probe(cx.now);
+            return Ok(());
+        }
+
+        // Leave the rest of the state intact if sending a keep-alive packet, since those
+        // carry a fake segment.
+        if is_keep_alive {
+            return Ok(());
+        }
+
+        // We've sent a packet successfully, so we can update the internal state now.
+        // Use max() so a fast-retransmit segment (whose seq_number is local_seq_no, well
+        // behind the current frontier) doesn't rewind the tracked "highest sent" sequence.
+        self.remote_last_seq = self
+            .remote_last_seq
+            .max(repr.seq_number + repr.segment_len());
+        self.remote_last_ack = repr.ack_number;
+        self.remote_last_win = repr.window_len;
+
+        if repr.segment_len() > 0 {
+            self.rtte
+                .on_send(cx.now, repr.seq_number + repr.segment_len());
+            self.congestion_controller
+                .inner_mut()
+                .post_transmit(cx.now, repr.segment_len());
+        }
+
+        if repr.segment_len() > 0 && !self.timer.is_retransmit() {
+            // RFC 6298 (5.1) Every time a packet containing data is sent (including a
+            // retransmission), if the timer is not running, start it running
+            // so that it will expire after RTO seconds.
+            let rto = self.rtte.retransmission_timeout();
+            self.timer.set_for_retransmit(cx.now, rto);
+        }
+
+        if self.state == State::Closed {
+            // When aborting a connection, forget about it after sending a single RST packet.
+            self.tuple = None;
+            // Wake tx now so that async users can wait for the RST to be sent
+            self.tx_waker.wake();
+        }
+
+        Ok(())
+    }
+
+    /// When [`dispatch`](Self::dispatch) next has something to do: now, at a timer's
+    /// deadline, or only after a segment arrives or the application acts.
+    pub(crate) fn poll_at(&self, cx: &mut TcpContext<'_>) -> PollAt {
+        // The logic here mirrors the beginning of dispatch() closely.
+        if self.tuple.is_none() {
+            // No one to talk to, nothing to transmit.
+            return PollAt::Ingress;
+        }
+        // Socket stopped being quiet recently, we need to acquire a timestamp.
+        let now = self.remote_last_ts.is_none()
+            // Socket was aborted, we have an RST packet to transmit.
+            || self.state == State::Closed
+            // We have a data or flag packet to transmit.
+            || self.seq_to_transmit(cx)
+            // The receive window has been raised significantly.
+            || self.window_to_update();
+        if now {
+            PollAt::Now
+        } else {
+            let want_ack = self.ack_to_transmit();
+
+            let delayed_ack_poll_at = match (want_ack, self.ack_delay_timer) {
+                (false, _) => PollAt::Ingress,
+                (true, AckDelayTimer::Idle) => PollAt::Now,
+                (true, AckDelayTimer::Waiting(t)) => PollAt::Time(t),
+                (true, AckDelayTimer::Immediate) => PollAt::Now,
+            };
+
+            let timeout_poll_at = match (self.remote_last_ts, self.timeout) {
+                // If we're transmitting or retransmitting data, we need to poll at the moment
+                // when the timeout would expire.
+                (Some(remote_last_ts), Some(timeout)) => PollAt::Time(remote_last_ts + timeout),
+                // Otherwise we have no timeout.
+                (_, _) => PollAt::Ingress,
+            };
+
+            // We wait for the earliest of our timers to fire.
+            *[self.timer.poll_at(), timeout_poll_at, delayed_ack_poll_at]
+                .iter()
+                .min()
+                .unwrap_or(&PollAt::Ingress)
+        }
+    }
+}
+
+/// Formatted text into the send buffer (all of it, or an error).
+impl fmt::Write for Tcb<'_> {
+    fn write_str(&mut self, slice: &str) -> fmt::Result {
+        let slice = slice.as_bytes();
+        if self.send_slice(slice) == Ok(slice.len()) {
+            Ok(())
+        } else {
+            Err(fmt::Error)
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "tests/mod.rs"]
+mod tests;
