@@ -1,5 +1,5 @@
-//! [`VirtioIrq`]: what the device's interrupt handler and the driver share — two wakers and the
-//! counters.
+//! [`VirtioIrq`]: what the device's interrupt handler and the driver share — the RX, TX and
+//! link wakers and the counters.
 //!
 //! # Ground rules
 //!
@@ -41,6 +41,8 @@ pub struct VirtioIrq {
     /// Woken by TX interrupts; registered by `Driver::poll_transmit_frame` when the TX queue is
     /// full.
     pub(crate) tx: WakerCell,
+    /// Woken by configuration-change interrupts; registered by `Driver::poll_link_state`.
+    pub(crate) link: WakerCell,
     pub(crate) counters: Counters,
 }
 
@@ -50,6 +52,7 @@ impl VirtioIrq {
         Self {
             rx: WakerCell::new(),
             tx: WakerCell::new(),
+            link: WakerCell::new(),
             counters: Counters::new(),
         }
     }
@@ -69,8 +72,19 @@ impl VirtioIrq {
         self.tx.wake();
     }
 
+    /// The device's configuration changed (with virtio-net: the link went up or down): wakes
+    /// the task waiting in `Driver::poll_link_state`. Callable from interrupt context. With
+    /// MSI-X this is the `msix_config` vector's handler; on a shared INTx line, call it when the
+    /// ISR status read has bit 1 (configuration change) set.
+    pub fn handle_config_interrupt(&self) {
+        self.counters.config_interrupts.fetch_add(1, Relaxed);
+        self.link.wake();
+    }
+
     /// One interrupt for both queues (a legacy INTx line, or a single MSI vector): wakes both
-    /// tasks, counted once as `shared_interrupts`. Callable from interrupt context.
+    /// tasks, counted once as `shared_interrupts`. Callable from interrupt context. A
+    /// configuration change is told apart by the ISR status (bit 1): call
+    /// [`handle_config_interrupt`](Self::handle_config_interrupt) for it.
     ///
     /// With a level-triggered INTx line the handler must first *acknowledge* the device by
     /// reading its ISR status register (the virtio PCI capability of type 3, or the MMIO
@@ -111,6 +125,7 @@ pub(crate) struct Counters {
     pub(crate) rx_interrupts: AtomicU64,
     pub(crate) tx_interrupts: AtomicU64,
     pub(crate) shared_interrupts: AtomicU64,
+    pub(crate) config_interrupts: AtomicU64,
     pub(crate) rx_posted: AtomicU64,
     pub(crate) tx_in_flight: AtomicU64,
 }
@@ -132,6 +147,7 @@ impl Counters {
             rx_interrupts: AtomicU64::new(0),
             tx_interrupts: AtomicU64::new(0),
             shared_interrupts: AtomicU64::new(0),
+            config_interrupts: AtomicU64::new(0),
             rx_posted: AtomicU64::new(0),
             tx_in_flight: AtomicU64::new(0),
         }
@@ -159,6 +175,7 @@ impl Counters {
             rx_interrupts: get(&self.rx_interrupts),
             tx_interrupts: get(&self.tx_interrupts),
             shared_interrupts: get(&self.shared_interrupts),
+            config_interrupts: get(&self.config_interrupts),
             rx_posted: get(&self.rx_posted),
             tx_in_flight: get(&self.tx_in_flight),
         }
@@ -203,6 +220,8 @@ pub struct VirtioStats {
     pub tx_interrupts: u64,
     /// Interrupts for both queues ([`VirtioIrq::handle_interrupt`]).
     pub shared_interrupts: u64,
+    /// Configuration-change interrupts ([`VirtioIrq::handle_config_interrupt`]).
+    pub config_interrupts: u64,
     /// RX buffers posted to the device now (the ring's fill level).
     pub rx_posted: u64,
     /// TX frames the device holds now.

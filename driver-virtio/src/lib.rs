@@ -21,6 +21,9 @@
 //!   back-pressure: the stack's egress waits for the TX interrupt.
 //! * **Interrupts**: [`VirtioIrq`], in a `static`, is what the kernel's interrupt handler calls:
 //!   it counts and wakes the waiting task, without a lock, so it is safe in interrupt context.
+//! * **Link state**: read from the device's configuration space through a [`SharedTransport`]
+//!   ([`VirtioNet::with_link_status`]); a configuration-change interrupt wakes the stack's link
+//!   watcher.
 //! * **Counters**: [`VirtioIrq::stats`] gives frames, bytes, drops by reason and interrupts.
 //!
 //! The driver copies nothing and allocates nothing after [`VirtioNet::new`]. It depends on
@@ -39,7 +42,9 @@
 //! 3. **Interrupt wiring**: route the device's interrupts to the [`VirtioIrq`] — with MSI-X, the
 //!    RX queue's vector to [`VirtioIrq::handle_rx_interrupt`] and the TX queue's to
 //!    [`VirtioIrq::handle_tx_interrupt`]; with a shared INTx line, read the ISR status to
-//!    acknowledge it, then call [`VirtioIrq::handle_interrupt`].
+//!    acknowledge it, then call [`VirtioIrq::handle_interrupt`] (and
+//!    [`VirtioIrq::handle_config_interrupt`] when its bit 1 is set). The configuration-change
+//!    interrupt (MSI-X `msix_config` vector) goes to [`VirtioIrq::handle_config_interrupt`].
 //!
 //! `examples/qemu-kernel/` in the repository is a complete x86_64 kernel doing all three.
 
@@ -48,6 +53,8 @@
 
 mod irq;
 mod net;
+mod shared;
 
 pub use irq::{VirtioIrq, VirtioStats};
 pub use net::{VirtioError, VirtioNet, MIN_RX_BUFFER, MTU};
+pub use shared::SharedTransport;

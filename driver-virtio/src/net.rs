@@ -36,6 +36,7 @@ use zcnet_buffer::{
 };
 
 use crate::irq::{Counters, VirtioIrq};
+use crate::shared::{LinkSource, SharedTransport};
 
 /// The largest IP packet the driver carries: virtio-drivers 0.13 negotiates neither the MTU
 /// feature nor mergeable receive buffers, so the link is standard Ethernet.
@@ -139,8 +140,12 @@ impl core::error::Error for VirtioError {}
 /// * **Errors from the device**: a token the driver never issued, or a completion that cannot be
 ///   popped, marks the device broken (`device_errors`): the driver stops touching the queues and
 ///   keeps every slot the device might still write.
-/// * **Link state** is always [`LinkState::Up`]: virtio-drivers 0.13 does not expose the
-///   device's status field or configuration-change interrupts.
+/// * **Link state** ([`Driver::poll_link_state`]) is the device's `VIRTIO_NET_S_LINK_UP` bit
+///   when the driver was given a [`SharedTransport`] through
+///   [`with_link_status`](Self::with_link_status); a configuration-change interrupt
+///   ([`VirtioIrq::handle_config_interrupt`]) wakes the caller. Without it (or when the device
+///   does not offer `VIRTIO_NET_F_STATUS`, or the read fails) the link reads as up, as the
+///   virtio specification says a driver must then assume.
 /// * **Drop**: virtio-drivers cannot reset a PCI device's queues, so slots still posted or in
 ///   flight are left with the device (they stay POSTED / DEVICE in the pool) rather than
 ///   returned to a pool the device could still write into.
@@ -168,6 +173,9 @@ pub struct VirtioNet<H: Hal, T: Transport, const QUEUE: usize> {
     starved: bool,
     /// The device broke the queue protocol: the driver no longer touches the queues.
     broken: bool,
+    /// Where the link status is read ([`with_link_status`](Self::with_link_status)); `None`:
+    /// always up.
+    link: Option<&'static dyn LinkSource>,
 }
 
 impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
@@ -229,7 +237,21 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             tx_in_flight: 0,
             starved: false,
             broken: false,
+            link: None,
         })
+    }
+
+    /// Reads the link state from the device's configuration space through `transport`, a copy
+    /// of the [`SharedTransport`] this driver's `VirtIONetRaw` was built over. Route the
+    /// device's configuration-change interrupt to [`VirtioIrq::handle_config_interrupt`] so
+    /// that a change wakes the task in [`Driver::poll_link_state`].
+    ///
+    /// A device that does not offer `VIRTIO_NET_F_STATUS` has no valid status field: the link
+    /// then stays up, as without this call.
+    pub fn with_link_status<X: Transport + Send>(mut self, transport: SharedTransport<X>) -> Self {
+        let source = transport.link_source();
+        self.link = source.offers_status().then_some(source);
+        self
     }
 
     /// The counters and wakers shared with the interrupt handler.
@@ -539,9 +561,17 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         HardwareAddress::Ethernet(self.mac)
     }
 
-    fn poll_link_state(&mut self, _cx: &mut Context<'_>) -> LinkState {
-        // The state never changes, so there is no change to register for.
-        LinkState::Up
+    fn poll_link_state(&mut self, cx: &mut Context<'_>) -> LinkState {
+        let Some(source) = self.link else {
+            // The state never changes, so there is no change to register for.
+            return LinkState::Up;
+        };
+        // Registered before the read: a change after it raises an interrupt that wakes `cx`.
+        self.irq.link.register(cx.waker());
+        match source.link_up() {
+            Some(false) => LinkState::Down,
+            Some(true) | None => LinkState::Up,
+        }
     }
 }
 

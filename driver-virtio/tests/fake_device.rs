@@ -14,8 +14,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use virtio_drivers::device::net::VirtIONetRaw;
 use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus, Transport};
 use virtio_drivers::{BufferDirection, Hal, PhysAddr, PAGE_SIZE};
-use zcnet_buffer::{Driver, FramePool, HardwareAddress, PoolConfig, SlotState, TxError};
-use zcnet_virtio::{VirtioError, VirtioIrq, VirtioNet};
+use zcnet_buffer::{Driver, FramePool, HardwareAddress, LinkState, PoolConfig, SlotState, TxError};
+use zcnet_virtio::{SharedTransport, VirtioError, VirtioIrq, VirtioNet};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 /// Virtqueue size of the fake device.
@@ -27,6 +27,8 @@ const HDR: usize = 12;
 const MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
 /// VIRTIO_NET_F_MAC | VIRTIO_F_VERSION_1.
 const FEATURES: u64 = (1 << 5) | (1 << 32);
+/// `VIRTIO_NET_F_STATUS`: the configuration's `status` field is valid.
+const F_STATUS: u64 = 1 << 16;
 
 /// A `Hal` for a host process: DMA pages from the heap, device addresses are CPU addresses.
 struct IdentityHal;
@@ -188,6 +190,7 @@ impl FakeDevice {
 /// The transport the driver owns; everything goes to the shared [`FakeDevice`].
 struct FakeTransport {
     device: FakeDevice,
+    features: u64,
     config: [u8; 12],
 }
 
@@ -196,7 +199,7 @@ impl Transport for FakeTransport {
         DeviceType::Network
     }
     fn read_device_features(&mut self) -> u64 {
-        FEATURES
+        self.features
     }
     fn write_driver_features(&mut self, _driver_features: u64) {}
     fn max_queue_size(&mut self, _queue: u16) -> u32 {
@@ -262,15 +265,19 @@ impl Transport for FakeTransport {
 
 type Net = VirtioNet<IdentityHal, FakeTransport, Q>;
 
-fn raw<H: Hal>(device: &FakeDevice) -> VirtIONetRaw<H, FakeTransport, Q> {
+fn transport(device: &FakeDevice, features: u64) -> FakeTransport {
     let mut config = [0u8; 12];
     config[..6].copy_from_slice(&MAC);
     config[6] = 1; // status: link up
-    let transport = FakeTransport {
+    FakeTransport {
         device: device.clone(),
+        features,
         config,
-    };
-    VirtIONetRaw::new(transport).expect("driver init")
+    }
+}
+
+fn raw<H: Hal>(device: &FakeDevice) -> VirtIONetRaw<H, FakeTransport, Q> {
+    VirtIONetRaw::new(transport(device, FEATURES)).expect("driver init")
 }
 
 fn setup(slots: usize) -> (Net, FakeDevice, &'static FramePool, &'static VirtioIrq) {
@@ -601,4 +608,86 @@ fn dropping_the_driver_leaves_device_owned_slots_out_of_the_pool() {
     let occupancy = pool.audit().unwrap();
     assert_eq!(occupancy.get(SlotState::Posted), Q);
     assert_eq!(occupancy.get(SlotState::Device), 1);
+}
+
+type SharedNet = VirtioNet<IdentityHal, SharedTransport<FakeTransport>, Q>;
+
+/// A driver over a [`SharedTransport`] with link status watched, and the transport's cell (whose
+/// `config[6]` is the device's `status` field).
+fn setup_shared(
+    features: u64,
+) -> (
+    SharedNet,
+    &'static spin::Mutex<FakeTransport>,
+    &'static VirtioIrq,
+) {
+    let device = FakeDevice::default();
+    let pool = FramePool::leak(PoolConfig::new(32)).unwrap();
+    let irq: &'static VirtioIrq = Box::leak(Box::new(VirtioIrq::new()));
+    let cell: &'static spin::Mutex<FakeTransport> =
+        Box::leak(Box::new(spin::Mutex::new(transport(&device, features))));
+    let shared = SharedTransport::new(cell);
+    let raw = VirtIONetRaw::new(shared).expect("driver init");
+    let net = VirtioNet::new(raw, pool, irq)
+        .expect("driver over the pool")
+        .with_link_status(shared);
+    (net, cell, irq)
+}
+
+#[test]
+fn link_state_follows_the_device_status_and_its_interrupt_wakes_the_watcher() {
+    let (mut net, cell, irq) = setup_shared(FEATURES | F_STATUS);
+    let (count, w) = waker();
+    let mut cx = Context::from_waker(&w);
+    assert_eq!(net.poll_link_state(&mut cx), LinkState::Up);
+    assert_eq!(wakes(&count), 0);
+
+    // The device drops its link and raises the configuration interrupt.
+    cell.lock().config[6] = 0;
+    irq.handle_config_interrupt();
+    assert_eq!(
+        wakes(&count),
+        1,
+        "the configuration interrupt wakes the registered task"
+    );
+    assert_eq!(net.poll_link_state(&mut cx), LinkState::Down);
+
+    cell.lock().config[6] = 1;
+    irq.handle_config_interrupt();
+    assert_eq!(wakes(&count), 2);
+    assert_eq!(net.poll_link_state(&mut cx), LinkState::Up);
+    assert_eq!(irq.stats().config_interrupts, 2);
+
+    // Frames still flow through the shared transport.
+    let Poll::Ready(frame) = net.poll_transmit_frame(&mut cx) else {
+        panic!("a TX frame from the pool");
+    };
+    drop(frame);
+}
+
+#[test]
+fn a_device_without_the_status_feature_reads_as_up() {
+    let (mut net, cell, _irq) = setup_shared(FEATURES);
+    cell.lock().config[6] = 0; // not a valid field without VIRTIO_NET_F_STATUS
+    let (_count, w) = waker();
+    assert_eq!(
+        net.poll_link_state(&mut Context::from_waker(&w)),
+        LinkState::Up
+    );
+}
+
+#[test]
+fn without_a_shared_transport_the_link_is_always_up() {
+    let (mut net, _device, _pool, irq) = setup(32);
+    let (count, w) = waker();
+    assert_eq!(
+        net.poll_link_state(&mut Context::from_waker(&w)),
+        LinkState::Up
+    );
+    irq.handle_config_interrupt();
+    assert_eq!(
+        wakes(&count),
+        0,
+        "nothing registered: the state cannot change"
+    );
 }
