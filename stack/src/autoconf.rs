@@ -32,6 +32,7 @@ use smoltcp::wire::{HardwareAddress as SmolHardwareAddress, IpCidr};
 use crate::config::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Ipv6Address, Ipv6Cidr};
 use crate::stack::{Stack, State};
 use crate::stats::Counters;
+use crate::waiters::WaitList;
 use crate::StackError;
 
 /// The most DNS servers kept from one DHCP lease (further ones are ignored).
@@ -146,7 +147,7 @@ pub(crate) struct Autoconf {
     ra_seen: bool,
     /// Bumped on every applied change.
     generation: u32,
-    waiters: [Option<Waker>; MAX_CONFIG_WAITERS],
+    waiters: WaitList<MAX_CONFIG_WAITERS>,
 }
 
 impl Autoconf {
@@ -165,34 +166,27 @@ impl Autoconf {
         rs_at: SmolInstant::ZERO,
         ra_seen: false,
         generation: 0,
-        waiters: [const { None }; MAX_CONFIG_WAITERS],
+        waiters: WaitList::new(),
     };
 
     fn register(&mut self, waker: &Waker) {
-        if self.waiters.iter().flatten().any(|w| w.will_wake(waker)) {
-            return;
-        }
-        if let Some(slot) = self.waiters.iter_mut().find(|w| w.is_none()) {
-            *slot = Some(waker.clone());
-            return;
-        }
-        // Full: wake everyone (they re-check and re-register), keep the newcomer.
-        self.wake_all();
-        self.waiters[0] = Some(waker.clone());
-    }
-
-    fn wake_all(&mut self) {
-        for w in self.waiters.iter_mut() {
-            if let Some(w) = w.take() {
-                w.wake();
-            }
-        }
+        self.waiters.register(waker);
     }
 
     fn changed(&mut self, counters: &Counters) {
         self.generation = self.generation.wrapping_add(1);
         counters.config_change();
-        self.wake_all();
+        self.waiters.wake_all();
+    }
+}
+
+/// The link came back: the DHCPv4 client starts over with a DISCOVER (the network behind the
+/// link may have changed). smoltcp's client has no INIT-REBOOT, so a lease held until now is
+/// given up at the next egress run and applied again when the server answers (usually the same
+/// address). Static addresses and SLAAC are left alone.
+pub(crate) fn restart_dhcp(st: &mut State) {
+    if let Some(handle) = st.autoconf.dhcp {
+        st.sockets.get_mut::<dhcpv4::Socket>(handle).reset();
     }
 }
 
@@ -240,7 +234,7 @@ pub(crate) fn setup(st: &mut State, config: &Config) -> Result<Autoconf, StackEr
         rs_at: SmolInstant::ZERO,
         ra_seen: false,
         generation: 0,
-        waiters: [const { None }; MAX_CONFIG_WAITERS],
+        waiters: WaitList::new(),
     })
 }
 

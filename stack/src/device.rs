@@ -196,7 +196,7 @@ impl phy::TxToken for FrameTx<'_, '_> {
         }
         match dev.driver.transmit(frame) {
             Ok(()) => dev.counters.frame_out(),
-            Err(_) => dev.counters.drop(DropReason::TxDriver),
+            Err(e) => dev.counters.tx_refused(e),
         }
         r
     }

@@ -71,6 +71,7 @@ mod autoconf;
 mod backlog;
 mod config;
 mod device;
+mod link;
 mod neighbor;
 mod ports;
 mod runner;
@@ -80,6 +81,7 @@ mod socket_meta;
 mod stack;
 mod stats;
 mod tcb;
+mod waiters;
 
 pub use autoconf::{
     eui64_interface_id, ipv6_link_local, Dhcpv4Lease, IpAddrs, Ipv4Settings, MAX_ADDRS,
@@ -90,6 +92,7 @@ pub use config::{
     Config, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv4Config,
     Ipv6Address, Ipv6Cidr, StaticV4, StaticV6, MAX_DNS_SERVERS,
 };
+pub use link::LINK_DOWN_RECHECK;
 pub use neighbor::{
     MAX_HELD_FRAMES, MAX_NEIGHBORS, NEIGHBOR_LIFETIME, NEIGHBOR_RETRY, NEIGHBOR_TIMEOUT,
 };

@@ -367,6 +367,11 @@ pub(crate) fn transmit(
     frame: TxFrame,
     counters: &Counters,
 ) -> Result<(), DatagramError> {
+    if !st.link.is_up() {
+        // The frame's slot goes back to the pool; the sender hears why.
+        counters.drop(DropReason::LinkDown);
+        return Err(DatagramError::Driver(zcnet_buffer::TxError::LinkDown));
+    }
     match st.driver.transmit(frame) {
         Ok(()) => {
             counters.frame_out();
@@ -374,7 +379,7 @@ pub(crate) fn transmit(
             Ok(())
         }
         Err(e) => {
-            counters.drop(DropReason::TxDriver);
+            counters.tx_refused(e);
             Err(DatagramError::Driver(e))
         }
     }
@@ -547,7 +552,7 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
                 } else if build_request(&st.iface, &st.caps.checksum, ip, &mut frame) {
                     match st.driver.transmit(frame) {
                         Ok(()) => counters.frame_out(),
-                        Err(_) => counters.drop(DropReason::TxDriver),
+                        Err(e) => counters.tx_refused(e),
                     }
                 }
                 if let Some(n) = &mut st.neighbors.entries[i] {

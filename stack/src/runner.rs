@@ -1,4 +1,5 @@
-//! [`Runner`]: the stack's two tasks.
+//! [`Runner`]: the stack's tasks — ingress and egress, which move every frame, and the link
+//! watcher.
 //!
 //! * **ingress** runs when the driver has frames (its waker is registered by
 //!   `Driver::poll_receive`), hands at most `ingress_budget` frames to smoltcp's
@@ -12,7 +13,11 @@
 //!   re-arms), which spares the wheel an unlink and relink on nearly every TCP segment. When the
 //!   driver has no TX frame it waits for the driver's TX-completion waker instead of retrying.
 //!
-//! Neither task ever polls smoltcp's whole `poll()`.
+//! * **link** runs only when the driver reports a link change, and every
+//!   [`LINK_DOWN_RECHECK`](crate::LINK_DOWN_RECHECK) while the link is down (`link.rs`). While
+//!   down, egress transmits nothing.
+//!
+//! Neither ingress nor egress ever polls smoltcp's whole `poll()`.
 
 use core::future::poll_fn;
 use core::pin::pin;
@@ -24,9 +29,10 @@ use smoltcp::time::Duration as SmolDuration;
 use crate::stack::Stack;
 use crate::stats::DropReason;
 
-/// The stack's ingress and egress tasks. Spawn both (`Runner::spawn`, feature `alloc`), run them
-/// in a task of your own ([`Runner::run`]), or spawn [`Runner::ingress`] and [`Runner::egress`]
-/// into static task slots; the stack does nothing until they run.
+/// The stack's tasks. Spawn them (`Runner::spawn`, feature `alloc`), run them in a task of your
+/// own ([`Runner::run`]), or spawn [`Runner::ingress`], [`Runner::egress`] and [`Runner::link`]
+/// into static task slots; the stack does nothing until ingress and egress run. Without the
+/// link task the stack takes the link for up whatever the driver says.
 #[derive(Debug)]
 pub struct Runner {
     pub(crate) stack: Stack,
@@ -55,7 +61,13 @@ impl Runner {
         .await
     }
 
-    /// Spawns both tasks on `spawner` (boxed; feature `alloc`). Without an allocator, run
+    /// The link task: applies the driver's link changes (see [`Stack::link_state`]). It sleeps
+    /// until the driver reports a change, so it costs nothing while the link is up and steady.
+    pub async fn link(stack: Stack) -> Never {
+        crate::link::watch(stack).await
+    }
+
+    /// Spawns the three tasks on `spawner` (boxed; feature `alloc`). Without an allocator, run
     /// [`Runner::run`] in a task of your own.
     #[cfg(feature = "alloc")]
     pub fn spawn(self, spawner: zcnet_executor::Spawner) {
@@ -66,16 +78,21 @@ impl Runner {
         drop(spawner.spawn(async move {
             let _ = Self::egress(s).await;
         }));
+        drop(spawner.spawn(async move {
+            let _ = Self::link(s).await;
+        }));
     }
 
-    /// Runs both tasks in the current task, forever.
+    /// Runs the three tasks in the current task, forever (each wake polls all three).
     pub async fn run(self) -> Never {
         let s = self.stack;
         let mut ingress = pin!(Self::ingress(s));
         let mut egress = pin!(Self::egress(s));
+        let mut link = pin!(Self::link(s));
         poll_fn(|cx| {
             let _ = ingress.as_mut().poll(cx);
             let _ = egress.as_mut().poll(cx);
+            let _ = link.as_mut().poll(cx);
             Poll::Pending
         })
         .await
@@ -186,6 +203,13 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
         // Ingress holds a frame it could not answer for want of a TX frame, and egress owns the
         // driver's TX waiter: a TX completion (or other work) woke us, so let ingress retry.
         w.wake();
+    }
+    if !st.link.is_up() {
+        // Nothing goes out while the link is down: sockets keep their data, and the link task
+        // wakes egress when the link is back (`link.rs`). No timer meanwhile.
+        counters.idle_poll();
+        st.arm_egress_timer(now, None, cx.waker());
+        return;
     }
     st.iface.poll_maintenance(now);
     let before = counters.frames_out();

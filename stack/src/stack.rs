@@ -88,6 +88,8 @@ pub(crate) struct State {
     pub(crate) zc: crate::socket::datagram::ZcSockets,
     /// The zero-copy send path's neighbour table and held frames (`neighbor.rs`).
     pub(crate) neighbors: crate::neighbor::Neighbors,
+    /// The link state egress obeys, and the tasks waiting for a change (`link.rs`).
+    pub(crate) link: crate::link::Link,
 }
 
 impl State {
@@ -371,6 +373,8 @@ pub struct StackInner {
     pub(crate) counters: Counters,
     pub(crate) exec: &'static Executor,
     pub(crate) pool: &'static FramePool,
+    /// What the driver's link-change wakes reach (`link.rs`).
+    pub(crate) link_signal: crate::link::LinkSignal,
 }
 
 impl core::fmt::Debug for StackInner {
@@ -573,6 +577,7 @@ impl Stack {
             autoconf: crate::autoconf::Autoconf::EMPTY,
             zc: crate::socket::datagram::ZcSockets::new(),
             neighbors: crate::neighbor::Neighbors::new(),
+            link: crate::link::Link::new(),
         };
         state.iface.update_ip_addrs(|addrs| {
             if let Ipv4Config::Static(v4) = config.ipv4 {
@@ -607,6 +612,7 @@ impl Stack {
             counters,
             exec,
             pool,
+            link_signal: crate::link::LinkSignal::new(),
         };
         // SAFETY: as above, `claimed` gives this call the only access; written once (nothing
         // fails after this point, so the claim is never released again), then only shared

@@ -46,10 +46,14 @@ pub enum DropReason {
     /// an ACK to a listening port). Broadcast and multicast datagrams get no answer and are not
     /// counted.
     NoSocket,
+    /// The link was down: a frame the driver refused with
+    /// [`TxError::LinkDown`](zcnet_buffer::TxError::LinkDown), or a zero-copy datagram sent
+    /// while the stack knew the link was down (its sender got that error).
+    LinkDown,
 }
 
 impl DropReason {
-    const COUNT: usize = 11;
+    const COUNT: usize = 12;
     /// Every reason, in the order [`StackStats::drops`] lists them.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TxTooLong,
@@ -63,6 +67,7 @@ impl DropReason {
         DropReason::NotForUs,
         DropReason::Unsupported,
         DropReason::NoSocket,
+        DropReason::LinkDown,
     ];
 
     /// A stable snake_case name for logs and reports (`"backlog_full"`, ...).
@@ -79,6 +84,7 @@ impl DropReason {
             DropReason::NotForUs => "not_for_us",
             DropReason::Unsupported => "unsupported",
             DropReason::NoSocket => "no_socket",
+            DropReason::LinkDown => "link_down",
         }
     }
 }
@@ -118,6 +124,9 @@ pub struct StackStats {
     /// answering `Connection: close`) spend 10 s in TIME-WAIT; a count that grows with the
     /// connection rate means the table is sized below rate × 10 s.
     pub time_wait_evictions: u64,
+    /// Times the link went down (the driver reported [`LinkState::Down`](zcnet_buffer::LinkState)
+    /// after up); [`Stack::link_state`](crate::Stack::link_state) says how it is now.
+    pub link_downs: u64,
 }
 
 impl StackStats {
@@ -153,6 +162,7 @@ pub(crate) struct Counters {
     config_changes: AtomicU64,
     listener_rearm_failures: AtomicU64,
     time_wait_evictions: AtomicU64,
+    link_downs: AtomicU64,
 }
 
 /// Adds one to a counter whose writers are serialised by the state lock (see [`Counters`]).
@@ -174,6 +184,7 @@ impl Counters {
             config_changes: AtomicU64::new(0),
             listener_rearm_failures: AtomicU64::new(0),
             time_wait_evictions: AtomicU64::new(0),
+            link_downs: AtomicU64::new(0),
         }
     }
 
@@ -216,6 +227,17 @@ impl Counters {
     pub(crate) fn drop(&self, reason: DropReason) {
         bump(&self.drops[reason as usize]);
     }
+    /// The driver refused a frame: counted as [`DropReason::LinkDown`] or
+    /// [`DropReason::TxDriver`].
+    pub(crate) fn tx_refused(&self, error: zcnet_buffer::TxError) {
+        self.drop(match error {
+            zcnet_buffer::TxError::LinkDown => DropReason::LinkDown,
+            _ => DropReason::TxDriver,
+        });
+    }
+    pub(crate) fn link_down(&self) {
+        bump(&self.link_downs);
+    }
 
     pub(crate) fn snapshot(&self) -> StackStats {
         let mut drops = [0; DropReason::COUNT];
@@ -234,6 +256,7 @@ impl Counters {
             config_changes: self.config_changes.load(Relaxed),
             listener_rearm_failures: self.listener_rearm_failures.load(Relaxed),
             time_wait_evictions: self.time_wait_evictions.load(Relaxed),
+            link_downs: self.link_downs.load(Relaxed),
         }
     }
 }

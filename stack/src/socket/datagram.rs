@@ -596,6 +596,12 @@ fn start_send(
     if remote.port == 0 || remote.addr.is_unspecified() || st.iface.has_ip_addr(remote.addr) {
         return Err(DatagramError::Unaddressable);
     }
+    if !st.link.is_up() {
+        // Refused before a neighbour lookup could hold the frame: nothing resolves while the
+        // link is down (`link.rs`).
+        counters.drop(crate::DropReason::LinkDown);
+        return Err(DatagramError::Driver(zcnet_buffer::TxError::LinkDown));
+    }
     let bound = st.zc.entries[index]
         .as_ref()
         .map(|e| e.endpoint)
