@@ -74,6 +74,6 @@ cargo bench -p zcnet-benches --bench tap -- --quick
 cargo bench -p zcnet-benches --bench kernel -- --quick
 
 step "demo (README's first command)"
-cargo run -q -p zcnet-examples --bin pool-demo > /dev/null
+cargo run -q -p zcnet-examples --bin demo > /dev/null
 
 printf '\nall steps passed\n'

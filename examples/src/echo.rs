@@ -266,17 +266,16 @@ async fn udp_echo_zero_copy(sock: DatagramSocket, stats: EchoStats) -> Never {
 #[cfg(all(test, feature = "std"))]
 mod tests {
     use super::*;
+    use crate::stack_demo::{pair, ADDR};
     use alloc::vec::Vec;
     use zcnet_stack::IpEndpoint;
-    use zcnet_tests::net::{pair, ADDR};
-    use zcnet_tests::wire::Faults;
 
     /// The UDP echo on the zero-copy socket, against smoltcp's socket on a second stack over
     /// the in-memory wire: every datagram comes back byte-exact, and every receive slot lent to
     /// the echo returns to the pool.
     #[test]
     fn zero_copy_udp_echo_answers_byte_exact() {
-        let p = pair(Faults::default(), 64);
+        let p = pair(64, |_, _| {});
         let [a, b] = p.stacks;
         let config = EchoConfig {
             udp: UdpEcho::ZeroCopy { queue: 8 },

@@ -28,6 +28,7 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use core::time::Duration;
 
 use zcnet_buffer::ledger::{CopySite, LEDGER};
+use zcnet_buffer::LinkState;
 use zcnet_executor::time::timeout;
 use zcnet_executor::Spawner;
 use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
@@ -228,7 +229,7 @@ pub struct HttpConfig {
     /// The page served at `/` and `/index.html` (as `text/html; charset=utf-8`).
     pub index_html: &'static str,
     /// The driver's counters in `/stats` (none: `/stats` has no driver section). The TAP
-    /// examples fill it in with `demo::tap_driver_stats`.
+    /// examples fill it in with `tap_setup::tap_driver_stats`.
     pub driver_stats: Option<DriverStats>,
     /// Sections appended to `/stats` after the built-in ones (none: no further sections).
     pub extra_stats: Option<ExtraStats>,
@@ -583,6 +584,8 @@ pub fn stats_json(
         ("config_changes", s.config_changes.into()),
         ("listener_rearm_failures", s.listener_rearm_failures.into()),
         ("time_wait_evictions", s.time_wait_evictions.into()),
+        ("link_up", Json::Bool(stack.link_state() == LinkState::Up)),
+        ("link_downs", s.link_downs.into()),
         ("drops", drops),
     ]);
     let pool = stack.pool();
@@ -863,7 +866,7 @@ mod tests {
     #[cfg(feature = "std")]
     #[test]
     fn stats_json_places_the_hooks_sections() {
-        let p = zcnet_tests::net::pair(zcnet_tests::wire::Faults::default(), 16);
+        let p = crate::stack_demo::pair(16, |_, _| {});
         let driver = DriverStats::new("nic", || object([("rx_frames", 7u64.into())]));
         let extra = ExtraStats::new(|| {
             vec![

@@ -11,6 +11,10 @@
 //! * [`json`] and [`limit`]: what they share (a small JSON reader and writer, a cap on
 //!   connection tasks).
 //!
+//! With `std`, `stack_demo` runs the servers on two stacks in one process over
+//! zcnet-buffer's simulated wire, step by step (the `demo` program, the README's first
+//! command).
+//!
 //! Each server is bound with `XServer::bind(stack, XConfig)` and served by the future
 //! `run(spawner)`. What the servers need from their surroundings that `core` and `alloc` do not
 //! give is a hook in their config, which the caller fills in: the driver's counters for the
@@ -22,8 +26,9 @@
 //! ## Features
 //!
 //! * `std` (default): the Linux side. The `demo` module (TAP and network-namespace setup, and
-//!   the hooks filled in for Linux), the programs in `src/bin/` and `getrusage` as iperf3's
-//!   CPU clock. The programs are driven by `demo`; the integration tests
+//!   the hooks filled in for Linux), `stack_demo` (two stacks over an in-memory wire: what
+//!   `cargo run -p zcnet-examples --bin demo` shows), the programs in `src/bin/` and
+//!   `getrusage` as iperf3's CPU clock. The programs are driven by `demo`; the integration tests
 //!   (`tests/tests/tap_examples.rs`) run the same servers in-process against the Linux stack
 //!   in a test-made namespace.
 //! * Without it (`default-features = false`) the crate is `#![no_std]` and needs only a global
@@ -38,10 +43,12 @@
 
 extern crate alloc;
 
-#[cfg(feature = "std")]
-pub mod demo;
 pub mod echo;
 pub mod http;
 pub mod iperf3;
 pub mod json;
 pub mod limit;
+#[cfg(feature = "std")]
+pub mod stack_demo;
+#[cfg(feature = "std")]
+pub mod tap_setup;

@@ -2,13 +2,15 @@
 //!
 //! * [`sim_nic::SimNic`]: a simulated ring NIC implementing [`zcnet_buffer::Driver`] exactly as
 //!   the trait's contract asks (re-post after every completion, drop and count when the ring is
-//!   empty), with the "device" side driven by the test.
+//!   empty), with the "device" side driven by the test; re-exported from
+//!   [`zcnet_buffer::sim`], where it lives.
 //! * [`wakers`]: wakers for plain threads — one that unparks a thread, one that counts.
 //! * [`clock::VirtualClock`]: simulated time, so timeout-heavy tests run at CPU speed.
 //! * [`net::pair`] / [`net::pair_on`]: two stacks over a wire, ready to use; [`net::pair_with`] /
 //!   [`net::pair_on_with`] let the test adjust each stack's configuration.
 //! * [`wire`]: two drivers linked back to back in memory, with seeded fault injection, so two
-//!   stacks can talk inside one process.
+//!   stacks can talk inside one process: [`zcnet_buffer::sim::wire`] with its delays on the
+//!   executor's timers.
 //! * [`recorder`]: a driver wrapper that records every frame's slot and address, and a wire
 //!   pair built with it, to prove zero copy.
 //! * [`netns`]: a network namespace holding the kernel side of a TAP that zcnet drives, so zcnet

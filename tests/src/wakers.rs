@@ -64,25 +64,6 @@ pub fn block_on_poll<T>(
     }
 }
 
-/// Counts wakes and does nothing else.
-#[derive(Debug, Default)]
-pub struct CountingWaker(AtomicUsize);
-
-impl CountingWaker {
-    /// A fresh counter and its waker.
-    pub fn new() -> (Arc<CountingWaker>, Waker) {
-        let w = Arc::new(CountingWaker::default());
-        (w.clone(), Waker::from(w))
-    }
-
-    /// How many times it was woken.
-    pub fn wakes(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-impl Wake for CountingWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
+/// Counts wakes and does nothing else (it lives in `zcnet-buffer`'s `sim` module, beside the
+/// simulated drivers it is used with).
+pub use zcnet_buffer::sim::CountingWaker;

@@ -1,205 +1,77 @@
-//! An in-memory wire: two [`Driver`]s linked back to back, so two stacks can talk inside one
-//! process, with seeded fault injection (loss, reorder, duplication, corruption, delay, MTU).
+//! The in-memory wire, on an executor: [`zcnet_buffer::sim::wire`] (two drivers linked back to
+//! back, with seeded fault injection) with each end's delay timer on `zcnet-executor`'s timer
+//! wheel ([`ExecutorTimer`]), so a [`Faults::delay`] works on any executor, a
+//! [`VirtualClock`](crate::clock::VirtualClock)'s included.
 //!
-//! A transmitted frame stays in its sender's pool slot (state DEVICE, like a frame on a real
-//! NIC's TX ring) while it is on the wire. When the other end receives it, its bytes are written
-//! into a slot of the *receiver's* pool — that write plays the receiving NIC's DMA, so it is not
-//! recorded in the copy ledger (zcnet's own copies are) — and only then does the sender's slot
-//! return to its pool, as after a completed transmission. So a frame crosses the wire with
-//! exactly one copy and no heap allocation, and a sender that outruns its receiver runs out of
-//! TX frames, as it would against a real ring. (A duplicated frame's second copy is the one
-//! exception: it is kept on the heap.)
-//!
-//! [`Delivery::Lend`] (made by [`wire_pair_with`]) is the loopback variant: the receiver gets
-//! the sender's slot itself ([`InFlight::loop_back`]), so a frame crosses with no copy at all,
-//! as smoltcp's `Loopback` device hands over its buffer. Benchmarks that set zcnet beside
-//! smoltcp's loopback use it; a corrupted or duplicated frame still takes the copying path.
+//! The wire itself lives in `zcnet-buffer` (feature `sim`), where the examples use it too; its
+//! types are re-exported here so tests name them as before.
 
-use std::collections::VecDeque;
+use std::boxed::Box;
+use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
-
-use spin::mutex::SpinMutex as Mutex;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use zcnet_buffer::{
-    Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, InFlight, LinkState,
-    Medium, RxFrame, TxError, TxFrame,
-};
+use zcnet_buffer::sim::WireTimer;
+use zcnet_buffer::FramePool;
 use zcnet_executor::time::Sleep;
 use zcnet_executor::{Executor, Instant};
 
-/// Faults applied to every frame crossing the wire, each with its own probability (0.0 ..= 1.0).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Faults {
-    /// Seed of the wire's random number generator (each direction derives its own).
-    pub seed: u64,
-    /// Probability that a frame is lost.
-    pub loss: f64,
-    /// Probability that a frame is delivered after the one behind it.
-    pub reorder: f64,
-    /// Probability that a frame is delivered twice.
-    pub duplicate: f64,
-    /// Probability that one byte of a frame is flipped.
-    pub corrupt: f64,
-    /// Fixed one-way delay.
-    pub delay: Duration,
-    /// Largest frame the wire carries (link header included); longer frames are dropped.
-    pub mtu: usize,
-    /// Frames in flight per direction before the wire tail-drops.
-    pub capacity: usize,
-}
+pub use zcnet_buffer::sim::wire::{Delivery, Faults, WireEnd, WireHandle, WireStats};
 
-impl Default for Faults {
-    /// A perfect wire: no faults, no delay, 1514-byte frames, 1024 frames in flight.
-    fn default() -> Self {
-        Self {
-            seed: 1,
-            loss: 0.0,
-            reorder: 0.0,
-            duplicate: 0.0,
-            corrupt: 0.0,
-            delay: Duration::ZERO,
-            mtu: 1514,
-            capacity: 1024,
-        }
-    }
-}
-
-/// How a frame gets from the sender's slot to the receiver.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Delivery {
-    /// The receiving NIC's DMA: the bytes are written into a slot of the receiver's pool (one
-    /// copy, not in the copy ledger), and the sender's slot completes.
-    #[default]
-    Copy,
-    /// A loopback: the sender's slot itself becomes the receiver's [`RxFrame`]
-    /// ([`InFlight::loop_back`]); no copy. The slot returns to the sender's pool when the
-    /// receiver drops the frame.
-    Lend,
-}
-
-/// What one direction of the wire did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WireStats {
-    /// Frames handed to the wire.
-    pub sent: u64,
-    /// Frames delivered to the receiver's pool.
-    pub delivered: u64,
-    /// Frames lost on purpose.
-    pub lost: u64,
-    /// Frames delivered out of order on purpose.
-    pub reordered: u64,
-    /// Extra copies delivered on purpose.
-    pub duplicated: u64,
-    /// Frames with a flipped byte.
-    pub corrupted: u64,
-    /// Frames over the MTU, dropped.
-    pub too_long: u64,
-    /// Frames dropped because the wire was full.
-    pub overflow: u64,
-}
-
-/// xorshift64*: seeded, reproducible.
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-}
-
-/// What a queued frame's bytes are.
-#[derive(Debug)]
-enum Payload {
-    /// The sender's slot itself, released when the frame is delivered (or dropped).
-    Slot(InFlight),
-    /// A duplicate's own copy.
-    Heap(Vec<u8>),
-}
-
-impl Payload {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Payload::Slot(f) => f,
-            Payload::Heap(v) => v,
-        }
-    }
-}
-
-/// A frame on the wire.
-#[derive(Debug)]
-struct Queued {
-    /// When it may be delivered.
-    at: Instant,
-    payload: Payload,
-    /// A byte to flip on delivery: (index, bit mask).
-    corrupt: Option<(usize, u8)>,
-}
-
-#[derive(Debug)]
-struct Direction {
-    faults: Faults,
-    rng: Rng,
-    queue: VecDeque<Queued>,
-    /// Sender slots held by queued frames, and the most there may be: the sender's "TX ring".
-    /// Half the sender's pool, so that each end always keeps slots to receive into (two ends
-    /// whose pools were all on the wire towards each other could never receive again).
-    slots_in_flight: usize,
-    ring: usize,
-    /// The sender's waker while its ring is full; woken when a frame is delivered.
-    tx_waker: Option<Waker>,
-    rx_waker: Option<Waker>,
-    stats: WireStats,
-    /// Everything sent this way is lost (a pulled cable), counted as `lost`.
-    cut: bool,
-    /// No fault can apply (all probabilities zero, no delay): `transmit` queues the frame
-    /// without consulting the random number generator (a benchmark's fast path).
-    perfect: bool,
-}
-
-#[derive(Debug)]
-struct Shared {
-    /// `dirs[0]`: from end 0 to end 1; `dirs[1]`: from end 1 to end 0.
-    dirs: [Mutex<Direction>; 2],
-    /// `slots_in_flight` of each direction, mirrored here (written under the direction's lock)
-    /// so that the sender's check for ring space takes no lock while there is space.
-    in_flight: [AtomicUsize; 2],
-    delivery: Delivery,
-}
-
-/// One end of the wire: a [`Driver`] over its own pool.
-pub struct WireEnd {
-    side: usize,
-    shared: Arc<Shared>,
-    pool: &'static FramePool,
+/// A [`WireTimer`] on an executor's clock and timer wheel: what [`wire_pair`] gives each end.
+pub struct ExecutorTimer {
     exec: &'static Executor,
-    mac: [u8; 6],
-    /// Wakes this end when the next delayed frame becomes due.
-    timer: Pin<Box<Sleep>>,
-    timer_at: Option<Instant>,
-    /// The ring size of the direction leaving this end (`Direction::ring`, fixed).
-    ring: usize,
+    /// Wakes the end when the next delayed frame becomes due.
+    sleep: Pin<Box<Sleep>>,
+    /// The deadline `sleep` is set to, if it is armed.
+    at: Option<Instant>,
 }
 
-impl std::fmt::Debug for WireEnd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WireEnd").field("side", &self.side).finish()
+impl ExecutorTimer {
+    /// A timer on `exec`'s clock, not armed.
+    pub fn new(exec: &'static Executor) -> Self {
+        Self {
+            exec,
+            sleep: Box::pin(exec.sleep_until(Instant::MAX)),
+            at: None,
+        }
     }
 }
 
-/// Two linked ends. End `i` uses `pools[i]` and MAC `02:00:00:00:00:0i+1`. Frames cross by
-/// [`Delivery::Copy`].
+impl std::fmt::Debug for ExecutorTimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutorTimer")
+            .field("at", &self.at)
+            .finish_non_exhaustive()
+    }
+}
+
+fn instant(d: Duration) -> Instant {
+    Instant::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl WireTimer for ExecutorTimer {
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.exec.now().as_nanos())
+    }
+
+    fn poll_until(&mut self, deadline: Duration, cx: &mut Context<'_>) -> Poll<()> {
+        let due = instant(deadline);
+        if self.at != Some(due) {
+            self.sleep.as_mut().reset(due);
+            self.at = Some(due);
+        }
+        let ready = self.sleep.as_mut().poll(cx);
+        if ready.is_ready() {
+            self.at = None;
+        }
+        ready
+    }
+}
+
+/// Two linked ends on `exec`'s clock. End `i` uses `pools[i]` and MAC `02:00:00:00:00:0i+1`.
+/// Frames cross by [`Delivery::Copy`].
 pub fn wire_pair(
     exec: &'static Executor,
     pools: [&'static FramePool; 2],
@@ -215,457 +87,50 @@ pub fn wire_pair_with(
     faults: Faults,
     delivery: Delivery,
 ) -> (WireEnd, WireEnd) {
-    let dir = |k: u64, sender: &FramePool| {
-        Mutex::new(Direction {
-            slots_in_flight: 0,
-            ring: (sender.slot_count() / 2).max(1),
-            tx_waker: None,
-            faults,
-            rng: Rng(faults
-                .seed
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                .wrapping_add(k)
-                | 1),
-            queue: VecDeque::new(),
-            rx_waker: None,
-            stats: WireStats::default(),
-            cut: false,
-            perfect: faults.loss == 0.0
-                && faults.reorder == 0.0
-                && faults.duplicate == 0.0
-                && faults.corrupt == 0.0
-                && faults.delay.is_zero(),
-        })
-    };
-    let shared = Arc::new(Shared {
-        dirs: [dir(1, pools[0]), dir(2, pools[1])],
-        in_flight: [AtomicUsize::new(0), AtomicUsize::new(0)],
-        delivery,
-    });
-    let end = |side: usize| WireEnd {
-        side,
-        shared: shared.clone(),
-        pool: pools[side],
-        exec,
-        mac: [0x02, 0, 0, 0, 0, side as u8 + 1],
-        timer: Box::pin(exec.sleep_until(Instant::MAX)),
-        timer_at: None,
-        ring: (pools[side].slot_count() / 2).max(1),
-    };
-    (end(0), end(1))
+    let timers: [Box<dyn WireTimer>; 2] = [
+        Box::new(ExecutorTimer::new(exec)),
+        Box::new(ExecutorTimer::new(exec)),
+    ];
+    zcnet_buffer::sim::wire_pair_with(pools, faults, delivery, Some(timers))
 }
-
-impl WireEnd {
-    /// A handle to this end's counters and switches, usable while the end itself is owned
-    /// (as a `&'static mut` driver) by a stack.
-    pub fn handle(&self) -> WireHandle {
-        WireHandle {
-            side: self.side,
-            shared: self.shared.clone(),
-            exec: self.exec,
-            mac: self.mac,
-        }
-    }
-}
-
-/// Shared access to one end of the wire ([`WireEnd::handle`]): its counters, the cut switch and
-/// frame injection. Everything it touches sits behind the wire's own mutexes.
-#[derive(Clone)]
-pub struct WireHandle {
-    side: usize,
-    shared: Arc<Shared>,
-    exec: &'static Executor,
-    mac: [u8; 6],
-}
-
-impl std::fmt::Debug for WireHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WireHandle")
-            .field("side", &self.side)
-            .finish()
-    }
-}
-
-impl WireHandle {
-    /// What the direction leaving this end did.
-    pub fn tx_stats(&self) -> WireStats {
-        self.shared.dirs[self.side].lock().stats
-    }
-
-    /// Cuts (`true`) or restores the direction leaving this end: while cut, every frame sent
-    /// from here is lost.
-    pub fn set_cut(&self, cut: bool) {
-        self.shared.dirs[self.side].lock().cut = cut;
-    }
-
-    /// The MAC address of this end.
-    pub fn mac(&self) -> [u8; 6] {
-        self.mac
-    }
-
-    /// Puts `frame` on the wire as if this end had transmitted it, bypassing this end's stack
-    /// (for frames the stack cannot build, e.g. a router advertisement). It arrives at the
-    /// other end now, unaffected by faults, and is counted as sent and delivered normally.
-    pub fn inject(&self, frame: &[u8]) {
-        let now = self.exec.now();
-        let mut dir = self.shared.dirs[self.side].lock();
-        dir.stats.sent += 1;
-        dir.queue.push_back(Queued {
-            at: now,
-            payload: Payload::Heap(frame.to_vec()),
-            corrupt: None,
-        });
-        if let Some(w) = &dir.rx_waker {
-            w.wake_by_ref();
-        }
-    }
-}
-
-/// Stores the caller's waker unless the stored one already wakes the same task (no clone).
-fn set_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
-    match slot {
-        Some(w) if w.will_wake(cx.waker()) => {}
-        _ => *slot = Some(cx.waker().clone()),
-    }
-}
-
-impl WireEnd {
-    /// A sender slot joins the queue of the direction leaving this end (`d`, locked): counted
-    /// against the ring, and the count mirrored for the lock-free ring check.
-    fn count_in_flight(&self, d: &mut Direction) {
-        d.slots_in_flight += 1;
-        self.shared.in_flight[self.side].store(d.slots_in_flight, Relaxed);
-    }
-}
-
-impl Driver for WireEnd {
-    fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
-        let mut dir = self.shared.dirs[1 - self.side].lock();
-        let (due, lend) = match dir.queue.front() {
-            None => {
-                set_waker(&mut dir.rx_waker, cx);
-                return Poll::Pending;
-            }
-            Some(q) => (
-                q.at,
-                self.shared.delivery == Delivery::Lend
-                    && q.corrupt.is_none()
-                    && matches!(q.payload, Payload::Slot(_)),
-            ),
-        };
-        // Frames without a delay are queued due at zero: no clock read on the fast path.
-        if due > Instant::ZERO {
-            let now = self.exec.now();
-            if due > now {
-                set_waker(&mut dir.rx_waker, cx);
-                drop(dir);
-                if self.timer_at != Some(due) {
-                    self.timer.as_mut().reset(due);
-                    self.timer_at = Some(due);
-                }
-                if self.timer.as_mut().poll(cx).is_ready() {
-                    self.timer_at = None;
-                    cx.waker().wake_by_ref();
-                }
-                return Poll::Pending;
-            }
-        }
-        // Copying, the receiving NIC needs a buffer; without one the frame waits (the pool wakes
-        // us). Lending, the sender's slot is the buffer.
-        let slot = if lend {
-            None
-        } else {
-            match self.pool.poll_alloc_rx(cx) {
-                Poll::Ready(s) => Some(s),
-                Poll::Pending => return Poll::Pending,
-            }
-        };
-        let q = dir.queue.pop_front().expect("front exists");
-        dir.stats.delivered += 1;
-        let mut sender = None;
-        if matches!(q.payload, Payload::Slot(_)) {
-            dir.slots_in_flight -= 1;
-            self.shared.in_flight[1 - self.side].store(dir.slots_in_flight, Relaxed);
-            sender = dir.tx_waker.take();
-        }
-        drop(dir);
-        if let Some(w) = sender {
-            w.wake();
-        }
-        let Some(mut slot) = slot else {
-            let Payload::Slot(frame) = q.payload else {
-                unreachable!("only slots are lent")
-            };
-            return Poll::Ready(frame.loop_back());
-        };
-        let bytes = q.payload.bytes();
-        let n = bytes.len().min(slot.capacity());
-        let buf = &mut slot.buffer_mut()[..n];
-        buf.copy_from_slice(&bytes[..n]); // the receiving NIC's DMA
-        if let Some((i, mask)) = q.corrupt {
-            if let Some(b) = buf.get_mut(i) {
-                *b ^= mask;
-            }
-        }
-        // The sender's slot (if the payload is one) completes here and returns to its pool.
-        drop(q);
-        match slot.complete(n) {
-            Ok(f) => Poll::Ready(f),
-            Err(_) => unreachable!("n <= capacity"),
-        }
-    }
-
-    fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
-        // Only this end adds to its direction's count, so a stale read can only be too high:
-        // the locked check below then decides.
-        if self.shared.in_flight[self.side].load(Relaxed) >= self.ring {
-            let mut dir = self.shared.dirs[self.side].lock();
-            if dir.slots_in_flight >= dir.ring {
-                set_waker(&mut dir.tx_waker, cx);
-                return Poll::Pending;
-            }
-        }
-        self.pool.poll_alloc_tx(cx)
-    }
-
-    fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
-        let mut dir = self.shared.dirs[self.side].lock();
-        let d = &mut *dir;
-        d.stats.sent += 1;
-        if frame.len() > d.faults.mtu {
-            d.stats.too_long += 1;
-            return Err(TxError::TooLong {
-                len: frame.len(),
-                max: d.faults.mtu,
-            });
-        }
-        if d.perfect && !d.cut {
-            // Nothing to draw: the frame joins the queue as it is, due at once.
-            if d.queue.len() >= d.faults.capacity {
-                d.stats.overflow += 1;
-                return Ok(()); // tail-dropped: "transmitted", its slot is free again
-            }
-            self.count_in_flight(d);
-            d.queue.push_back(Queued {
-                at: Instant::ZERO,
-                payload: Payload::Slot(frame.into_device()),
-                corrupt: None,
-            });
-            if let Some(w) = &d.rx_waker {
-                w.wake_by_ref();
-            }
-            return Ok(());
-        }
-        if d.cut || d.rng.chance(d.faults.loss) {
-            d.stats.lost += 1;
-            return Ok(()); // the frame drops here: "transmitted", its slot is free again
-        }
-        let duplicate = d.rng.chance(d.faults.duplicate);
-        let mut frames = [Some(Payload::Slot(frame.into_device())), None];
-        if duplicate {
-            d.stats.duplicated += 1;
-            frames[1] = frames[0]
-                .as_ref()
-                .map(|p| Payload::Heap(p.bytes().to_vec()));
-        }
-        for payload in frames.into_iter().flatten() {
-            if d.queue.len() >= d.faults.capacity {
-                d.stats.overflow += 1;
-                continue;
-            }
-            if matches!(payload, Payload::Slot(_)) {
-                self.count_in_flight(d);
-            }
-            let len = payload.bytes().len();
-            let corrupt = if d.rng.chance(d.faults.corrupt) && len > 0 {
-                d.stats.corrupted += 1;
-                let i = (d.rng.next() % len as u64) as usize;
-                Some((i, 1u8 << (d.rng.next() % 8)))
-            } else {
-                None
-            };
-            // Due at once unless delayed (zero: no clock read, see `poll_receive`).
-            let at = if d.faults.delay.is_zero() {
-                Instant::ZERO
-            } else {
-                self.exec.now() + d.faults.delay
-            };
-            if d.rng.chance(d.faults.reorder) && !d.queue.is_empty() {
-                // Deliver ahead of the last queued frame (which then arrives after this one).
-                let last = d.queue.len() - 1;
-                let at = d.queue[last].at;
-                d.queue.insert(
-                    last,
-                    Queued {
-                        at,
-                        payload,
-                        corrupt,
-                    },
-                );
-                d.stats.reordered += 1;
-            } else {
-                d.queue.push_back(Queued {
-                    at,
-                    payload,
-                    corrupt,
-                });
-            }
-        }
-        // The receiver's waker stays registered (it is the same task every time).
-        if let Some(w) = &d.rx_waker {
-            w.wake_by_ref();
-        }
-        Ok(())
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        let mtu = self.shared.dirs[self.side].lock().faults.mtu;
-        Capabilities {
-            medium: Medium::Ethernet,
-            mtu: mtu - zcnet_buffer::ETHERNET_HEADER_LEN,
-            tx_headroom: 0,
-            checksum: ChecksumOffloads::empty(),
-            max_burst: None,
-        }
-    }
-
-    fn hardware_address(&self) -> HardwareAddress {
-        HardwareAddress::Ethernet(self.mac)
-    }
-
-    fn poll_link_state(&mut self, _cx: &mut Context<'_>) -> LinkState {
-        LinkState::Up
-    }
-}
-
-use std::future::Future;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wakers::CountingWaker;
-    use zcnet_buffer::{PoolConfig, SlotState};
+    use zcnet_buffer::sim::CountingWaker;
+    use zcnet_buffer::{Driver, PoolConfig};
 
-    /// Two 8-slot pools and a wire between them.
-    fn ends(faults: Faults, delivery: Delivery) -> ([&'static FramePool; 2], WireEnd, WireEnd) {
-        let exec = Executor::leak(crate::clock::VirtualClock::leak());
+    /// A delayed frame arrives when the executor's (virtual) clock reaches its due time, woken
+    /// by the end's timer on the wheel.
+    #[test]
+    fn delay_runs_on_the_executors_timers() {
+        let clock = crate::clock::VirtualClock::leak();
+        let exec = Executor::leak(clock);
         let pools = [
             FramePool::leak(PoolConfig::new(8)).unwrap(),
             FramePool::leak(PoolConfig::new(8)).unwrap(),
         ];
-        let (a, b) = wire_pair_with(exec, pools, faults, delivery);
-        (pools, a, b)
-    }
-
-    fn send(end: &mut WireEnd, cx: &mut Context<'_>, byte: u8) -> bool {
-        match end.poll_transmit_frame(cx) {
-            Poll::Ready(mut f) => {
-                f.set_len(60).unwrap();
-                f.fill(byte);
-                end.transmit(f).unwrap();
-                true
-            }
-            Poll::Pending => false,
-        }
-    }
-
-    #[test]
-    fn frames_cross_in_the_senders_slot_and_the_ring_applies_backpressure() {
-        let (pools, mut a, mut b) = ends(Faults::default(), Delivery::Copy);
-        let (tx_wakes, tx_waker) = CountingWaker::new();
-        let mut cx = Context::from_waker(&tx_waker);
-        // Half of A's pool may be on the wire; then A's TX side waits.
-        let mut sent = 0u8;
-        while send(&mut a, &mut cx, sent) {
-            sent += 1;
-            assert!(sent <= 4, "the ring holds half the pool");
-        }
-        assert_eq!(sent, 4);
-        assert_eq!(
-            pools[0].occupancy().get(SlotState::Device),
-            4,
-            "frames stay in A's slots"
-        );
-        // B receives one: one copy into B's pool, A's slot completes, A's TX side is woken.
-        let (_, rx_waker) = CountingWaker::new();
-        let f = match b.poll_receive(&mut Context::from_waker(&rx_waker)) {
-            Poll::Ready(f) => f,
-            Poll::Pending => panic!("a frame is due"),
-        };
-        assert_eq!(&f[..], &[0u8; 60][..]);
-        assert_eq!(pools[0].occupancy().get(SlotState::Device), 3);
-        assert_eq!(tx_wakes.wakes(), 1);
-        assert!(send(&mut a, &mut cx, 9));
-        // Order is kept and bytes are exact.
-        drop(f);
-        for want in [1u8, 2, 3, 9] {
-            match b.poll_receive(&mut Context::from_waker(&rx_waker)) {
-                Poll::Ready(f) => assert!(f.iter().all(|&x| x == want)),
-                Poll::Pending => panic!("frame {want} is due"),
-            }
-        }
-        assert_eq!(pools[0].occupancy().get(SlotState::Device), 0);
-        assert_eq!(pools[0].occupancy().in_use(), 0);
-    }
-
-    #[test]
-    fn lending_hands_the_senders_slot_to_the_receiver_without_a_copy() {
-        let (pools, mut a, mut b) = ends(Faults::default(), Delivery::Lend);
-        let (tx_wakes, tx_waker) = CountingWaker::new();
-        let mut cx = Context::from_waker(&tx_waker);
-        let mut sent = 0u8;
-        while send(&mut a, &mut cx, sent) {
-            sent += 1;
-            assert!(sent <= 4, "the ring still holds half the pool");
-        }
-        assert_eq!(sent, 4);
-        let (_, rx_waker) = CountingWaker::new();
-        let mut rx = Context::from_waker(&rx_waker);
-        let f = match b.poll_receive(&mut rx) {
-            Poll::Ready(f) => f,
-            Poll::Pending => panic!("a frame is due"),
-        };
-        // The received frame is A's slot itself: A's pool, A's memory, B's pool untouched.
-        assert!(std::ptr::eq(f.pool(), pools[0]));
-        assert_eq!(pools[0].slot_of(f.as_ptr()), Some(f.slot_index()));
-        assert_eq!(pools[0].slot_state(f.slot_index()), Some(SlotState::Stack));
-        assert_eq!(
-            pools[1].occupancy().in_use(),
-            0,
-            "no receive buffer was taken"
-        );
-        assert_eq!(&f[..], &[0u8; 60][..]);
-        assert_eq!(tx_wakes.wakes(), 1, "the ring has room again");
-        // The slot returns to A's pool when B drops the frame.
-        let slot = f.slot_index();
-        drop(f);
-        assert_eq!(pools[0].slot_state(slot), Some(SlotState::Free));
-        for want in 1u8..4 {
-            match b.poll_receive(&mut rx) {
-                Poll::Ready(f) => assert!(f.iter().all(|&x| x == want)),
-                Poll::Pending => panic!("frame {want} is due"),
-            }
-        }
-        assert!(b.poll_receive(&mut rx).is_pending());
-        assert_eq!(pools[0].occupancy().in_use(), 0);
-    }
-
-    #[test]
-    fn lending_still_copies_a_corrupted_frame() {
         let faults = Faults {
-            corrupt: 1.0,
+            delay: Duration::from_millis(3),
             ..Faults::default()
         };
-        let (pools, mut a, mut b) = ends(faults, Delivery::Lend);
-        let (_, waker) = CountingWaker::new();
+        let (mut a, mut b) = wire_pair(exec, pools, faults);
+        let (wakes, waker) = CountingWaker::new();
         let mut cx = Context::from_waker(&waker);
-        assert!(send(&mut a, &mut cx, 0));
-        let f = match b.poll_receive(&mut cx) {
-            Poll::Ready(f) => f,
-            Poll::Pending => panic!("a frame is due"),
+        let Poll::Ready(mut f) = a.poll_transmit_frame(&mut cx) else {
+            panic!("a free slot")
         };
-        assert!(std::ptr::eq(f.pool(), pools[1]), "copied into B's pool");
-        assert_eq!(f.iter().filter(|&&x| x != 0).count(), 1, "one byte flipped");
-        assert_eq!(pools[0].occupancy().in_use(), 0, "A's slot completed");
+        f.append(60).unwrap().fill(5);
+        a.transmit(f).unwrap();
+        assert!(b.poll_receive(&mut cx).is_pending());
+        assert_eq!(exec.armed_timers(), 1);
+        exec.run_until_idle();
+        assert_eq!(wakes.wakes(), 0, "not due yet");
+        exec.block_on(exec.sleep(Duration::from_millis(3)));
+        assert_eq!(wakes.wakes(), 1, "the timer woke the end");
+        match b.poll_receive(&mut cx) {
+            Poll::Ready(f) => assert!(f.iter().all(|&x| x == 5)),
+            Poll::Pending => panic!("due"),
+        }
     }
 }

@@ -7,11 +7,11 @@
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
-use zcnet_examples::demo::tap_driver_stats;
 use zcnet_examples::echo::{EchoConfig, EchoServer};
 use zcnet_examples::http::{HttpConfig, HttpServer, INDEX_HTML};
 use zcnet_examples::iperf3::{Iperf3Config, Iperf3Server, Iperf3Stats};
 use zcnet_examples::json::{self, Json};
+use zcnet_examples::tap_setup::tap_driver_stats;
 use zcnet_executor::time::sleep;
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_tests::netns::{ChildGuard, TapNet, ZCNET_ADDR};

@@ -35,8 +35,9 @@
 //!
 //! `no_std`, no allocator needed ([`StaticPool`] puts everything in a `static`); the `alloc`
 //! feature adds [`FramePool::leak`], the `std` feature (which implies `alloc`) the capture's
-//! sink over `std::io::Write` (`capture::IoSink`). Targets need 64-bit atomic
-//! compare-exchange.
+//! sink over `std::io::Write` (`capture::IoSink`), and the `sim` feature (which implies `std`)
+//! simulated drivers for tests and demos: a hand-driven ring NIC and an in-memory wire with
+//! fault injection between two drivers (`sim`). Targets need 64-bit atomic compare-exchange.
 //!
 //! ```
 //! use zcnet_buffer::{FramePool, PoolConfig, SlotState};
@@ -80,6 +81,8 @@ pub mod ledger;
 mod pool;
 mod region;
 mod rx;
+#[cfg(feature = "sim")]
+pub mod sim;
 mod slot;
 #[cfg(not(loom))]
 mod storage;

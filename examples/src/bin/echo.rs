@@ -9,8 +9,8 @@
 
 use std::process::ExitCode;
 
-use zcnet_examples::demo::{Demo, Options, ZCNET_ADDR};
 use zcnet_examples::echo::{EchoConfig, EchoServer};
+use zcnet_examples::tap_setup::{Demo, Options, ZCNET_ADDR};
 
 fn main() -> ExitCode {
     let options = Options::from_env("echo", "TCP and UDP echo servers on zcnet (port 7)");

@@ -9,8 +9,8 @@
 
 use std::process::ExitCode;
 
-use zcnet_examples::demo::{tap_driver_stats, Demo, Options, ZCNET_ADDR};
 use zcnet_examples::http::{HttpConfig, HttpServer};
+use zcnet_examples::tap_setup::{tap_driver_stats, Demo, Options, ZCNET_ADDR};
 
 fn main() -> ExitCode {
     let options = Options::from_env("http", "an HTTP/1.1 server on zcnet (port 80)");

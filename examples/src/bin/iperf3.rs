@@ -11,8 +11,8 @@
 
 use std::process::ExitCode;
 
-use zcnet_examples::demo::{Demo, Options, ZCNET_ADDR};
 use zcnet_examples::iperf3::{Iperf3Config, Iperf3Server, PORT};
+use zcnet_examples::tap_setup::{Demo, Options, ZCNET_ADDR};
 
 fn main() -> ExitCode {
     let options = Options::from_env("iperf3", "an iperf3-compatible server on zcnet (port 5201)");

@@ -12,9 +12,8 @@
 use std::task::{Context, Poll};
 
 use zcnet_buffer::ledger::LEDGER;
+use zcnet_buffer::sim::{CountingWaker, SimNic};
 use zcnet_buffer::{Driver, RxFrame, StaticPool, DEFAULT_HEADROOM};
-use zcnet_tests::sim_nic::SimNic;
-use zcnet_tests::wakers::CountingWaker;
 
 const SLOTS: usize = 12;
 const RING: usize = 8;

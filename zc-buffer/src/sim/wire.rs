@@ -1,0 +1,807 @@
+//! An in-memory wire: two [`Driver`]s linked back to back, so two stacks can talk inside one
+//! process, with seeded fault injection (loss, reorder, duplication, corruption, delay, MTU).
+//!
+//! [`wire_pair`] gives the two ends ([`WireEnd`]); hand each to a stack as its driver, keep a
+//! [`WireHandle`] ([`WireEnd::handle`]) to read the counters ([`WireStats`]), cut the cable or
+//! inject frames while the stacks own the ends. [`Faults`] says what goes wrong on the way,
+//! from a seed, so a failing run repeats.
+//!
+//! A transmitted frame stays in its sender's pool slot (state DEVICE, like a frame on a real
+//! NIC's TX ring) while it is on the wire. When the other end receives it, its bytes are written
+//! into a slot of the *receiver's* pool — that write plays the receiving NIC's DMA, so it is not
+//! recorded in the copy ledger (zcnet's own copies are) — and only then does the sender's slot
+//! return to its pool, as after a completed transmission. So a frame crosses the wire with
+//! exactly one copy and no heap allocation, and a sender that outruns its receiver runs out of
+//! TX frames, as it would against a real ring. (A duplicated frame's second copy is the one
+//! exception: it is kept on the heap.)
+//!
+//! [`Delivery::Lend`] (made by [`wire_pair_with`]) is the loopback variant: the receiver gets
+//! the sender's slot itself ([`InFlight::loop_back`]), so a frame crosses with no copy at all,
+//! as smoltcp's `Loopback` device hands over its buffer. Benchmarks that set zcnet beside
+//! smoltcp's loopback use it; a corrupted or duplicated frame still takes the copying path.
+//!
+//! The wire knows no executor. A [`Faults::delay`] needs a clock and a timer at each end:
+//! pass a [`WireTimer`] per end to [`wire_pair_with`] (the `zcnet-tests` crate has one over
+//! `zcnet-executor`'s timers). Without a delay no timer is needed, and a frame is due as soon
+//! as it is sent.
+//!
+//! ```
+//! use std::task::{Context, Poll, Waker};
+//! use zcnet_buffer::sim::{wire_pair, Faults};
+//! use zcnet_buffer::{Driver, FramePool, PoolConfig};
+//!
+//! let pools = [
+//!     FramePool::leak(PoolConfig::new(8)).unwrap(),
+//!     FramePool::leak(PoolConfig::new(8)).unwrap(),
+//! ];
+//! let (mut a, mut b) = wire_pair(pools, Faults::default());
+//! let mut cx = Context::from_waker(Waker::noop());
+//!
+//! // End A transmits a frame written in place in one of its pool's slots...
+//! let Poll::Ready(mut frame) = a.poll_transmit_frame(&mut cx) else { unreachable!() };
+//! frame.append(60).unwrap().fill(0xab);
+//! a.transmit(frame).unwrap();
+//! // ...and end B receives it in a slot of its own pool.
+//! let Poll::Ready(got) = b.poll_receive(&mut cx) else { unreachable!() };
+//! assert_eq!(&got[..], &[0xab; 60][..]);
+//! assert_eq!(a.handle().tx_stats().delivered, 1);
+//! ```
+
+use std::boxed::Box;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::vec::Vec;
+
+use core::task::{Context, Poll, Waker};
+use core::time::Duration;
+use spin::mutex::SpinMutex as Mutex;
+
+use crate::{
+    Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, InFlight, LinkState,
+    Medium, RxFrame, TxError, TxFrame,
+};
+
+/// Time as a wire sees it: [`WireTimer::now`], from the timer's own origin.
+type Instant = Duration;
+/// "Due at once": a frame sent without a delay (no clock read on the fast path).
+const AT_ONCE: Instant = Duration::ZERO;
+
+/// The clock and one-shot timer one end of a wire uses for [`Faults::delay`].
+///
+/// The wire depends on no executor; whoever builds a delayed wire supplies one timer per end
+/// (over their executor's timers, or a simulated clock). The sending end reads
+/// [`now`](Self::now) to stamp a delayed frame with its due time; the receiving end, when the
+/// first frame on the wire is not due yet, polls [`poll_until`](Self::poll_until) with that
+/// due time and tries again when it is woken. Both ends of a wire must read the same clock.
+pub trait WireTimer: Send {
+    /// The current time, as a duration since an origin of the clock's choosing (the same for
+    /// both ends of a wire).
+    fn now(&self) -> Duration;
+
+    /// `Ready` once `deadline` (a time as [`now`](Self::now) returns it) has passed; otherwise
+    /// `Pending`, with `cx`'s waker woken when it passes. The end calls it again with the same
+    /// deadline until it is `Ready`, and with another deadline when the first frame on the
+    /// wire changes; only the latest deadline needs to be kept.
+    fn poll_until(&mut self, deadline: Duration, cx: &mut Context<'_>) -> Poll<()>;
+}
+
+/// Faults applied to every frame crossing the wire, each with its own probability (0.0 ..= 1.0).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Faults {
+    /// Seed of the wire's random number generator (each direction derives its own).
+    pub seed: u64,
+    /// Probability that a frame is lost.
+    pub loss: f64,
+    /// Probability that a frame is delivered after the one behind it.
+    pub reorder: f64,
+    /// Probability that a frame is delivered twice.
+    pub duplicate: f64,
+    /// Probability that one byte of a frame is flipped.
+    pub corrupt: f64,
+    /// Fixed one-way delay.
+    pub delay: Duration,
+    /// Largest frame the wire carries (link header included); longer frames are dropped.
+    pub mtu: usize,
+    /// Frames in flight per direction before the wire tail-drops.
+    pub capacity: usize,
+}
+
+impl Default for Faults {
+    /// A perfect wire: no faults, no delay, 1514-byte frames, 1024 frames in flight.
+    fn default() -> Self {
+        Self {
+            seed: 1,
+            loss: 0.0,
+            reorder: 0.0,
+            duplicate: 0.0,
+            corrupt: 0.0,
+            delay: Duration::ZERO,
+            mtu: 1514,
+            capacity: 1024,
+        }
+    }
+}
+
+/// How a frame gets from the sender's slot to the receiver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// The receiving NIC's DMA: the bytes are written into a slot of the receiver's pool (one
+    /// copy, not in the copy ledger), and the sender's slot completes.
+    #[default]
+    Copy,
+    /// A loopback: the sender's slot itself becomes the receiver's [`RxFrame`]
+    /// ([`InFlight::loop_back`]); no copy. The slot returns to the sender's pool when the
+    /// receiver drops the frame.
+    Lend,
+}
+
+/// What one direction of the wire did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WireStats {
+    /// Frames handed to the wire.
+    pub sent: u64,
+    /// Frames delivered to the receiver's pool.
+    pub delivered: u64,
+    /// Frames lost on purpose.
+    pub lost: u64,
+    /// Frames delivered out of order on purpose.
+    pub reordered: u64,
+    /// Extra copies delivered on purpose.
+    pub duplicated: u64,
+    /// Frames with a flipped byte.
+    pub corrupted: u64,
+    /// Frames over the MTU, dropped.
+    pub too_long: u64,
+    /// Frames dropped because the wire was full.
+    pub overflow: u64,
+}
+
+/// xorshift64*: seeded, reproducible.
+#[derive(Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+/// What a queued frame's bytes are.
+#[derive(Debug)]
+enum Payload {
+    /// The sender's slot itself, released when the frame is delivered (or dropped).
+    Slot(InFlight),
+    /// A duplicate's own copy.
+    Heap(Vec<u8>),
+}
+
+impl Payload {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Slot(f) => f,
+            Payload::Heap(v) => v,
+        }
+    }
+}
+
+/// A frame on the wire.
+#[derive(Debug)]
+struct Queued {
+    /// When it may be delivered.
+    at: Instant,
+    payload: Payload,
+    /// A byte to flip on delivery: (index, bit mask).
+    corrupt: Option<(usize, u8)>,
+}
+
+#[derive(Debug)]
+struct Direction {
+    faults: Faults,
+    rng: Rng,
+    queue: VecDeque<Queued>,
+    /// Sender slots held by queued frames, and the most there may be: the sender's "TX ring".
+    /// Half the sender's pool, so that each end always keeps slots to receive into (two ends
+    /// whose pools were all on the wire towards each other could never receive again).
+    slots_in_flight: usize,
+    ring: usize,
+    /// The sender's waker while its ring is full; woken when a frame is delivered.
+    tx_waker: Option<Waker>,
+    rx_waker: Option<Waker>,
+    stats: WireStats,
+    /// Everything sent this way is lost (a pulled cable), counted as `lost`.
+    cut: bool,
+    /// No fault can apply (all probabilities zero, no delay): `transmit` queues the frame
+    /// without consulting the random number generator (a benchmark's fast path).
+    perfect: bool,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// `dirs[0]`: from end 0 to end 1; `dirs[1]`: from end 1 to end 0.
+    dirs: [Mutex<Direction>; 2],
+    /// `slots_in_flight` of each direction, mirrored here (written under the direction's lock)
+    /// so that the sender's check for ring space takes no lock while there is space.
+    in_flight: [AtomicUsize; 2],
+    delivery: Delivery,
+}
+
+/// One end of the wire: a [`Driver`] over its own pool, made by [`wire_pair`].
+///
+/// Ethernet, MTU `faults.mtu` less the 14-byte Ethernet header, no TX headroom, no checksum
+/// offloads, link always up. Its TX side may keep half its pool's slots on the wire at once
+/// (its "TX ring"); further `poll_transmit_frame` calls are `Pending` until the other end
+/// receives some. Its RX side takes a slot from its pool for each frame it receives.
+pub struct WireEnd {
+    side: usize,
+    shared: Arc<Shared>,
+    pool: &'static FramePool,
+    mac: [u8; 6],
+    /// The clock for delays, and the timer that wakes this end when the next delayed frame
+    /// becomes due; `None` on a wire without delay.
+    timer: Option<Box<dyn WireTimer>>,
+    /// The ring size of the direction leaving this end (`Direction::ring`, fixed).
+    ring: usize,
+}
+
+impl core::fmt::Debug for WireEnd {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("WireEnd").field("side", &self.side).finish()
+    }
+}
+
+/// Two linked ends. End `i` uses `pools[i]` and MAC `02:00:00:00:00:0i+1`. Frames cross by
+/// [`Delivery::Copy`].
+///
+/// # Panics
+///
+/// If `faults.delay` is not zero: a delay needs a [`WireTimer`] per end ([`wire_pair_with`]).
+pub fn wire_pair(pools: [&'static FramePool; 2], faults: Faults) -> (WireEnd, WireEnd) {
+    wire_pair_with(pools, faults, Delivery::Copy, None)
+}
+
+/// [`wire_pair`] with the frames crossing by `delivery`, and with `timers` (end 0's, end 1's)
+/// for a [`Faults::delay`]. Without a delay `timers` may be `None`; given anyway, they are
+/// only consulted if a frame is delayed, which then never happens.
+///
+/// # Panics
+///
+/// If `faults.delay` is not zero and `timers` is `None`.
+pub fn wire_pair_with(
+    pools: [&'static FramePool; 2],
+    faults: Faults,
+    delivery: Delivery,
+    timers: Option<[Box<dyn WireTimer>; 2]>,
+) -> (WireEnd, WireEnd) {
+    assert!(
+        faults.delay.is_zero() || timers.is_some(),
+        "a wire with Faults::delay needs a WireTimer per end (wire_pair_with)"
+    );
+    let dir = |k: u64, sender: &FramePool| {
+        Mutex::new(Direction {
+            slots_in_flight: 0,
+            ring: (sender.slot_count() / 2).max(1),
+            tx_waker: None,
+            faults,
+            rng: Rng(faults
+                .seed
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .wrapping_add(k)
+                | 1),
+            queue: VecDeque::new(),
+            rx_waker: None,
+            stats: WireStats::default(),
+            cut: false,
+            perfect: faults.loss == 0.0
+                && faults.reorder == 0.0
+                && faults.duplicate == 0.0
+                && faults.corrupt == 0.0
+                && faults.delay.is_zero(),
+        })
+    };
+    let shared = Arc::new(Shared {
+        dirs: [dir(1, pools[0]), dir(2, pools[1])],
+        in_flight: [AtomicUsize::new(0), AtomicUsize::new(0)],
+        delivery,
+    });
+    let [t0, t1] = match timers {
+        Some([t0, t1]) => [Some(t0), Some(t1)],
+        None => [None, None],
+    };
+    let end = |side: usize, timer: Option<Box<dyn WireTimer>>| WireEnd {
+        side,
+        shared: shared.clone(),
+        pool: pools[side],
+        mac: [0x02, 0, 0, 0, 0, side as u8 + 1],
+        timer,
+        ring: (pools[side].slot_count() / 2).max(1),
+    };
+    (end(0, t0), end(1, t1))
+}
+
+impl WireEnd {
+    /// A handle to this end's counters and switches, usable while the end itself is owned
+    /// (as a `&'static mut` driver) by a stack.
+    pub fn handle(&self) -> WireHandle {
+        WireHandle {
+            side: self.side,
+            shared: self.shared.clone(),
+            mac: self.mac,
+        }
+    }
+}
+
+/// Shared access to one end of the wire ([`WireEnd::handle`]): its counters, the cut switch and
+/// frame injection. Everything it touches sits behind the wire's own mutexes.
+#[derive(Clone)]
+pub struct WireHandle {
+    side: usize,
+    shared: Arc<Shared>,
+    mac: [u8; 6],
+}
+
+impl core::fmt::Debug for WireHandle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("WireHandle")
+            .field("side", &self.side)
+            .finish()
+    }
+}
+
+impl WireHandle {
+    /// What the direction leaving this end did.
+    pub fn tx_stats(&self) -> WireStats {
+        self.shared.dirs[self.side].lock().stats
+    }
+
+    /// Cuts (`true`) or restores the direction leaving this end: while cut, every frame sent
+    /// from here is lost.
+    pub fn set_cut(&self, cut: bool) {
+        self.shared.dirs[self.side].lock().cut = cut;
+    }
+
+    /// The MAC address of this end.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Puts `frame` on the wire as if this end had transmitted it, bypassing this end's stack
+    /// (for frames the stack cannot build, e.g. a router advertisement). It arrives at the
+    /// other end now, unaffected by faults, and is counted as sent and delivered normally.
+    pub fn inject(&self, frame: &[u8]) {
+        let mut dir = self.shared.dirs[self.side].lock();
+        dir.stats.sent += 1;
+        dir.queue.push_back(Queued {
+            at: AT_ONCE,
+            payload: Payload::Heap(frame.to_vec()),
+            corrupt: None,
+        });
+        if let Some(w) = &dir.rx_waker {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// Stores the caller's waker unless the stored one already wakes the same task (no clone).
+fn set_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
+    }
+}
+
+impl WireEnd {
+    /// A sender slot joins the queue of the direction leaving this end (`d`, locked): counted
+    /// against the ring, and the count mirrored for the lock-free ring check.
+    fn count_in_flight(&self, d: &mut Direction) {
+        d.slots_in_flight += 1;
+        self.shared.in_flight[self.side].store(d.slots_in_flight, Relaxed);
+    }
+}
+
+impl Driver for WireEnd {
+    fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
+        let mut dir = self.shared.dirs[1 - self.side].lock();
+        let (due, lend) = match dir.queue.front() {
+            None => {
+                set_waker(&mut dir.rx_waker, cx);
+                return Poll::Pending;
+            }
+            Some(q) => (
+                q.at,
+                self.shared.delivery == Delivery::Lend
+                    && q.corrupt.is_none()
+                    && matches!(q.payload, Payload::Slot(_)),
+            ),
+        };
+        // Frames without a delay are queued due at zero: no clock read on the fast path.
+        if due > AT_ONCE {
+            let timer = self
+                .timer
+                .as_mut()
+                .expect("a delayed frame implies the wire has timers");
+            if due > timer.now() {
+                set_waker(&mut dir.rx_waker, cx);
+                drop(dir);
+                if timer.poll_until(due, cx).is_ready() {
+                    cx.waker().wake_by_ref();
+                }
+                return Poll::Pending;
+            }
+        }
+        // Copying, the receiving NIC needs a buffer; without one the frame waits (the pool wakes
+        // us). Lending, the sender's slot is the buffer.
+        let slot = if lend {
+            None
+        } else {
+            match self.pool.poll_alloc_rx(cx) {
+                Poll::Ready(s) => Some(s),
+                Poll::Pending => return Poll::Pending,
+            }
+        };
+        let q = dir.queue.pop_front().expect("front exists");
+        dir.stats.delivered += 1;
+        let mut sender = None;
+        if matches!(q.payload, Payload::Slot(_)) {
+            dir.slots_in_flight -= 1;
+            self.shared.in_flight[1 - self.side].store(dir.slots_in_flight, Relaxed);
+            sender = dir.tx_waker.take();
+        }
+        drop(dir);
+        if let Some(w) = sender {
+            w.wake();
+        }
+        let Some(mut slot) = slot else {
+            let Payload::Slot(frame) = q.payload else {
+                unreachable!("only slots are lent")
+            };
+            return Poll::Ready(frame.loop_back());
+        };
+        let bytes = q.payload.bytes();
+        let n = bytes.len().min(slot.capacity());
+        let buf = &mut slot.buffer_mut()[..n];
+        buf.copy_from_slice(&bytes[..n]); // the receiving NIC's DMA
+        if let Some((i, mask)) = q.corrupt {
+            if let Some(b) = buf.get_mut(i) {
+                *b ^= mask;
+            }
+        }
+        // The sender's slot (if the payload is one) completes here and returns to its pool.
+        drop(q);
+        match slot.complete(n) {
+            Ok(f) => Poll::Ready(f),
+            Err(_) => unreachable!("n <= capacity"),
+        }
+    }
+
+    fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        // Only this end adds to its direction's count, so a stale read can only be too high:
+        // the locked check below then decides.
+        if self.shared.in_flight[self.side].load(Relaxed) >= self.ring {
+            let mut dir = self.shared.dirs[self.side].lock();
+            if dir.slots_in_flight >= dir.ring {
+                set_waker(&mut dir.tx_waker, cx);
+                return Poll::Pending;
+            }
+        }
+        self.pool.poll_alloc_tx(cx)
+    }
+
+    fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
+        let mut dir = self.shared.dirs[self.side].lock();
+        let d = &mut *dir;
+        d.stats.sent += 1;
+        if frame.len() > d.faults.mtu {
+            d.stats.too_long += 1;
+            return Err(TxError::TooLong {
+                len: frame.len(),
+                max: d.faults.mtu,
+            });
+        }
+        if d.perfect && !d.cut {
+            // Nothing to draw: the frame joins the queue as it is, due at once.
+            if d.queue.len() >= d.faults.capacity {
+                d.stats.overflow += 1;
+                return Ok(()); // tail-dropped: "transmitted", its slot is free again
+            }
+            self.count_in_flight(d);
+            d.queue.push_back(Queued {
+                at: AT_ONCE,
+                payload: Payload::Slot(frame.into_device()),
+                corrupt: None,
+            });
+            if let Some(w) = &d.rx_waker {
+                w.wake_by_ref();
+            }
+            return Ok(());
+        }
+        if d.cut || d.rng.chance(d.faults.loss) {
+            d.stats.lost += 1;
+            return Ok(()); // the frame drops here: "transmitted", its slot is free again
+        }
+        let duplicate = d.rng.chance(d.faults.duplicate);
+        let mut frames = [Some(Payload::Slot(frame.into_device())), None];
+        if duplicate {
+            d.stats.duplicated += 1;
+            frames[1] = frames[0]
+                .as_ref()
+                .map(|p| Payload::Heap(p.bytes().to_vec()));
+        }
+        for payload in frames.into_iter().flatten() {
+            if d.queue.len() >= d.faults.capacity {
+                d.stats.overflow += 1;
+                continue;
+            }
+            if matches!(payload, Payload::Slot(_)) {
+                self.count_in_flight(d);
+            }
+            let len = payload.bytes().len();
+            let corrupt = if d.rng.chance(d.faults.corrupt) && len > 0 {
+                d.stats.corrupted += 1;
+                let i = (d.rng.next() % len as u64) as usize;
+                Some((i, 1u8 << (d.rng.next() % 8)))
+            } else {
+                None
+            };
+            // Due at once unless delayed (zero: no clock read, see `poll_receive`).
+            let at = if d.faults.delay.is_zero() {
+                AT_ONCE
+            } else {
+                let timer = self.timer.as_ref().expect("checked by wire_pair_with");
+                timer.now() + d.faults.delay
+            };
+            if d.rng.chance(d.faults.reorder) && !d.queue.is_empty() {
+                // Deliver ahead of the last queued frame (which then arrives after this one).
+                let last = d.queue.len() - 1;
+                let at = d.queue[last].at;
+                d.queue.insert(
+                    last,
+                    Queued {
+                        at,
+                        payload,
+                        corrupt,
+                    },
+                );
+                d.stats.reordered += 1;
+            } else {
+                d.queue.push_back(Queued {
+                    at,
+                    payload,
+                    corrupt,
+                });
+            }
+        }
+        // The receiver's waker stays registered (it is the same task every time).
+        if let Some(w) = &d.rx_waker {
+            w.wake_by_ref();
+        }
+        Ok(())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mtu = self.shared.dirs[self.side].lock().faults.mtu;
+        Capabilities {
+            medium: Medium::Ethernet,
+            mtu: mtu - crate::ETHERNET_HEADER_LEN,
+            tx_headroom: 0,
+            checksum: ChecksumOffloads::empty(),
+            max_burst: None,
+        }
+    }
+
+    fn hardware_address(&self) -> HardwareAddress {
+        HardwareAddress::Ethernet(self.mac)
+    }
+
+    fn poll_link_state(&mut self, _cx: &mut Context<'_>) -> LinkState {
+        LinkState::Up
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::sim::CountingWaker;
+    use crate::{PoolConfig, SlotState};
+    use std::sync::atomic::AtomicU64;
+
+    /// Two 8-slot pools and a wire between them.
+    fn ends(faults: Faults, delivery: Delivery) -> ([&'static FramePool; 2], WireEnd, WireEnd) {
+        let pools = [
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+        ];
+        let (a, b) = wire_pair_with(pools, faults, delivery, None);
+        (pools, a, b)
+    }
+
+    fn send(end: &mut WireEnd, cx: &mut Context<'_>, byte: u8) -> bool {
+        match end.poll_transmit_frame(cx) {
+            Poll::Ready(mut f) => {
+                f.set_len(60).unwrap();
+                f.fill(byte);
+                end.transmit(f).unwrap();
+                true
+            }
+            Poll::Pending => false,
+        }
+    }
+
+    #[test]
+    fn frames_cross_in_the_senders_slot_and_the_ring_applies_backpressure() {
+        let (pools, mut a, mut b) = ends(Faults::default(), Delivery::Copy);
+        let (tx_wakes, tx_waker) = CountingWaker::new();
+        let mut cx = Context::from_waker(&tx_waker);
+        // Half of A's pool may be on the wire; then A's TX side waits.
+        let mut sent = 0u8;
+        while send(&mut a, &mut cx, sent) {
+            sent += 1;
+            assert!(sent <= 4, "the ring holds half the pool");
+        }
+        assert_eq!(sent, 4);
+        assert_eq!(
+            pools[0].occupancy().get(SlotState::Device),
+            4,
+            "frames stay in A's slots"
+        );
+        // B receives one: one copy into B's pool, A's slot completes, A's TX side is woken.
+        let (_, rx_waker) = CountingWaker::new();
+        let f = match b.poll_receive(&mut Context::from_waker(&rx_waker)) {
+            Poll::Ready(f) => f,
+            Poll::Pending => panic!("a frame is due"),
+        };
+        assert_eq!(&f[..], &[0u8; 60][..]);
+        assert_eq!(pools[0].occupancy().get(SlotState::Device), 3);
+        assert_eq!(tx_wakes.wakes(), 1);
+        assert!(send(&mut a, &mut cx, 9));
+        // Order is kept and bytes are exact.
+        drop(f);
+        for want in [1u8, 2, 3, 9] {
+            match b.poll_receive(&mut Context::from_waker(&rx_waker)) {
+                Poll::Ready(f) => assert!(f.iter().all(|&x| x == want)),
+                Poll::Pending => panic!("frame {want} is due"),
+            }
+        }
+        assert_eq!(pools[0].occupancy().get(SlotState::Device), 0);
+        assert_eq!(pools[0].occupancy().in_use(), 0);
+    }
+
+    #[test]
+    fn lending_hands_the_senders_slot_to_the_receiver_without_a_copy() {
+        let (pools, mut a, mut b) = ends(Faults::default(), Delivery::Lend);
+        let (tx_wakes, tx_waker) = CountingWaker::new();
+        let mut cx = Context::from_waker(&tx_waker);
+        let mut sent = 0u8;
+        while send(&mut a, &mut cx, sent) {
+            sent += 1;
+            assert!(sent <= 4, "the ring still holds half the pool");
+        }
+        assert_eq!(sent, 4);
+        let (_, rx_waker) = CountingWaker::new();
+        let mut rx = Context::from_waker(&rx_waker);
+        let f = match b.poll_receive(&mut rx) {
+            Poll::Ready(f) => f,
+            Poll::Pending => panic!("a frame is due"),
+        };
+        // The received frame is A's slot itself: A's pool, A's memory, B's pool untouched.
+        assert!(core::ptr::eq(f.pool(), pools[0]));
+        assert_eq!(pools[0].slot_of(f.as_ptr()), Some(f.slot_index()));
+        assert_eq!(pools[0].slot_state(f.slot_index()), Some(SlotState::Stack));
+        assert_eq!(
+            pools[1].occupancy().in_use(),
+            0,
+            "no receive buffer was taken"
+        );
+        assert_eq!(&f[..], &[0u8; 60][..]);
+        assert_eq!(tx_wakes.wakes(), 1, "the ring has room again");
+        // The slot returns to A's pool when B drops the frame.
+        let slot = f.slot_index();
+        drop(f);
+        assert_eq!(pools[0].slot_state(slot), Some(SlotState::Free));
+        for want in 1u8..4 {
+            match b.poll_receive(&mut rx) {
+                Poll::Ready(f) => assert!(f.iter().all(|&x| x == want)),
+                Poll::Pending => panic!("frame {want} is due"),
+            }
+        }
+        assert!(b.poll_receive(&mut rx).is_pending());
+        assert_eq!(pools[0].occupancy().in_use(), 0);
+    }
+
+    #[test]
+    fn lending_still_copies_a_corrupted_frame() {
+        let faults = Faults {
+            corrupt: 1.0,
+            ..Faults::default()
+        };
+        let (pools, mut a, mut b) = ends(faults, Delivery::Lend);
+        let (_, waker) = CountingWaker::new();
+        let mut cx = Context::from_waker(&waker);
+        assert!(send(&mut a, &mut cx, 0));
+        let f = match b.poll_receive(&mut cx) {
+            Poll::Ready(f) => f,
+            Poll::Pending => panic!("a frame is due"),
+        };
+        assert!(core::ptr::eq(f.pool(), pools[1]), "copied into B's pool");
+        assert_eq!(f.iter().filter(|&&x| x != 0).count(), 1, "one byte flipped");
+        assert_eq!(pools[0].occupancy().in_use(), 0, "A's slot completed");
+    }
+
+    /// A manual clock shared by both ends' timers: the test moves it.
+    struct ManualTimer {
+        nanos: &'static AtomicU64,
+        polls: Arc<AtomicUsize>,
+    }
+
+    impl WireTimer for ManualTimer {
+        fn now(&self) -> Duration {
+            Duration::from_nanos(self.nanos.load(Relaxed))
+        }
+
+        fn poll_until(&mut self, deadline: Duration, _cx: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, Relaxed);
+            if self.now() >= deadline {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+
+    #[test]
+    fn a_delayed_frame_waits_for_its_due_time_on_the_ends_timer() {
+        let nanos: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(1_000)));
+        let polls = Arc::new(AtomicUsize::new(0));
+        let timer = || -> Box<dyn WireTimer> {
+            Box::new(ManualTimer {
+                nanos,
+                polls: polls.clone(),
+            })
+        };
+        let pools = [
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+        ];
+        let faults = Faults {
+            delay: Duration::from_millis(5),
+            ..Faults::default()
+        };
+        let (mut a, mut b) =
+            wire_pair_with(pools, faults, Delivery::Copy, Some([timer(), timer()]));
+        let (_, waker) = CountingWaker::new();
+        let mut cx = Context::from_waker(&waker);
+        assert!(send(&mut a, &mut cx, 7));
+        // Not due yet: B asks its timer, receives nothing.
+        assert!(b.poll_receive(&mut cx).is_pending());
+        assert_eq!(polls.load(Relaxed), 1);
+        nanos.fetch_add(4_999_999, Relaxed);
+        assert!(b.poll_receive(&mut cx).is_pending());
+        nanos.fetch_add(1, Relaxed);
+        match b.poll_receive(&mut cx) {
+            Poll::Ready(f) => assert!(f.iter().all(|&x| x == 7)),
+            Poll::Pending => panic!("due now"),
+        }
+        assert_eq!(polls.load(Relaxed), 2, "a due frame needs no timer");
+    }
+
+    #[test]
+    #[should_panic(expected = "needs a WireTimer")]
+    fn a_delay_without_timers_is_refused() {
+        let pools = [
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+        ];
+        let faults = Faults {
+            delay: Duration::from_millis(1),
+            ..Faults::default()
+        };
+        let _ = wire_pair(pools, faults);
+    }
+}
