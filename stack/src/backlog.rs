@@ -1,11 +1,11 @@
 //! A real listen backlog: a SYN for a [`TcpListener`](crate::tcp::TcpListener)'s port that finds
 //! every one of its listening sockets busy is dropped, not answered.
 //!
-//! smoltcp answers a SYN that matches no listening socket with RST, so with a backlog of 16 the
-//! 17th simultaneous client would be refused. Real stacks drop such a SYN instead: the client
-//! retransmits it after its timeout, by when the listener has re-armed. Ingress therefore
-//! peeks at each frame before smoltcp sees it (a few header reads, no copy) and drops a SYN for
-//! a registered listener port when no socket is in `Listen` on that port, counting it as
+//! A SYN that no connection and no listening socket takes is answered with RST, so with a
+//! backlog of 16 the 17th simultaneous client would be refused. Real stacks drop such a SYN
+//! instead: the client retransmits it after its timeout, by when the listener has re-armed.
+//! TCP ingress (`tcp_io.rs`) therefore drops a SYN (without ACK) that nothing takes when its
+//! port is a registered listener port, counting it as
 //! [`DropReason::BacklogFull`](crate::DropReason::BacklogFull).
 //!
 //! The same table lets a listener that is short of listening sockets (the stack's socket slots
@@ -20,13 +20,6 @@
 //! [`Stack::tcp_buffers_returned`]: crate::Stack::tcp_buffers_returned
 
 use core::task::Waker;
-
-use smoltcp::iface::SocketSet;
-use smoltcp::phy::Medium;
-use smoltcp::socket::{tcp, Socket};
-use smoltcp::wire::{
-    EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket,
-};
 
 use crate::StackError;
 
@@ -45,8 +38,8 @@ struct Entry {
 #[derive(Debug)]
 pub(crate) struct ListenerPorts {
     entries: [Option<Entry>; MAX_LISTENERS],
-    /// How many entries are `Some`: ingress asks "any listener?" for every frame, and a count
-    /// answers without walking the table.
+    /// How many entries are `Some`: ingress asks "a listener on this port?" for every SYN
+    /// nothing takes, and a count answers without walking the table when there is none.
     len: usize,
     /// How many entries hold a slot waiter (`Entry::slot_waiter` is `Some`): asked after every
     /// ingress batch, answered the same way.
@@ -126,69 +119,14 @@ impl ListenerPorts {
         }
     }
 
-    fn contains(&self, port: u16) -> bool {
-        self.entries.iter().flatten().any(|e| e.port == port)
+    /// Whether a listener is registered on `port`.
+    pub(crate) fn contains(&self, port: u16) -> bool {
+        !self.is_empty() && self.entries.iter().flatten().any(|e| e.port == port)
     }
 
     fn is_empty(&self) -> bool {
         self.len == 0
     }
-
-    /// Whether `frame` is a SYN for a listener port whose listening sockets are all busy.
-    pub(crate) fn overflows(&self, medium: Medium, frame: &[u8], sockets: &SocketSet<'_>) -> bool {
-        if self.is_empty() {
-            return false;
-        }
-        let Some(port) = syn_port(medium, frame) else {
-            return false;
-        };
-        self.contains(port)
-            && !sockets.iter().any(|(_, s)| match s {
-                Socket::Tcp(t) => {
-                    t.state() == tcp::State::Listen && t.listen_endpoint().port == port
-                }
-                #[allow(unreachable_patterns)]
-                _ => false,
-            })
-    }
-}
-
-/// The destination port of a connection-opening TCP segment (SYN without ACK), or `None` for
-/// anything else or anything malformed (smoltcp then judges it as usual).
-fn syn_port(medium: Medium, frame: &[u8]) -> Option<u16> {
-    let ip = match medium {
-        Medium::Ethernet => {
-            let eth = EthernetFrame::new_checked(frame).ok()?;
-            match eth.ethertype() {
-                EthernetProtocol::Ipv4 | EthernetProtocol::Ipv6 => {
-                    &frame[EthernetFrame::<&[u8]>::header_len()..]
-                }
-                _ => return None,
-            }
-        }
-        Medium::Ip => frame,
-        #[allow(unreachable_patterns)]
-        _ => return None,
-    };
-    let segment = match ip.first()? >> 4 {
-        4 => {
-            let p = Ipv4Packet::new_checked(ip).ok()?;
-            if p.next_header() != IpProtocol::Tcp || p.more_frags() || p.frag_offset() != 0 {
-                return None;
-            }
-            &ip[p.header_len() as usize..usize::from(p.total_len())]
-        }
-        6 => {
-            let p = Ipv6Packet::new_checked(ip).ok()?;
-            if p.next_header() != IpProtocol::Tcp {
-                return None;
-            }
-            &ip[40..40 + usize::from(p.payload_len())]
-        }
-        _ => return None,
-    };
-    let tcp = TcpPacket::new_checked(segment).ok()?;
-    (tcp.syn() && !tcp.ack()).then(|| tcp.dst_port())
 }
 
 #[cfg(test)]
@@ -199,41 +137,6 @@ mod tests {
     use std::task::Wake;
 
     use super::*;
-
-    /// An Ethernet + IPv4 + TCP frame with the given flags to port 80.
-    fn frame(syn: bool, ack: bool) -> [u8; 54] {
-        let mut f = [0u8; 54];
-        f[12..14].copy_from_slice(&[0x08, 0x00]);
-        let ip = &mut f[14..34];
-        ip[0] = 0x45;
-        ip[2..4].copy_from_slice(&40u16.to_be_bytes());
-        ip[8] = 64;
-        ip[9] = 6;
-        let tcp = &mut f[34..54];
-        tcp[2..4].copy_from_slice(&80u16.to_be_bytes());
-        tcp[12] = 5 << 4;
-        tcp[13] = (u8::from(syn) << 1) | (u8::from(ack) << 4);
-        f
-    }
-
-    #[test]
-    fn only_a_bare_syn_counts() {
-        assert_eq!(syn_port(Medium::Ethernet, &frame(true, false)), Some(80));
-        assert_eq!(syn_port(Medium::Ethernet, &frame(true, true)), None);
-        assert_eq!(syn_port(Medium::Ethernet, &frame(false, true)), None);
-        assert_eq!(syn_port(Medium::Ip, &frame(true, false)[14..]), Some(80));
-    }
-
-    #[test]
-    fn truncated_or_foreign_frames_are_left_alone() {
-        let f = frame(true, false);
-        for n in 0..f.len() {
-            assert_eq!(syn_port(Medium::Ethernet, &f[..n]), None, "cut at {n}");
-        }
-        let mut arp = f;
-        arp[12..14].copy_from_slice(&[0x08, 0x06]);
-        assert_eq!(syn_port(Medium::Ethernet, &arp), None);
-    }
 
     #[test]
     fn ports_are_counted_per_listener() {

@@ -81,6 +81,8 @@ mod socket_meta;
 mod stack;
 mod stats;
 mod tcb;
+mod tcp_io;
+mod tcp_table;
 mod waiters;
 
 pub use autoconf::{

@@ -79,8 +79,11 @@ struct Held {
     /// Set when the frame was sent (or failed); collected by the waiting `send_to`.
     outcome: Option<Result<(), DatagramError>>,
     waker: Option<Waker>,
-    /// The waiting `send_to` was dropped: free the place as soon as there is an outcome.
+    /// The waiting `send_to` was dropped (or, for a TCP segment, nobody waits): free the place
+    /// as soon as there is an outcome.
     detached: bool,
+    /// A zero-copy datagram (counted as one when sent), not a TCP segment.
+    datagram: bool,
 }
 
 /// The table and the held frames (part of the stack's locked state).
@@ -179,17 +182,13 @@ impl Neighbors {
         let _ = self.lookup(ip, now);
     }
 
-    /// Whether a resolution or refresh is in progress: ingress then snoops ARP even with no
-    /// zero-copy socket bound, so the answer completes the entry.
-    pub(crate) fn resolving(&self) -> bool {
-        self.requests_wanted
-    }
-
-    /// Holds `frame` until `next_hop` resolves; returns the ticket its sender waits on.
+    /// Holds `frame` (a zero-copy `datagram`, or a TCP segment) until `next_hop` resolves;
+    /// returns the ticket its sender waits on.
     pub(crate) fn hold(
         &mut self,
         frame: TxFrame,
         next_hop: IpAddress,
+        datagram: bool,
     ) -> Result<u32, DatagramError> {
         let place = self
             .held
@@ -205,6 +204,7 @@ impl Neighbors {
             outcome: None,
             waker: None,
             detached: false,
+            datagram,
         });
         Ok(ticket)
     }
@@ -361,11 +361,22 @@ fn ethertype_of(frame: &TxFrame) -> EthernetProtocol {
     }
 }
 
-/// Hands a finished frame to the driver, counting it.
+/// Hands a finished datagram to the driver, counting it.
 pub(crate) fn transmit(
     st: &mut State,
     frame: TxFrame,
     counters: &Counters,
+) -> Result<(), DatagramError> {
+    transmit_counted(st, frame, counters, true)
+}
+
+/// Hands a finished frame to the driver, counting it (as a zero-copy datagram too when
+/// `datagram`).
+fn transmit_counted(
+    st: &mut State,
+    frame: TxFrame,
+    counters: &Counters,
+    datagram: bool,
 ) -> Result<(), DatagramError> {
     if !st.link.is_up() {
         // The frame's slot goes back to the pool; the sender hears why.
@@ -375,7 +386,9 @@ pub(crate) fn transmit(
     match st.driver.transmit(frame) {
         Ok(()) => {
             counters.frame_out();
-            counters.datagram_out();
+            if datagram {
+                counters.datagram_out();
+            }
             Ok(())
         }
         Err(e) => {
@@ -421,14 +434,14 @@ fn learn(st: &mut State, ip: IpAddress, mac: EthernetAddress, now: Instant, coun
         return;
     };
     for i in 0..MAX_HELD_FRAMES {
-        let frame = match &mut st.neighbors.held[i] {
-            Some(h) if h.next_hop == ip => h.frame.take(),
-            _ => None,
+        let (frame, datagram) = match &mut st.neighbors.held[i] {
+            Some(h) if h.next_hop == ip => (h.frame.take(), h.datagram),
+            _ => (None, false),
         };
         let Some(mut frame) = frame else { continue };
         let ethertype = ethertype_of(&frame);
         let outcome = push_ethernet(&mut frame, src, mac, ethertype)
-            .and_then(|()| transmit(st, frame, counters));
+            .and_then(|()| transmit_counted(st, frame, counters, datagram));
         settle(&mut st.neighbors.held[i], outcome);
     }
 }

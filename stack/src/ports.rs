@@ -165,14 +165,7 @@ impl State {
     }
 
     fn tcp_port_in_use(&self, port: u16) -> bool {
-        self.sockets.iter().any(|(_, s)| match s {
-            Socket::Tcp(t) => {
-                t.local_endpoint().is_some_and(|e| e.port == port)
-                    || t.listen_endpoint().port == port
-            }
-            #[allow(unreachable_patterns)]
-            _ => false,
-        })
+        self.tcp.uses_port(port)
     }
 
     /// Whether a socket other than `except` uses UDP `port` (see the [module docs](self)).

@@ -125,10 +125,27 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
             processed += 1;
             continue;
         };
-        // What smoltcp will drop, counted (`rx_check.rs`); wrong checksums, which smoltcp
-        // leaves to ingress, drop here.
+        // TCP segments for us go to zcnet's TCP; what smoltcp will drop is counted
+        // (`rx_check.rs`); wrong checksums, which smoltcp leaves to ingress, drop here.
         let doomed = match crate::rx_check::check(&st, &frame) {
             crate::rx_check::Verdict::Pass => None,
+            crate::rx_check::Verdict::Tcp(seg) => {
+                match crate::tcp_io::ingress(&mut st, frame, seg, now, cx.waker(), counters) {
+                    None => {
+                        processed += 1;
+                        continue;
+                    }
+                    Some(unprocessed) => {
+                        // No TX frame for a possible answer: keep the segment until egress
+                        // ran, as below.
+                        st.pending_rx = Some(unprocessed);
+                        if st.egress_waker.is_some() {
+                            st.ingress_waiting_tx = Some(cx.waker().clone());
+                        }
+                        break;
+                    }
+                }
+            }
             crate::rx_check::Verdict::Doomed(reason) => Some(reason),
             crate::rx_check::Verdict::Drop(reason) => {
                 counters.drop(reason);
@@ -136,14 +153,6 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
                 continue; // the frame drops here: its slot returns to the pool
             }
         };
-        if st
-            .listener_ports
-            .overflows(st.caps.medium, &frame, &st.sockets)
-        {
-            counters.drop(DropReason::BacklogFull);
-            processed += 1;
-            continue; // the frame drops here: its slot returns to the pool
-        }
         let (mut dev, iface, sockets) = st.step(cx.waker(), Some(frame), counters);
         let _ = iface.poll_ingress_single(now, &mut dev, sockets);
         // Counted once smoltcp has handled the frame (not when it is kept for a retry).
@@ -213,12 +222,15 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     }
     st.iface.poll_maintenance(now);
     let before = counters.frames_out();
-    // Zero-copy sockets waiting for a TX frame (the driver's TX waiter is ours), then due
-    // ARP requests / neighbour solicitations and neighbour timeouts.
+    // Zero-copy sockets waiting for a TX frame (the driver's TX waiter is ours), then what
+    // the TCP connections have due, then due ARP requests / neighbour solicitations (those
+    // TCP segments just asked for included) and neighbour timeouts.
     st.zc.wake_tx_waiters();
-    let zc_starved = crate::neighbor::egress(st, now, cx.waker(), counters);
-    let mut starved = zc_starved;
-    st.metas.before_egress(&st.sockets);
+    let tcp = crate::tcp_io::egress(st, now, cx.waker(), counters);
+    let mut starved = tcp.starved;
+    if !starved {
+        starved = crate::neighbor::egress(st, now, cx.waker(), counters);
+    }
     // smoltcp emits at most one packet per socket per pass. After the first pass that
     // emitted, ask `poll_at` (needed below anyway) whether anything is due now rather than
     // making a final pass over every socket only to find nothing: a request/response exchange
@@ -226,7 +238,7 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     // again until a pass finds nothing, without asking `poll_at` after each segment.
     let mut known_at = None;
     let mut asked = false;
-    loop {
+    while !starved {
         let (mut dev, iface, sockets) = st.step(cx.waker(), None, counters);
         let r = iface.poll_egress(now, &mut dev, sockets);
         starved |= dev.starved;
@@ -242,7 +254,6 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
             }
         }
     }
-    st.metas.after_egress(&st.sockets);
     // A DHCP lease may have expired, a SLAAC prefix or route timed out: apply it.
     crate::autoconf::after_egress(st, now, starved, counters);
     let idle = counters.frames_out() == before;
@@ -259,6 +270,7 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
             _ => st.iface.poll_at(now, &st.sockets),
         };
         let at = crate::autoconf::deadline(st, now, at, idle);
+        let at = crate::stack::earliest(at, tcp.deadline);
         crate::stack::earliest(at, st.neighbors.deadline()).map(|at| {
             // A deadline already past (smoltcp waiting on something other than us, e.g. a
             // neighbour) would make egress spin: wait at least one millisecond.

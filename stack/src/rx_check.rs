@@ -60,11 +60,28 @@ pub(crate) fn smoltcp_checksums(driver: &ChecksumCapabilities) -> ChecksumCapabi
     c
 }
 
+/// Where a TCP segment addressed to the stack sits in its frame, checksum verified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TcpSeg {
+    /// The IP source.
+    pub(crate) src: IpAddress,
+    /// The IP destination: one of the interface's unicast addresses.
+    pub(crate) dst: IpAddress,
+    /// The IP TTL / hop limit.
+    pub(crate) hop_limit: u8,
+    /// Offset of the TCP header in the frame.
+    pub(crate) start: usize,
+    /// Length of the TCP segment (header and payload).
+    pub(crate) len: usize,
+}
+
 /// What ingress does with a frame before smoltcp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
     /// smoltcp gets it.
     Pass,
+    /// A TCP segment for the stack's own TCP (`tcp_io.rs`); smoltcp never sees it.
+    Tcp(TcpSeg),
     /// smoltcp gets it and will drop it: count the reason once smoltcp has handled it.
     Doomed(DropReason),
     /// A checksum ingress verifies for smoltcp is wrong: drop it here, counted.
@@ -103,13 +120,53 @@ pub(crate) fn check(st: &State, frame: &[u8]) -> Verdict {
         _ => return Verdict::Pass,
     };
     match (v, version(ip)) {
-        (4, Some(4)) => check_v4(st, ip),
-        (6, Some(6)) => check_v6(st, ip),
+        (4, Some(4)) => check_v4(st, frame, ip),
+        (6, Some(6)) => check_v6(st, frame, ip),
         _ => Verdict::Doomed(DropReason::Malformed),
     }
 }
 
-fn check_v4(st: &State, ip: &[u8]) -> Verdict {
+/// The verdict on a TCP segment `payload` (a slice of `frame`) from `src` to `dst`: for the
+/// stack's TCP when its header is whole, its checksum right and its addresses usable (a
+/// unicast destination of ours, a source that is not unspecified, broadcast or multicast),
+/// else dropped here, counted.
+fn check_tcp(
+    st: &State,
+    frame: &[u8],
+    src: IpAddress,
+    dst: IpAddress,
+    hop_limit: u8,
+    payload: &[u8],
+) -> Verdict {
+    let Ok(t) = TcpPacket::new_checked(payload) else {
+        return Verdict::Drop(DropReason::Malformed);
+    };
+    if st.caps.checksum.tcp.rx() && !t.verify_checksum(&src, &dst) {
+        return Verdict::Drop(DropReason::BadChecksum);
+    }
+    if !st.iface.has_ip_addr(dst) {
+        // A broadcast or multicast destination: TCP is unicast only.
+        return Verdict::Drop(DropReason::NotForUs);
+    }
+    let bad_source = match src {
+        IpAddress::Ipv4(a) => a.is_unspecified() || a.is_multicast() || is_v4_broadcast(&st.iface, a),
+        IpAddress::Ipv6(a) => a.is_unspecified() || a.is_multicast(),
+    };
+    if bad_source {
+        return Verdict::Drop(DropReason::Malformed);
+    }
+    // `payload` is a subslice of `frame`: its offset is the difference of their addresses.
+    let start = (payload.as_ptr() as usize).wrapping_sub(frame.as_ptr() as usize);
+    Verdict::Tcp(TcpSeg {
+        src,
+        dst,
+        hop_limit,
+        start,
+        len: payload.len(),
+    })
+}
+
+fn check_v4(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
     let Ok(p) = Ipv4Packet::new_checked(ip) else {
         return Verdict::Doomed(DropReason::Malformed);
     };
@@ -130,6 +187,16 @@ fn check_v4(st: &State, ip: &[u8]) -> Verdict {
     if !ours {
         return Verdict::Doomed(DropReason::NotForUs);
     }
+    if p.next_header() == IpProtocol::Tcp {
+        return check_tcp(
+            st,
+            frame,
+            IpAddress::Ipv4(src),
+            IpAddress::Ipv4(dst),
+            p.hop_limit(),
+            payload,
+        );
+    }
     check_transport(
         ck,
         p.next_header(),
@@ -139,7 +206,7 @@ fn check_v4(st: &State, ip: &[u8]) -> Verdict {
     )
 }
 
-fn check_v6(st: &State, ip: &[u8]) -> Verdict {
+fn check_v6(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
     let Ok(p) = Ipv6Packet::new_checked(ip) else {
         return Verdict::Doomed(DropReason::Malformed);
     };
@@ -155,6 +222,16 @@ fn check_v6(st: &State, ip: &[u8]) -> Verdict {
     let dst = p.dst_addr();
     if !(st.iface.has_ip_addr(dst) || dst.is_multicast() || dst.is_loopback()) {
         return Verdict::Doomed(DropReason::NotForUs);
+    }
+    if next == IpProtocol::Tcp {
+        return check_tcp(
+            st,
+            frame,
+            IpAddress::Ipv6(p.src_addr()),
+            IpAddress::Ipv6(dst),
+            p.hop_limit(),
+            payload,
+        );
     }
     check_transport(
         &st.caps.checksum,
@@ -174,10 +251,6 @@ fn check_transport(
     payload: &[u8],
 ) -> Verdict {
     let good = match proto {
-        IpProtocol::Tcp => match TcpPacket::new_checked(payload) {
-            Ok(t) => !ck.tcp.rx() || t.verify_checksum(&src, &dst),
-            Err(_) => return Verdict::Doomed(DropReason::Malformed),
-        },
         IpProtocol::Udp => match UdpPacket::new_checked(payload) {
             Ok(u) => !ck.udp.rx() || u.verify_checksum(&src, &dst),
             Err(_) => return Verdict::Doomed(DropReason::Malformed),
@@ -235,7 +308,6 @@ pub(crate) fn is_refusal(medium: Medium, frame: &[u8]) -> bool {
     const V6_PARAM_PROBLEM: u8 = 4;
     const V6_UNKNOWN_NEXT_HEADER: u8 = 1;
     match (proto, payload) {
-        (IpProtocol::Tcp, _) => TcpPacket::new_checked(payload).is_ok_and(|t| t.rst()),
         (IpProtocol::Icmp, [ty, ..]) => *ty == V4_UNREACHABLE,
         (IpProtocol::Icmpv6, [ty, code, ..]) => {
             *ty == V6_UNREACHABLE || (*ty == V6_PARAM_PROBLEM && *code == V6_UNKNOWN_NEXT_HEADER)

@@ -2,8 +2,8 @@
 //!
 //! # Ground rules
 //!
-//! * All protocol state (smoltcp's interface and sockets) and the driver live in one
-//!   [`State`] behind a spin lock. Every holder (the ingress task, the egress task, a socket
+//! * All protocol state (smoltcp's interface and sockets, the TCP connections) and the driver
+//!   live in one [`State`] behind a spin lock. Every holder (the ingress task, the egress task, a socket
 //!   operation) takes it for a bounded step and never across an `.await`.
 //! * Wakers are woken with the lock held only when they are executor wakers (which merely queue
 //!   a task); nothing called under the lock takes the lock again.
@@ -34,18 +34,24 @@ use crate::device::{smoltcp_caps, StepDevice};
 use crate::socket::SocketCx;
 use crate::socket_meta::{SocketMeta, SocketMetas};
 use crate::stats::{Counters, StackStats};
+use crate::tcb::socket::Tcb;
+use crate::tcb::state::State as TcpState;
+use crate::tcp_table::{TcpHandle, TcpMeta, TcpSlot, TcpTable};
 use crate::StackError;
 
 /// Everything the lock guards.
 pub(crate) struct State {
     pub(crate) iface: Interface,
     pub(crate) sockets: SocketSet<'static>,
-    /// Sockets in use and the storage's size: `SocketSet::add` panics when full, so the stack
-    /// checks first and returns [`StackError::NoSocketSlot`].
+    /// Sockets in use (smoltcp's and TCP connections together) and the number of slots: adding
+    /// one beyond fails with [`StackError::NoSocketSlot`] (smoltcp's `SocketSet::add` would
+    /// panic).
     pub(crate) socket_count: usize,
     pub(crate) socket_capacity: usize,
-    /// Why TCP connections closed (smoltcp does not say); one record per socket slot.
+    /// Dropped smoltcp sockets still sending what they queued; one record per socket slot.
     pub(crate) metas: SocketMetas,
+    /// The TCP connections (`tcp_table.rs`).
+    pub(crate) tcp: TcpTable,
     /// Ports with a `TcpListener`: SYNs beyond their backlog are dropped, not refused. Also the
     /// listeners waiting for a free socket slot.
     pub(crate) listener_ports: ListenerPorts,
@@ -131,10 +137,24 @@ impl State {
         let sock = self.sockets.get_mut::<T>(handle);
         let mut cx = SocketCx {
             iface: &mut self.iface,
-            metas: &mut self.metas,
             egress_waker: self.egress_waker.as_ref(),
         };
         f(sock, &mut cx)
+    }
+
+    /// Runs `f` on the TCP connection behind `handle`, its record, and egress's waker. Panics
+    /// if the handle's place is empty (a bug: a handle lives only as long as its socket).
+    pub(crate) fn with_tcb<R>(
+        &mut self,
+        handle: TcpHandle,
+        f: impl FnOnce(&mut Tcb<'static>, &mut TcpCx<'_>) -> R,
+    ) -> R {
+        let (tcb, meta) = self.tcp.get(handle);
+        let mut cx = TcpCx {
+            meta,
+            egress_waker: self.egress_waker.as_ref(),
+        };
+        f(tcb, &mut cx)
     }
 
     /// The next number of the stack's xorshift generator (seeded from
@@ -179,8 +199,21 @@ impl State {
         Ok(handle)
     }
 
+    /// Adds a TCP connection (closed, over the application's buffers), or errors when every
+    /// slot is taken; like [`add_socket`](Self::add_socket), a finished orphan or a dropped
+    /// connection in TIME-WAIT gives its slot up first.
+    pub(crate) fn add_tcb(&mut self, tcb: Tcb<'static>) -> Result<TcpHandle, StackError> {
+        if self.socket_count >= self.socket_capacity && !self.free_orphan_slot() {
+            return Err(StackError::NoSocketSlot);
+        }
+        // The TCP table has a place per slot, so a free slot means a free place.
+        let handle = self.tcp.insert(tcb).ok_or(StackError::NoSocketSlot)?;
+        self.socket_count += 1;
+        Ok(handle)
+    }
+
     /// Removes a socket and frees its slot, waking listeners that wait for a slot to re-arm
-    /// (every slot freed goes through here: orphans reaped, sockets dropped or closed).
+    /// (every smoltcp slot freed goes through here: orphans reaped, sockets dropped or closed).
     pub(crate) fn remove_socket(&mut self, handle: SocketHandle) {
         self.sockets.remove(handle);
         self.metas.reset(handle);
@@ -188,13 +221,18 @@ impl State {
         self.listener_ports.wake_slot_waiters();
     }
 
-    /// Whether the orphan `handle` has finished its work: its TCP connection closed, its
-    /// datagrams (UDP, ICMP, raw IP) sent.
+    /// Removes a TCP connection and frees its slot, waking listeners that wait for a slot
+    /// (every TCP slot freed goes through here, but for a TIME-WAIT eviction).
+    pub(crate) fn remove_tcb(&mut self, handle: TcpHandle) {
+        self.tcp.remove(handle);
+        self.socket_count -= 1;
+        self.listener_ports.wake_slot_waiters();
+    }
+
+    /// Whether the orphan `handle` has finished its work: its datagrams (UDP, ICMP, raw IP)
+    /// sent.
     fn orphan_done(&self, handle: SocketHandle) -> bool {
-        match self.sockets.get(handle) {
-            Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::Closed,
-            s => !datagrams_queued(s),
-        }
+        !datagrams_queued(self.sockets.get(handle))
     }
 
     /// Drops the datagram socket (UDP, ICMP, raw IP) behind `handle`: removed at once when it
@@ -222,36 +260,45 @@ impl State {
     /// Linux past `tcp_max_tw_buckets`. Connections still closing in any other state (FIN-WAIT,
     /// CLOSING, LAST-ACK) keep their slots: their peer still waits for them.
     fn free_orphan_slot(&mut self) -> bool {
-        let mut oldest: Option<(SocketHandle, SmolInstant)> = None;
         for i in 0..self.metas.orphan_scan_len() {
-            let Some((handle, until)) = self.metas.orphan_at(i) else {
+            let Some((handle, _)) = self.metas.orphan_at(i) else {
                 continue;
             };
             if self.orphan_done(handle) {
+                self.sockets.remove(handle);
+                self.metas.reset(handle);
+                self.socket_count -= 1;
+                return true;
+            }
+        }
+        let mut oldest: Option<(TcpHandle, SmolInstant)> = None;
+        for i in 0..self.tcp.orphan_scan_len() {
+            let Some((handle, until, state)) = self.tcp.orphan_at(i) else {
+                continue;
+            };
+            if state == TcpState::Closed {
                 oldest = Some((handle, until));
                 break;
             }
-            let time_wait = match self.sockets.get(handle) {
-                Socket::Tcp(t) => t.state() == smoltcp::socket::tcp::State::TimeWait,
-                #[allow(unreachable_patterns)]
-                _ => false,
-            };
             // Every TCP orphan gets the same grace period, so the earliest deadline is the
             // socket dropped first.
-            if time_wait && oldest.is_none_or(|(_, u)| until < u) {
+            if state == TcpState::TimeWait && oldest.is_none_or(|(_, u)| until < u) {
                 oldest = Some((handle, until));
             }
         }
         let Some((handle, _)) = oldest else {
             return false;
         };
-        if !self.orphan_done(handle) {
+        if self
+            .tcp
+            .tcb(handle)
+            .is_some_and(|t| t.state() != TcpState::Closed)
+        {
             if let Some(c) = self.counters {
                 c.time_wait_eviction();
             }
         }
-        self.sockets.remove(handle);
-        self.metas.reset(handle);
+        self.tcp.remove(handle);
         self.socket_count -= 1;
         true
     }
@@ -268,6 +315,13 @@ impl State {
         self.signal_egress();
     }
 
+    /// [`adopt_orphan`](Self::adopt_orphan) for a TCP connection still closing.
+    pub(crate) fn adopt_tcp_orphan(&mut self, handle: TcpHandle, until: SmolInstant) {
+        self.tcp.adopt(handle, until);
+        self.listener_ports.wake_slot_waiters();
+        self.signal_egress();
+    }
+
     /// Removes orphaned sockets that have finished their work or reached their deadline. A TCP
     /// connection still open at its deadline was already reset by its own timeout (set when it
     /// was orphaned); the deadline is a backstop.
@@ -278,6 +332,14 @@ impl State {
             };
             if self.orphan_done(handle) || now >= until {
                 self.remove_socket(handle);
+            }
+        }
+        for i in 0..self.tcp.orphan_scan_len() {
+            let Some((handle, until, state)) = self.tcp.orphan_at(i) else {
+                continue;
+            };
+            if state == TcpState::Closed || now >= until {
+                self.remove_tcb(handle);
             }
         }
     }
@@ -296,6 +358,7 @@ impl State {
     /// (lazy re-arm, see `arm_egress_timer`): egress then runs once early and re-arms.
     pub(crate) fn signal_egress_if_due(&mut self, now: SmolInstant) {
         let at = self.iface.poll_at(now, &self.sockets);
+        let at = earliest(at, crate::tcp_io::deadline(self, now));
         let at = crate::autoconf::deadline(self, now, at, false);
         let at = earliest(at, self.neighbors.deadline());
         if at.is_some_and(|at| at <= now) {
@@ -386,10 +449,18 @@ impl core::fmt::Debug for StackInner {
 }
 
 /// Memory for a stack: socket slots and the stack's state, in a `static` (or leaked).
+///
+/// `SOCKETS` is the number of sockets the stack holds at once, of every kind together: TCP
+/// connections (each [`TcpSocket`](crate::tcp::TcpSocket), each listening socket of a
+/// [`TcpListener`](crate::tcp::TcpListener), each dropped connection still closing) and
+/// smoltcp's sockets (UDP, ICMP, raw IP, DNS, the DHCPv4 client). The memory holds a place for
+/// `SOCKETS` of each: smoltcp's socket storage, and the TCP table's connection blocks (about
+/// 500 bytes each, without buffers: those come from the application).
 pub struct StackResources<const SOCKETS: usize> {
     claimed: AtomicBool,
     sockets: UnsafeCell<[SocketStorage<'static>; SOCKETS]>,
     metas: UnsafeCell<[SocketMeta; SOCKETS]>,
+    tcbs: UnsafeCell<[TcpSlot; SOCKETS]>,
     inner: UnsafeCell<MaybeUninit<StackInner>>,
 }
 
@@ -414,6 +485,7 @@ impl<const SOCKETS: usize> StackResources<SOCKETS> {
             claimed: AtomicBool::new(false),
             sockets: UnsafeCell::new([SocketStorage::EMPTY; SOCKETS]),
             metas: UnsafeCell::new([SocketMeta::EMPTY; SOCKETS]),
+            tcbs: UnsafeCell::new([const { TcpSlot::EMPTY }; SOCKETS]),
             inner: UnsafeCell::new(MaybeUninit::uninit()),
         }
     }
@@ -480,12 +552,18 @@ impl Stack {
             // `build` dropped everything it made (the state, and with it the scratch frame and
             // the socket set's borrow of the storage) before returning. Sockets it added (the
             // DHCP client) are still in the storage: clear it and the records, then release.
-            // SAFETY: this call still holds `claimed`, and the state that borrowed the storage
-            // and the records is gone, so these are the only references to them.
-            let (storage, metas) =
-                unsafe { (&mut *resources.sockets.get(), &mut *resources.metas.get()) };
+            // SAFETY: this call still holds `claimed`, and the state that borrowed the storage,
+            // the records and the TCP table is gone, so these are the only references to them.
+            let (storage, metas, tcbs) = unsafe {
+                (
+                    &mut *resources.sockets.get(),
+                    &mut *resources.metas.get(),
+                    &mut *resources.tcbs.get(),
+                )
+            };
             storage.fill_with(|| SocketStorage::EMPTY);
             metas.fill(SocketMeta::EMPTY);
+            tcbs.fill_with(|| TcpSlot::EMPTY);
             resources.claimed.store(false, Ordering::Release);
         }
         built
@@ -531,6 +609,8 @@ impl Stack {
             unsafe { &mut *resources.sockets.get() };
         // SAFETY: as above.
         let metas: &'static mut [SocketMeta] = unsafe { &mut *resources.metas.get() };
+        // SAFETY: as above.
+        let tcbs: &'static mut [TcpSlot] = unsafe { &mut *resources.tcbs.get() };
         let socket_capacity = storage.len();
         let now = smol_now(exec);
         let counters = Counters::new();
@@ -558,6 +638,7 @@ impl Stack {
             socket_count: 0,
             socket_capacity,
             metas: SocketMetas::new(metas),
+            tcp: TcpTable::new(tcbs, config.random_seed),
             listener_ports: ListenerPorts::new(),
             driver,
             caps,
@@ -657,5 +738,21 @@ impl Stack {
     /// Runs `f` with the state locked.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         f(&mut self.inner.state.lock())
+    }
+}
+
+/// What a TCP socket operation may touch besides its connection: the connection's record and
+/// egress's waker.
+pub(crate) struct TcpCx<'a> {
+    pub(crate) meta: &'a mut TcpMeta,
+    pub(crate) egress_waker: Option<&'a Waker>,
+}
+
+impl TcpCx<'_> {
+    /// Wakes the egress task: the operation queued work for it.
+    pub(crate) fn signal_egress(&self) {
+        if let Some(w) = self.egress_waker {
+            w.wake_by_ref();
+        }
     }
 }

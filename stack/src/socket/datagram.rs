@@ -407,9 +407,7 @@ pub(crate) fn ingress(
     counters: &Counters,
 ) -> Option<RxFrame> {
     if st.zc.bound == 0 {
-        if st.neighbors.resolving() {
-            snoop_only(st, &frame, now, counters);
-        }
+        snoop_only(st, &frame, now, counters);
         return Some(frame);
     }
     match classify(st, &frame, now, counters) {
@@ -450,16 +448,25 @@ pub(crate) fn ingress(
     }
 }
 
-/// With no zero-copy socket bound: learns from an ARP packet for a resolution in progress (the
-/// stack's gateway priming), classifying nothing else.
+/// With no zero-copy socket bound: learns neighbours from ARP and NDP (for TCP, the gateway
+/// priming and any resolution in progress), classifying nothing else.
 fn snoop_only(st: &mut State, bytes: &[u8], now: Instant, counters: &Counters) {
     if st.caps.medium != Medium::Ethernet {
         return;
     }
-    if let Ok(eth) = EthernetFrame::new_checked(bytes) {
-        if eth.ethertype() == EthernetProtocol::Arp {
-            neighbor::snoop_arp(st, eth.payload(), now, counters);
+    let Ok(eth) = EthernetFrame::new_checked(bytes) else {
+        return;
+    };
+    match eth.ethertype() {
+        EthernetProtocol::Arp => neighbor::snoop_arp(st, eth.payload(), now, counters),
+        EthernetProtocol::Ipv6 => {
+            if let Ok(p) = Ipv6Packet::new_checked(eth.payload()) {
+                if p.next_header() == IpProtocol::Icmpv6 {
+                    neighbor::snoop_ndp(st, &p, now, counters);
+                }
+            }
         }
+        _ => {}
     }
 }
 
@@ -706,7 +713,7 @@ fn start_send(
         None => match st.neighbors.lookup(hop, now)? {
             Lookup::Known(m) => m,
             Lookup::Unknown => {
-                let ticket = st.neighbors.hold(frame, hop)?;
+                let ticket = st.neighbors.hold(frame, hop, true)?;
                 st.signal_egress(); // egress sends the ARP request / solicitation
                 return Ok(Some(ticket));
             }

@@ -2,8 +2,10 @@
 //!
 //! Every socket operation takes the stack lock for one bounded step through
 //! [`State::with_socket`](crate::stack::State::with_socket), which lends the operation its own
-//! smoltcp socket and a [`SocketCx`]: the rest of the state an operation may need, borrowed
-//! apart from the socket set so that no two `&mut` ever alias.
+//! smoltcp socket and a [`SocketCx`] (the rest of the state an operation may need, borrowed
+//! apart from the socket set so that no two `&mut` ever alias), or, for TCP,
+//! [`State::with_tcb`](crate::stack::State::with_tcb), which lends it the connection and its
+//! record.
 
 mod buffers;
 pub mod datagram;
@@ -22,13 +24,10 @@ use core::task::Waker;
 
 use smoltcp::iface::Interface;
 
-use crate::socket_meta::SocketMetas;
-
-/// What a socket operation may touch besides its own socket: the interface (for a connect's
-/// source address), the per-slot socket records, and egress's waker.
+/// What a socket operation may touch besides its own socket: the interface (for source
+/// addresses and routes) and egress's waker.
 pub(crate) struct SocketCx<'a> {
     pub(crate) iface: &'a mut Interface,
-    pub(crate) metas: &'a mut SocketMetas,
     pub(crate) egress_waker: Option<&'a Waker>,
 }
 

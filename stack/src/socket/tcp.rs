@@ -1,24 +1,26 @@
 //! TCP: [`TcpSocket`] (connect, or accept one connection), its halves ([`TcpReader`],
 //! [`TcpWriter`]), and the [`TcpListener`](super::tcp_listener::TcpListener) with a real backlog.
 //!
+//! The connections are zcnet's own TCP (the stack's `tcb` module, a port of smoltcp 0.14's
+//! state machine), in the stack's connection table; segments go in and out through ingress and
+//! egress (`tcp_io.rs`). smoltcp's TCP is not used.
+//!
 //! # Copies per payload byte
 //!
-//! Data moves through smoltcp's socket rings, and smoltcp copies every payload byte once
-//! between a frame and its ring: frame → receive ring when a segment arrives, send ring →
-//! frame when a segment is emitted (and again for each retransmission). That copy is smoltcp's
-//! and cannot go without replacing its TCP.
+//! Data moves through each connection's byte rings (the [`TcpBuffers`] the application gives),
+//! and the stack copies every payload byte once between a frame and its ring: frame → receive
+//! ring when a segment arrives, send ring → frame when a segment is emitted (and again for each
+//! retransmission).
 //!
 //! * `read_with` / `write_with` hand the caller the ring itself: **exactly one copy per payload
-//!   byte per direction** (smoltcp's), as long as the caller consumes the bytes in place.
+//!   byte per direction**, as long as the caller consumes the bytes in place.
 //! * `read` / `write` add one more: ring → the caller's buffer, or the caller's buffer → ring.
 //!
-//! Every one of these is recorded in the copy ledger (`zcnet_buffer::ledger`):
+//! Every one of these goes through the copy ledger (`zcnet_buffer::ledger`) where it is made:
 //! [`CopySite::SocketToApp`] / [`CopySite::AppToSocket`] for the copy `read` / `write` make,
-//! and [`CopySite::StackRx`] / [`CopySite::Emit`] for smoltcp's ring copy of the bytes an
-//! application consumes with any read, or queues with any write. smoltcp does not report its
-//! copies, so they are recorded when the bytes pass the application (the total per byte is
-//! exact; the moment is the application's, not smoltcp's), and retransmissions are not in the
-//! ledger (the benchmarks' `memcpy` interposition sees them).
+//! [`CopySite::StackRx`] for frame → ring as a segment is taken in, [`CopySite::Emit`] for ring
+//! → frame the first time a byte is sent and [`CopySite::Retransmit`] for each time it is sent
+//! again.
 //!
 //! Every future here is cancel-safe: bytes move only in the poll that returns `Ready`, so a
 //! dropped `read` or `write` future loses nothing.
@@ -34,20 +36,23 @@ use core::future::poll_fn;
 use core::marker::PhantomData;
 use core::task::{Context, Poll};
 
-use smoltcp::iface::SocketHandle;
-use smoltcp::socket::tcp;
 use smoltcp::storage::RingBuffer;
 use smoltcp::time::Duration as SmolDuration;
 use zcnet_buffer::ledger::{self, CopySite};
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
-use crate::socket::SocketCx;
-use crate::socket_meta::CloseCause;
-use crate::stack::Stack;
+use crate::stack::{Stack, TcpCx};
+use crate::tcb::buffer::{RecvBuffer, SendBuffer};
+use crate::tcb::context::TcpContext;
+use crate::tcb::error::{ConnectError, ListenError, RecvError};
+use crate::tcb::socket::Tcb;
+use crate::tcp_table::{CloseCause, TcpHandle};
 use crate::StackError;
 
 pub use super::tcp_listener::{TcpListener, MAX_BACKLOG};
-pub use smoltcp::socket::tcp::State as TcpState;
+pub use crate::tcb::congestion::CongestionControl;
+/// The state of a TCP connection (RFC 793).
+pub use crate::tcb::state::State as TcpState;
 
 /// Why a TCP operation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,9 +116,13 @@ impl TcpBuffers {
     }
 }
 
-/// Adds a closed TCP socket with `buffers` to the stack.
-pub(crate) fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<SocketHandle, StackError> {
-    stack.with(|st| st.add_socket(tcp::Socket::new(buffers.rx, buffers.tx)))
+/// Adds a closed TCP connection with `buffers` to the stack.
+pub(crate) fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<TcpHandle, StackError> {
+    let tcb = Tcb::new(
+        RecvBuffer::from_ring(buffers.rx),
+        SendBuffer::from_ring(buffers.tx),
+    );
+    stack.with(|st| st.add_tcb(tcb))
 }
 
 /// The stack and a socket's handle: what a socket and both its halves share. Every operation
@@ -121,20 +130,17 @@ pub(crate) fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<SocketHand
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Conn {
     pub(crate) stack: Stack,
-    pub(crate) handle: SocketHandle,
+    pub(crate) handle: TcpHandle,
 }
 
 impl Conn {
-    pub(crate) fn with<R>(
-        self,
-        f: impl FnOnce(&mut tcp::Socket<'static>, &mut SocketCx<'_>) -> R,
-    ) -> R {
-        self.stack.with(|st| st.with_socket(self.handle, f))
+    pub(crate) fn with<R>(self, f: impl FnOnce(&mut Tcb<'static>, &mut TcpCx<'_>) -> R) -> R {
+        self.stack.with(|st| st.with_tcb(self.handle, f))
     }
 
     /// The error for an operation that cannot proceed on a connection that is not open.
-    fn closed_error(self, st: &SocketCx<'_>) -> TcpError {
-        let meta = st.metas.get(self.handle);
+    fn closed_error(self, st: &TcpCx<'_>) -> TcpError {
+        let meta = &st.meta;
         match meta.cause() {
             Some(CloseCause::Aborted) => TcpError::Aborted,
             Some(CloseCause::TimedOut) => TcpError::TimedOut,
@@ -155,8 +161,6 @@ impl Conn {
                 let r = s
                     .recv(|ring| {
                         let (n, r) = f(ring);
-                        // smoltcp copied these bytes frame → ring when they arrived.
-                        ledger::record(CopySite::StackRx, n.min(ring.len()));
                         (n, r)
                     })
                     .map(Some)
@@ -174,7 +178,7 @@ impl Conn {
                 return Poll::Pending;
             }
             match s.recv(|_| (0, ())) {
-                Err(tcp::RecvError::Finished) => Poll::Ready(Ok(None)),
+                Err(RecvError::Finished) => Poll::Ready(Ok(None)),
                 _ if matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) => {
                     s.register_recv_waker(cx.waker());
                     Poll::Pending
@@ -228,12 +232,7 @@ impl Conn {
                 if s.can_send() {
                     let f = f.take().expect("write polled after completion");
                     let r = s
-                        .send(|ring| {
-                            let (n, r) = f(ring);
-                            // smoltcp copies these bytes ring → frame when it emits them.
-                            ledger::record(CopySite::Emit, n.min(ring.len()));
-                            (n, r)
-                        })
+                        .send(f)
                         .map_err(|_| TcpError::InvalidState);
                     st.signal_egress();
                     return Poll::Ready(r);
@@ -243,7 +242,7 @@ impl Conn {
                     s.register_send_waker(cx.waker());
                     return Poll::Pending;
                 }
-                if st.metas.get(self.handle).write_shut() {
+                if st.meta.write_shut() {
                     return Poll::Ready(Err(TcpError::InvalidState));
                 }
                 Poll::Ready(Err(self.closed_error(st)))
@@ -271,7 +270,7 @@ impl Conn {
     fn shutdown(self) {
         self.with(|s, st| {
             s.close();
-            st.metas.set_write_shut(self.handle);
+            st.meta.set_write_shut();
             st.signal_egress();
         })
     }
@@ -310,7 +309,7 @@ impl TcpSocket {
         })
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut tcp::Socket<'static>, &mut SocketCx<'_>) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Tcb<'static>, &mut TcpCx<'_>) -> R) -> R {
         self.conn.with(f)
     }
 
@@ -333,23 +332,28 @@ impl TcpSocket {
     ///
     /// Errors: [`TcpError::ConnectionRefused`] when the peer answers with RST,
     /// [`TcpError::TimedOut`] when a timeout set with [`set_timeout`](Self::set_timeout)
-    /// passes without an answer (without one smoltcp retries forever: use
+    /// passes without an answer (without one the SYN is retried forever: use
     /// [`connect_timeout`](Self::connect_timeout)), [`TcpError::InvalidState`] when the socket is
     /// already in use, [`TcpError::Unaddressable`] for an unusable address.
     pub async fn connect(&mut self, remote: impl Into<IpEndpoint>) -> Result<(), TcpError> {
         let remote = remote.into();
         let handle = self.conn.handle;
+        let now = self.conn.stack.now();
         self.conn.stack.with(|st| {
             let port = st.ephemeral_port().ok_or(TcpError::Unaddressable)?;
-            st.with_socket(handle, |s: &mut tcp::Socket<'static>, st| {
-                s.connect(st.iface.context(), remote, port)
-                    .map_err(|e| match e {
-                        tcp::ConnectError::InvalidState => TcpError::InvalidState,
-                        tcp::ConnectError::Unaddressable => TcpError::Unaddressable,
-                    })?;
-                st.signal_egress();
-                Ok(())
-            })
+            let ip_mtu = st.caps.ip_mtu();
+            let Some(e) = st.tcp.at_handle(handle) else {
+                return Err(TcpError::InvalidState);
+            };
+            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
+            e.tcb
+                .connect(&mut cx, remote, port)
+                .map_err(|e| match e {
+                    ConnectError::InvalidState => TcpError::InvalidState,
+                    ConnectError::Unaddressable => TcpError::Unaddressable,
+                })?;
+            st.signal_egress();
+            Ok(())
         })?;
         poll_fn(|cx| {
             self.with(|s, st| match s.state() {
@@ -357,14 +361,14 @@ impl TcpSocket {
                     s.register_send_waker(cx.waker());
                     Poll::Pending
                 }
-                TcpState::Closed => Poll::Ready(Err(match st.metas.get(handle).cause() {
+                TcpState::Closed => Poll::Ready(Err(match st.meta.cause() {
                     Some(CloseCause::TimedOut) => TcpError::TimedOut,
                     Some(CloseCause::Aborted) => TcpError::Aborted,
                     None => TcpError::ConnectionRefused,
                 })),
                 _ => {
                     // Established (or already past it: the peer may have sent data and FIN).
-                    st.metas.set_connected(handle);
+                    st.meta.set_connected();
                     Poll::Ready(Ok(()))
                 }
             })
@@ -385,9 +389,8 @@ impl TcpSocket {
         match exec.timeout(timeout, self.connect(remote)).await {
             Ok(r) => r,
             Err(_) => {
-                let handle = self.conn.handle;
                 self.with(|s, st| {
-                    st.metas.set_cause(handle, CloseCause::TimedOut);
+                    st.meta.set_cause(CloseCause::TimedOut);
                     s.abort();
                     st.signal_egress();
                 });
@@ -400,12 +403,11 @@ impl TcpSocket {
     /// a [`TcpListener`].
     pub async fn accept(&mut self, local: impl Into<IpListenEndpoint>) -> Result<(), TcpError> {
         let local = local.into();
-        let handle = self.conn.handle;
         self.with(|s, _| {
             // Listening creates no work for egress: the SYN arrives through ingress.
             s.listen(local).map_err(|e| match e {
-                tcp::ListenError::InvalidState => TcpError::InvalidState,
-                tcp::ListenError::Unaddressable => TcpError::Unaddressable,
+                ListenError::InvalidState => TcpError::InvalidState,
+                ListenError::Unaddressable => TcpError::Unaddressable,
             })
         })?;
         poll_fn(|cx| {
@@ -416,7 +418,7 @@ impl TcpSocket {
                 }
                 TcpState::Closed => Poll::Ready(Err(self.conn.closed_error(st))),
                 _ => {
-                    st.metas.set_connected(handle);
+                    st.meta.set_connected();
                     Poll::Ready(Ok(()))
                 }
             })
@@ -425,17 +427,18 @@ impl TcpSocket {
     }
 
     /// Reads into `buf`; `Ok(0)` means the peer closed its side (end of stream). Copies ring →
-    /// `buf` ([`CopySite::SocketToApp`]) on top of smoltcp's frame → ring copy; use
+    /// `buf` ([`CopySite::SocketToApp`]) on top of the stack's frame → ring copy; use
     /// [`read_with`](Self::read_with) to avoid it.
     pub async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TcpError> {
         self.conn.read(buf).await
     }
 
-    /// Gives `f` the received bytes in place (the contiguous part of smoltcp's ring, never
+    /// Gives `f` the received bytes in place (the contiguous part of the receive ring, never
     /// empty); `f` returns how many it consumed and a result. `Ok(None)` is end of stream.
     ///
-    /// No copy of ours: the one copy per byte is smoltcp's, frame → ring (recorded in the ledger
-    /// as [`CopySite::StackRx`]; see [the module docs](self#copies-per-payload-byte)).
+    /// No copy here: the one copy per byte is the stack's, frame → ring as the segment
+    /// arrived (recorded in the ledger as [`CopySite::StackRx`]; see
+    /// [the module docs](self#copies-per-payload-byte)).
     pub async fn read_with<R>(
         &mut self,
         f: impl FnOnce(&mut [u8]) -> (usize, R),
@@ -445,7 +448,7 @@ impl TcpSocket {
 
     /// Queues bytes from `buf`; returns how many were queued, at least one unless `buf` is
     /// empty (waits while the send buffer is full). Copies `buf` → ring
-    /// ([`CopySite::AppToSocket`]) on top of smoltcp's ring → frame copy; use
+    /// ([`CopySite::AppToSocket`]) on top of the stack's ring → frame copy; use
     /// [`write_with`](Self::write_with) to avoid it.
     pub async fn write(&mut self, buf: &[u8]) -> Result<usize, TcpError> {
         self.conn.write(buf).await
@@ -456,11 +459,12 @@ impl TcpSocket {
         self.conn.write_all(buf).await
     }
 
-    /// Gives `f` free space in smoltcp's send ring (contiguous, never empty) to write into in
-    /// place; `f` returns how many bytes it wrote and a result.
+    /// Gives `f` free space in the send ring (contiguous, never empty) to write into in place;
+    /// `f` returns how many bytes it wrote and a result.
     ///
-    /// No copy of ours: the one copy per byte is smoltcp's, ring → frame at emit (recorded in
-    /// the ledger as [`CopySite::Emit`]; see [the module docs](self#copies-per-payload-byte)).
+    /// No copy here: the one copy per byte is the stack's, ring → frame when the segment is
+    /// emitted (recorded in the ledger as [`CopySite::Emit`]; see
+    /// [the module docs](self#copies-per-payload-byte)).
     pub async fn write_with<R>(
         &mut self,
         f: impl FnOnce(&mut [u8]) -> (usize, R),
@@ -487,9 +491,8 @@ impl TcpSocket {
 
     /// Resets the connection at once (RST); later operations fail with [`TcpError::Aborted`].
     pub fn abort(&mut self) {
-        let handle = self.conn.handle;
         self.with(|s, st| {
-            st.metas.set_cause(handle, CloseCause::Aborted);
+            st.meta.set_cause(CloseCause::Aborted);
             s.abort();
             st.signal_egress();
         })
@@ -528,10 +531,9 @@ impl TcpSocket {
     /// not answer for this long (combine with [`set_keep_alive`](Self::set_keep_alive) to
     /// detect a silent peer while idle). `None` waits forever.
     pub fn set_timeout(&mut self, timeout: Option<core::time::Duration>) {
-        let handle = self.conn.handle;
         self.with(|s, st| {
             s.set_timeout(timeout.map(to_smol));
-            st.metas.set_watched(handle, timeout.is_some());
+            st.meta.set_watched(timeout.is_some());
             st.signal_egress(); // a new deadline for egress to honour
         })
     }
@@ -547,6 +549,14 @@ impl TcpSocket {
     /// Disables (`true`) or enables (`false`, the default) Nagle's algorithm.
     pub fn set_nodelay(&mut self, nodelay: bool) {
         self.with(|s, _| s.set_nagle_enabled(!nodelay))
+    }
+
+    /// Chooses the congestion control algorithm: [`CongestionControl::None`] (the default:
+    /// only the peer's window limits what is in flight), [`CongestionControl::Reno`] or
+    /// [`CongestionControl::Cubic`] (which uses `f64` arithmetic). Takes effect at once, with a
+    /// fresh controller state; set it before connecting.
+    pub fn set_congestion_control(&mut self, algorithm: CongestionControl) {
+        self.with(|s, _| s.set_congestion_control(algorithm))
     }
 }
 
@@ -623,21 +633,20 @@ impl Drop for TcpSocket {
         let handle = self.conn.handle;
         let now = self.conn.stack.now();
         self.conn.stack.with(|st| {
-            let s = st.sockets.get_mut::<tcp::Socket>(handle);
-            let lingering = match s.state() {
+            let lingering = st.with_tcb(handle, |s, _| match s.state() {
                 TcpState::Closed | TcpState::Listen | TcpState::SynSent => false,
                 _ => {
                     s.close();
                     s.set_timeout(Some(LINGER));
                     true
                 }
-            };
-            // smoltcp's timeout resets it after LINGER without progress; the orphan deadline is
-            // only a backstop.
+            });
+            // The connection's timeout resets it after LINGER without progress; the orphan
+            // deadline is only a backstop.
             if lingering {
-                st.adopt_orphan(handle, now + LINGER + LINGER);
+                st.adopt_tcp_orphan(handle, now + LINGER + LINGER);
             } else {
-                st.remove_socket(handle);
+                st.remove_tcb(handle);
             }
         })
     }

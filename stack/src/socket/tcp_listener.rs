@@ -3,11 +3,9 @@
 use core::future::poll_fn;
 use core::task::Poll;
 
-use smoltcp::iface::SocketHandle;
-use smoltcp::socket::tcp;
-
 use super::tcp::{add_socket, Conn, TcpBuffers, TcpSocket, TcpState};
 use crate::backlog::ListenerId;
+use crate::tcp_table::TcpHandle;
 use crate::config::IpListenEndpoint;
 use crate::stack::Stack;
 use crate::StackError;
@@ -32,7 +30,7 @@ pub struct TcpListener {
     stack: Stack,
     id: ListenerId,
     endpoint: IpListenEndpoint,
-    listening: [Option<SocketHandle>; MAX_BACKLOG],
+    listening: [Option<TcpHandle>; MAX_BACKLOG],
     backlog: usize,
     make_buffers: fn() -> Option<TcpBuffers>,
 }
@@ -76,9 +74,9 @@ impl TcpListener {
         let handle = add_socket(self.stack, buffers)?;
         let endpoint = self.endpoint;
         let ok = self.stack.with(|st| {
-            let r = st.sockets.get_mut::<tcp::Socket>(handle).listen(endpoint);
+            let r = st.with_tcb(handle, |s, _| s.listen(endpoint));
             if r.is_err() {
-                st.remove_socket(handle);
+                st.remove_tcb(handle);
             }
             r.is_ok()
         });
@@ -127,16 +125,19 @@ impl TcpListener {
             let found = self.stack.with(|st| {
                 for (i, h) in self.listening[..self.backlog].iter().enumerate() {
                     let Some(h) = *h else { continue };
-                    let s = st.sockets.get_mut::<tcp::Socket>(h);
-                    match s.state() {
+                    let ready = st.with_tcb(h, |s, st| match s.state() {
                         TcpState::Listen | TcpState::SynReceived => {
-                            s.register_recv_waker(cx.waker())
+                            s.register_recv_waker(cx.waker());
+                            false
                         }
                         // Established, or already closing: hand it out either way.
                         _ => {
-                            st.metas.set_connected(h);
-                            return Some((i, h));
+                            st.meta.set_connected();
+                            true
                         }
+                    });
+                    if ready {
+                        return Some((i, h));
                     }
                 }
                 None
@@ -163,7 +164,7 @@ impl Drop for TcpListener {
         self.stack.with(|st| {
             st.listener_ports.remove(self.id);
             for h in self.listening.iter_mut().filter_map(Option::take) {
-                st.remove_socket(h);
+                st.remove_tcb(h);
             }
         })
     }

@@ -23,6 +23,7 @@
 //! | `clear` | state machine | forget everything (connection reset) |
 
 use smoltcp::storage::RingBuffer;
+use zcnet_buffer::ledger::{self, CopySite};
 
 /// Received bytes: in-order data the application has not read yet, then room for the
 /// receive window, in which out-of-order segments are placed until the gap before them fills.
@@ -34,10 +35,14 @@ pub(crate) struct RecvBuffer<'a> {
 
 impl<'a> RecvBuffer<'a> {
     /// A receive buffer over `storage`; its length is the largest window we can offer.
+    #[cfg(test)]
     pub(crate) fn new(storage: &'a mut [u8]) -> Self {
-        Self {
-            ring: RingBuffer::new(storage),
-        }
+        Self::from_ring(RingBuffer::new(storage))
+    }
+
+    /// A receive buffer over an (empty) ring: the application's `TcpBuffers`.
+    pub(crate) fn from_ring(ring: RingBuffer<'a, u8>) -> Self {
+        Self { ring }
     }
 
     /// Bytes the buffer holds at most.
@@ -68,9 +73,20 @@ impl<'a> RecvBuffer<'a> {
     /// Place `data` `offset` bytes past the end of the in-order data, without making it
     /// readable; returns how many bytes fit in the window (all of them when the caller
     /// trimmed the segment to the window).
+    ///
+    /// This is the receive path's one copy of a payload byte (frame → ring), recorded in the
+    /// copy ledger as [`CopySite::StackRx`]: in two pieces when the placement wraps around the
+    /// end of the ring, as `RingBuffer::write_unallocated` places it.
     #[must_use]
     pub(crate) fn write_at(&mut self, offset: usize, data: &[u8]) -> usize {
-        self.ring.write_unallocated(offset, data)
+        let first = self.ring.get_unallocated(offset, data.len());
+        let n = ledger::copy(CopySite::StackRx, first, data);
+        if n == data.len() {
+            return n;
+        }
+        let rest = &data[n..];
+        let second = self.ring.get_unallocated(offset + n, rest.len());
+        n + ledger::copy(CopySite::StackRx, second, rest)
     }
 
     /// Make the `count` bytes past the in-order data (written with [`write_at`](Self::write_at))
@@ -95,16 +111,19 @@ impl<'a> RecvBuffer<'a> {
     }
 
     /// Move readable bytes into `data`; returns how many.
+    #[cfg(test)]
     pub(crate) fn dequeue_slice(&mut self, data: &mut [u8]) -> usize {
         self.ring.dequeue_slice(data)
     }
 
     /// Up to `size` readable bytes, without consuming them (the contiguous run only).
+    #[cfg(test)]
     pub(crate) fn peek(&self, size: usize) -> &[u8] {
         self.ring.get_allocated(0, size)
     }
 
     /// Copy readable bytes into `data` without consuming them; returns how many.
+    #[cfg(test)]
     pub(crate) fn peek_slice(&mut self, data: &mut [u8]) -> usize {
         self.ring.read_allocated(0, data)
     }
@@ -120,15 +139,14 @@ pub(crate) struct SendBuffer<'a> {
 
 impl<'a> SendBuffer<'a> {
     /// A send buffer over `storage`.
+    #[cfg(test)]
     pub(crate) fn new(storage: &'a mut [u8]) -> Self {
-        Self {
-            ring: RingBuffer::new(storage),
-        }
+        Self::from_ring(RingBuffer::new(storage))
     }
 
-    /// Bytes the buffer holds at most.
-    pub(crate) fn capacity(&self) -> usize {
-        self.ring.capacity()
+    /// A send buffer over an (empty) ring: the application's `TcpBuffers`.
+    pub(crate) fn from_ring(ring: RingBuffer<'a, u8>) -> Self {
+        Self { ring }
     }
 
     /// Queued bytes, unacknowledged ones included.

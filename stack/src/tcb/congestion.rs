@@ -9,9 +9,10 @@ pub(super) mod cubic;
 pub(super) mod no_control;
 pub(super) mod reno;
 
-/// A congestion control algorithm.
+/// A TCP connection's congestion control algorithm
+/// ([`TcpSocket::set_congestion_control`](crate::tcp::TcpSocket::set_congestion_control)).
 #[derive(Debug, Copy, Clone, Eq, PartialEq)]
-pub(crate) enum CongestionControl {
+pub enum CongestionControl {
     /// No congestion window: only the remote's window limits what is in flight.
     None,
     /// Reno: slow start, congestion avoidance, fast retransmit and fast recovery (RFC 5681).
@@ -80,6 +81,7 @@ impl AnyController {
     }
 
     /// Which algorithm this is.
+    #[cfg(test)]
     pub(super) fn kind(&self) -> CongestionControl {
         match self {
             AnyController::None(_) => CongestionControl::None,

@@ -104,6 +104,7 @@ impl<'a> TcpContext<'a> {
     }
 
     /// Move the clock to `now`.
+    #[cfg(test)]
     pub(crate) fn set_now(&mut self, now: Instant) {
         self.now = now;
     }

@@ -12,14 +12,14 @@
 //!
 //! The stack drives a [`Tcb`](socket::Tcb) the way smoltcp's interface drives its socket: for
 //! an incoming segment, `accepts` then `process` (which may return a segment to send back); for
-//! outgoing ones, `dispatch` while `poll_at` says so. Each call takes a
+//! outgoing ones, `dispatch` while `poll_at` says so (`tcp_io.rs`). Each call takes a
 //! [`TcpContext`](context::TcpContext) with the time, the IP MTU, the interface's addresses and
-//! the random source.
+//! the random source. The connections live in the stack's table (`tcp_table.rs`); the
+//! application reaches them through `TcpSocket` (`socket/tcp.rs`).
 //!
-//! What the stack uses: [`socket::Tcb`]; [`context`]'s `TcpContext`, `LocalAddrs`, `TcpRand`
-//! and `PollAt`; [`buffer`]'s `RecvBuffer` and `SendBuffer`; the errors in [`error`];
-//! [`state::State`]; [`congestion::CongestionControl`]. (No re-exports here yet: unused, they
-//! would be `unused_imports` warnings until the stack calls them.)
+//! Parts of smoltcp's socket API the stack does not offer (congestion control choice, TCP
+//! timestamps, ACK delay, hop limit, `peek`, SYN-ACK pausing) stay for the unit tests, which
+//! are smoltcp's and exercise them (`#[cfg(test)]`).
 //!
 //! # Differences from smoltcp
 //!
@@ -43,9 +43,6 @@
 //!   unfused multiply-add in the first estimate of its cube root (refined by a Newton step).
 //! * No logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
 //!   explained something).
-
-// Wired into ingress/egress in the next step.
-#![allow(dead_code)]
 
 pub(crate) mod buffer;
 pub(crate) mod congestion;

@@ -135,6 +135,11 @@ pub(crate) struct Tcb<'a> {
 
     /// If this is set, we will not send a SYN|ACK until this is unset.
     synack_paused: bool,
+
+    /// One past the highest sequence number ever handed to `emit` in this connection (`None`
+    /// before the first segment): payload below it is a retransmission. Not smoltcp's; read
+    /// by the stack to tell first transmissions from retransmissions in the copy ledger.
+    sent_max: Option<TcpSeqNumber>,
 }
 
 /// The remote's MSS until it announces one (RFC 1122).
@@ -204,15 +209,18 @@ impl<'a> Tcb<'a> {
             rx_waker: WakerRegistration::new(),
             tx_waker: WakerRegistration::new(),
             synack_paused: false,
+            sent_max: None,
         }
     }
 
     /// Enable or disable TCP Timestamp.
+    #[cfg(test)]
     pub(crate) fn set_tsval_generator(&mut self, generator: Option<TcpTimestampGenerator>) {
         self.tsval_generator = generator;
     }
 
     /// Return whether TCP Timestamp is enabled.
+    #[cfg(test)]
     pub(crate) fn timestamp_enabled(&self) -> bool {
         self.tsval_generator.is_some()
     }
@@ -240,6 +248,7 @@ impl<'a> Tcb<'a> {
     }
 
     /// Return the current congestion control algorithm.
+    #[cfg(test)]
     pub(crate) fn congestion_control(&self) -> CongestionControl {
         self.congestion_controller.kind()
     }
@@ -277,32 +286,12 @@ impl<'a> Tcb<'a> {
         self.tx_waker.register(waker)
     }
 
-    /// Return the timeout duration.
-    ///
-    /// See also the [set_timeout](#method.set_timeout) method.
-    pub(crate) fn timeout(&self) -> Option<Duration> {
-        self.timeout
-    }
-
-    /// Return the ACK delay duration.
-    ///
-    /// See also the [set_ack_delay](#method.set_ack_delay) method.
-    pub(crate) fn ack_delay(&self) -> Option<Duration> {
-        self.ack_delay
-    }
-
-    /// Return whether Nagle's Algorithm is enabled.
-    ///
-    /// See also the [set_nagle_enabled](#method.set_nagle_enabled) method.
-    pub(crate) fn nagle_enabled(&self) -> bool {
-        self.nagle
-    }
-
     /// Pause sending of SYN|ACK packets.
     ///
     /// When this flag is set, the socket will get stuck in `SynReceived` state without sending
     /// any SYN|ACK packets back, until this flag is unset. This is useful for certain niche TCP
     /// proxy usecases.
+    #[cfg(test)]
     pub(crate) fn pause_synack(&mut self, pause: bool) {
         self.synack_paused = pause;
     }
@@ -352,6 +341,7 @@ impl<'a> Tcb<'a> {
     /// Set the ACK delay duration.
     ///
     /// By default, the ACK delay is set to 10ms.
+    #[cfg(test)]
     pub(crate) fn set_ack_delay(&mut self, duration: Option<Duration>) {
         self.ack_delay = duration
     }
@@ -370,13 +360,6 @@ impl<'a> Tcb<'a> {
     /// has ACK delay enabled.
     pub(crate) fn set_nagle_enabled(&mut self, enabled: bool) {
         self.nagle = enabled
-    }
-
-    /// Return the keep-alive interval.
-    ///
-    /// See also the [set_keep_alive](#method.set_keep_alive) method.
-    pub(crate) fn keep_alive(&self) -> Option<Duration> {
-        self.keep_alive
     }
 
     /// Set the keep-alive interval.
@@ -403,6 +386,7 @@ impl<'a> Tcb<'a> {
     /// Return the time-to-live (IPv4) or hop limit (IPv6) value used in outgoing packets.
     ///
     /// See also the [set_hop_limit](#method.set_hop_limit) method
+    #[cfg(test)]
     pub(crate) fn hop_limit(&self) -> Option<u8> {
         self.hop_limit
     }
@@ -418,6 +402,7 @@ impl<'a> Tcb<'a> {
     ///
     /// [IANA recommended]: https://www.iana.org/assignments/ip-parameters/ip-parameters.xhtml
     /// [RFC 1122 § 3.2.1.7]: https://tools.ietf.org/html/rfc1122#section-3.2.1.7
+    #[cfg(test)]
     pub(crate) fn set_hop_limit(&mut self, hop_limit: Option<u8>) {
         // A host MUST NOT send a datagram with a hop limit value of 0
         if let Some(0) = hop_limit {
@@ -476,6 +461,7 @@ impl<'a> Tcb<'a> {
         self.remote_last_ts = None;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
+        self.sent_max = None;
 
         self.rx_waker.wake();
         self.tx_waker.wake();
@@ -639,14 +625,6 @@ impl<'a> Tcb<'a> {
         self.set_state(State::Closed);
     }
 
-    /// Return whether the socket is passively listening for incoming connections.
-    ///
-    /// In terms of the TCP state machine, the socket must be in the `LISTEN` state.
-    #[inline]
-    pub(crate) fn is_listening(&self) -> bool {
-        matches!(self.state, State::Listen)
-    }
-
     /// Return whether the socket is open.
     ///
     /// This function returns true if the socket will process incoming or dispatch outgoing
@@ -658,23 +636,6 @@ impl<'a> Tcb<'a> {
     #[inline]
     pub(crate) fn is_open(&self) -> bool {
         !matches!(self.state, State::Closed | State::TimeWait)
-    }
-
-    /// Return whether a connection is active.
-    ///
-    /// This function returns true if the socket is actively exchanging packets with
-    /// a remote endpoint. Note that this does not mean that it is possible to send or receive
-    /// data through the socket; for that, use [can_send](#method.can_send) or
-    /// [can_recv](#method.can_recv).
-    ///
-    /// If a connection is established, [abort](#method.close) will send a reset to
-    /// the remote endpoint.
-    ///
-    /// In terms of the TCP state machine, the socket must not be in the `CLOSED`, `TIME-WAIT`,
-    /// or `LISTEN` state.
-    #[inline]
-    pub(crate) fn is_active(&self) -> bool {
-        !matches!(self.state, State::Closed | State::TimeWait | State::Listen)
     }
 
     /// Return whether the transmit half of the full-duplex connection is open.
@@ -733,12 +694,6 @@ impl<'a> Tcb<'a> {
     #[inline]
     pub(crate) fn recv_capacity(&self) -> usize {
         self.rx_buffer.capacity()
-    }
-
-    /// Return the maximum number of bytes inside the transmit buffer.
-    #[inline]
-    pub(crate) fn send_capacity(&self) -> usize {
-        self.tx_buffer.capacity()
     }
 
     /// Check whether the receive buffer is not empty.
@@ -858,6 +813,7 @@ impl<'a> Tcb<'a> {
     /// by the amount of occupied space in the receive buffer; down to zero.
     ///
     /// See also [recv](#method.recv).
+    #[cfg(test)]
     pub(crate) fn recv_slice(&mut self, data: &mut [u8]) -> Result<usize, RecvError> {
         self.recv_impl(|rx_buffer| {
             let size = rx_buffer.dequeue_slice(data);
@@ -866,19 +822,10 @@ impl<'a> Tcb<'a> {
     }
 
     /// Peek at a sequence of received octets without removing them from
-    /// the receive buffer, and return a pointer to it.
-    ///
-    /// This function otherwise behaves identically to [recv](#method.recv).
-    pub(crate) fn peek(&mut self, size: usize) -> Result<&[u8], RecvError> {
-        self.recv_error_check()?;
-
-        Ok(self.rx_buffer.peek(size))
-    }
-
-    /// Peek at a sequence of received octets without removing them from
     /// the receive buffer, and fill a slice from it.
     ///
     /// This function otherwise behaves identically to [recv_slice](#method.recv_slice).
+    #[cfg(test)]
     pub(crate) fn peek_slice(&mut self, data: &mut [u8]) -> Result<usize, RecvError> {
         Ok(self.rx_buffer.peek_slice(data))
     }
@@ -901,6 +848,12 @@ impl<'a> Tcb<'a> {
             .inner()
             .window()
             .saturating_sub(self.flight_size())
+    }
+
+    /// One past the highest sequence number sent so far in this connection (`None` before the
+    /// first segment): payload of a segment below it is sent again.
+    pub(crate) fn sent_max(&self) -> Option<TcpSeqNumber> {
+        self.sent_max
     }
 
     /// Return the amount of octets queued in the receive buffer. This value can be larger than
@@ -2119,6 +2072,11 @@ impl<'a> Tcb<'a> {
         // for sure will not be successfully transmitted.
         ip_repr.set_payload_len(repr.buffer_len());
         emit(cx, (ip_repr, repr))?;
+
+        let end = repr.seq_number + repr.segment_len();
+        if self.sent_max.is_none_or(|max| end > max) {
+            self.sent_max = Some(end);
+        }
 
         // We've sent something, whether useful data or a keep-alive packet, so rewind
         // the keep-alive timer.

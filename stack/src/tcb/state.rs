@@ -6,7 +6,7 @@ use core::fmt;
 ///
 /// [RFC 793]: https://tools.ietf.org/html/rfc793
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
-pub(crate) enum State {
+pub enum State {
     /// No connection.
     Closed,
     /// Waiting for a SYN.

@@ -1,0 +1,421 @@
+//! zcnet's TCP data path: segments in from ingress to the connections ([`Tcb`]s in the
+//! stack's table, `tcp_table.rs`), segments out from them into pool frames.
+//!
+//! ```text
+//!  RX  ingress ─► rx_check (headers, addresses, TCP checksum) ─► Verdict::Tcp
+//!        ─► TcpRepr::parse in place ─► the connection that accepts it, else a listener
+//!              ─► Tcb::process: payload copied once, frame → receive ring (ledger: StackRx)
+//!              └─ an immediate answer (challenge ACK, ACK of out-of-order data) ─► emit
+//!        └─ nobody takes it: a bare SYN for a TcpListener's port is dropped (BacklogFull),
+//!           anything else but a RST is answered with a RST (Tcb::rst_reply) ─► emit (NoSocket)
+//!  TX  egress ─► for each connection due (Tcb::poll_at) ─► Tcb::dispatch ─► emit
+//!  emit: a TxFrame (the stack's spare, else the driver's) ─► IP and TCP headers written in
+//!        place (smoltcp::wire), the payload copied once from the send ring (ledger: Emit, or
+//!        Retransmit for bytes sent before), checksums unless the driver computes them
+//!        ─► next hop and Ethernet header (neighbor.rs: the zero-copy path's table, holding
+//!        the frame while ARP / NDP resolves) ─► Driver::transmit
+//! ```
+//!
+//! * No TX frame is back-pressure: an ingress step keeps the received frame until egress has
+//!   run (as for smoltcp's answers, `runner.rs`), and `dispatch` leaves the connection as if
+//!   nothing was sent, so egress waits for the driver's TX-completion waker.
+//! * A segment the driver refuses, one lost to a link that is down, and one whose next hop
+//!   never answers are counted where they drop ([`DropReason`]); the connection's own
+//!   retransmission covers them, as for a segment lost on the wire.
+//! * Egress asks each connection's `poll_at` before dispatching it, and once more after each
+//!   segment: a connection with one segment to send costs one `dispatch` and two `poll_at`, an
+//!   idle one a single `poll_at`; the last answer is the connection's deadline, so egress
+//!   learns the earliest deadline without another pass.
+
+use core::task::{Context, Poll, Waker};
+
+use smoltcp::iface::Interface;
+use smoltcp::phy::{ChecksumCapabilities, DeviceCapabilities, Medium};
+use smoltcp::time::Instant;
+use smoltcp::wire::{
+    EthernetProtocol, HardwareAddress, IpAddress, IpProtocol, IpRepr, Ipv4Packet, TcpControl,
+    TcpPacket, TcpRepr, TcpSeqNumber,
+};
+use zcnet_buffer::ledger::{self, CopySite};
+use zcnet_buffer::{Driver, RxFrame, TxFrame, ETHERNET_HEADER_LEN};
+
+use crate::neighbor::{self, Lookup, Neighbors};
+use crate::rx_check::TcpSeg;
+use crate::stack::State;
+use crate::stats::{Counters, DropReason};
+use crate::tcb::context::{PollAt, TcpContext};
+use crate::tcb::socket::Tcb;
+use crate::tcb::state::State as TcpState;
+
+/// The driver had no TX frame: `tx_waker` is registered for the completion that frees one.
+#[derive(Debug)]
+pub(crate) struct Starved;
+
+/// What [`emit`] needs from the stack's state, borrowed apart from the TCP table.
+struct Out<'a> {
+    driver: &'a mut (dyn Driver + Send),
+    tx_waker: &'a Waker,
+    spare: &'a mut Option<TxFrame>,
+    iface: &'a Interface,
+    neighbors: &'a mut Neighbors,
+    caps: &'a DeviceCapabilities,
+    tx_headroom: usize,
+    ident: &'a mut u16,
+    link_up: bool,
+    counters: &'a Counters,
+    now: Instant,
+}
+
+/// Converts a connection's [`PollAt`] to a deadline (`None`: none).
+fn deadline_of(at: PollAt, now: Instant) -> Option<Instant> {
+    match at {
+        PollAt::Now => Some(now),
+        PollAt::Time(t) => Some(t),
+        PollAt::Ingress => None,
+    }
+}
+
+/// Makes sure the stack's spare TX frame is there, asking the driver for one (its waiter is
+/// egress's waker once egress has run, else `waker`). `false` when the driver has none.
+pub(crate) fn reserve(st: &mut State, waker: &Waker) -> bool {
+    if st.spare_tx.is_some() {
+        return true;
+    }
+    let w = st.egress_waker.as_ref().unwrap_or(waker);
+    match st.driver.poll_transmit_frame(&mut Context::from_waker(w)) {
+        Poll::Ready(f) => {
+            st.spare_tx = Some(f);
+            true
+        }
+        Poll::Pending => false,
+    }
+}
+
+/// Ingress: hands the TCP segment `seg` of `frame` to the connection that takes it, or
+/// answers it (see the module docs). Returns the frame when it must wait for a TX frame (the
+/// caller keeps it and tries again after egress ran); the frame is dropped otherwise.
+pub(crate) fn ingress(
+    st: &mut State,
+    frame: RxFrame,
+    seg: TcpSeg,
+    now: Instant,
+    waker: &Waker,
+    counters: &Counters,
+) -> Option<RxFrame> {
+    let Some(bytes) = frame.get(seg.start..seg.start + seg.len) else {
+        counters.drop(DropReason::Malformed);
+        return None;
+    };
+    let Ok(packet) = TcpPacket::new_checked(bytes) else {
+        counters.drop(DropReason::Malformed);
+        return None;
+    };
+    // The checksum was verified by `rx_check` (or by the device).
+    let Ok(repr) = TcpRepr::parse(
+        &packet,
+        &seg.src,
+        &seg.dst,
+        &ChecksumCapabilities::ignored(),
+    ) else {
+        // Port 0, options cut short.
+        counters.drop(DropReason::Malformed);
+        return None;
+    };
+    // Every segment may need an answer: make sure a frame is there for it first.
+    if !reserve(st, waker) {
+        return Some(frame);
+    }
+    let ip = IpRepr::new(
+        seg.src,
+        seg.dst,
+        IpProtocol::Tcp,
+        repr.buffer_len(),
+        seg.hop_limit,
+    );
+    let ip_mtu = st.caps.ip_mtu();
+    let reply = match st.tcp.find(&ip, &repr) {
+        Some(i) => {
+            let Some(e) = st.tcp.at(i) else {
+                return None;
+            };
+            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
+            e.tcb.process(&mut cx, &ip, &repr)
+        }
+        None => {
+            if repr.control == TcpControl::Syn
+                && repr.ack_number.is_none()
+                && st.listener_ports.contains(repr.dst_port)
+            {
+                // Every listening socket of a TcpListener is busy: drop the SYN, the client
+                // retries (`backlog.rs`).
+                counters.drop(DropReason::BacklogFull);
+                return None;
+            }
+            if repr.control == TcpControl::Rst {
+                // Never answer a reset with a reset.
+                return None;
+            }
+            counters.drop(DropReason::NoSocket);
+            Some(Tcb::rst_reply(&ip, &repr))
+        }
+    };
+    drop(frame);
+    if let Some((ip, tcp)) = reply {
+        let hop = hop_for(st, ip.dst_addr(), now);
+        let mut out = out(st, waker, counters, now);
+        // A spare frame was reserved above: this cannot starve.
+        let _ = emit(&mut out, hop, &ip, &tcp, None);
+    }
+    None
+}
+
+/// The next hop for `dst` on an Ethernet link (`None` on an IP link, or without a route: the
+/// segment is then dropped by [`emit`], counted).
+fn hop_for(st: &mut State, dst: IpAddress, now: Instant) -> Option<IpAddress> {
+    match st.caps.medium {
+        Medium::Ethernet => neighbor::next_hop(&mut st.iface, dst, now),
+        _ => None,
+    }
+}
+
+/// Borrows what [`emit`] needs from `st`.
+fn out<'a>(st: &'a mut State, waker: &'a Waker, counters: &'a Counters, now: Instant) -> Out<'a> {
+    Out {
+        driver: &mut *st.driver,
+        tx_waker: st.egress_waker.as_ref().unwrap_or(waker),
+        spare: &mut st.spare_tx,
+        iface: &st.iface,
+        neighbors: &mut st.neighbors,
+        caps: &st.caps,
+        tx_headroom: st.tx_headroom,
+        ident: &mut st.tcp.ident,
+        link_up: st.link.is_up(),
+        counters,
+        now,
+    }
+}
+
+/// Builds the segment (`ip`, `tcp`) into a TX frame and sends it towards `hop` (see the module
+/// docs). `sent_max` is the connection's [`Tcb::sent_max`] before this segment: payload below
+/// it is recorded as a retransmission. `Err` only when there is no TX frame; a segment that
+/// cannot be sent otherwise is dropped and counted, and `Ok`.
+fn emit(
+    out: &mut Out<'_>,
+    hop: Option<IpAddress>,
+    ip: &IpRepr,
+    tcp: &TcpRepr<'_>,
+    sent_max: Option<TcpSeqNumber>,
+) -> Result<(), Starved> {
+    let mut frame = match out.spare.take() {
+        Some(f) => f,
+        None => match out
+            .driver
+            .poll_transmit_frame(&mut Context::from_waker(out.tx_waker))
+        {
+            Poll::Ready(f) => f,
+            Poll::Pending => return Err(Starved),
+        },
+    };
+    let ethernet = out.caps.medium == Medium::Ethernet;
+    let link = if ethernet { ETHERNET_HEADER_LEN } else { 0 };
+    if frame.set_headroom(out.tx_headroom + link).is_err() {
+        out.counters.drop(DropReason::TxHeadroom);
+        return Ok(());
+    }
+    let ip_len = ip.header_len();
+    let tcp_len = tcp.header_len();
+    let payload = tcp.payload;
+    let total = ip_len + tcp_len + payload.len();
+    if link + total > out.caps.max_transmission_unit || frame.set_len(total).is_err() {
+        // The MSS is derived from the MTU, which the stack sized to fit a slot: not expected.
+        out.counters.drop(DropReason::TxTooLong);
+        return Ok(());
+    }
+    let buf = &mut frame[..];
+    ip.emit(&mut buf[..ip_len], &out.caps.checksum);
+    if let IpRepr::Ipv4(_) = ip {
+        let mut p = Ipv4Packet::new_unchecked(&mut buf[..ip_len]);
+        p.set_ident(*out.ident);
+        *out.ident = out.ident.wrapping_add(1);
+        if out.caps.checksum.ipv4.tx() {
+            p.fill_checksum();
+        }
+    }
+    // The payload: the one copy of each byte from the send ring into the frame.
+    let body = &mut buf[ip_len + tcp_len..];
+    let resent = match sent_max {
+        Some(max) => {
+            let ahead = max.0.wrapping_sub(tcp.seq_number.0);
+            usize::try_from(ahead).map_or(0, |n| n.min(payload.len()))
+        }
+        None => 0,
+    };
+    ledger::copy(CopySite::Retransmit, &mut body[..resent], &payload[..resent]);
+    ledger::copy(CopySite::Emit, &mut body[resent..], &payload[resent..]);
+    // Headers over the payload in place; the checksum covers it.
+    let header = TcpRepr { payload: &[], ..*tcp };
+    header.emit(
+        &mut TcpPacket::new_unchecked(&mut buf[ip_len..]),
+        &ip.src_addr(),
+        &ip.dst_addr(),
+        &out.caps.checksum,
+    );
+    send(out, frame, hop, ip.dst_addr());
+    Ok(())
+}
+
+/// Puts the Ethernet header in front of a finished IP packet (resolving `hop`, holding the
+/// frame meanwhile) and hands it to the driver, or drops it, counted.
+fn send(out: &mut Out<'_>, mut frame: TxFrame, hop: Option<IpAddress>, dst: IpAddress) {
+    if out.caps.medium == Medium::Ethernet {
+        let Some(hop) = hop else {
+            // No route (the address or route went away under the connection).
+            out.counters.drop(DropReason::NotForUs);
+            return;
+        };
+        let HardwareAddress::Ethernet(our_mac) = out.iface.hardware_addr() else {
+            return;
+        };
+        let ethertype = match dst {
+            IpAddress::Ipv4(_) => EthernetProtocol::Ipv4,
+            IpAddress::Ipv6(_) => EthernetProtocol::Ipv6,
+        };
+        let mac = match neighbor::group_mac(out.iface, hop) {
+            Some(m) => m,
+            None => match out.neighbors.lookup(hop, out.now) {
+                Ok(Lookup::Known(m)) => m,
+                Ok(Lookup::Unknown) => {
+                    // Held until the next hop answers (egress sends the request), then sent by
+                    // ingress; dropped and counted if it never does. Nobody waits on it.
+                    match out.neighbors.hold(frame, hop, false) {
+                        Ok(ticket) => out.neighbors.detach(ticket),
+                        Err(_) => out.counters.drop(DropReason::NeighborTimeout),
+                    }
+                    return;
+                }
+                Err(_) => {
+                    out.counters.drop(DropReason::NeighborTimeout);
+                    return;
+                }
+            },
+        };
+        if neighbor::push_ethernet(&mut frame, our_mac, mac, ethertype).is_err() {
+            out.counters.drop(DropReason::TxHeadroom);
+            return;
+        }
+    }
+    if !out.link_up {
+        out.counters.drop(DropReason::LinkDown);
+        return;
+    }
+    match out.driver.transmit(frame) {
+        Ok(()) => out.counters.frame_out(),
+        Err(e) => out.counters.tx_refused(e),
+    }
+}
+
+/// What one egress pass over the connections found.
+pub(crate) struct Egress {
+    /// The driver ran out of TX frames.
+    pub(crate) starved: bool,
+    /// The earliest deadline of the connections not dispatched to the end (`None`: none).
+    pub(crate) deadline: Option<Instant>,
+}
+
+/// Egress: sends what every connection has due (see the module docs), records timeouts, and
+/// returns the connections' earliest deadline.
+pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) -> Egress {
+    let mut deadline: Option<Instant> = None;
+    let ip_mtu = st.caps.ip_mtu();
+    for i in 0..st.tcp.len() {
+        // The route is looked up only for a connection that has something due.
+        let remote = match st.tcp.at(i) {
+            Some(e) => {
+                let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
+                match deadline_of(e.tcb.poll_at(&mut cx), now) {
+                    Some(t) if t <= now => e.tcb.remote_endpoint(),
+                    at => {
+                        deadline = crate::stack::earliest(deadline, at);
+                        continue;
+                    }
+                }
+            }
+            None => continue,
+        };
+        let hop = remote.and_then(|r| hop_for(st, r.addr, now));
+        let link_up = st.link.is_up();
+        let Some(e) = st.tcp.at(i) else {
+            continue;
+        };
+        let mut out = Out {
+            driver: &mut *st.driver,
+            tx_waker: st.egress_waker.as_ref().unwrap_or(waker),
+            spare: &mut st.spare_tx,
+            iface: &st.iface,
+            neighbors: &mut st.neighbors,
+            caps: &st.caps,
+            tx_headroom: st.tx_headroom,
+            ident: e.ident,
+            link_up,
+            counters,
+            now,
+        };
+        let tcb = e.tcb;
+        let mut cx = TcpContext::new(now, ip_mtu, out.iface, e.rand);
+        loop {
+            let was_open = tcb.state() != TcpState::Closed;
+            let sent_max = tcb.sent_max();
+            let mut sent = false;
+            let r = tcb.dispatch(&mut cx, |_, (ip, tcp)| {
+                emit(&mut out, hop, &ip, &tcp, sent_max)?;
+                sent = true;
+                Ok::<(), Starved>(())
+            });
+            // Only a timeout closes an open connection in `dispatch` (an abort closes it
+            // before, a reset from the peer in `process`).
+            if was_open && tcb.state() == TcpState::Closed {
+                e.meta.record_timeout();
+            }
+            if r.is_err() {
+                return Egress {
+                    starved: true,
+                    deadline: None,
+                };
+            }
+            let at = deadline_of(tcb.poll_at(&mut cx), now);
+            match at {
+                Some(t) if t <= now && sent => continue,
+                // Due, yet `dispatch` sent nothing: it only ran its timers. Come back in a
+                // moment rather than spin.
+                Some(t) if t <= now => deadline = crate::stack::earliest(deadline, Some(now)),
+                at => deadline = crate::stack::earliest(deadline, at),
+            }
+            break;
+        }
+    }
+    Egress {
+        starved: false,
+        deadline,
+    }
+}
+
+
+/// The earliest deadline of every connection (`None`: none), for ingress's check whether
+/// egress must run earlier.
+pub(crate) fn deadline(st: &mut State, now: Instant) -> Option<Instant> {
+    if st.tcp.is_empty() {
+        return None;
+    }
+    let ip_mtu = st.caps.ip_mtu();
+    let mut at = None;
+    for i in 0..st.tcp.len() {
+        if let Some(e) = st.tcp.at(i) {
+            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
+            at = crate::stack::earliest(at, deadline_of(e.tcb.poll_at(&mut cx), now));
+            if at.is_some_and(|t| t <= now) {
+                break;
+            }
+        }
+    }
+    at
+}

@@ -1,0 +1,301 @@
+//! The stack's TCP connections: a fixed table of [`Tcb`]s, one place per socket slot of the
+//! [`StackResources`](crate::StackResources), each with the record of how its connection
+//! ended.
+//!
+//! * **Storage**: `StackResources<SOCKETS>` holds `SOCKETS` places ([`TcpSlot`]), handed to
+//!   the stack once; a [`TcpSocket`](crate::tcp::TcpSocket) or a listener's socket addresses
+//!   its place by a [`TcpHandle`] (the index). Places never move and the table never
+//!   allocates; a connection's buffers are the application's ([`TcpBuffers`](crate::tcp::TcpBuffers)),
+//!   moved into its [`Tcb`] and dropped with it. TCP connections and smoltcp's sockets (UDP,
+//!   ICMP, raw, DNS, DHCP) share the one count of `SOCKETS` slots (`State::socket_count`), so
+//!   a stack holds at most `SOCKETS` sockets of all kinds together, as before.
+//! * **Lookup** ([`TcpTable::find`]): the connection whose [`Tcb::accepts`] takes the segment,
+//!   tried first at the place that took the previous segment (a bulk transfer finds its
+//!   connection at once), else over every connection (not listening), else over the
+//!   listening places. A connection always wins over a listener, whatever their places.
+//! * **Close causes** ([`TcpMeta`]): a connection that ended other than by an orderly
+//!   exchange of FINs reports why. `abort()` records [`CloseCause::Aborted`]; a connection with
+//!   a timeout set (*watched*) that egress's `dispatch` closes records [`CloseCause::TimedOut`]
+//!   (a timeout fires only there); anything else that closes an open connection is the peer's
+//!   reset.
+//! * **Orphans**: a dropped socket whose connection is still closing stays in its place until
+//!   the close completes or its deadline passes (`State::reap_orphans`); a dropped connection
+//!   in TIME-WAIT gives its place up to a new socket when the stack has no free slot
+//!   (`State::free_orphan_slot`).
+
+use smoltcp::time::Instant;
+use smoltcp::wire::{IpRepr, TcpRepr};
+
+use crate::tcb::context::TcpRand;
+use crate::tcb::socket::Tcb;
+use crate::tcb::state::State;
+
+/// Why a TCP connection closed other than by an orderly exchange of FINs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CloseCause {
+    /// `abort()` on this side.
+    Aborted,
+    /// No answer from the peer within the socket's timeout.
+    TimedOut,
+}
+
+/// What the stack remembers about a connection besides its [`Tcb`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TcpMeta {
+    /// The socket has a timeout set (see the module docs).
+    watched: bool,
+    /// Set once the cause is known; cleared when the place is reused.
+    cause: Option<CloseCause>,
+    /// The connection was established at some point (so a close nobody explains is a reset).
+    connected: bool,
+    /// This side closed its write half (so failing writes are the caller's mistake).
+    write_shut: bool,
+    /// The owner dropped the socket while its connection was still closing: the stack removes
+    /// it once closed, or at this deadline.
+    orphan: Option<Instant>,
+}
+
+impl TcpMeta {
+    /// The record of a fresh place.
+    pub(crate) const EMPTY: TcpMeta = TcpMeta {
+        watched: false,
+        cause: None,
+        connected: false,
+        write_shut: false,
+        orphan: None,
+    };
+
+    /// Why the connection closed, if known.
+    pub(crate) fn cause(&self) -> Option<CloseCause> {
+        self.cause
+    }
+
+    /// Records a cause (the first one wins).
+    pub(crate) fn set_cause(&mut self, cause: CloseCause) {
+        self.cause.get_or_insert(cause);
+    }
+
+    /// Whether the connection was ever established.
+    pub(crate) fn connected(&self) -> bool {
+        self.connected
+    }
+
+    /// Notes that the connection was established.
+    pub(crate) fn set_connected(&mut self) {
+        self.connected = true;
+    }
+
+    /// Whether this side shut its write half.
+    pub(crate) fn write_shut(&self) -> bool {
+        self.write_shut
+    }
+
+    /// Notes that this side shut its write half.
+    pub(crate) fn set_write_shut(&mut self) {
+        self.write_shut = true;
+    }
+
+    /// Watch (`true`) the connection for a timeout, or stop watching it.
+    pub(crate) fn set_watched(&mut self, on: bool) {
+        self.watched = on;
+    }
+
+    /// A `dispatch` closed the open connection: it timed out, if it was watched (only a
+    /// timeout closes a connection there).
+    pub(crate) fn record_timeout(&mut self) {
+        if self.watched {
+            self.set_cause(CloseCause::TimedOut);
+        }
+    }
+}
+
+/// One place of the table: a connection (or none) and its record.
+#[derive(Debug)]
+pub(crate) struct TcpSlot {
+    tcb: Option<Tcb<'static>>,
+    meta: TcpMeta,
+}
+
+impl TcpSlot {
+    /// An empty place (for `static` initialisers).
+    pub(crate) const EMPTY: TcpSlot = TcpSlot {
+        tcb: None,
+        meta: TcpMeta::EMPTY,
+    };
+}
+
+/// A connection in use, borrowed from the [`TcpTable`] with the table's shared parts.
+pub(crate) struct Entry<'a> {
+    /// The connection.
+    pub(crate) tcb: &'a mut Tcb<'static>,
+    /// Its record.
+    pub(crate) meta: &'a mut TcpMeta,
+    /// The table's random source (initial sequence numbers).
+    pub(crate) rand: &'a mut TcpRand,
+    /// The table's IPv4 identification counter.
+    pub(crate) ident: &'a mut u16,
+}
+
+/// A connection's place in the [`TcpTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TcpHandle(usize);
+
+/// The connections (part of the stack's locked state).
+pub(crate) struct TcpTable {
+    slots: &'static mut [TcpSlot],
+    /// Places in use.
+    used: usize,
+    /// Places holding an orphan: while zero, orphan scans are skipped.
+    orphans: usize,
+    /// The place that took the last segment, tried first by [`find`](Self::find).
+    last_hit: usize,
+    /// Initial sequence numbers (seeded from [`Config::random_seed`](crate::Config)).
+    pub(crate) rand: TcpRand,
+    /// IPv4 identification of the next segment sent.
+    pub(crate) ident: u16,
+}
+
+impl TcpTable {
+    /// A table over `slots` (all empty).
+    pub(crate) fn new(slots: &'static mut [TcpSlot], seed: u64) -> Self {
+        Self {
+            slots,
+            used: 0,
+            orphans: 0,
+            last_hit: 0,
+            rand: TcpRand::new(seed),
+            ident: 1,
+        }
+    }
+
+    /// Places a connection in a free place; `None` when every place is taken (the stack's
+    /// slot count keeps that from happening).
+    pub(crate) fn insert(&mut self, tcb: Tcb<'static>) -> Option<TcpHandle> {
+        let i = self.slots.iter().position(|s| s.tcb.is_none())?;
+        self.slots[i] = TcpSlot {
+            tcb: Some(tcb),
+            meta: TcpMeta::EMPTY,
+        };
+        self.used += 1;
+        Some(TcpHandle(i))
+    }
+
+    /// Empties the place of `h` (its connection and buffers are dropped).
+    pub(crate) fn remove(&mut self, h: TcpHandle) {
+        let Some(slot) = self.slots.get_mut(h.0) else {
+            return;
+        };
+        if slot.tcb.take().is_some() {
+            self.used -= 1;
+        }
+        if slot.meta.orphan.is_some() {
+            self.orphans -= 1;
+        }
+        slot.meta = TcpMeta::EMPTY;
+    }
+
+    /// The connection and record of `h`. Panics if the place is empty: a handle lives only
+    /// as long as the socket that owns the place (a bug otherwise, never the network's doing).
+    pub(crate) fn get(&mut self, h: TcpHandle) -> (&mut Tcb<'static>, &mut TcpMeta) {
+        let slot = &mut self.slots[h.0];
+        match &mut slot.tcb {
+            Some(t) => (t, &mut slot.meta),
+            None => panic!("TCP handle {} has no connection", h.0),
+        }
+    }
+
+    /// The connection of `h`, if its place holds one.
+    pub(crate) fn tcb(&self, h: TcpHandle) -> Option<&Tcb<'static>> {
+        self.slots.get(h.0).and_then(|s| s.tcb.as_ref())
+    }
+
+    /// Number of places (used or not), for index loops.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The connection at place `i`, if the place is in use, with what a call into it needs.
+    pub(crate) fn at(&mut self, i: usize) -> Option<Entry<'_>> {
+        let slot = self.slots.get_mut(i)?;
+        let tcb = slot.tcb.as_mut()?;
+        Some(Entry {
+            tcb,
+            meta: &mut slot.meta,
+            rand: &mut self.rand,
+            ident: &mut self.ident,
+        })
+    }
+
+    /// The connection of `h` with what a call into it needs (`None`: an empty place).
+    pub(crate) fn at_handle(&mut self, h: TcpHandle) -> Option<Entry<'_>> {
+        self.at(h.0)
+    }
+
+    /// Whether any place is in use.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.used == 0
+    }
+
+    /// The connections in use, with their handles.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (TcpHandle, &Tcb<'static>)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((TcpHandle(i), s.tcb.as_ref()?)))
+    }
+
+    /// The place whose connection takes the segment `repr` in `ip` (see the module docs).
+    pub(crate) fn find(&mut self, ip: &IpRepr, repr: &TcpRepr) -> Option<usize> {
+        if let Some(t) = self.slots.get(self.last_hit).and_then(|s| s.tcb.as_ref()) {
+            if t.state() != State::Listen && t.accepts(ip, repr) {
+                return Some(self.last_hit);
+            }
+        }
+        let connection = self.slots.iter().position(|s| {
+            s.tcb
+                .as_ref()
+                .is_some_and(|t| t.state() != State::Listen && t.accepts(ip, repr))
+        });
+        if let Some(i) = connection {
+            self.last_hit = i;
+            return Some(i);
+        }
+        self.slots.iter().position(|s| {
+            s.tcb
+                .as_ref()
+                .is_some_and(|t| t.state() == State::Listen && t.accepts(ip, repr))
+        })
+    }
+
+    /// Whether a connection uses local `port` (bound or listening).
+    pub(crate) fn uses_port(&self, port: u16) -> bool {
+        self.iter().any(|(_, t)| {
+            t.local_endpoint().is_some_and(|e| e.port == port) || t.listen_endpoint().port == port
+        })
+    }
+
+    /// Marks `h` an orphan, to be removed once closed or at `until`.
+    pub(crate) fn adopt(&mut self, h: TcpHandle, until: Instant) {
+        if let Some(slot) = self.slots.get_mut(h.0) {
+            if slot.meta.orphan.replace(until).is_none() {
+                self.orphans += 1;
+            }
+        }
+    }
+
+    /// How many places to look at for orphans: none while there are none, else all.
+    pub(crate) fn orphan_scan_len(&self) -> usize {
+        if self.orphans == 0 {
+            0
+        } else {
+            self.slots.len()
+        }
+    }
+
+    /// The orphan at place `i`, as (handle, deadline, state).
+    pub(crate) fn orphan_at(&self, i: usize) -> Option<(TcpHandle, Instant, State)> {
+        let s = self.slots.get(i)?;
+        let until = s.meta.orphan?;
+        Some((TcpHandle(i), until, s.tcb.as_ref()?.state()))
+    }
+}
