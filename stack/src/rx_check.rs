@@ -149,7 +149,9 @@ fn check_tcp(
         return Verdict::Drop(DropReason::NotForUs);
     }
     let bad_source = match src {
-        IpAddress::Ipv4(a) => a.is_unspecified() || a.is_multicast() || is_v4_broadcast(&st.iface, a),
+        IpAddress::Ipv4(a) => {
+            a.is_unspecified() || a.is_multicast() || is_v4_broadcast(&st.iface, a)
+        }
         IpAddress::Ipv6(a) => a.is_unspecified() || a.is_multicast(),
     };
     if bad_source {

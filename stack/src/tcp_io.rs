@@ -135,9 +135,8 @@ pub(crate) fn ingress(
     let ip_mtu = st.caps.ip_mtu();
     let reply = match st.tcp.find(&ip, &repr) {
         Some(i) => {
-            let Some(e) = st.tcp.at(i) else {
-                return None;
-            };
+            // `find` returned a place in use.
+            let e = st.tcp.at(i)?;
             let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
             e.tcb.process(&mut cx, &ip, &repr)
         }
@@ -250,10 +249,17 @@ fn emit(
         }
         None => 0,
     };
-    ledger::copy(CopySite::Retransmit, &mut body[..resent], &payload[..resent]);
+    ledger::copy(
+        CopySite::Retransmit,
+        &mut body[..resent],
+        &payload[..resent],
+    );
     ledger::copy(CopySite::Emit, &mut body[resent..], &payload[resent..]);
     // Headers over the payload in place; the checksum covers it.
-    let header = TcpRepr { payload: &[], ..*tcp };
+    let header = TcpRepr {
+        payload: &[],
+        ..*tcp
+    };
     header.emit(
         &mut TcpPacket::new_unchecked(&mut buf[ip_len..]),
         &ip.src_addr(),
@@ -398,7 +404,6 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
         deadline,
     }
 }
-
 
 /// The earliest deadline of every connection (`None`: none), for ingress's check whether
 /// egress must run earlier.

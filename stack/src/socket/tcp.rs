@@ -231,9 +231,7 @@ impl Conn {
             self.with(|s, st| {
                 if s.can_send() {
                     let f = f.take().expect("write polled after completion");
-                    let r = s
-                        .send(f)
-                        .map_err(|_| TcpError::InvalidState);
+                    let r = s.send(f).map_err(|_| TcpError::InvalidState);
                     st.signal_egress();
                     return Poll::Ready(r);
                 }
@@ -346,12 +344,10 @@ impl TcpSocket {
                 return Err(TcpError::InvalidState);
             };
             let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
-            e.tcb
-                .connect(&mut cx, remote, port)
-                .map_err(|e| match e {
-                    ConnectError::InvalidState => TcpError::InvalidState,
-                    ConnectError::Unaddressable => TcpError::Unaddressable,
-                })?;
+            e.tcb.connect(&mut cx, remote, port).map_err(|e| match e {
+                ConnectError::InvalidState => TcpError::InvalidState,
+                ConnectError::Unaddressable => TcpError::Unaddressable,
+            })?;
             st.signal_egress();
             Ok(())
         })?;

@@ -5,9 +5,9 @@ use core::task::Poll;
 
 use super::tcp::{add_socket, Conn, TcpBuffers, TcpSocket, TcpState};
 use crate::backlog::ListenerId;
-use crate::tcp_table::TcpHandle;
 use crate::config::IpListenEndpoint;
 use crate::stack::Stack;
+use crate::tcp_table::TcpHandle;
 use crate::StackError;
 
 /// Accepts connections on one endpoint with a backlog: `backlog` sockets listen at once, and each
