@@ -10,9 +10,10 @@
 //!   so (`None`) and the adapter remembers it (`starved`), so egress waits for the driver's
 //!   TX-completion waker instead of retrying.
 //! * Every received frame comes with a TX token for a reply, reserved before smoltcp sees the
-//!   frame, yet most frames (TCP data and ACKs) need none. The reserved frame is the stack's
-//!   *spare* (`State::spare_tx`): a token only refers to it, `consume` takes it, and a token
-//!   dropped unused leaves it there for the next reply token or egress transmission. One pool
+//!   frame, yet most frames need none. The reserved frame is the stack's *spare*
+//!   (`State::spare_tx`): a token only refers to it, `consume` takes it, and a token dropped
+//!   unused leaves it there for the next reply token or egress transmission (zcnet's TCP,
+//!   `tcp_io.rs`, reserves and takes the same spare for its segments). One pool
 //!   round trip saved per received frame; the stack so holds at most one TX slot beyond its
 //!   scratch frame.
 

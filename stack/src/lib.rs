@@ -1,19 +1,26 @@
-//! # zcnet-stack: smoltcp, split and woken only by work
+//! # zcnet-stack: its own TCP, smoltcp for the rest, split and woken only by work
 //!
 //! The stack sits between a [`zcnet_buffer::Driver`] and the application's sockets:
 //!
 //! ```text
 //!  Driver ─RxFrame─► ingress task ─┬─ UDP for a bound DatagramSocket ─► that socket's queue
 //!                                  │     (the RxFrame itself: zero copies, app owns the slot)
+//!                                  ├─ TCP for us ─► zcnet's TCP: the connection's Tcb::process
 //!                                  └─ everything else ─► smoltcp poll_ingress_single
-//!                         └─ wakes egress only if smoltcp now wants to send earlier
-//!  sockets ─signal (only when they created work)─► egress task ─► smoltcp poll_egress ─► TxFrame
-//!                              └─ sleeps on the timer wheel until poll_at, or until signalled
+//!                         └─ wakes egress only if smoltcp or a connection now wants to send earlier
+//!  sockets ─signal (only when they created work)─► egress task ─┬─ Tcb::dispatch ─► TxFrame
+//!                                                               └─ smoltcp poll_egress ─► TxFrame
+//!                              └─ sleeps on the timer wheel until the earliest deadline, or until signalled
 //!  DatagramSocket::send_to ─► UDP/IP/Ethernet headers in front of the app's payload ─► Driver
 //! ```
 //!
 //! * [`Stack`]: a `Copy` handle for opening sockets and reading [`StackStats`].
 //! * [`Runner`]: the ingress and egress tasks; spawn them or run them.
+//! * TCP is zcnet's own (`tcb/`, a port of smoltcp 0.14's state machine; `tcp_io.rs`,
+//!   `tcp_table.rs`): ingress hands each segment for the stack to the connection that accepts
+//!   it (or answers it with a RST), egress builds every segment in place in a pool
+//!   [`TxFrame`](zcnet_buffer::TxFrame) with `smoltcp::wire` and sends it through the zero-copy
+//!   path's neighbour table. smoltcp keeps ARP / NDP, ICMP, DHCP, DNS, raw IP and UDP.
 //! * The smoltcp adapter (`device.rs`) lends RX frames' bytes to smoltcp and lets it write
 //!   TX frames in place in pool slots: no copy at the device boundary.
 //! * Zero-copy datagrams: [`datagram::DatagramSocket`] receives [`datagram::Datagram`]s that
@@ -21,13 +28,13 @@
 //!   place into a [`TxFrame`](zcnet_buffer::TxFrame), headers put in front with
 //!   `smoltcp::wire`. Ingress classifies each frame before smoltcp (Ethernet, IPv4/IPv6, UDP,
 //!   checksum, address and port) and moves matches into the socket's bounded queue; everything
-//!   else goes on to smoltcp. The send path resolves next hops with its own
+//!   else goes on to smoltcp. The send path (and TCP's) resolves next hops with its own
 //!   bounded neighbour table (smoltcp's is private), fed by snooping ARP and NDP, holding
 //!   frames while ARP / NDP requests go out and failing them with an error on timeout
 //!   (`socket/datagram.rs`, `neighbor.rs`; the module docs of [`datagram`] say who owns a frame
 //!   when, the bounds, and what goes to smoltcp).
-//! * Sockets over smoltcp: [`tcp::TcpSocket`], [`tcp::TcpListener`] (a real backlog),
-//!   [`udp::UdpSocket`], [`icmp::IcmpSocket`] (echo and `ping`; the stack itself answers
+//! * TCP sockets: [`tcp::TcpSocket`], [`tcp::TcpListener`] (a real backlog). Sockets over
+//!   smoltcp: [`udp::UdpSocket`], [`icmp::IcmpSocket`] (echo and `ping`; the stack itself answers
 //!   pings), [`dns::DnsSocket`] (A and AAAA lookups against [`Config::dns_servers`]) and
 //!   [`raw::RawSocket`] (whole IP packets of one protocol). Datagram sockets over smoltcp share
 //!   one buffer type, [`PacketBuffers`].
@@ -38,8 +45,8 @@
 //! * Drops: every frame the stack drops is counted by reason ([`DropReason`],
 //!   [`Stack::stats`]), those smoltcp drops included: ingress looks at each frame before
 //!   smoltcp does (header reads; it verifies the IPv4, TCP, UDP and ICMP checksums in
-//!   smoltcp's place, so each is still verified once) and at the answers smoltcp gives
-//!   (`rx_check.rs`).
+//!   smoltcp's place, so each is still verified once; TCP segments for the stack go to zcnet's
+//!   TCP from there) and at the answers smoltcp gives (`rx_check.rs`).
 //! * Ports: one allocator hands out every ephemeral port (TCP connect, UDP and zero-copy bind
 //!   to port 0) and keeps DNS queries off ports other sockets use (`ports.rs`).
 //!
@@ -48,14 +55,15 @@
 //! | path | copies per payload byte, each direction | where |
 //! |---|---|---|
 //! | [`datagram::DatagramSocket`] | 0 | the payload stays in the driver's slot |
-//! | TCP `read_with` / `write_with` | 1 | smoltcp's, frame ↔ socket ring |
-//! | TCP `read` / `write` | 2 | smoltcp's, plus ring ↔ the caller's buffer |
+//! | TCP `read_with` / `write_with` | 1 | the stack's, frame ↔ socket ring |
+//! | TCP `read` / `write` | 2 | the stack's, plus ring ↔ the caller's buffer |
 //! | UDP `recv_from_with` / `send_to_with` | 1 | smoltcp's, frame ↔ packet buffer |
 //! | UDP `recv_from` / `send_to` | 2 | smoltcp's, plus buffer ↔ the caller's slice |
 //!
-//! All of them are recorded in the copy ledger ([`zcnet_buffer::ledger`]): ours as
-//! `SocketToApp` / `AppToSocket`, smoltcp's as `StackRx` / `Emit` (attributed when the
-//! application consumes or queues the bytes; TCP retransmissions are not in the ledger).
+//! All of them are recorded in the copy ledger ([`zcnet_buffer::ledger`]): the sockets' as
+//! `SocketToApp` / `AppToSocket`; TCP's frame ↔ ring copies where the stack makes them, as
+//! `StackRx` (segment in), `Emit` (first transmission) and `Retransmit`; smoltcp's UDP copies
+//! as `StackRx` / `Emit`, attributed when the application consumes or queues the bytes.
 //!
 //! Tests: `tests/tests/stack_*.rs` over an in-memory wire with fault injection (zero copy is
 //! proven there by payload addresses checked against the driver's slots), `tap_*.rs` against

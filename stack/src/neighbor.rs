@@ -1,11 +1,12 @@
-//! The zero-copy send path's own neighbour table: IPv4 → MAC (ARP) and IPv6 → MAC (NDP), with
-//! the frames held while an address resolves.
+//! The zero-copy send path's own neighbour table, which TCP uses too: IPv4 → MAC (ARP) and
+//! IPv6 → MAC (NDP), with the frames held while an address resolves.
 //!
 //! smoltcp 0.14 keeps its neighbour cache private (`InterfaceInner::neighbor_cache`), so a frame
 //! the application built itself cannot be addressed from it. This table is small, bounded and fed
 //! the same way smoltcp feeds its own:
 //!
-//! * **Snooping in ingress** (only while a zero-copy socket is bound): ARP requests and replies
+//! * **Snooping in ingress** (every ARP packet; NDP when the IPv6 packet carries ICMPv6
+//!   directly): ARP requests and replies
 //!   whose sender is a neighbour we already track, or whose target is one of our addresses;
 //!   NDP neighbour advertisements (target link-layer option) and neighbour solicitations for one
 //!   of our addresses (source link-layer option), checksum verified. Every snooped frame still
@@ -17,7 +18,9 @@
 //!   writes the Ethernet header in front of each held frame and hands it to the driver at once;
 //!   after [`NEIGHBOR_TIMEOUT`] without one, every frame held for that next hop is dropped,
 //!   counted ([`DropReason::NeighborTimeout`]) and its sender's `send_to` fails with
-//!   [`DatagramError::NeighborTimeout`]. No frame is ever dropped silently.
+//!   [`DatagramError::NeighborTimeout`]. No frame is ever dropped silently. TCP segments
+//!   (`tcp_io.rs`) are held the same way, with nobody waiting: a segment that cannot be held
+//!   (no place) is dropped, counted, and the connection's retransmission sends it again.
 //! * **Freshness**: an entry is trusted for [`NEIGHBOR_LIFETIME`]; a send to a stale entry still
 //!   goes out at once and asks egress to re-resolve in the background. An entry whose refresh
 //!   goes unanswered is forgotten (the next send resolves again, holding frames).

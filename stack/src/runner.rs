@@ -2,13 +2,16 @@
 //! watcher.
 //!
 //! * **ingress** runs when the driver has frames (its waker is registered by
-//!   `Driver::poll_receive`), hands at most `ingress_budget` frames to smoltcp's
-//!   `poll_ingress_single`, then yields. It wakes egress only if smoltcp now wants to transmit
-//!   earlier than egress planned to wake (a reply, an ACK due).
+//!   `Driver::poll_receive`), handles at most `ingress_budget` frames (TCP segments for the
+//!   stack to zcnet's TCP, `tcp_io.rs`; the rest to smoltcp's `poll_ingress_single`), then
+//!   yields. It wakes egress only if smoltcp or a TCP connection now wants to transmit earlier
+//!   than egress planned to wake (a reply, an ACK due).
 //! * **egress** runs when signalled (a socket created work, ingress made something due), when the
-//!   driver completes a transmission it was waiting for, or when its timer reaches smoltcp's
-//!   `poll_at`. It calls `poll_egress` until nothing more goes out, then sleeps on the timer wheel
-//!   until `poll_at`, or with no timer at all when smoltcp has no deadline. A timer still armed for
+//!   driver completes a transmission it was waiting for, or when its timer reaches the earliest
+//!   deadline. It dispatches every TCP connection that has something due, sends due ARP / NDP
+//!   requests, and calls smoltcp's `poll_egress` until nothing more goes out; then it sleeps on
+//!   the timer wheel until the earliest of smoltcp's `poll_at`, the connections' `poll_at` and
+//!   the neighbour table's deadline, or with no timer at all when there is none. A timer still armed for
 //!   an earlier deadline is left as it is (lazy re-arm: it fires early, egress finds nothing and
 //!   re-arms), which spares the wheel an unlink and relink on nearly every TCP segment. When the
 //!   driver has no TX frame it waits for the driver's TX-completion waker instead of retrying.
@@ -193,7 +196,7 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
     }
 }
 
-/// One egress run; ends by arming egress's timer for smoltcp's next deadline (or disarming it).
+/// One egress run; ends by arming egress's timer for the next deadline (or disarming it).
 fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     let counters = &stack.inner.counters;
     let now = stack.now();

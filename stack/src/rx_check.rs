@@ -1,16 +1,24 @@
-//! Frames smoltcp drops, counted by reason in [`StackStats::drops`](crate::StackStats::drops).
+//! Frames smoltcp drops, counted by reason in [`StackStats::drops`](crate::StackStats::drops),
+//! and the TCP segments that go to zcnet's own TCP instead of smoltcp.
 //!
 //! smoltcp drops a frame it cannot use without a word. Ingress therefore looks at each frame
 //! before smoltcp does ([`check`]: header reads only, no copy, no socket lookup) and, for the
-//! frames smoltcp answers with a refusal, at the answer ([`is_refusal`]):
+//! frames smoltcp answers with a refusal, at the answer ([`is_refusal`]).
+//!
+//! A TCP segment addressed to the stack never reaches smoltcp: [`check`] verifies its
+//! checksum (unless the driver did), and its addresses (a unicast destination of ours, a
+//! source that is not unspecified, broadcast or multicast), then returns [`Verdict::Tcp`] with
+//! where the segment sits in the frame; ingress hands it to zcnet's TCP (`tcp_io.rs`), which
+//! answers a segment nobody takes with a RST, counted as `NoSocket` there. A TCP segment
+//! with a wrong checksum, a header cut short or such addresses is dropped here, counted.
 //!
 //! | reason | what | how it is counted |
 //! |---|---|---|
 //! | [`BadChecksum`](DropReason::BadChecksum) | IPv4 header, TCP, UDP, ICMPv4 or ICMPv6 checksum wrong | ingress verifies these *instead of* smoltcp and drops the frame itself |
-//! | [`Malformed`](DropReason::Malformed) | headers smoltcp cannot parse: a frame shorter than its Ethernet or IP header, IP lengths beyond the frame, the wrong IP version, a TCP, UDP or ICMP header cut short, a broken IPv6 hop-by-hop header | the same `smoltcp::wire` checks smoltcp makes; smoltcp still gets the frame and drops it |
-//! | [`NotForUs`](DropReason::NotForUs) | an Ethernet destination that is neither ours, broadcast nor multicast; an IP destination that is none of the interface's addresses, broadcast or multicast | as above |
+//! | [`Malformed`](DropReason::Malformed) | headers smoltcp cannot parse: a frame shorter than its Ethernet or IP header, IP lengths beyond the frame, the wrong IP version, a UDP or ICMP header cut short, a broken IPv6 hop-by-hop header; a TCP header cut short, a TCP segment from an unspecified, broadcast or multicast source, or with port 0 | the same `smoltcp::wire` checks smoltcp makes; smoltcp still gets the frame and drops it (TCP: dropped by ingress or zcnet's TCP) |
+//! | [`NotForUs`](DropReason::NotForUs) | an Ethernet destination that is neither ours, broadcast nor multicast; an IP destination that is none of the interface's addresses, broadcast or multicast; a TCP segment to a broadcast or multicast address | as above (TCP: dropped by ingress) |
 //! | [`Unsupported`](DropReason::Unsupported) | an Ethernet type other than ARP, IPv4 and IPv6; an IPv4 fragment (the stack does not reassemble) | as above |
-//! | [`NoSocket`](DropReason::NoSocket) | a datagram or segment no socket took (for TCP, also one no connection accepts): smoltcp answered it with a TCP reset, an ICMP destination unreachable, or an ICMPv6 parameter problem for an unknown next header | the answer smoltcp writes while it handles the frame |
+//! | [`NoSocket`](DropReason::NoSocket) | a datagram no socket took: smoltcp answered it with an ICMP destination unreachable, or an ICMPv6 parameter problem for an unknown next header; a TCP segment no connection or listener takes, answered with a reset by zcnet's TCP | the answer smoltcp writes while it handles the frame; for TCP, zcnet's TCP as it answers |
 //!
 //! A frame is counted once, when smoltcp has handled it (a frame kept for a later retry is not
 //! counted twice), or when ingress drops it.
@@ -32,7 +40,8 @@
 //! refusal smoltcp could not send because the sender's link-layer address is unknown (it sends
 //! an ARP request or neighbour solicitation instead); and a few it decides from addresses: a
 //! multicast group the interface has not joined, a packet from a broadcast, multicast or
-//! unspecified source, a TCP segment with port 0.
+//! unspecified source. A TCP reset that no connection takes is dropped unanswered and
+//! uncounted, as smoltcp did.
 //!
 //! A raw socket for TCP, UDP or ICMP does not see packets whose checksum is wrong: ingress
 //! drops them before smoltcp, which hands packets to raw sockets before its protocol code.

@@ -49,15 +49,16 @@
 //!
 //! # What goes to smoltcp
 //!
-//! Everything that is not a UDP datagram for a bound zero-copy socket: ARP, ICMP, NDP, TCP,
-//! UDP for ordinary [`UdpSocket`](crate::udp::UdpSocket)s or for no socket (smoltcp answers
+//! Everything that is not a UDP datagram for a bound zero-copy socket, nor a TCP segment for
+//! the stack (zcnet's TCP takes those, `tcp_io.rs`): ARP, ICMP, NDP, UDP for ordinary [`UdpSocket`](crate::udp::UdpSocket)s or for no socket (smoltcp answers
 //! with ICMP port unreachable), IPv4 fragments, IPv6 packets with extension headers, and
 //! anything malformed; first, ingress counts what smoltcp will drop and drops (counted) what
-//! has a wrong IPv4, TCP, UDP or ICMP checksum, which smoltcp leaves to it (`rx_check.rs`).
+//! has a wrong IPv4, UDP or ICMP checksum, which smoltcp leaves to it (`rx_check.rs`).
 //! ARP and NDP packets are also snooped, before smoltcp sees them, to
-//! learn neighbours for the zero-copy send path. A datagram matched to a zero-copy socket is
-//! never seen by smoltcp, so a [`RawSocket`](crate::raw::RawSocket) for UDP does not see it.
-//! While no zero-copy socket is bound, ingress does no classification at all.
+//! learn neighbours for the zero-copy send path and TCP. A datagram matched to a zero-copy
+//! socket is never seen by smoltcp, so a [`RawSocket`](crate::raw::RawSocket) for UDP does not
+//! see it (nor does one for TCP see TCP segments). While no zero-copy socket is bound, ingress
+//! classifies nothing but ARP and NDP for snooping.
 //!
 //! # Checksums
 //!

@@ -7,7 +7,9 @@
 //! packets must be complete IP packets of the socket's version and protocol; smoltcp fills in
 //! the IPv4 header checksum and re-emits the header the same way. Packets of the socket's
 //! protocol are also handed to the stack's own handling of that protocol, if it has one (a raw
-//! socket for UDP sees every UDP packet, and the UDP sockets still get theirs).
+//! socket for UDP sees every UDP packet, and the UDP sockets still get theirs). TCP segments
+//! addressed to the stack go to zcnet's own TCP before smoltcp, so a raw socket for TCP does
+//! not see them.
 //!
 //! Every future here is cancel-safe: a packet moves only in the poll that returns `Ready`.
 
