@@ -13,7 +13,8 @@
 //! ```
 //!
 //! * [`Stack`]: a `Copy` handle for opening sockets and reading [`StackStats`].
-//! * [`Runner`]: the ingress and egress tasks; spawn them or run them.
+//! * [`Runner`]: the ingress and egress tasks, and the link task (the driver's link state:
+//!   [`Stack::link_state`], [`Stack::wait_link`]); spawn them or run them.
 //! * The smoltcp adapter (`device.rs`) lends RX frames' bytes to smoltcp and lets it write
 //!   TX frames in place in pool slots: no copy at the device boundary.
 //! * Zero-copy datagrams: [`datagram::DatagramSocket`] receives [`datagram::Datagram`]s that
