@@ -158,6 +158,40 @@ pub fn qemu_args(kernel: &Path, netdev: &str, append: &str) -> Vec<String> {
     a
 }
 
+/// Arguments that give QEMU a human monitor (HMP) on the Unix socket `path`, for [`hmp`].
+pub fn monitor_args(path: &Path) -> [String; 2] {
+    [
+        "-monitor".to_string(),
+        format!("unix:{},server=on,wait=off", path.display()),
+    ]
+}
+
+/// Runs one monitor command (e.g. `set_link n0 off`) on the HMP socket at `path` and returns
+/// what QEMU printed for it. Panics when the monitor does not answer within 10 s.
+pub fn hmp(path: &Path, command: &str) -> String {
+    use std::io::{Read, Write};
+    let mut sock = std::os::unix::net::UnixStream::connect(path)
+        .unwrap_or_else(|e| panic!("monitor {}: {e}", path.display()));
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let read_prompt = |sock: &mut std::os::unix::net::UnixStream| {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 512];
+        while !got.ends_with(b"(qemu) ") {
+            let n = sock.read(&mut buf).unwrap_or_else(|e| {
+                panic!("monitor: {e} after {:?}", String::from_utf8_lossy(&got))
+            });
+            assert!(n > 0, "monitor closed: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    read_prompt(&mut sock); // the banner
+    sock.write_all(format!("{command}\n").as_bytes())
+        .expect("monitor write");
+    read_prompt(&mut sock)
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed), for a
 /// `hostfwd` rule.
 pub fn free_local_port() -> u16 {

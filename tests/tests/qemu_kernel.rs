@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use zcnet_examples::json::{self, Json};
 use zcnet_tests::netns::{tap_name, ChildGuard, Netns};
 use zcnet_tests::qemu::{
-    field, free_local_port, kernel, qemu_args, run_bounded, Qemu, TempDir, ToolOutput, QEMU,
+    field, free_local_port, hmp, kernel, monitor_args, qemu_args, run_bounded, Qemu, TempDir,
+    ToolOutput, QEMU,
 };
 
 /// From spawning QEMU to the guest's `READY` line (boot takes 0.1–0.3 s; DHCP a moment).
@@ -94,16 +95,24 @@ fn exit_through_http(qemu: &mut Qemu, cmd: Command, url: &str) {
     assert_eq!(code, "200", "GET /exit: {body}");
 }
 
-/// User networking (slirp): DHCP from QEMU, `/` and `/stats` through a `hostfwd` on 127.0.0.1,
-/// then `GET /exit` → exit code 33.
+/// User networking (slirp): DHCP from QEMU, `/` and `/stats` through a `hostfwd` on 127.0.0.1;
+/// the link pulled and restored from QEMU's monitor (the guest sees both changes through the
+/// configuration interrupt, leases its address again and serves `/stats` after); then
+/// `GET /exit` → exit code 33.
 #[test]
 fn qemu_kernel_serves_http_over_user_networking() {
     require_tool(QEMU, "--version", "qemu-system-x86");
     require_tool("curl", "--version", "curl");
     let elf = kernel();
     let port = free_local_port();
+    let dir = TempDir::new("qemu-user-net");
+    let monitor = dir.0.join("monitor.sock");
     let netdev = format!("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:80");
-    let mut qemu = Qemu::spawn(Command::new(QEMU).args(qemu_args(elf, &netdev, "test=1")));
+    let mut qemu = Qemu::spawn(
+        Command::new(QEMU)
+            .args(qemu_args(elf, &netdev, "test=1"))
+            .args(monitor_args(&monitor)),
+    );
     let ready = qemu.wait_for_line("READY ", READY_LIMIT);
     eprintln!("{ready} after {:.2?}", qemu.elapsed());
     // slirp's DHCP server hands out 10.0.2.15 first, which is where hostfwd forwards.
@@ -121,6 +130,33 @@ fn qemu_kernel_serves_http_over_user_networking() {
     let (body, code, _) = curl(Command::new("curl"), &format!("{base}/stats"));
     assert_eq!(code, "200", "GET /stats: {body}");
     check_stats(&body);
+
+    // Link state from the device: QEMU's `set_link` flips virtio-net's status bit and raises
+    // the configuration interrupt; the guest prints what its stack saw.
+    hmp(&monitor, "set_link n0 off");
+    qemu.wait_for_line("LINK down", Duration::from_secs(10));
+    hmp(&monitor, "set_link n0 on");
+    qemu.wait_for_line("LINK up", Duration::from_secs(10));
+    let (body, code, _) = curl(Command::new("curl"), &format!("{base}/stats"));
+    assert_eq!(code, "200", "GET /stats after the link came back: {body}");
+    let j = json::parse(body.as_bytes()).unwrap_or_else(|e| panic!("/stats: {e}: {body}"));
+    let num = |path: &[&str]| j.path(path).and_then(Json::as_u64);
+    assert_eq!(num(&["stack", "link_downs"]), Some(1), "{body}");
+    assert!(
+        num(&["virtio", "config_interrupts"]).is_some_and(|n| n >= 2),
+        "both changes interrupted: {body}"
+    );
+    assert_eq!(
+        j.path(&["stack", "link_up"]),
+        Some(&Json::Bool(true)),
+        "{body}"
+    );
+    // The DHCP client started over when the link came back: the lease was given up and
+    // obtained again (3 changes: the first lease, its loss, the new one).
+    assert!(
+        num(&["stack", "config_changes"]).is_some_and(|n| n >= 3),
+        "DHCP leased again after the link came back: {body}"
+    );
 
     exit_through_http(&mut qemu, Command::new("curl"), &format!("{base}/exit"));
 }

@@ -5,7 +5,11 @@
 //!        ▲ slots posted to the RX ring, TX frames sent in place      │ ingress / egress tasks
 //!  MSI-X: RX vector ─► NET_IRQ.handle_rx_interrupt ─► wakes ingress  │ on the executor
 //!         TX vector ─► NET_IRQ.handle_tx_interrupt ─► wakes egress ◄─┘
+//!         config vector ─► NET_IRQ.handle_config_interrupt ─► wakes the stack's link task
 //! ```
+//!
+//! The PCI transport sits in a `static` lock ([`SharedTransport`]) so the driver can read the
+//! device's link status while virtio-drivers' `VirtIONetRaw` owns the transport.
 //!
 //! The order matters: virtio-drivers' `VirtIONetRaw::new` initialises the device, which resets
 //! its MSI-X vectors, so the interrupts are routed (`nic_irq.rs`) only after the driver exists.
@@ -18,7 +22,7 @@ use virtio_drivers::transport::pci::PciTransport;
 use zcnet_buffer::{FramePool, PoolError, StaticPool, DEFAULT_HEADROOM};
 use zcnet_executor::Executor;
 use zcnet_stack::{Config, Ipv4Cidr, Ipv4Config, Stack, StackError, StackResources, StaticV4};
-use zcnet_virtio::{VirtioError, VirtioIrq, VirtioNet};
+use zcnet_virtio::{SharedTransport, VirtioError, VirtioIrq, VirtioNet};
 
 use crate::cmdline::{Cmdline, IpSetting, IrqMode};
 use crate::hal::KernelHal;
@@ -39,12 +43,14 @@ pub const QUEUE_SIZE: usize = 256;
 pub const SOCKETS: usize = 128;
 
 /// The zcnet driver type this kernel uses.
-pub type Nic = VirtioNet<KernelHal, PciTransport, QUEUE_SIZE>;
+pub type Nic = VirtioNet<KernelHal, SharedTransport<PciTransport>, QUEUE_SIZE>;
 
 /// Shared between the driver and the NIC's interrupt handlers.
 pub static NET_IRQ: VirtioIrq = VirtioIrq::new();
 static POOL: StaticPool<POOL_SLOTS, SLOT_SIZE> = StaticPool::new();
 static RESOURCES: StackResources<SOCKETS> = StackResources::new();
+/// The NIC's transport, shared by `VirtIONetRaw` and the driver's link-status reads.
+static TRANSPORT: spin::Once<spin::Mutex<PciTransport>> = spin::Once::new();
 
 /// The running network: the stack and what `/stats` and the test checks look at.
 #[derive(Clone, Copy, Debug)]
@@ -95,13 +101,20 @@ fn tx_interrupt() {
     NET_IRQ.handle_tx_interrupt();
 }
 
-fn shared_interrupt() {
-    NET_IRQ.handle_interrupt();
+/// INTx: `isr` is the ISR status the handler read (bit 1: configuration change).
+fn shared_interrupt(isr: u8) {
+    if isr & 1 != 0 {
+        NET_IRQ.handle_interrupt();
+    }
+    if isr & 2 != 0 {
+        NET_IRQ.handle_config_interrupt();
+    }
 }
 
-/// Configuration changes (link status): zcnet-virtio reports the link as always up, so the
-/// interrupt only ends the CPU's halt, counted as a device wakeup.
-fn config_interrupt() {}
+/// Configuration changes: the link went up or down.
+fn config_interrupt() {
+    NET_IRQ.handle_config_interrupt();
+}
 
 /// MSI-X unless the command line asks for INTx or MSI-X setup fails; then INTx.
 fn route_interrupts(nic: &NicPci, mode: IrqMode) -> Result<Routing, NetError> {
@@ -122,8 +135,11 @@ fn route_interrupts(nic: &NicPci, mode: IrqMode) -> Result<Routing, NetError> {
 pub fn start(exec: &'static Executor, cmdline: &Cmdline) -> Result<Net, NetError> {
     let pool = POOL.init(DEFAULT_HEADROOM).map_err(NetError::Pool)?;
     let (transport, nic) = pci::find_virtio_net().map_err(NetError::Pci)?;
+    let transport = SharedTransport::new(TRANSPORT.call_once(|| spin::Mutex::new(transport)));
     let raw = VirtIONetRaw::<KernelHal, _, QUEUE_SIZE>::new(transport).map_err(NetError::Device)?;
-    let driver: Nic = VirtioNet::new(raw, pool, &NET_IRQ).map_err(NetError::Driver)?;
+    let driver: Nic = VirtioNet::new(raw, pool, &NET_IRQ)
+        .map_err(NetError::Driver)?
+        .with_link_status(transport);
     let routing = route_interrupts(&nic, cmdline.irq)?;
     let ipv4 = match cmdline.ip {
         IpSetting::Dhcp => Ipv4Config::Dhcp,

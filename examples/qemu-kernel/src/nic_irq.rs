@@ -147,15 +147,15 @@ fn intx_interrupt() {
         return; // not this device's interrupt
     }
     let handler = INTX_HANDLER.load(Relaxed);
-    // SAFETY: only `setup_intx` stores it, and it stores a `fn()`.
-    let handler: fn() = unsafe { core::mem::transmute::<usize, fn()>(handler) };
-    handler();
+    // SAFETY: only `setup_intx` stores it, and it stores a `fn(u8)`.
+    let handler: fn(u8) = unsafe { core::mem::transmute::<usize, fn(u8)>(handler) };
+    handler(status);
 }
 
-/// Routes the NIC's INTx line to `handler` (called after the ISR status was read, for RX, TX
-/// and configuration changes alike). MSI-X must be disabled (it is unless [`setup_msix`]
+/// Routes the NIC's INTx line to `handler`, called with the ISR status just read (bit 0: a
+/// queue interrupt, bit 1: a configuration change). MSI-X must be disabled (it is unless [`setup_msix`]
 /// succeeded).
-pub fn setup_intx(nic: &NicPci, handler: fn()) -> Result<Routing, IntxError> {
+pub fn setup_intx(nic: &NicPci, handler: fn(u8)) -> Result<Routing, IntxError> {
     let pin = nic.interrupt_line;
     INTX_ISR.store(nic.isr, Relaxed);
     INTX_HANDLER.store(handler as usize, Relaxed);

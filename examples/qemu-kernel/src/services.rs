@@ -20,6 +20,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 
+use zcnet_buffer::LinkState;
 use zcnet_examples::echo::{EchoConfig, EchoServer, UdpEcho};
 use zcnet_examples::http::{DriverStats, ExtraRoutes, ExtraStats, HttpConfig, HttpServer};
 use zcnet_examples::iperf3::{CpuTime, Iperf3Config, Iperf3Server};
@@ -99,6 +100,17 @@ pub fn spawn(net: Net, cmdline: Cmdline, spawner: Spawner) {
         Err(e) => println!("iperf3: cannot listen: {e}"),
     }
     drop(spawner.spawn(announce(net, cmdline.idle_secs)));
+    drop(spawner.spawn(report_link(net)));
+}
+
+/// Prints `LINK down` and `LINK up` as the stack sees the link change (QEMU's `set_link`).
+async fn report_link(net: Net) -> ! {
+    loop {
+        net.stack.wait_link(LinkState::Down).await;
+        println!("LINK down");
+        net.stack.wait_link(LinkState::Up).await;
+        println!("LINK up");
+    }
 }
 
 /// Prints `READY ip=…` once the stack has an address (the tests wait for it), then, with
@@ -148,6 +160,7 @@ fn virtio_json(s: &VirtioStats) -> Json {
         ("rx_interrupts", s.rx_interrupts.into()),
         ("tx_interrupts", s.tx_interrupts.into()),
         ("shared_interrupts", s.shared_interrupts.into()),
+        ("config_interrupts", s.config_interrupts.into()),
         ("rx_posted", s.rx_posted.into()),
         ("tx_in_flight", s.tx_in_flight.into()),
     ])

@@ -107,7 +107,7 @@ fn route_interrupts(nic: &NicPci, mode: IrqMode) -> Option<Routing> {
             Err(e) => println!("net: MSI-X unavailable ({e:?}), using INTx"),
         }
     }
-    nic_irq::setup_intx(nic, nic_interrupt)
+    nic_irq::setup_intx(nic, |_isr| nic_interrupt())
         .map_err(|e| println!("net: INTx unavailable ({e:?})"))
         .ok()
 }
