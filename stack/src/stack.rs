@@ -96,6 +96,9 @@ pub(crate) struct State {
     pub(crate) neighbors: crate::neighbor::Neighbors,
     /// The link state egress obeys, and the tasks waiting for a change (`link.rs`).
     pub(crate) link: crate::link::Link,
+    /// IPv4 identification of the next packet zcnet builds itself (TCP segments, zero-copy
+    /// datagrams); smoltcp numbers its own packets.
+    pub(crate) ipv4_ident: u16,
 }
 
 impl State {
@@ -659,6 +662,7 @@ impl Stack {
             zc: crate::socket::datagram::ZcSockets::new(),
             neighbors: crate::neighbor::Neighbors::new(),
             link: crate::link::Link::new(),
+            ipv4_ident: 1,
         };
         state.iface.update_ip_addrs(|addrs| {
             if let Ipv4Config::Static(v4) = config.ipv4 {

@@ -132,8 +132,6 @@ pub(crate) struct Entry<'a> {
     pub(crate) meta: &'a mut TcpMeta,
     /// The table's random source (initial sequence numbers).
     pub(crate) rand: &'a mut TcpRand,
-    /// The table's IPv4 identification counter.
-    pub(crate) ident: &'a mut u16,
 }
 
 /// A connection's place in the [`TcpTable`].
@@ -151,8 +149,6 @@ pub(crate) struct TcpTable {
     last_hit: usize,
     /// Initial sequence numbers (seeded from [`Config::random_seed`](crate::Config)).
     pub(crate) rand: TcpRand,
-    /// IPv4 identification of the next segment sent.
-    pub(crate) ident: u16,
 }
 
 impl TcpTable {
@@ -164,7 +160,6 @@ impl TcpTable {
             orphans: 0,
             last_hit: 0,
             rand: TcpRand::new(seed),
-            ident: 1,
         }
     }
 
@@ -222,7 +217,6 @@ impl TcpTable {
             tcb,
             meta: &mut slot.meta,
             rand: &mut self.rand,
-            ident: &mut self.ident,
         })
     }
 

@@ -316,8 +316,6 @@ pub(crate) struct ZcSockets {
     bound: usize,
     /// Some socket waits for a TX frame: egress wakes it when it runs.
     tx_waiting: bool,
-    /// IPv4 identification of the next datagram.
-    ident: u16,
 }
 
 /// Whether two bound endpoints would receive the same datagrams.
@@ -331,7 +329,6 @@ impl ZcSockets {
             entries: [const { None }; MAX_DATAGRAM_SOCKETS],
             bound: 0,
             tx_waiting: false,
-            ident: 1,
         }
     }
 
@@ -672,8 +669,8 @@ fn start_send(
             ip.set_dscp(0);
             ip.set_ecn(0);
             ip.set_total_len((IPV4_HEADER_LEN + udp_len) as u16);
-            ip.set_ident(st.zc.ident);
-            st.zc.ident = st.zc.ident.wrapping_add(1);
+            ip.set_ident(st.ipv4_ident);
+            st.ipv4_ident = st.ipv4_ident.wrapping_add(1);
             ip.clear_flags();
             ip.set_dont_frag(true);
             ip.set_frag_offset(0);
