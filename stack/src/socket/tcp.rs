@@ -42,9 +42,10 @@ use zcnet_buffer::ledger::{self, CopySite};
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
 use crate::stack::{Stack, TcpCx};
-use crate::tcb::buffer::{RecvBuffer, SendBuffer};
 use crate::tcb::context::TcpContext;
 use crate::tcb::error::{ConnectError, ListenError, RecvError};
+use crate::tcb::recv::RecvBuffer;
+use crate::tcb::send::SendBuffer;
 use crate::tcb::socket::Tcb;
 use crate::tcp_table::{CloseCause, TcpHandle};
 use crate::StackError;

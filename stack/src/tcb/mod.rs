@@ -31,7 +31,7 @@
 //!   initial sequence numbers (smoltcp's generator). `PollAt` and the waker registration are
 //!   copies of smoltcp's crate-private types.
 //! * Buffers: the state machine reaches its data only through `RecvBuffer` and `SendBuffer`
-//!   ([`buffer`]), byte rings for now, so that they can become frame queues.
+//!   ([`recv`], [`send`]), byte rings for now, so that they can become frame queues.
 //! * `accepts` takes no context (smoltcp's ignored it); `dispatch`'s `emit` gets no
 //!   `PacketMeta` (smoltcp's carried only packet ids and segmentation-offload sizes).
 //! * No segmentation offload (smoltcp's `segmentation-offload` feature); its test is dropped.
@@ -44,11 +44,12 @@
 //! * No logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
 //!   explained something).
 
-pub(crate) mod buffer;
 pub(crate) mod congestion;
 pub(crate) mod context;
 pub(crate) mod error;
+pub(crate) mod recv;
 mod rtt;
+pub(crate) mod send;
 pub(crate) mod socket;
 pub(crate) mod state;
 mod timer;

@@ -15,11 +15,12 @@ use smoltcp::wire::{
     TcpTimestampGenerator, TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
 };
 
-use super::buffer::{RecvBuffer, SendBuffer};
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
 use super::error::{ConnectError, ListenError, RecvError, SendError};
+use super::recv::RecvBuffer;
 use super::rtt::RttEstimator;
+use super::send::SendBuffer;
 use super::state::State;
 use super::timer::{AckDelayTimer, Timer, ACK_DELAY_DEFAULT};
 use super::waker::WakerRegistration;
