@@ -80,6 +80,9 @@ mod autoconf;
 mod backlog;
 mod config;
 mod device;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod link;
 mod neighbor;
 mod ports;

@@ -61,30 +61,30 @@ pub const NEIGHBOR_RETRY: Duration = Duration::from_secs(1);
 pub const NEIGHBOR_LIFETIME: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
-struct Neighbor {
-    ip: IpAddress,
+pub(crate) struct Neighbor {
+    pub(crate) ip: IpAddress,
     /// `None` while resolving.
-    mac: Option<EthernetAddress>,
+    pub(crate) mac: Option<EthernetAddress>,
     /// Until when a resolved entry is used without a refresh.
-    fresh_until: Instant,
+    pub(crate) fresh_until: Instant,
     /// When egress sends the next request (`None`: no request wanted).
-    request_at: Option<Instant>,
+    pub(crate) request_at: Option<Instant>,
     /// When an unanswered resolution (or refresh) gives up.
-    give_up_at: Instant,
+    pub(crate) give_up_at: Instant,
 }
 
 #[derive(Debug)]
-struct Held {
+pub(crate) struct Held {
     /// The finished IP packet (Ethernet header not yet written); `None` once sent or failed.
-    frame: Option<TxFrame>,
-    next_hop: IpAddress,
-    ticket: u32,
+    pub(crate) frame: Option<TxFrame>,
+    pub(crate) next_hop: IpAddress,
+    pub(crate) ticket: u32,
     /// Set when the frame was sent (or failed); collected by the waiting `send_to`.
-    outcome: Option<Result<(), DatagramError>>,
+    pub(crate) outcome: Option<Result<(), DatagramError>>,
     waker: Option<Waker>,
     /// The waiting `send_to` was dropped (or, for a TCP segment, nobody waits): free the place
     /// as soon as there is an outcome.
-    detached: bool,
+    pub(crate) detached: bool,
     /// A zero-copy datagram (counted as one when sent), not a TCP segment.
     datagram: bool,
 }
@@ -92,11 +92,11 @@ struct Held {
 /// The table and the held frames (part of the stack's locked state).
 #[derive(Debug)]
 pub(crate) struct Neighbors {
-    entries: [Option<Neighbor>; MAX_NEIGHBORS],
-    held: [Option<Held>; MAX_HELD_FRAMES],
+    pub(crate) entries: [Option<Neighbor>; MAX_NEIGHBORS],
+    pub(crate) held: [Option<Held>; MAX_HELD_FRAMES],
     next_ticket: u32,
     /// Whether any entry wants a request (a fast check for egress).
-    requests_wanted: bool,
+    pub(crate) requests_wanted: bool,
 }
 
 /// What a send found for its next hop.

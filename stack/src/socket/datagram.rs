@@ -313,7 +313,7 @@ impl Entry {
 #[derive(Debug)]
 pub(crate) struct ZcSockets {
     entries: [Option<Entry>; MAX_DATAGRAM_SOCKETS],
-    bound: usize,
+    pub(crate) bound: usize,
     /// Some socket waits for a TX frame: egress wakes it when it runs.
     tx_waiting: bool,
 }
@@ -380,7 +380,7 @@ impl ZcSockets {
 }
 
 /// What ingress does with a frame.
-enum Class {
+pub(crate) enum Class {
     /// Not ours: smoltcp gets it.
     Pass,
     /// Ours but broken: dropped and counted.
@@ -448,7 +448,7 @@ pub(crate) fn ingress(
 
 /// With no zero-copy socket bound: learns neighbours from ARP and NDP (for TCP, the gateway
 /// priming and any resolution in progress), classifying nothing else.
-fn snoop_only(st: &mut State, bytes: &[u8], now: Instant, counters: &Counters) {
+pub(crate) fn snoop_only(st: &mut State, bytes: &[u8], now: Instant, counters: &Counters) {
     if st.caps.medium != Medium::Ethernet {
         return;
     }
@@ -468,7 +468,7 @@ fn snoop_only(st: &mut State, bytes: &[u8], now: Instant, counters: &Counters) {
     }
 }
 
-fn classify(st: &mut State, bytes: &[u8], now: Instant, counters: &Counters) -> Class {
+pub(crate) fn classify(st: &mut State, bytes: &[u8], now: Instant, counters: &Counters) -> Class {
     let l3 = match st.caps.medium {
         Medium::Ethernet => {
             let Ok(eth) = EthernetFrame::new_checked(bytes) else {

@@ -1,0 +1,208 @@
+//! Entry points for zcnet's fuzz targets (`tests/fuzz/`), behind the `fuzzing` feature: the
+//! zero-copy path's frame classifier (`socket/datagram.rs`) and the neighbour table with its
+//! ARP / NDP snooping (`neighbor.rs`), driven one call at a time without the stack's tasks, so a
+//! fuzzer reaches them at millions of inputs per minute.
+//!
+//! Not an API: nothing here is stable, and nothing but the fuzz targets should use it. A
+//! [`Probe`] wraps a [`Stack`] whose [`Runner`](crate::Runner) was *not* spawned (the probe's
+//! calls stand in for the ingress and egress tasks; with the tasks running too, the two would
+//! interleave in ways the stack never does).
+
+use core::task::{Context, Poll, Waker};
+
+use smoltcp::time::Instant;
+use zcnet_buffer::TxFrame;
+
+use crate::config::IpAddress;
+use crate::datagram::DatagramError;
+use crate::neighbor::{self, Lookup};
+use crate::socket::datagram::{self as dg, Class};
+use crate::stack::Stack;
+use crate::DropReason;
+
+/// What ingress would do with a frame, as [`Probe::classify`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Not for a zero-copy socket: smoltcp (or zcnet's TCP) gets it.
+    Pass,
+    /// For a zero-copy socket but broken: dropped and counted.
+    Drop(DropReason),
+    /// For zero-copy socket number `socket`: the UDP payload is `len` bytes at `offset`.
+    Deliver {
+        /// Index of the socket in the stack's table.
+        socket: usize,
+        /// Where the payload starts in the frame.
+        offset: usize,
+        /// Payload length.
+        len: usize,
+    },
+}
+
+/// What a next-hop lookup found, as [`Probe::lookup`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    /// Resolved: this MAC.
+    Known([u8; 6]),
+    /// Resolving (a request is due): a send would hold its frame.
+    Unknown,
+    /// No room in the table for another next hop.
+    Full,
+}
+
+/// The classifier and the neighbour table of one stack, called directly.
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    stack: Stack,
+}
+
+fn at(now_ms: u64) -> Instant {
+    Instant::from_millis(i64::try_from(now_ms).unwrap_or(i64::MAX / 1000))
+}
+
+impl Probe {
+    /// A probe over `stack`, whose runner must not be running.
+    pub fn new(stack: Stack) -> Self {
+        Self { stack }
+    }
+
+    /// Ingress's first look at `frame` at time `now_ms` (milliseconds): with no zero-copy
+    /// socket bound, ARP / NDP snooping only (always [`Verdict::Pass`]); otherwise the full
+    /// classification, snooping included. The frame itself is not delivered anywhere.
+    pub fn classify(&self, frame: &[u8], now_ms: u64) -> Verdict {
+        let inner = self.stack.inner;
+        self.stack.with(|st| {
+            if st.zc.bound == 0 {
+                dg::snoop_only(st, frame, at(now_ms), &inner.counters);
+                return Verdict::Pass;
+            }
+            match dg::classify(st, frame, at(now_ms), &inner.counters) {
+                Class::Pass => Verdict::Pass,
+                Class::Drop(reason) => Verdict::Drop(reason),
+                Class::Deliver {
+                    sock, offset, len, ..
+                } => Verdict::Deliver {
+                    socket: sock,
+                    offset,
+                    len,
+                },
+            }
+        })
+    }
+
+    /// A send's next-hop lookup for `ip` at `now_ms`.
+    pub fn lookup(&self, ip: IpAddress, now_ms: u64) -> Resolution {
+        self.stack
+            .with(|st| match st.neighbors.lookup(ip, at(now_ms)) {
+                Ok(Lookup::Known(mac)) => Resolution::Known(mac.0),
+                Ok(Lookup::Unknown) => Resolution::Unknown,
+                Err(_) => Resolution::Full,
+            })
+    }
+
+    /// Starts resolving `ip` ahead of any send (what the stack does for its IPv4 gateway).
+    pub fn prime(&self, ip: IpAddress, now_ms: u64) {
+        self.stack.with(|st| st.neighbors.prime(ip, at(now_ms)));
+    }
+
+    /// Holds `frame` until `next_hop` resolves, as a send does after
+    /// [`Resolution::Unknown`]; the ticket to poll, or `None` when every place is taken (the
+    /// frame is dropped then).
+    pub fn hold(&self, frame: TxFrame, next_hop: IpAddress, datagram: bool) -> Option<u32> {
+        self.stack
+            .with(|st| st.neighbors.hold(frame, next_hop, datagram).ok())
+    }
+
+    /// The outcome of held send `ticket` (its place is freed when it has one), or `None` while
+    /// it waits. Only for a ticket [`hold`](Self::hold) returned that has neither been detached
+    /// nor returned an outcome yet.
+    pub fn poll_held(&self, ticket: u32) -> Option<Result<(), DatagramError>> {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self
+            .stack
+            .with(|st| st.neighbors.poll_held(ticket, &mut cx))
+        {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        }
+    }
+
+    /// The sender of `ticket` stopped waiting.
+    pub fn detach(&self, ticket: u32) {
+        self.stack.with(|st| st.neighbors.detach(ticket));
+    }
+
+    /// Egress's neighbour step at `now_ms`: due requests, give-ups. `true` when the driver had
+    /// no TX frame.
+    pub fn egress(&self, now_ms: u64) -> bool {
+        let inner = self.stack.inner;
+        self.stack
+            .with(|st| neighbor::egress(st, at(now_ms), Waker::noop(), &inner.counters))
+    }
+
+    /// When egress must run next for the table, in milliseconds.
+    pub fn deadline_ms(&self) -> Option<u64> {
+        self.stack.with(|st| {
+            st.neighbors
+                .deadline()
+                .map(|t| u64::try_from(t.total_millis()).unwrap_or(0))
+        })
+    }
+
+    /// Frames held right now.
+    pub fn held_frames(&self) -> usize {
+        self.stack.with(|st| {
+            st.neighbors
+                .held
+                .iter()
+                .flatten()
+                .filter(|h| h.frame.is_some())
+                .count()
+        })
+    }
+
+    /// The table's invariants; the first one broken, if any:
+    ///
+    /// * no next hop has two entries;
+    /// * an unresolved entry always has a request (or give-up) scheduled, and egress knows a
+    ///   request is wanted whenever one is scheduled (else the entry, and the frames held for
+    ///   it, would stay forever);
+    /// * a held frame waits for a next hop that has an unresolved entry (else nothing would
+    ///   ever send or fail it), and has no outcome yet;
+    /// * a place whose frame is gone has an outcome, and a detached place with an outcome has
+    ///   been freed.
+    pub fn check(&self) -> Result<(), &'static str> {
+        self.stack.with(|st| {
+            let nb = &st.neighbors;
+            let entries = || nb.entries.iter().flatten();
+            for (i, a) in entries().enumerate() {
+                if entries().skip(i + 1).any(|b| b.ip == a.ip) {
+                    return Err("two entries for one next hop");
+                }
+                if a.mac.is_none() && a.request_at.is_none() {
+                    return Err("unresolved entry with no request scheduled");
+                }
+                if a.request_at.is_some() && !nb.requests_wanted {
+                    return Err("request scheduled but egress is not told");
+                }
+            }
+            for h in nb.held.iter().flatten() {
+                if h.frame.is_some() {
+                    if h.outcome.is_some() {
+                        return Err("held frame with an outcome");
+                    }
+                    if !entries().any(|n| n.ip == h.next_hop && n.mac.is_none()) {
+                        return Err("held frame with no unresolved entry for its next hop");
+                    }
+                } else {
+                    if h.outcome.is_none() {
+                        return Err("held frame gone without an outcome");
+                    }
+                    if h.detached {
+                        return Err("detached place with an outcome not freed");
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,4 @@
+//! `iperf3_control`: see `zcnet_fuzz::parsers` (tests/fuzz/src/) for what it runs and checks.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| zcnet_fuzz::parsers::iperf3(data));
