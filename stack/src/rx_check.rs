@@ -15,7 +15,7 @@
 //! | reason | what | how it is counted |
 //! |---|---|---|
 //! | [`BadChecksum`](DropReason::BadChecksum) | IPv4 header, TCP, UDP, ICMPv4 or ICMPv6 checksum wrong | ingress verifies these *instead of* smoltcp and drops the frame itself |
-//! | [`Malformed`](DropReason::Malformed) | headers smoltcp cannot parse: a frame shorter than its Ethernet or IP header, IP lengths beyond the frame, the wrong IP version, a UDP or ICMP header cut short, a broken IPv6 hop-by-hop header; a TCP header cut short, a TCP segment from an unspecified, broadcast or multicast source, or with port 0 | the same `smoltcp::wire` checks smoltcp makes; smoltcp still gets the frame and drops it (TCP: dropped by ingress or zcnet's TCP) |
+//! | [`Malformed`](DropReason::Malformed) | headers smoltcp cannot parse: a frame shorter than its Ethernet or IP header, IP lengths beyond the frame, the wrong IP version, a UDP or ICMP header cut short, a broken IPv6 hop-by-hop header; a router advertisement of a multicast prefix (smoltcp's SLAAC would panic on it: dropped by ingress); a TCP header cut short, a TCP segment from an unspecified, broadcast or multicast source, or with port 0 | the same `smoltcp::wire` checks smoltcp makes; smoltcp still gets the frame and drops it (TCP: dropped by ingress or zcnet's TCP) |
 //! | [`NotForUs`](DropReason::NotForUs) | an Ethernet destination that is neither ours, broadcast nor multicast; an IP destination that is none of the interface's addresses, broadcast or multicast; a TCP segment to a broadcast or multicast address | as above (TCP: dropped by ingress) |
 //! | [`Unsupported`](DropReason::Unsupported) | an Ethernet type other than ARP, IPv4 and IPv6; an IPv4 fragment (the stack does not reassemble) | as above |
 //! | [`NoSocket`](DropReason::NoSocket) | a datagram no socket took: smoltcp answered it with an ICMP destination unreachable, or an ICMPv6 parameter problem for an unknown next header; a TCP segment no connection or listener takes, answered with a reset by zcnet's TCP | the answer smoltcp writes while it handles the frame; for TCP, zcnet's TCP as it answers |
@@ -48,8 +48,9 @@
 
 use smoltcp::phy::{Checksum, ChecksumCapabilities, Medium};
 use smoltcp::wire::{
-    EthernetFrame, EthernetProtocol, HardwareAddress, Icmpv4Packet, Icmpv6Packet, IpAddress,
-    IpProtocol, IpVersion, Ipv4Packet, Ipv6ExtHeader, Ipv6Packet, TcpPacket, UdpPacket,
+    EthernetFrame, EthernetProtocol, HardwareAddress, Icmpv4Packet, Icmpv6Message, Icmpv6Packet,
+    IpAddress, IpProtocol, IpVersion, Ipv4Packet, Ipv6ExtHeader, Ipv6Packet, NdiscRepr, TcpPacket,
+    UdpPacket,
 };
 
 use crate::neighbor::is_v4_broadcast;
@@ -244,12 +245,38 @@ fn check_v6(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
             payload,
         );
     }
-    check_transport(
+    let verdict = check_transport(
         &st.caps.checksum,
         next,
         IpAddress::Ipv6(p.src_addr()),
         IpAddress::Ipv6(dst),
         payload,
+    );
+    if matches!(verdict, Verdict::Pass)
+        && next == IpProtocol::Icmpv6
+        && advertises_multicast_prefix(payload)
+    {
+        return Verdict::Drop(DropReason::Malformed);
+    }
+    verdict
+}
+
+/// Whether `icmp` is a router advertisement whose prefix option (the one smoltcp keeps) is a
+/// multicast prefix. smoltcp 0.14's SLAAC would form an address from it (prefix plus
+/// interface identifier: a multicast address) and then panic in `Interface::update_ip_addrs`
+/// ("IP address … is not unicast"), so ingress drops such an advertisement whole, counted as
+/// `Malformed` (RFC 4862 §5.5.3 has hosts ignore prefixes they cannot use). Found by the
+/// `stack_ingress` fuzz target (tests/fuzz/).
+fn advertises_multicast_prefix(icmp: &[u8]) -> bool {
+    let Ok(packet) = Icmpv6Packet::new_checked(icmp) else {
+        return false;
+    };
+    if packet.msg_type() != Icmpv6Message::RouterAdvert {
+        return false;
+    }
+    matches!(
+        NdiscRepr::parse(&packet),
+        Ok(NdiscRepr::RouterAdvert { prefix_info: Some(p), .. }) if p.prefix.is_multicast()
     )
 }
 

@@ -690,7 +690,8 @@ impl Harness {
             6 => {
                 if bit {
                     let mut prefix = [0u8; 8];
-                    prefix.copy_from_slice(r.bytes(8));
+                    let b = r.bytes(8);
+                    prefix[..b.len()].copy_from_slice(b);
                     if prefix.iter().all(|b| *b == 0) {
                         prefix[0] = 0xfd;
                     }

@@ -36,7 +36,9 @@ pub const SLOTS: usize = 48;
 pub const MAX_OPS: usize = 128;
 
 /// A driver that never receives and completes every transmission at once, after checking
-/// that the frame has an Ethernet header from the stack.
+/// that the frame has an Ethernet header from the stack. (The destination is not checked: the
+/// table learns any MAC smoltcp calls unicast, the all-zero one included, as smoltcp's own
+/// cache does.)
 struct NullDriver(&'static FramePool);
 
 impl Driver for NullDriver {
@@ -51,7 +53,6 @@ impl Driver for NullDriver {
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
         assert!(frame.len() >= 14, "frame without an Ethernet header");
         assert_eq!(frame[6..12], OUR_MAC, "source MAC");
-        assert!(frame[0] & 1 == 1 || frame[..6] != [0; 6], "destination MAC");
         Ok(())
     }
 
