@@ -816,3 +816,31 @@ fn waker_cell_stays_consistent_when_clone_panics() {
     cell.wake();
     assert_eq!(wakes(&a), 2);
 }
+
+#[test]
+fn rx_append_from_fills_the_tail_room_only() {
+    let pool = small_pool(2, 64, 0);
+    let mut f = pool.try_alloc_rx().unwrap().complete_range(10, 20).unwrap();
+    f.advance(4).unwrap();
+    f.truncate(6).unwrap();
+    // The tail room starts after the visible bytes, whatever the device wrote past them.
+    assert_eq!(f.tail_room(), 64 - 20);
+    f.bytes_mut().copy_from_slice(b"abcdef");
+    f.append_from(b"gh").unwrap();
+    assert_eq!(&f[..], b"abcdefgh");
+    assert_eq!(f.tail_room(), 64 - 22);
+    let too_long = [0u8; 43];
+    assert_eq!(
+        f.append_from(&too_long),
+        Err(FrameError::Length {
+            requested: 43,
+            available: 42
+        })
+    );
+    f.append_from(&too_long[..42]).unwrap();
+    assert_eq!((f.len(), f.tail_room()), (50, 0));
+    f.lend_to_app();
+    assert_eq!(f.append_from(b""), Err(FrameError::Lent));
+    drop(f);
+    assert_eq!(pool.audit().unwrap().free, 2);
+}
