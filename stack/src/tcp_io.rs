@@ -96,28 +96,13 @@ pub(crate) fn reserve(st: &mut State, waker: &Waker) -> bool {
 /// caller keeps it and tries again after egress ran); the frame is dropped otherwise.
 pub(crate) fn ingress(
     st: &mut State,
-    frame: RxFrame,
+    mut frame: RxFrame,
     seg: TcpSeg,
     now: Instant,
     waker: &Waker,
     counters: &Counters,
 ) -> Option<RxFrame> {
-    let Some(bytes) = frame.get(seg.start..seg.start + seg.len) else {
-        counters.drop(DropReason::Malformed);
-        return None;
-    };
-    let Ok(packet) = TcpPacket::new_checked(bytes) else {
-        counters.drop(DropReason::Malformed);
-        return None;
-    };
-    // The checksum was verified by `rx_check` (or by the device).
-    let Ok(repr) = TcpRepr::parse(
-        &packet,
-        &seg.src,
-        &seg.dst,
-        &ChecksumCapabilities::ignored(),
-    ) else {
-        // Port 0, options cut short.
+    let Some((repr, payload_at)) = parse(&frame, &seg) else {
         counters.drop(DropReason::Malformed);
         return None;
     };
@@ -129,16 +114,31 @@ pub(crate) fn ingress(
         seg.src,
         seg.dst,
         IpProtocol::Tcp,
-        repr.buffer_len(),
+        repr.buffer_len() + payload_at.map_or(0, |(_, len)| len),
         seg.hop_limit,
     );
     let ip_mtu = st.caps.ip_mtu();
     let reply = match st.tcp.find(&ip, &repr) {
         Some(i) => {
+            // The payload stays in the frame: the frame, trimmed to it, goes to the connection
+            // (which queues it or drops it).
+            let payload = match payload_at {
+                Some((at, len)) if frame.advance(at).is_ok() && frame.truncate(len).is_ok() => {
+                    Some(frame)
+                }
+                _ => {
+                    drop(frame);
+                    None
+                }
+            };
             // `find` returned a place in use.
             let e = st.tcp.at(i)?;
             let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
-            e.tcb.process(&mut cx, &ip, &repr)
+            let reply = e.tcb.process(&mut cx, &ip, &repr, payload);
+            let drops = e.tcb.take_rx_drops();
+            counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));
+            counters.drop_n(DropReason::TcpOutOfOrderPurged, u64::from(drops.purged));
+            reply
         }
         None => {
             if repr.control == TcpControl::Syn
@@ -155,10 +155,10 @@ pub(crate) fn ingress(
                 return None;
             }
             counters.drop(DropReason::NoSocket);
+            drop(frame);
             Some(Tcb::rst_reply(&ip, &repr))
         }
     };
-    drop(frame);
     if let Some((ip, tcp)) = reply {
         let hop = hop_for(st, ip.dst_addr(), now);
         let mut out = out(st, waker, counters, now);
@@ -166,6 +166,40 @@ pub(crate) fn ingress(
         let _ = emit(&mut out, hop, &ip, &tcp, None);
     }
     None
+}
+
+/// Parses the TCP segment `seg` of `frame`: its header (a `TcpRepr` with an empty payload,
+/// borrowing nothing) and, when it carries any, where its payload lies in the frame (offset
+/// and length). `None` when malformed.
+fn parse(frame: &RxFrame, seg: &TcpSeg) -> Option<(TcpRepr<'static>, Option<(usize, usize)>)> {
+    let bytes = frame.get(seg.start..seg.start.checked_add(seg.len)?)?;
+    let packet = TcpPacket::new_checked(bytes).ok()?;
+    // The checksum was verified by `rx_check` (or by the device). Errors: port 0, options cut
+    // short.
+    let r = TcpRepr::parse(
+        &packet,
+        &seg.src,
+        &seg.dst,
+        &ChecksumCapabilities::ignored(),
+    )
+    .ok()?;
+    let len = r.payload.len();
+    let at = (len > 0).then(|| (seg.start + usize::from(packet.header_len()), len));
+    let header = TcpRepr {
+        src_port: r.src_port,
+        dst_port: r.dst_port,
+        control: r.control,
+        seq_number: r.seq_number,
+        ack_number: r.ack_number,
+        window_len: r.window_len,
+        window_scale: r.window_scale,
+        max_seg_size: r.max_seg_size,
+        sack_permitted: r.sack_permitted,
+        sack_ranges: r.sack_ranges,
+        timestamp: r.timestamp,
+        payload: &[],
+    };
+    Some((header, at))
 }
 
 /// The next hop for `dst` on an Ethernet link (`None` on an IP link, or without a route: the

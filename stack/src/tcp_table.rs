@@ -114,6 +114,10 @@ impl TcpMeta {
 pub(crate) struct TcpSlot {
     tcb: Option<Tcb<'static>>,
     meta: TcpMeta,
+    /// Bumped each time a connection takes the place: a `TcpSegment` the application holds
+    /// names its connection by place and generation, so that dropping it after its socket is
+    /// gone cannot touch a later connection in the same place.
+    generation: u32,
 }
 
 impl TcpSlot {
@@ -121,6 +125,7 @@ impl TcpSlot {
     pub(crate) const EMPTY: TcpSlot = TcpSlot {
         tcb: None,
         meta: TcpMeta::EMPTY,
+        generation: 0,
     };
 }
 
@@ -167,10 +172,10 @@ impl TcpTable {
     /// slot count keeps that from happening).
     pub(crate) fn insert(&mut self, tcb: Tcb<'static>) -> Option<TcpHandle> {
         let i = self.slots.iter().position(|s| s.tcb.is_none())?;
-        self.slots[i] = TcpSlot {
-            tcb: Some(tcb),
-            meta: TcpMeta::EMPTY,
-        };
+        let slot = &mut self.slots[i];
+        slot.tcb = Some(tcb);
+        slot.meta = TcpMeta::EMPTY;
+        slot.generation = slot.generation.wrapping_add(1);
         self.used += 1;
         Some(TcpHandle(i))
     }
@@ -197,6 +202,24 @@ impl TcpTable {
             Some(t) => (t, &mut slot.meta),
             None => panic!("TCP handle {} has no connection", h.0),
         }
+    }
+
+    /// The generation of the place of `h` (see [`TcpSlot`]): names the connection in it now.
+    pub(crate) fn generation(&self, h: TcpHandle) -> u32 {
+        self.slots.get(h.0).map_or(0, |s| s.generation)
+    }
+
+    /// The connection of `h` if it is still the one of `generation`.
+    pub(crate) fn tcb_of_generation(
+        &mut self,
+        h: TcpHandle,
+        generation: u32,
+    ) -> Option<&mut Tcb<'static>> {
+        let slot = self.slots.get_mut(h.0)?;
+        if slot.generation != generation {
+            return None;
+        }
+        slot.tcb.as_mut()
     }
 
     /// The connection of `h`, if its place holds one.

@@ -39,6 +39,7 @@ use core::task::{Context, Poll};
 use smoltcp::storage::RingBuffer;
 use smoltcp::time::Duration as SmolDuration;
 use zcnet_buffer::ledger::{self, CopySite};
+use zcnet_buffer::RxFrame;
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
 use crate::stack::{Stack, TcpCx};
@@ -119,8 +120,10 @@ impl TcpBuffers {
 
 /// Adds a closed TCP connection with `buffers` to the stack.
 pub(crate) fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<TcpHandle, StackError> {
+    // The receive side keeps segments in their frames: the ring's size sets the byte bound
+    // and the slot budget (`tcb/recv.rs`); its storage is not used.
     let tcb = Tcb::new(
-        RecvBuffer::from_ring(buffers.rx),
+        RecvBuffer::new(buffers.rx.capacity()),
         SendBuffer::from_ring(buffers.tx),
     );
     stack.with(|st| st.add_tcb(tcb))
@@ -150,52 +153,50 @@ impl Conn {
         }
     }
 
-    fn poll_read_with<R>(
+    /// Polls for received data: once there is some, `take` (called once, under the stack lock,
+    /// with the connection and its place's generation) consumes it. `Ok(None)` is end of
+    /// stream.
+    fn poll_recv<R>(
         self,
         cx: &mut Context<'_>,
-        f: &mut Option<impl FnOnce(&mut [u8]) -> (usize, R)>,
+        take: &mut Option<impl FnOnce(&mut Tcb<'static>, u32) -> Result<R, RecvError>>,
     ) -> Poll<Result<Option<R>, TcpError>> {
-        self.with(|s, st| {
-            if s.can_recv() {
-                let window_before = s.recv_capacity() - s.recv_queue();
-                let f = f.take().expect("read polled after completion");
-                let r = s
-                    .recv(|ring| {
-                        let (n, r) = f(ring);
-                        (n, r)
-                    })
-                    .map(Some)
-                    .map_err(|_| TcpError::InvalidState);
-                // A read that reopens a window that had shrunk below half tells egress to
-                // advertise it (a window update); smaller reads are left to the next ACK.
-                let half = s.recv_capacity() / 2;
-                if window_before < half && s.recv_capacity() - s.recv_queue() >= half {
-                    st.signal_egress();
+        self.stack.with(|st| {
+            let generation = st.tcp.generation(self.handle);
+            st.with_tcb(self.handle, |s, st| {
+                if s.can_recv() {
+                    let take = take.take().expect("read polled after completion");
+                    let r = take(s, generation)
+                        .map(Some)
+                        .map_err(|_| TcpError::InvalidState);
+                    // A read that grew the window enough to be worth a window update (the
+                    // window doubled since last advertised, see `Tcb::window_update_due`) tells
+                    // egress to send it; smaller reads are left to the next ACK.
+                    if s.window_update_due() {
+                        st.signal_egress();
+                    }
+                    return Poll::Ready(r);
                 }
-                return Poll::Ready(r);
-            }
-            if s.may_recv() {
-                s.register_recv_waker(cx.waker());
-                return Poll::Pending;
-            }
-            match s.recv(|_| (0, ())) {
-                Err(RecvError::Finished) => Poll::Ready(Ok(None)),
-                _ if matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) => {
+                if s.may_recv() {
                     s.register_recv_waker(cx.waker());
-                    Poll::Pending
+                    return Poll::Pending;
                 }
-                _ => Poll::Ready(Err(self.closed_error(st))),
-            }
+                match s.recv(|_| (0, ())) {
+                    Err(RecvError::Finished) => Poll::Ready(Ok(None)),
+                    _ if matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) => {
+                        s.register_recv_waker(cx.waker());
+                        Poll::Pending
+                    }
+                    _ => Poll::Ready(Err(self.closed_error(st))),
+                }
+            })
         })
     }
 
     async fn read(self, buf: &mut [u8]) -> Result<usize, TcpError> {
-        let r = self
-            .read_with(|data| {
-                let n = ledger::copy(CopySite::SocketToApp, buf, data);
-                (n, n)
-            })
-            .await?;
+        // Copies across as many queued segments as `buf` takes (ledger: SocketToApp).
+        let mut take = Some(|s: &mut Tcb<'static>, _| s.recv_slice(buf));
+        let r = poll_fn(|cx| self.poll_recv(cx, &mut take)).await?;
         Ok(r.unwrap_or(0))
     }
 
@@ -203,8 +204,30 @@ impl Conn {
         self,
         f: impl FnOnce(&mut [u8]) -> (usize, R),
     ) -> Result<Option<R>, TcpError> {
-        let mut f = Some(f);
-        poll_fn(|cx| self.poll_read_with(cx, &mut f)).await
+        let mut take = Some(|s: &mut Tcb<'static>, _| s.recv(f));
+        poll_fn(|cx| self.poll_recv(cx, &mut take)).await
+    }
+
+    fn poll_recv_segment(self, cx: &mut Context<'_>) -> Poll<Result<Option<TcpSegment>, TcpError>> {
+        let mut take = Some(|s: &mut Tcb<'static>, generation| {
+            s.recv_segment().map(|frame| {
+                frame.map(|mut frame| {
+                    frame.lend_to_app();
+                    TcpSegment {
+                        frame,
+                        stack: self.stack,
+                        handle: self.handle,
+                        generation,
+                    }
+                })
+            })
+        });
+        match self.poll_recv(cx, &mut take) {
+            // `can_recv` held: a segment was queued.
+            Poll::Ready(Ok(Some(None))) => Poll::Ready(Err(TcpError::InvalidState)),
+            Poll::Ready(r) => Poll::Ready(r.map(Option::flatten)),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     async fn write(self, buf: &[u8]) -> Result<usize, TcpError> {
@@ -423,24 +446,46 @@ impl TcpSocket {
         .await
     }
 
-    /// Reads into `buf`; `Ok(0)` means the peer closed its side (end of stream). Copies ring →
-    /// `buf` ([`CopySite::SocketToApp`]) on top of the stack's frame → ring copy; use
-    /// [`read_with`](Self::read_with) to avoid it.
+    /// Reads into `buf`, from as many received segments as it takes; `Ok(0)` means the peer
+    /// closed its side (end of stream). The one copy of each byte: segment frame → `buf`
+    /// ([`CopySite::SocketToApp`]); [`read_with`](Self::read_with) and
+    /// [`recv_segment`](Self::recv_segment) make none.
     pub async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TcpError> {
         self.conn.read(buf).await
     }
 
-    /// Gives `f` the received bytes in place (the contiguous part of the receive ring, never
-    /// empty); `f` returns how many it consumed and a result. `Ok(None)` is end of stream.
+    /// Gives `f` the received bytes in place: the first received segment's payload (what is
+    /// left of it), in the very frame the driver received it in, never empty; `f` returns how
+    /// many it consumed and a result. A segment consumed to its end returns its slot to the
+    /// pool; one partly consumed stays first, its front moved past what was consumed.
+    /// `Ok(None)` is end of stream.
     ///
-    /// No copy here: the one copy per byte is the stack's, frame → ring as the segment
-    /// arrived (recorded in the ledger as [`CopySite::StackRx`]; see
-    /// [the module docs](self#copies-per-payload-byte)).
+    /// No copy (see [the module docs](self#copies-per-payload-byte)).
     pub async fn read_with<R>(
         &mut self,
         f: impl FnOnce(&mut [u8]) -> (usize, R),
     ) -> Result<Option<R>, TcpError> {
         self.conn.read_with(f).await
+    }
+
+    /// Takes the next received segment: its payload in place in the frame the driver received
+    /// it in (what `read_with` left of it), owned by the returned [`TcpSegment`] until dropped.
+    /// `Ok(None)` is end of stream.
+    ///
+    /// No copy. While the application holds segments they count against the connection's
+    /// receive budget: the window the stack advertises shrinks, down to zero (the peer then
+    /// waits, probing), and reopens as they are dropped.
+    pub async fn recv_segment(&mut self) -> Result<Option<TcpSegment>, TcpError> {
+        poll_fn(|cx| self.conn.poll_recv_segment(cx)).await
+    }
+
+    /// [`recv_segment`](Self::recv_segment) as a poll function: `Pending` (with `cx`'s waker
+    /// registered) until a segment, the end of stream or an error is there.
+    pub fn poll_recv_segment(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<TcpSegment>, TcpError>> {
+        self.conn.poll_recv_segment(cx)
     }
 
     /// Queues bytes from `buf`; returns how many were queued, at least one unless `buf` is
@@ -576,6 +621,97 @@ impl TcpReader<'_> {
         f: impl FnOnce(&mut [u8]) -> (usize, R),
     ) -> Result<Option<R>, TcpError> {
         self.conn.read_with(f).await
+    }
+
+    /// Like [`TcpSocket::recv_segment`].
+    pub async fn recv_segment(&mut self) -> Result<Option<TcpSegment>, TcpError> {
+        poll_fn(|cx| self.conn.poll_recv_segment(cx)).await
+    }
+
+    /// Like [`TcpSocket::poll_recv_segment`].
+    pub fn poll_recv_segment(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<TcpSegment>, TcpError>> {
+        self.conn.poll_recv_segment(cx)
+    }
+}
+
+/// A received TCP segment's payload, in place in the pool slot the driver received it in:
+/// what [`TcpSocket::recv_segment`] returns. It owns the slot (state LENT) until dropped.
+///
+/// Dropping it, on any task or thread, returns the slot to the pool and gives the slot back to
+/// its connection's receive budget, so that the window reopens (egress is woken when that is
+/// worth a window update). Holding many segments stalls the peer: the window shrinks to zero.
+///
+/// It derefs to the payload bytes.
+pub struct TcpSegment {
+    frame: RxFrame,
+    stack: Stack,
+    handle: TcpHandle,
+    /// The generation of the connection's place when the segment was taken: the connection is
+    /// released only if it is still there (`tcp_table.rs`).
+    generation: u32,
+}
+
+impl TcpSegment {
+    /// The payload bytes, in place.
+    pub fn payload(&self) -> &[u8] {
+        &self.frame
+    }
+
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        self.frame.len()
+    }
+
+    /// Whether the payload is empty (a segment returned by `recv_segment` never is).
+    pub fn is_empty(&self) -> bool {
+        self.frame.is_empty()
+    }
+
+    /// The frame itself (its slot index and pool, e.g. to prove where the bytes are). Its
+    /// visible bytes are the payload: headers were stripped with `advance`, not copied.
+    pub fn frame(&self) -> &RxFrame {
+        &self.frame
+    }
+}
+
+impl core::ops::Deref for TcpSegment {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.frame
+    }
+}
+
+impl AsRef<[u8]> for TcpSegment {
+    fn as_ref(&self) -> &[u8] {
+        &self.frame
+    }
+}
+
+impl core::fmt::Debug for TcpSegment {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TcpSegment")
+            .field("frame", &self.frame)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for TcpSegment {
+    fn drop(&mut self) {
+        let (handle, generation) = (self.handle, self.generation);
+        self.stack.with(|st| {
+            let update = st
+                .tcp
+                .tcb_of_generation(handle, generation)
+                .is_some_and(|t| t.release_segment());
+            if update {
+                st.signal_egress();
+            }
+        });
+        // The frame drops after this: its slot goes back to the pool.
     }
 }
 

@@ -10,6 +10,7 @@ use core::task::Waker;
 
 use smoltcp::storage::Assembler;
 use smoltcp::time::{Duration, Instant};
+use zcnet_buffer::RxFrame;
 use smoltcp::wire::{
     IpAddress, IpEndpoint, IpListenEndpoint, IpProtocol, IpRepr, TcpControl, TcpRepr, TcpSeqNumber,
     TcpTimestampGenerator, TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
@@ -18,7 +19,7 @@ use smoltcp::wire::{
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
 use super::error::{ConnectError, ListenError, RecvError, SendError};
-use super::recv::RecvBuffer;
+use super::recv::{RecvBuffer, RxDrops};
 use super::rtt::RttEstimator;
 use super::send::SendBuffer;
 use super::state::State;
@@ -54,8 +55,12 @@ pub(crate) struct Tcb<'a> {
     rtte: RttEstimator,
     /// Which bytes past the in-order data of `rx_buffer` arrived out of order.
     assembler: Assembler,
-    /// Received data.
-    rx_buffer: RecvBuffer<'a>,
+    /// Received data, in the frames it arrived in.
+    rx_buffer: RecvBuffer,
+    /// The MSS we offer (the IP MTU less the IP and TCP headers), learnt from the context of
+    /// each `process` and `dispatch`: the payload one slot of the receive budget is counted
+    /// for in the window. Not smoltcp's.
+    rx_mss: usize,
     /// Whether the remote's FIN arrived (reads then end with `Finished`).
     rx_fin_received: bool,
     /// Data to send, and sent but unacknowledged.
@@ -160,7 +165,7 @@ impl<'a> Tcb<'a> {
     ///
     /// # Panics
     /// If the receive buffer is larger than 1 GiB (the largest window scaling allows).
-    pub(crate) fn new(rx_buffer: RecvBuffer<'a>, tx_buffer: SendBuffer<'a>) -> Tcb<'a> {
+    pub(crate) fn new(rx_buffer: RecvBuffer, tx_buffer: SendBuffer<'a>) -> Tcb<'a> {
         let rx_capacity = rx_buffer.capacity();
 
         // From RFC 1323:
@@ -179,6 +184,7 @@ impl<'a> Tcb<'a> {
             assembler: Assembler::new(),
             tx_buffer,
             rx_buffer,
+            rx_mss: DEFAULT_MSS,
             rx_fin_received: false,
             timeout: None,
             keep_alive: None,
@@ -300,9 +306,49 @@ impl<'a> Tcb<'a> {
     /// Return the current window field value, including scaling according to RFC 1323.
     ///
     /// Used in internal calculations as well as packet generation.
+    ///
+    /// Not smoltcp's: the window is [`rx_window`](Self::rx_window), rounded up when rounding
+    /// down to the scale would pull the right edge back.
     #[inline]
     fn scaled_window(&self) -> u16 {
-        u16::try_from(self.rx_buffer.window() >> self.remote_win_shift).unwrap_or(u16::MAX)
+        let shift = self.remote_win_shift;
+        let mut scaled = self.rx_window() >> shift;
+        if (scaled << shift) < self.rx_window_floor() {
+            scaled += 1;
+        }
+        u16::try_from(scaled).unwrap_or(u16::MAX)
+    }
+
+    /// The receive window to offer now, in bytes: what the receive buffer can take (its free
+    /// bytes, and one MSS per free slot of its budget), but never less than keeps the right
+    /// edge we advertised last where it was (a window never retreats, RFC 9293 3.8.6.2.2).
+    /// Not smoltcp's (smoltcp's window is the free space of its byte ring, whose right edge
+    /// cannot retreat).
+    fn rx_window(&self) -> usize {
+        self.rx_buffer
+            .window(self.rx_mss)
+            .max(self.rx_window_floor())
+    }
+
+    /// How far the right edge we advertised last lies past the in-order data (0 before the
+    /// first advertisement, or when the data reached it).
+    fn rx_window_floor(&self) -> usize {
+        let Some(last_ack) = self.remote_last_ack else {
+            return 0;
+        };
+        let edge = last_ack + (usize::from(self.remote_last_win) << self.remote_win_shift);
+        let next = self.remote_seq_no + self.rx_buffer.len();
+        if edge > next {
+            edge - next
+        } else {
+            0
+        }
+    }
+
+    /// Notes the MSS we offer on an IP link of `cx.ip_mtu` with IP headers of `ip_header_len`.
+    fn note_rx_mss(&mut self, cx: &TcpContext<'_>, ip_header_len: usize) {
+        let mss = cx.ip_mtu.saturating_sub(ip_header_len + TCP_HEADER_LEN);
+        self.rx_mss = mss.max(MIN_REMOTE_MSS);
     }
 
     /// Return the last window field value, including scaling according to RFC 1323.
@@ -692,7 +738,7 @@ impl<'a> Tcb<'a> {
     }
 
     /// Return the maximum number of bytes inside the recv buffer.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn recv_capacity(&self) -> usize {
         self.rx_buffer.capacity()
     }
@@ -779,9 +825,9 @@ impl<'a> Tcb<'a> {
 
     /// Consume received bytes with `f` (which returns how many it consumed) if the
     /// application may read, and move the receive window's left edge past them.
-    fn recv_impl<'b, F, R>(&'b mut self, f: F) -> Result<R, RecvError>
+    fn recv_impl<F, R>(&mut self, f: F) -> Result<R, RecvError>
     where
-        F: FnOnce(&'b mut RecvBuffer<'a>) -> (usize, R),
+        F: FnOnce(&mut RecvBuffer) -> (usize, R),
     {
         self.recv_error_check()?;
 
@@ -801,9 +847,12 @@ impl<'a> Tcb<'a> {
     ///
     /// In all other cases, `Err(RecvError::InvalidState)` is returned and previously received
     /// data (if any) may be incomplete (truncated).
-    pub(crate) fn recv<'b, F, R>(&'b mut self, f: F) -> Result<R, RecvError>
+    ///
+    /// Not smoltcp's: the slice is the first queued segment's payload (what is left of it), in
+    /// place in its frame; a segment consumed to its end returns its slot to the pool.
+    pub(crate) fn recv<F, R>(&mut self, f: F) -> Result<R, RecvError>
     where
-        F: FnOnce(&'b mut [u8]) -> (usize, R),
+        F: FnOnce(&mut [u8]) -> (usize, R),
     {
         self.recv_impl(|rx_buffer| rx_buffer.dequeue_with(f))
     }
@@ -813,8 +862,8 @@ impl<'a> Tcb<'a> {
     /// This function returns the amount of octets actually dequeued, which is limited
     /// by the amount of occupied space in the receive buffer; down to zero.
     ///
-    /// See also [recv](#method.recv).
-    #[cfg(test)]
+    /// See also [recv](#method.recv). The copy is recorded in the copy ledger as
+    /// `SocketToApp`.
     pub(crate) fn recv_slice(&mut self, data: &mut [u8]) -> Result<usize, RecvError> {
         self.recv_impl(|rx_buffer| {
             let size = rx_buffer.dequeue_slice(data);
@@ -829,6 +878,37 @@ impl<'a> Tcb<'a> {
     #[cfg(test)]
     pub(crate) fn peek_slice(&mut self, data: &mut [u8]) -> Result<usize, RecvError> {
         Ok(self.rx_buffer.peek_slice(data))
+    }
+
+    /// Take the first queued segment's frame (its payload, what is left of it, unread) for the
+    /// application, which holds it until it calls [`release_segment`](Self::release_segment):
+    /// a slot of the receive budget stays taken meanwhile. `Ok(None)` when nothing is queued.
+    /// Errors as [`recv`](Self::recv). Not smoltcp's.
+    pub(crate) fn recv_segment(&mut self) -> Result<Option<RxFrame>, RecvError> {
+        self.recv_impl(|rx_buffer| match rx_buffer.pop_segment() {
+            Some(frame) => (frame.len(), Some(frame)),
+            None => (0, None),
+        })
+    }
+
+    /// The application dropped a frame [`recv_segment`](Self::recv_segment) gave it. Returns
+    /// whether the window grew enough to be worth a window update (see `window_to_update`).
+    /// Not smoltcp's.
+    pub(crate) fn release_segment(&mut self) -> bool {
+        self.rx_buffer.release_segment();
+        self.window_to_update()
+    }
+
+    /// Whether the receive window grew enough since it was last advertised to be worth a
+    /// window update now (what makes `dispatch` send one). Not smoltcp's.
+    pub(crate) fn window_update_due(&self) -> bool {
+        self.window_to_update()
+    }
+
+    /// Segments the receive buffer dropped since the last call (slot budget full, or the
+    /// out-of-order queue given up). Not smoltcp's.
+    pub(crate) fn take_rx_drops(&mut self) -> RxDrops {
+        self.rx_buffer.take_drops()
     }
 
     /// Return the amount of octets queued in the transmit buffer.
@@ -862,6 +942,7 @@ impl<'a> Tcb<'a> {
     /// and not only the octets that may be returned as a contiguous slice.
     ///
     /// Note that the Berkeley sockets interface does not have an equivalent of this API.
+    #[cfg(test)]
     pub(crate) fn recv_queue(&self) -> usize {
         self.rx_buffer.len()
     }
@@ -936,12 +1017,15 @@ impl<'a> Tcb<'a> {
         // to be received.
         reply_repr.seq_number = self.remote_last_seq;
         reply_repr.ack_number = Some(self.remote_seq_no + self.rx_buffer.len());
-        self.remote_last_ack = reply_repr.ack_number;
 
         // From RFC 1323:
         // The window field [...] of every outgoing segment, with the exception of SYN
         // segments, is right-shifted by [advertised scale value] bits[...]
+        //
+        // (Computed before `remote_last_ack` moves: the window keeps the right edge of the
+        // last ACK sent, see `rx_window`.)
         reply_repr.window_len = self.scaled_window();
+        self.remote_last_ack = reply_repr.ack_number;
         self.remote_last_win = reply_repr.window_len;
 
         // If the remote supports selective acknowledgement, add the option to the outgoing
@@ -1038,8 +1122,16 @@ impl<'a> Tcb<'a> {
     }
 
     /// Handle a segment [`accepts`](Self::accepts) accepted: the RFC 793 "SEGMENT ARRIVES"
-    /// processing (acceptability, RST, SYN, ACK, window, data, FIN), with data written to the
-    /// receive buffer.
+    /// processing (acceptability, RST, SYN, ACK, window, data, FIN), with the accepted data
+    /// queued in the receive buffer.
+    ///
+    /// `payload` is the segment's payload in the frame it arrived in, the frame trimmed to it
+    /// (its visible bytes are the payload); `repr.payload` is then ignored (ingress passes a
+    /// header-only `repr`). Without a frame, `repr.payload` is the payload, which cannot be
+    /// kept: its data is dropped unacknowledged, as when the receive budget is full. The frame
+    /// is queued, trimmed to the part inside the window, when its data is taken (in order, or
+    /// out of order within the slot budget), and dropped otherwise. Not smoltcp's: smoltcp
+    /// copies the payload into its ring.
     ///
     /// Returns the segment to send back right away, if any (an RST, a challenge ACK, the ACK
     /// of out-of-order data); other answers wait for [`dispatch`](Self::dispatch).
@@ -1048,8 +1140,11 @@ impl<'a> Tcb<'a> {
         cx: &mut TcpContext<'_>,
         ip_repr: &IpRepr,
         repr: &TcpRepr,
+        payload: Option<RxFrame>,
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
         debug_assert!(self.accepts(ip_repr, repr));
+        self.note_rx_mss(cx, ip_repr.header_len());
+        let seg_len = payload.as_ref().map_or(repr.payload.len(), |f| f.len());
 
         // Consider how much the sequence number space differs from the transmit buffer space.
         let (sent_syn, sent_fin) = match self.state {
@@ -1155,11 +1250,13 @@ impl<'a> Tcb<'a> {
             window_start
         };
         let segment_start = repr.seq_number;
-        let segment_end = repr.seq_number + repr.payload.len();
+        let segment_end = repr.seq_number + seg_len;
 
-        let (payload, payload_offset) = match self.state {
+        // The accepted part of the payload (a range of it) and its offset past the in-order
+        // data.
+        let (payload_range, payload_offset) = match self.state {
             // In LISTEN and SYN-SENT states, we have not yet synchronized with the remote end.
-            State::Listen | State::SynSent => (&[][..], 0),
+            State::Listen | State::SynSent => (0..0, 0),
             _ => {
                 // https://www.rfc-editor.org/rfc/rfc9293.html#name-segment-acceptability-tests
                 let segment_in_window =
@@ -1192,7 +1289,7 @@ impl<'a> Tcb<'a> {
                     self.local_rx_last_seq = Some(repr.seq_number);
 
                     (
-                        &repr.payload[overlap_start - segment_start..overlap_end - segment_start],
+                        overlap_start - segment_start..overlap_end - segment_start,
                         overlap_start - window_start,
                     )
                 } else {
@@ -1230,7 +1327,7 @@ impl<'a> Tcb<'a> {
                     // One per second is ample for a restarted peer to complete
                     // the challenge exchange, since it retransmits its SYN on
                     // its own timer.
-                    if !repr.payload.is_empty()
+                    if seg_len != 0
                         && matches!(
                             repr.control,
                             TcpControl::None | TcpControl::Psh | TcpControl::Fin
@@ -1491,7 +1588,7 @@ impl<'a> Tcb<'a> {
                 // Increment duplicate ACK count, notify congestion controller and
                 // set for retransmit if we just received the third duplicate ACK
                 Some(last_rx_ack)
-                    if repr.payload.is_empty()
+                    if seg_len == 0
                         && last_rx_ack == ack_number
                         && ack_number < self.remote_last_seq
                         && !is_window_update =>
@@ -1581,12 +1678,52 @@ impl<'a> Tcb<'a> {
             self.timer.set_for_idle(cx.now, self.keep_alive);
         }
 
-        let payload_len = payload.len();
+        let payload_len = payload_range.len();
         if payload_len == 0 {
             return None;
         }
 
+        // The frame, trimmed to the accepted payload (not smoltcp's: from here to the
+        // assembler, the frame is the payload, kept only if the receive buffer has room).
+        let Some(mut frame) = payload else {
+            // No frame to keep the data in.
+            self.rx_buffer.note_budget_drop();
+            return None;
+        };
+        if frame.advance(payload_range.start).is_err() || frame.truncate(payload_len).is_err() {
+            // The range lies inside the frame (it was cut from its length): not expected.
+            return None;
+        }
+
         let assembler_was_empty = self.assembler.is_empty();
+
+        if payload_offset == 0 {
+            // In-order data comes first: out-of-order frames make room for it if need be.
+            if !self.rx_buffer.fits_in_order(payload_len) && self.rx_buffer.has_out_of_order() {
+                self.rx_buffer.purge_out_of_order();
+                self.assembler.clear();
+            }
+            if !self.rx_buffer.fits_in_order(payload_len) {
+                // The slot budget is full (the application holds its segments, or the peer
+                // sends segments smaller than the window assumes): drop the data without
+                // acknowledging it; the peer sends it again.
+                self.rx_buffer.note_budget_drop();
+                return None;
+            }
+        } else {
+            let pressure = self.rx_buffer.pool_pressure(&frame);
+            if pressure || !self.rx_buffer.fits_out_of_order() {
+                // The pool ran dry: give the out-of-order queue up (the peer sends it again).
+                if pressure && self.rx_buffer.has_out_of_order() {
+                    self.rx_buffer.purge_out_of_order();
+                    self.assembler.clear();
+                }
+                // No slot for this segment either way: drop it and answer with a duplicate
+                // ACK, as for any out-of-order segment.
+                self.rx_buffer.note_budget_drop();
+                return Some(self.ack_reply(ip_repr, repr));
+            }
+        }
 
         // Try adding payload octets to the assembler.
         let Ok(contig_len) = self
@@ -1597,14 +1734,10 @@ impl<'a> Tcb<'a> {
             return None;
         };
 
-        // Place payload octets into the buffer.
-        let len_written = self.rx_buffer.write_at(payload_offset, payload);
-        debug_assert!(len_written == payload_len);
+        // Queue the frame, and make the contiguous data octets readable.
+        self.rx_buffer.accept(payload_offset, frame, contig_len);
 
         if contig_len != 0 {
-            // Enqueue the contiguous data octets in front of the buffer.
-            self.rx_buffer.commit(contig_len);
-
             // There's new data in rx_buffer, notify waiting task if any.
             self.rx_waker.wake();
         }
@@ -1900,6 +2033,7 @@ impl<'a> Tcb<'a> {
             0,
             self.hop_limit.unwrap_or(64),
         );
+        self.note_rx_mss(cx, ip_repr.header_len());
 
         // Construct the basic TCP representation, an empty ACK packet.
         // We'll adjust this to be more specific as needed.
@@ -1939,7 +2073,7 @@ impl<'a> Tcb<'a> {
                 repr.control = TcpControl::Syn;
                 repr.seq_number = self.local_seq_no;
                 // window len must NOT be scaled in SYNs.
-                repr.window_len = u16::try_from(self.rx_buffer.window()).unwrap_or(u16::MAX);
+                repr.window_len = u16::try_from(self.rx_window()).unwrap_or(u16::MAX);
                 if self.state == State::SynSent {
                     repr.ack_number = None;
                     repr.window_scale = Some(self.remote_win_shift);

@@ -97,9 +97,11 @@ fn send(socket: &mut TestSocket, timestamp: Instant, repr: &TcpRepr) -> Option<T
 
     assert!(socket.socket.accepts(&ip_repr, repr));
 
+    // The payload in a frame, as ingress hands it over.
+    let frame = (!repr.payload.is_empty()).then(|| test_frame(repr.payload));
     socket
         .socket
-        .process(&mut socket.cx, &ip_repr, repr)
+        .process(&mut socket.cx, &ip_repr, repr, frame)
         .map(|(_ip_repr, repr)| repr)
 }
 
@@ -209,7 +211,7 @@ fn socket() -> TestSocket {
 }
 
 fn socket_with_buffer_sizes(tx_len: usize, rx_len: usize) -> TestSocket {
-    let rx_buffer = RecvBuffer::new(storage(vec![0; rx_len]));
+    let rx_buffer = RecvBuffer::new(rx_len);
     let tx_buffer = SendBuffer::new(storage(vec![0; tx_len]));
     let mut socket = Tcb::new(rx_buffer, tx_buffer);
     socket.set_ack_delay(None);
@@ -1596,11 +1598,9 @@ fn test_peek_slice_buffer_wrap() {
     let mut s = socket_established_with_buffer_sizes(BUF_SIZE, BUF_SIZE);
 
     // smoltcp: `enqueue_slice(&send_buf[..8])`, `dequeue_many(6)`, `enqueue_slice(&send_buf[..5])`.
-    let n = s.rx_buffer.write_at(0, &send_buf[..8]);
-    s.rx_buffer.commit(n);
+    s.rx_buffer.push_bytes(&send_buf[..8]);
     s.rx_buffer.dequeue_with(|b| (b.len().min(6), ()));
-    let n = s.rx_buffer.write_at(0, &send_buf[..5]);
-    s.rx_buffer.commit(n);
+    s.rx_buffer.push_bytes(&send_buf[..5]);
 
     let mut peeked_buf = [0u8; BUF_SIZE];
     let actually_peeked = s.peek_slice(&mut peeked_buf[..]).unwrap();
@@ -1620,6 +1620,9 @@ fn setup_rfc2018_cases() -> (TestSocket, Vec<u8>) {
     // segments, each containing 500 data bytes.
     let mut s = socket_established_with_buffer_sizes(4000, 4000);
     s.remote_has_sack = true;
+    // zcnet: a slot for each of the eight 500-byte segments of RFC 2018's window (the budget
+    // derived from 4000 bytes, four slots, assumes segments near the MSS).
+    s.rx_buffer.set_budget(8);
 
     // create a segment that is 500 bytes long
     let mut segment: Vec<u8> = Vec::with_capacity(500);
@@ -1747,7 +1750,7 @@ fn test_established_sliding_window_recv() {
     let mut s = socket_established();
     // Update our scaling parameters for a TCP with a scaled buffer.
     assert_eq!(s.rx_buffer.len(), 0);
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 262143]));
+    s.rx_buffer = RecvBuffer::new(262143);
     s.assembler = Assembler::new();
     s.remote_win_scale = Some(0);
     s.remote_last_win = 65535;
@@ -4781,8 +4784,10 @@ fn test_psh_receive() {
 #[test]
 fn test_zero_window_ack() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
+    // zcnet: as if the socket had been opened with 6 bytes (its window never retreats).
+    s.remote_last_win = 6;
     send!(
         s,
         TcpRepr {
@@ -4821,8 +4826,10 @@ fn test_zero_window_ack() {
 #[test]
 fn test_zero_window_ack_not_rate_limited() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
+    // zcnet: as if the socket had been opened with 6 bytes (its window never retreats).
+    s.remote_last_win = 6;
     send!(
         s,
         TcpRepr {
@@ -4881,8 +4888,10 @@ fn test_zero_window_ack_not_rate_limited() {
 #[test]
 fn test_zero_window_fin() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
+    // zcnet: as if the socket had been opened with 6 bytes (its window never retreats).
+    s.remote_last_win = 6;
     s.ack_delay = None;
 
     send!(
@@ -4932,8 +4941,10 @@ fn test_zero_window_fin() {
 #[test]
 fn test_zero_window_ack_on_window_growth() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
+    // zcnet: as if the socket had been opened with 6 bytes (its window never retreats).
+    s.remote_last_win = 6;
     send!(
         s,
         TcpRepr {
@@ -5068,8 +5079,10 @@ fn test_fill_peer_window() {
 #[test]
 fn test_announce_window_after_read() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
+    // zcnet: as if the socket had been opened with 6 bytes (its window never retreats).
+    s.remote_last_win = 6;
     send!(
         s,
         TcpRepr {
@@ -5089,7 +5102,7 @@ fn test_announce_window_after_read() {
         }]
     );
     // Test that `dispatch` updates `remote_last_win`
-    assert_eq!(s.remote_last_win, s.rx_buffer.window() as u16);
+    assert_eq!(s.remote_last_win, s.rx_window() as u16);
     s.recv(|buffer| (buffer.len(), ())).unwrap();
     assert!(s.window_to_update());
     recv!(
@@ -5101,7 +5114,7 @@ fn test_announce_window_after_read() {
             ..RECV_TEMPL
         }]
     );
-    assert_eq!(s.remote_last_win, s.rx_buffer.window() as u16);
+    assert_eq!(s.remote_last_win, s.rx_window() as u16);
     // Provoke immediate ACK to test that `process` updates `remote_last_win`
     send!(
         s,
@@ -5133,7 +5146,7 @@ fn test_announce_window_after_read() {
             ..RECV_TEMPL
         })
     );
-    assert_eq!(s.remote_last_win, s.rx_buffer.window() as u16);
+    assert_eq!(s.remote_last_win, s.rx_window() as u16);
     s.recv(|buffer| (buffer.len(), ())).unwrap();
     assert!(s.window_to_update());
 }
@@ -5840,7 +5853,7 @@ fn test_out_of_order() {
 #[test]
 fn test_buffer_wraparound_rx() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
     send!(
         s,
@@ -6429,7 +6442,7 @@ fn test_final_packet_in_stream_doesnt_wait_for_nagle() {
 #[test]
 fn test_doesnt_accept_wrong_port() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
 
     let tcp_repr = TcpRepr {
