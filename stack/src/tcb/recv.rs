@@ -5,8 +5,8 @@
 //! handed over as its [`RxFrame`], trimmed to the accepted payload (`advance` / `truncate`,
 //! no copy), and queued: in order, behind the data the application has not read yet, or out
 //! of order, until the hole before it fills (the connection's `Assembler` tracks the holes;
-//! this buffer keeps the frames). Both queues are fixed arrays inside the connection
-//! ([`MAX_SEGMENTS`] and [`MAX_OUT_OF_ORDER`] entries): nothing is allocated.
+//! this buffer keeps the frames). Both share one fixed array inside the connection
+//! ([`MAX_SEGMENTS`] places): nothing is allocated.
 //!
 //! Two bounds limit what the buffer holds:
 //!
@@ -37,18 +37,13 @@
 //!
 //! [`PoolStats::rx_exhausted`]: zcnet_buffer::PoolStats::rx_exhausted
 
-use heapless::{Deque, Vec};
+use heapless::Deque;
 use zcnet_buffer::ledger::{self, CopySite};
 use zcnet_buffer::RxFrame;
 
-/// Most frames a connection queues in order (places inline in the connection); also the
-/// largest slot budget.
+/// Most frames a connection queues, in order and out of order together (places inline in the
+/// connection, 32 bytes each); also the largest slot budget.
 pub(crate) const MAX_SEGMENTS: usize = 64;
-
-/// Most frames a connection queues out of order (places inline in the connection): half the
-/// largest budget, so that the table of connections stays small (each place costs 32 bytes
-/// per connection); an out-of-order segment past it is dropped like one past the budget.
-pub(crate) const MAX_OUT_OF_ORDER: usize = 32;
 
 /// The smallest slot budget: even a socket opened with a tiny byte capacity may hold this many
 /// frames (a few out-of-order segments beside the in-order one).
@@ -72,16 +67,16 @@ pub(crate) fn slot_budget(bytes: usize) -> usize {
         .clamp(MIN_SEGMENTS, MAX_SEGMENTS)
 }
 
-/// A frame queued out of order.
+/// A queued frame.
 #[derive(Debug)]
-struct Ooo {
+struct Seg {
     /// Stream position of its first byte (see [`RecvBuffer::end`]).
     start: u64,
-    /// The payload, trimmed.
+    /// The payload, trimmed (never empty).
     frame: RxFrame,
 }
 
-impl Ooo {
+impl Seg {
     /// Stream position one past its last byte.
     fn end(&self) -> u64 {
         self.start + self.frame.len() as u64
@@ -98,7 +93,7 @@ pub(crate) struct RxDrops {
     pub(crate) purged: u32,
 }
 
-/// Received data: in-order frames the application has not read yet, and out-of-order frames
+/// Received data: in-order frames the application has not read yet, then out-of-order frames
 /// waiting for the hole before them to fill (see the module docs).
 #[derive(Debug)]
 pub(crate) struct RecvBuffer {
@@ -106,12 +101,13 @@ pub(crate) struct RecvBuffer {
     capacity: usize,
     /// Most frames held at once (in order, out of order, held by the application).
     budget: usize,
-    /// In-order data, oldest first; none of them empty.
-    in_order: Deque<RxFrame, MAX_SEGMENTS>,
-    /// In-order bytes (the sum of the lengths of `in_order`).
+    /// The frames: the first `in_order` in order, oldest first, then the out-of-order ones
+    /// sorted by `start`.
+    segs: Deque<Seg, MAX_SEGMENTS>,
+    /// How many of `segs` are in order.
+    in_order: usize,
+    /// In-order bytes (the sum of the lengths of the in-order frames).
     len: usize,
-    /// Out-of-order frames, sorted by `start`.
-    out_of_order: Vec<Ooo, MAX_OUT_OF_ORDER>,
     /// Stream position one past the in-order data: a running count of the bytes made
     /// readable (offsets given by the state machine are relative to it).
     end: u64,
@@ -129,9 +125,9 @@ impl RecvBuffer {
         Self {
             capacity,
             budget: slot_budget(capacity),
-            in_order: Deque::new(),
+            segs: Deque::new(),
+            in_order: 0,
             len: 0,
-            out_of_order: Vec::new(),
             end: 0,
             held: 0,
             exhausted_seen: 0,
@@ -142,12 +138,6 @@ impl RecvBuffer {
     /// Bytes the buffer holds at most.
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
-    }
-
-    /// Most frames the connection holds at once.
-    #[cfg(test)]
-    pub(crate) fn budget(&self) -> usize {
-        self.budget
     }
 
     /// Sets the slot budget (at most [`MAX_SEGMENTS`]).
@@ -166,14 +156,9 @@ impl RecvBuffer {
         self.len == 0
     }
 
-    /// Frames counted against the budget.
-    fn frames(&self) -> usize {
-        self.in_order.len() + self.out_of_order.len() + self.held
-    }
-
-    /// Whether one more frame fits in the budget (and in a queue `queued` long of `places`).
-    fn slot_free(&self, queued: usize, places: usize) -> bool {
-        self.frames() < self.budget && queued < places
+    /// Whether one more frame fits in the budget (and in the queue).
+    fn slot_free(&self) -> bool {
+        self.segs.len() + self.held < self.budget && !self.segs.is_full()
     }
 
     /// The window we could offer past the in-order data: the free bytes, and at most `per_slot`
@@ -181,36 +166,37 @@ impl RecvBuffer {
     /// application's segments (out-of-order frames lie inside the window already offered).
     pub(crate) fn window(&self, per_slot: usize) -> usize {
         let bytes = self.capacity.saturating_sub(self.len);
-        let slots = self.budget.saturating_sub(self.in_order.len() + self.held);
+        let slots = self.budget.saturating_sub(self.in_order + self.held);
         bytes.min(slots.saturating_mul(per_slot))
     }
 
     /// Forget all queued data (the application's segments stay counted until released).
     pub(crate) fn clear(&mut self) {
-        self.in_order.clear();
-        self.out_of_order.clear();
+        self.segs.clear();
+        self.in_order = 0;
         self.len = 0;
         self.end = 0;
     }
 
     /// Whether an in-order payload of `len` bytes can be kept now: in a slot of the budget, or
-    /// (under [`COPY_BREAK`] bytes) in the tail of the last queued frame.
+    /// (under [`COPY_BREAK`] bytes) in the tail of the last in-order frame.
     pub(crate) fn fits_in_order(&self, len: usize) -> bool {
-        self.slot_free(self.in_order.len(), MAX_SEGMENTS) || self.copy_break_fits(len)
+        self.slot_free() || self.copy_break_fits(len)
     }
 
-    /// Whether an in-order payload of `len` bytes would be copied into the last queued frame.
+    /// Whether an in-order payload of `len` bytes would be copied into the last in-order frame.
     fn copy_break_fits(&self, len: usize) -> bool {
         len < COPY_BREAK
+            && self.in_order > 0
             && self
-                .in_order
-                .back()
-                .is_some_and(|f| !f.is_lent() && f.tail_room() >= len)
+                .segs
+                .get(self.in_order - 1)
+                .is_some_and(|s| !s.frame.is_lent() && s.frame.tail_room() >= len)
     }
 
     /// Whether an out-of-order payload can be kept now (a slot of the budget is free).
     pub(crate) fn fits_out_of_order(&self) -> bool {
-        self.slot_free(self.out_of_order.len(), MAX_OUT_OF_ORDER)
+        self.slot_free()
     }
 
     /// Whether the pool of `frame` ran out of free slots (its `rx_exhausted` count moved)
@@ -225,14 +211,15 @@ impl RecvBuffer {
 
     /// Whether out-of-order frames are queued.
     pub(crate) fn has_out_of_order(&self) -> bool {
-        !self.out_of_order.is_empty()
+        self.segs.len() > self.in_order
     }
 
     /// Drops every out-of-order frame (counted); the caller clears its assembler to match.
     pub(crate) fn purge_out_of_order(&mut self) {
-        let n = self.out_of_order.len() as u32;
-        self.out_of_order.clear();
-        self.drops.purged = self.drops.purged.saturating_add(n);
+        while self.segs.len() > self.in_order {
+            self.segs.pop_back();
+            self.drops.purged = self.drops.purged.saturating_add(1);
+        }
     }
 
     /// Counts a segment whose data could not be held.
@@ -251,52 +238,68 @@ impl RecvBuffer {
     /// check; a frame that does not fit after all is dropped.
     pub(crate) fn accept(&mut self, offset: usize, frame: RxFrame, contig: usize) {
         let base = self.end;
-        let start = base + offset as u64;
         if offset == 0 {
             self.push_in_order(frame);
-        } else if !self
-            .out_of_order
-            .iter()
-            .any(|o| o.start <= start && start + frame.len() as u64 <= o.end())
-        {
+        } else {
+            let start = base + offset as u64;
+            let end = start + frame.len() as u64;
+            let covered = self
+                .out_of_order()
+                .any(|s| s.start <= start && end <= s.end());
             // (A frame inside one already queued adds nothing: dropped.)
-            let at = self
-                .out_of_order
-                .iter()
-                .position(|o| o.start > start)
-                .unwrap_or(self.out_of_order.len());
-            // `fits_out_of_order` checked the room; a full queue drops the frame.
-            let _ = self.out_of_order.insert(at, Ooo { start, frame });
+            if !covered && self.segs.push_back(Seg { start, frame }).is_ok() {
+                // Sorted by start: move it in front of the ones that start later.
+                let mut i = self.segs.len() - 1;
+                while i > self.in_order && self.segs.get(i - 1).is_some_and(|s| s.start > start) {
+                    self.segs.swap(i - 1, i);
+                    i -= 1;
+                }
+            }
         }
         // Out-of-order frames the new data reaches become in-order, their overlap trimmed.
-        while self
-            .out_of_order
-            .first()
-            .is_some_and(|o| o.start <= self.end)
-        {
-            let mut o = self.out_of_order.remove(0);
-            let end = o.end();
-            if end <= self.end {
+        while let Some(first) = self.segs.get_mut(self.in_order) {
+            if first.start > self.end {
+                break;
+            }
+            if first.end() <= self.end {
+                self.remove(self.in_order);
                 continue;
             }
-            // `self.end - o.start < o.frame.len()`: cannot fail.
-            let _ = o.frame.advance((self.end - o.start) as usize);
-            self.push_in_order(o.frame);
+            // `self.end - start < len`: cannot fail.
+            let _ = first.frame.advance((self.end - first.start) as usize);
+            first.start = self.end;
+            let n = first.frame.len();
+            self.in_order += 1;
+            self.len += n;
+            self.end += n as u64;
         }
         // The frames and the assembler agree on what is contiguous.
         debug_assert!(contig == 0 || self.end == base + contig as u64);
     }
 
-    /// Appends a payload to the in-order data: into the last frame's tail if small (copy-break),
-    /// else as a frame of its own.
+    /// The out-of-order frames.
+    fn out_of_order(&self) -> impl Iterator<Item = &Seg> {
+        self.segs.iter().skip(self.in_order)
+    }
+
+    /// Drops the frame at `i` (moved to the back first: the order of the others is kept).
+    fn remove(&mut self, i: usize) {
+        for j in i..self.segs.len().saturating_sub(1) {
+            self.segs.swap(j, j + 1);
+        }
+        self.segs.pop_back();
+    }
+
+    /// Appends a payload to the in-order data: into the last in-order frame's tail if small
+    /// (copy-break), else as a frame of its own, in front of the out-of-order ones.
     fn push_in_order(&mut self, frame: RxFrame) {
         let n = frame.len();
         if n == 0 {
             return;
         }
         if self.copy_break_fits(n) {
-            if let Some(back) = self.in_order.back_mut() {
-                if back.append_from(&frame).is_ok() {
+            if let Some(last) = self.segs.get_mut(self.in_order - 1) {
+                if last.frame.append_from(&frame).is_ok() {
                     ledger::record(CopySite::CopyBreak, n);
                     self.len += n;
                     self.end += n as u64;
@@ -304,10 +307,26 @@ impl RecvBuffer {
                 }
             }
         }
-        if self.in_order.push_back(frame).is_ok() {
-            self.len += n;
-            self.end += n as u64;
+        let start = self.end;
+        if self.segs.push_back(Seg { start, frame }).is_err() {
+            return;
         }
+        let mut i = self.segs.len() - 1;
+        while i > self.in_order {
+            self.segs.swap(i - 1, i);
+            i -= 1;
+        }
+        self.in_order += 1;
+        self.len += n;
+        self.end += n as u64;
+    }
+
+    /// The first in-order frame.
+    fn front_mut(&mut self) -> Option<&mut RxFrame> {
+        if self.in_order == 0 {
+            return None;
+        }
+        self.segs.front_mut().map(|s| &mut s.frame)
     }
 
     /// Call `f` with the first in-order frame's bytes (empty if none) and consume as many as it
@@ -316,7 +335,7 @@ impl RecvBuffer {
     where
         F: FnOnce(&mut [u8]) -> (usize, R),
     {
-        let Some(front) = self.in_order.front_mut() else {
+        let Some(front) = self.front_mut() else {
             return f(&mut []);
         };
         let (n, r) = f(front.bytes_mut());
@@ -327,12 +346,14 @@ impl RecvBuffer {
 
     /// Consumes `n` bytes (at most its length) of the first in-order frame.
     fn consume_front(&mut self, n: usize) {
-        let Some(front) = self.in_order.front_mut() else {
+        let Some(front) = self.front_mut() else {
             return;
         };
-        if n >= front.len() {
-            self.len -= front.len();
-            self.in_order.pop_front();
+        let len = front.len();
+        if n >= len {
+            self.len -= len;
+            self.in_order -= 1;
+            self.segs.pop_front();
         } else {
             // `n < len`: cannot fail.
             let _ = front.advance(n);
@@ -345,7 +366,7 @@ impl RecvBuffer {
     pub(crate) fn dequeue_slice(&mut self, data: &mut [u8]) -> usize {
         let mut done = 0;
         while done < data.len() {
-            let Some(front) = self.in_order.front() else {
+            let Some(front) = self.front_mut() else {
                 break;
             };
             let n = ledger::copy(CopySite::SocketToApp, &mut data[done..], front);
@@ -358,10 +379,14 @@ impl RecvBuffer {
     /// Takes the first in-order frame for the application, which then holds it (counted against
     /// the budget until [`release_segment`](Self::release_segment)).
     pub(crate) fn pop_segment(&mut self) -> Option<RxFrame> {
-        let frame = self.in_order.pop_front()?;
-        self.len -= frame.len();
+        if self.in_order == 0 {
+            return None;
+        }
+        let seg = self.segs.pop_front()?;
+        self.in_order -= 1;
+        self.len -= seg.frame.len();
         self.held += 1;
-        Some(frame)
+        Some(seg.frame)
     }
 
     /// The application dropped a frame [`pop_segment`](Self::pop_segment) gave it.
@@ -372,8 +397,8 @@ impl RecvBuffer {
     /// Up to `size` readable bytes, without consuming them (the first frame only).
     #[cfg(test)]
     pub(crate) fn peek(&self, size: usize) -> &[u8] {
-        match self.in_order.front() {
-            Some(f) => &f[..size.min(f.len())],
+        match self.segs.front().filter(|_| self.in_order > 0) {
+            Some(s) => &s.frame[..size.min(s.frame.len())],
             None => &[],
         }
     }
@@ -382,9 +407,9 @@ impl RecvBuffer {
     #[cfg(test)]
     pub(crate) fn peek_slice(&mut self, data: &mut [u8]) -> usize {
         let mut done = 0;
-        for f in self.in_order.iter() {
-            let n = (data.len() - done).min(f.len());
-            data[done..done + n].copy_from_slice(&f[..n]);
+        for s in self.segs.iter().take(self.in_order) {
+            let n = (data.len() - done).min(s.frame.len());
+            data[done..done + n].copy_from_slice(&s.frame[..n]);
             done += n;
         }
         done
@@ -437,8 +462,8 @@ mod tests {
         // The hole fills, overlapping the queued frame by two bytes: all eight readable.
         rx.accept(0, test_frame(b"abcde"), 8);
         assert!(!rx.has_out_of_order());
-        // One frame queued: three slots of the four free.
-        assert_eq!((rx.len(), rx.window(1000)), (8, 3000));
+        // Two frames queued (the second trimmed to its last three bytes): two slots free.
+        assert_eq!((rx.len(), rx.window(1000)), (8, 2000));
         assert_eq!(rx.peek(4), b"abcd");
 
         let mut data = [0; 8];

@@ -10,11 +10,11 @@ use core::task::Waker;
 
 use smoltcp::storage::Assembler;
 use smoltcp::time::{Duration, Instant};
-use zcnet_buffer::RxFrame;
 use smoltcp::wire::{
     IpAddress, IpEndpoint, IpListenEndpoint, IpProtocol, IpRepr, TcpControl, TcpRepr, TcpSeqNumber,
     TcpTimestampGenerator, TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
 };
+use zcnet_buffer::RxFrame;
 
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
@@ -737,12 +737,6 @@ impl<'a> Tcb<'a> {
         !self.tx_buffer.is_full()
     }
 
-    /// Return the maximum number of bytes inside the recv buffer.
-    #[cfg(test)]
-    pub(crate) fn recv_capacity(&self) -> usize {
-        self.rx_buffer.capacity()
-    }
-
     /// Check whether the receive buffer is not empty.
     #[inline]
     pub(crate) fn can_recv(&self) -> bool {
@@ -935,16 +929,6 @@ impl<'a> Tcb<'a> {
     /// first segment): payload of a segment below it is sent again.
     pub(crate) fn sent_max(&self) -> Option<TcpSeqNumber> {
         self.sent_max
-    }
-
-    /// Return the amount of octets queued in the receive buffer. This value can be larger than
-    /// the slice read by the next `recv` or `peek` call because it includes all queued octets,
-    /// and not only the octets that may be returned as a contiguous slice.
-    ///
-    /// Note that the Berkeley sockets interface does not have an equivalent of this API.
-    #[cfg(test)]
-    pub(crate) fn recv_queue(&self) -> usize {
-        self.rx_buffer.len()
     }
 
     /// Move to `state`, waking both wakers.
