@@ -22,10 +22,13 @@
 //! of its own; and `dequeue_slice` (the application's `read`) copies frames → the caller's
 //! buffer ([`CopySite::SocketToApp`]).
 //!
-//! Out-of-order frames give way first: when an in-order segment finds the budget full, or when
-//! the pool ran dry since the last out-of-order segment ([`PoolStats::rx_exhausted`]
-//! moved, a cheap read), the out-of-order queue is dropped (the caller clears the assembler
-//! and counts it). The peer sends that data again; acknowledged data is never dropped.
+//! Out-of-order frames give way first. A connection keeps at most a quarter of its pool's slots
+//! in them ([`OOO_POOL_SHARE`]), so that they never take the slots the driver needs to receive
+//! the segment filling the hole; past that (or the budget) an out-of-order segment is dropped.
+//! When an in-order segment finds the budget full, or when the pool ran dry since the last
+//! out-of-order segment ([`PoolStats::rx_exhausted`] moved, a cheap read), the out-of-order
+//! queue is dropped (the caller clears the assembler and counts it). The peer sends that data
+//! again; acknowledged data is never dropped.
 //!
 //! | who | what |
 //! |---|---|
@@ -58,6 +61,11 @@ pub(crate) const BYTES_PER_SLOT: usize = 1024;
 /// them (when it has room) instead of keeping their own slot: an interactive stream of small
 /// segments then costs one slot, not one per segment.
 pub(crate) const COPY_BREAK: usize = 256;
+
+/// A connection keeps at most `1 / OOO_POOL_SHARE` of its pool's slots in out-of-order
+/// frames: frames waiting for a hole must never take the slots the driver needs to receive
+/// the segment that fills it (a pool full of them would stall every connection on it).
+pub(crate) const OOO_POOL_SHARE: usize = 4;
 
 /// The slot budget of a socket opened with `bytes` of receive capacity:
 /// `clamp(ceil(bytes / BYTES_PER_SLOT), MIN_SEGMENTS, MAX_SEGMENTS)`.
@@ -194,9 +202,11 @@ impl RecvBuffer {
                 .is_some_and(|s| !s.frame.is_lent() && s.frame.tail_room() >= len)
     }
 
-    /// Whether an out-of-order payload can be kept now (a slot of the budget is free).
-    pub(crate) fn fits_out_of_order(&self) -> bool {
-        self.slot_free()
+    /// Whether the out-of-order payload in `frame` can be kept now: a slot of the budget is
+    /// free, and fewer than `1 / OOO_POOL_SHARE` of the pool's slots hold out-of-order frames.
+    pub(crate) fn fits_out_of_order(&self, frame: &RxFrame) -> bool {
+        let share = (frame.pool().slot_count() / OOO_POOL_SHARE).max(1);
+        self.slot_free() && self.segs.len() - self.in_order < share
     }
 
     /// Whether the pool of `frame` ran out of free slots (its `rx_exhausted` count moved)
@@ -456,7 +466,7 @@ mod tests {
 
         // A segment past a hole: queued, not readable.
         let f = test_frame(b"defgh");
-        assert!(rx.fits_out_of_order() && !rx.pool_pressure(&f));
+        assert!(rx.fits_out_of_order(&f) && !rx.pool_pressure(&f));
         rx.accept(3, f, 0);
         assert!(rx.is_empty() && rx.has_out_of_order());
         // The hole fills, overlapping the queued frame by two bytes: all eight readable.

@@ -1696,7 +1696,7 @@ impl<'a> Tcb<'a> {
             }
         } else {
             let pressure = self.rx_buffer.pool_pressure(&frame);
-            if pressure || !self.rx_buffer.fits_out_of_order() {
+            if pressure || !self.rx_buffer.fits_out_of_order(&frame) {
                 // The pool ran dry: give the out-of-order queue up (the peer sends it again).
                 if pressure && self.rx_buffer.has_out_of_order() {
                     self.rx_buffer.purge_out_of_order();
