@@ -4,7 +4,9 @@
 //! ```text
 //!  RX  ingress ─► rx_check (headers, addresses, TCP checksum) ─► Verdict::Tcp
 //!        ─► TcpRepr::parse in place ─► the connection that accepts it, else a listener
-//!              ─► Tcb::process: payload copied once, frame → receive ring (ledger: StackRx)
+//!              ─► Tcb::process with the frame trimmed to the payload: queued on the connection
+//!                 as it is (no copy; a segment under 256 bytes may be copied into the
+//!                 previous frame's tail, ledger: CopyBreak), or dropped if not kept
 //!              └─ an immediate answer (challenge ACK, ACK of out-of-order data) ─► emit
 //!        └─ nobody takes it: a bare SYN for a TcpListener's port is dropped (BacklogFull),
 //!           anything else but a RST is answered with a RST (Tcb::rst_reply) ─► emit (NoSocket)

@@ -7,20 +7,34 @@
 //!
 //! # Copies per payload byte
 //!
-//! Data moves through each connection's byte rings (the [`TcpBuffers`] the application gives),
-//! and the stack copies every payload byte once between a frame and its ring: frame → receive
-//! ring when a segment arrives, send ring → frame when a segment is emitted (and again for each
-//! retransmission).
+//! **Receiving**: a segment's payload stays in the pool slot the driver received it in. The
+//! connection queues the frame itself (trimmed to the payload, headers skipped), in order or,
+//! until the hole before it fills, out of order. The application then
 //!
-//! * `read_with` / `write_with` hand the caller the ring itself: **exactly one copy per payload
-//!   byte per direction**, as long as the caller consumes the bytes in place.
-//! * `read` / `write` add one more: ring → the caller's buffer, or the caller's buffer → ring.
+//! * takes it: [`recv_segment`](TcpSocket::recv_segment) returns a [`TcpSegment`] owning the
+//!   slot, **no copy**;
+//! * reads it in place: `read_with` hands the caller the first segment's bytes, **no copy**;
+//! * or copies it out: `read`, **one copy**, frame → the caller's buffer.
 //!
-//! Every one of these goes through the copy ledger (`zcnet_buffer::ledger`) where it is made:
+//! The one exception: an in-order segment under 256 bytes is copied into the unused tail of
+//! the frame queued before it, so that small segments do not each pin a slot
+//! ([`CopySite::CopyBreak`]).
+//!
+//! Each connection holds at most a budget of slots (queued in order, out of order, and the
+//! segments the application holds), derived for now from the receive size of its
+//! [`TcpBuffers`] (one slot per KiB, 4 to 64; the receive ring itself is not used): the
+//! window it advertises is at most one MSS per free slot, so an application that holds
+//! segments closes the window and the peer waits.
+//!
+//! **Sending**: data moves through the connection's send ring, and the stack copies every
+//! payload byte once, ring → frame, when a segment is emitted (and again for each
+//! retransmission). `write_with` hands the caller the ring itself (one copy per byte in all);
+//! `write` adds one more, the caller's buffer → ring.
+//!
+//! Every copy goes through the copy ledger (`zcnet_buffer::ledger`) where it is made:
 //! [`CopySite::SocketToApp`] / [`CopySite::AppToSocket`] for the copy `read` / `write` make,
-//! [`CopySite::StackRx`] for frame → ring as a segment is taken in, [`CopySite::Emit`] for ring
-//! → frame the first time a byte is sent and [`CopySite::Retransmit`] for each time it is sent
-//! again.
+//! [`CopySite::CopyBreak`] for small segments merged, [`CopySite::Emit`] for ring → frame the
+//! first time a byte is sent and [`CopySite::Retransmit`] for each time it is sent again.
 //!
 //! Every future here is cancel-safe: bytes move only in the poll that returns `Ready`, so a
 //! dropped `read` or `write` future loses nothing.
