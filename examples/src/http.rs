@@ -600,6 +600,8 @@ pub fn stats_json(
         ("lent", (occ.lent as u64).into()),
         ("tx", (occ.tx as u64).into()),
         ("device", (occ.device as u64).into()),
+        ("sent", (occ.sent as u64).into()),
+        ("retained", (occ.retained as u64).into()),
         ("rx_exhausted", ps.rx_exhausted.into()),
         ("tx_exhausted", ps.tx_exhausted.into()),
     ]);

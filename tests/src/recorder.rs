@@ -125,6 +125,10 @@ impl<D: Driver> Driver for Recording<D> {
         self.inner.poll_transmit_frame(cx)
     }
 
+    fn poll_transmit_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.inner.poll_transmit_ready(cx)
+    }
+
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
         {
             let mut log = self.log.0.lock().unwrap();
