@@ -45,7 +45,8 @@ use crate::stack::{Stack, TcpCx};
 use crate::tcb::context::TcpContext;
 use crate::tcb::error::{ConnectError, ListenError, RecvError};
 use crate::tcb::recv::RecvBuffer;
-use crate::tcb::send::SendBuffer;
+use crate::tcb::send::{SendBuffer, MAX_FRAMES};
+use zcnet_buffer::TxFrame;
 use crate::tcb::socket::Tcb;
 use crate::tcp_table::{CloseCause, TcpHandle};
 use crate::StackError;
@@ -117,13 +118,33 @@ impl TcpBuffers {
     }
 }
 
-/// Adds a closed TCP connection with `buffers` to the stack.
+/// Send-buffer bytes per frame of the slot budget: a connection may hold
+/// `ceil(tx capacity / 1024)` frames (at least 2, at most [`MAX_FRAMES`]).
+const BYTES_PER_FRAME_BUDGET: usize = 1024;
+
+/// Headroom of a TCP frame: the driver's, Ethernet (on an Ethernet link), IPv6 (the larger IP
+/// header) and TCP with the most options (60).
+fn tcp_headroom(st: &crate::stack::State) -> usize {
+    let link = if st.caps.medium == smoltcp::phy::Medium::Ethernet {
+        zcnet_buffer::ETHERNET_HEADER_LEN
+    } else {
+        0
+    };
+    st.tx_headroom + link + smoltcp::wire::IPV6_HEADER_LEN + 60
+}
+
+/// Adds a closed TCP connection with `buffers` to the stack. The send side is a queue of the
+/// stack pool's frames bounded by `buffers.tx`'s capacity in bytes (its memory goes unused)
+/// and by a frame budget derived from it.
 pub(crate) fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<TcpHandle, StackError> {
-    let tcb = Tcb::new(
-        RecvBuffer::from_ring(buffers.rx),
-        SendBuffer::from_ring(buffers.tx),
-    );
-    stack.with(|st| st.add_tcb(tcb))
+    let bytes = buffers.tx.capacity();
+    let frames = bytes.div_ceil(BYTES_PER_FRAME_BUDGET).clamp(2, MAX_FRAMES);
+    let pool = stack.pool();
+    stack.with(|st| {
+        let tx = SendBuffer::new(pool, bytes, frames, tcp_headroom(st));
+        let tcb = Tcb::new(RecvBuffer::from_ring(buffers.rx), tx);
+        st.add_tcb(tcb)
+    })
 }
 
 /// The stack and a socket's handle: what a socket and both its halves share. Every operation
@@ -231,13 +252,78 @@ impl Conn {
         poll_fn(|cx| {
             self.with(|s, st| {
                 if s.can_send() {
+                    if !s.ensure_send_room(st.egress_waker) {
+                        // The pool has no free slot: egress hears of the next one and wakes us.
+                        s.note_send_starved();
+                        s.register_send_waker(cx.waker());
+                        return Poll::Pending;
+                    }
                     let f = f.take().expect("write polled after completion");
-                    let r = s.send(f).map_err(|_| TcpError::InvalidState);
+                    let r = s
+                        .send_waking(st.egress_waker, f)
+                        .map_err(|_| TcpError::InvalidState);
                     st.signal_egress();
                     return Poll::Ready(r);
                 }
                 if s.may_send() || matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) {
                     // Buffer full, or still connecting: wait.
+                    s.register_send_waker(cx.waker());
+                    return Poll::Pending;
+                }
+                if st.meta.write_shut() {
+                    return Poll::Ready(Err(TcpError::InvalidState));
+                }
+                Poll::Ready(Err(self.closed_error(st)))
+            })
+        })
+        .await
+    }
+
+    fn poll_tx_frame(self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        self.with(|s, st| {
+            let (pool, headroom, mss) = s.send_frame_geometry();
+            let egress = st.egress_waker.unwrap_or(cx.waker());
+            match pool.poll_alloc_tx(&mut Context::from_waker(egress)) {
+                Poll::Ready(mut f) => {
+                    // Headroom for the headers, and exactly one segment's room after it when the
+                    // slot is larger. Cannot fail: the frame is empty and the send buffer's
+                    // headroom fits a slot.
+                    let _ = f.set_headroom(headroom.max(pool.slot_size().saturating_sub(mss)));
+                    Poll::Ready(f)
+                }
+                Poll::Pending => {
+                    s.note_send_starved();
+                    s.register_send_waker(cx.waker());
+                    Poll::Pending
+                }
+            }
+        })
+    }
+
+    async fn send_frame(self, frame: TxFrame) -> Result<(), TcpError> {
+        let mut frame = match frame.retain() {
+            Ok(f) => Some(f),
+            // A retained frame belongs to a connection already: not the application's.
+            Err(_) => return Err(TcpError::InvalidState),
+        };
+        poll_fn(|cx| {
+            self.with(|s, st| {
+                if s.may_send() {
+                    let f = frame.take().expect("send_frame polled after completion");
+                    return match s.send_frame(f) {
+                        Ok(Ok(())) => {
+                            st.signal_egress();
+                            Poll::Ready(Ok(()))
+                        }
+                        Ok(Err(back)) => {
+                            frame = Some(back);
+                            s.register_send_waker(cx.waker());
+                            Poll::Pending
+                        }
+                        Err(_) => Poll::Ready(Err(TcpError::InvalidState)),
+                    };
+                }
+                if matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) {
                     s.register_send_waker(cx.waker());
                     return Poll::Pending;
                 }
@@ -469,6 +555,29 @@ impl TcpSocket {
         self.conn.write_with(f).await
     }
 
+    /// A TX frame to fill with payload in place, then queue with
+    /// [`send_frame`](Self::send_frame): headroom reserved for the driver, Ethernet, IP and TCP
+    /// headers, and room for one segment (the connection's current MSS, or what the slot holds
+    /// when smaller) after it. `Pending` (with `cx`'s waker registered) while the pool has no
+    /// free slot. Dropped unsent, the slot returns to the pool.
+    pub fn poll_tx_frame(&self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        self.conn.poll_tx_frame(cx)
+    }
+
+    /// Waits for a TX frame (see [`poll_tx_frame`](Self::poll_tx_frame)).
+    pub async fn tx_frame(&self) -> TxFrame {
+        poll_fn(|cx| self.conn.poll_tx_frame(cx)).await
+    }
+
+    /// Queues `frame`'s data (the payload, written in place) to be sent: the frame itself joins
+    /// the send queue and is what the driver transmits, headers written in front, as often as
+    /// the connection sends it; no copy. Waits while the send queue is full; errors as
+    /// [`write`](Self::write) does. A frame that is not a fresh TX frame (one a connection
+    /// already keeps) is refused with [`TcpError::InvalidState`].
+    pub async fn send_frame(&mut self, frame: TxFrame) -> Result<(), TcpError> {
+        self.conn.send_frame(frame).await
+    }
+
     /// Waits until everything written has been acknowledged by the peer.
     pub async fn flush(&mut self) -> Result<(), TcpError> {
         self.conn.flush().await
@@ -603,6 +712,21 @@ impl TcpWriter<'_> {
         f: impl FnOnce(&mut [u8]) -> (usize, R),
     ) -> Result<R, TcpError> {
         self.conn.write_with(f).await
+    }
+
+    /// Like [`TcpSocket::poll_tx_frame`].
+    pub fn poll_tx_frame(&self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        self.conn.poll_tx_frame(cx)
+    }
+
+    /// Like [`TcpSocket::tx_frame`].
+    pub async fn tx_frame(&self) -> TxFrame {
+        poll_fn(|cx| self.conn.poll_tx_frame(cx)).await
+    }
+
+    /// Like [`TcpSocket::send_frame`].
+    pub async fn send_frame(&mut self, frame: TxFrame) -> Result<(), TcpError> {
+        self.conn.send_frame(frame).await
     }
 
     /// Like [`TcpSocket::flush`].
