@@ -757,7 +757,12 @@ mod tests {
             if self.refuse {
                 return Err(TxError::LinkDown);
             }
-            self.back = Some(frame.into_device().loop_back().map_err(|_| TxError::Device)?);
+            self.back = Some(
+                frame
+                    .into_device()
+                    .loop_back()
+                    .map_err(|_| TxError::Device)?,
+            );
             Ok(())
         }
         fn capabilities(&self) -> Capabilities {

@@ -657,10 +657,7 @@ impl FramePool {
     /// completion to free it.
     pub(crate) fn socket_done(&self, slot: u32) {
         loop {
-            if self
-                .cas(slot, SlotState::Retained, SlotState::Free)
-                .is_ok()
-            {
+            if self.cas(slot, SlotState::Retained, SlotState::Free).is_ok() {
                 self.push(slot);
                 return;
             }

@@ -878,7 +878,11 @@ fn send_then_completion_returns_the_slot_to_the_socket() {
     assert_eq!(p.occupancy().sent, 1);
     drop(inflight); // device done: SENT -> RETAINED
     assert_eq!(state(p, slot), SlotState::Retained);
-    assert_eq!(r.data(), Some(&b"payload"[..]), "headers went into the headroom");
+    assert_eq!(
+        r.data(),
+        Some(&b"payload"[..]),
+        "headers went into the headroom"
+    );
     // A resend: RETAINED -> SENT again, then the driver refuses it (dropped unsent).
     let Poll::Ready(tx) = r.poll_send(&mut cx) else {
         panic!("resend")

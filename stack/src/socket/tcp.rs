@@ -46,10 +46,10 @@ use crate::tcb::context::TcpContext;
 use crate::tcb::error::{ConnectError, ListenError, RecvError};
 use crate::tcb::recv::RecvBuffer;
 use crate::tcb::send::{SendBuffer, MAX_FRAMES};
-use zcnet_buffer::TxFrame;
 use crate::tcb::socket::Tcb;
 use crate::tcp_table::{CloseCause, TcpHandle};
 use crate::StackError;
+use zcnet_buffer::TxFrame;
 
 pub use super::tcp_listener::{TcpListener, MAX_BACKLOG};
 pub use crate::tcb::congestion::CongestionControl;

@@ -146,8 +146,7 @@ impl<'a> SendBuffer<'a> {
 
     /// Whether no more bytes can be queued.
     pub(crate) fn is_full(&self) -> bool {
-        self.len >= self.capacity
-            || (self.tail_room() == 0 && self.frames.len() >= self.max_frames)
+        self.len >= self.capacity || (self.tail_room() == 0 && self.frames.len() >= self.max_frames)
     }
 
     /// Forget all data.
@@ -385,7 +384,14 @@ mod tests {
         assert_eq!(pool.occupancy().retained, 2);
 
         // A segment stops at the end of the frame holding its offset.
-        assert_eq!(tx.locate(2, 5), Segment::Copy { index: 0, off: 2, len: 2 });
+        assert_eq!(
+            tx.locate(2, 5),
+            Segment::Copy {
+                index: 0,
+                off: 2,
+                len: 2
+            }
+        );
         assert_eq!(tx.bytes(0, 2, 2), b"cd");
         assert_eq!(tx.locate(4, 8), Segment::Frame { index: 1, len: 4 });
 
@@ -415,7 +421,11 @@ mod tests {
         tx.dequeue(6);
         assert!(!tx.is_full());
         tx.set_frame_len(2);
-        assert_eq!(tx.enqueue_slice(None, b"abcdefgh"), 4, "two frames of two bytes");
+        assert_eq!(
+            tx.enqueue_slice(None, b"abcdefgh"),
+            4,
+            "two frames of two bytes"
+        );
         assert!(tx.is_full());
         let mut f = pool.try_alloc_tx().unwrap();
         f.append(1).unwrap()[0] = b'z';

@@ -9,12 +9,12 @@ use core::fmt;
 use core::task::Waker;
 
 use smoltcp::storage::Assembler;
-use zcnet_buffer::TxFrame;
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{
     IpAddress, IpEndpoint, IpListenEndpoint, IpProtocol, IpRepr, TcpControl, TcpRepr, TcpSeqNumber,
     TcpTimestampGenerator, TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
 };
+use zcnet_buffer::TxFrame;
 
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
