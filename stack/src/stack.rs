@@ -458,7 +458,8 @@ impl core::fmt::Debug for StackInner {
 /// [`TcpListener`](crate::tcp::TcpListener), each dropped connection still closing) and
 /// smoltcp's sockets (UDP, ICMP, raw IP, DNS, the DHCPv4 client). The memory holds a place for
 /// `SOCKETS` of each: smoltcp's socket storage, and the TCP table's connection blocks (about
-/// 500 bytes each, without buffers: those come from the application).
+/// 2 KiB each, most of it the send queue's 64 frame handles; the receive buffer comes from the
+/// application, the send queue's frames from the pool).
 pub struct StackResources<const SOCKETS: usize> {
     claimed: AtomicBool,
     sockets: UnsafeCell<[SocketStorage<'static>; SOCKETS]>,

@@ -9,13 +9,20 @@
 //!        └─ nobody takes it: a bare SYN for a TcpListener's port is dropped (BacklogFull),
 //!           anything else but a RST is answered with a RST (Tcb::rst_reply) ─► emit (NoSocket)
 //!  TX  egress ─► for each connection due (Tcb::poll_at) ─► Tcb::dispatch ─► emit
-//!  emit: a TxFrame (the stack's spare, else the driver's) ─► IP and TCP headers written in
-//!        place (smoltcp::wire), the payload copied once from the send ring (ledger: Emit, or
-//!        Retransmit for bytes sent before), checksums unless the driver computes them
-//!        ─► next hop and Ethernet header (neighbor.rs: the zero-copy path's table, holding
-//!        the frame while ARP / NDP resolves) ─► Driver::transmit
+//!  emit: the payload is a send-queue frame's whole unacknowledged rest (the normal case):
+//!        Driver::poll_transmit_ready, then IP and TCP headers written into that frame's
+//!        headroom, the very slot to the driver (RETAINED → SENT; no copy)
+//!      else: a TxFrame (the stack's spare, else the driver's) ─► IP and TCP headers written in
+//!        place, the payload (a prefix of a queued frame, or none) copied in (ledger: Emit, or
+//!        Retransmit for bytes sent before)
+//!      both: checksums unless the driver computes them ─► next hop and Ethernet header
+//!        (neighbor.rs: the zero-copy path's table, holding the frame while ARP / NDP
+//!        resolves) ─► Driver::transmit
 //! ```
 //!
+//! * Data whose frame the device still has from its previous send (a retransmission) waits:
+//!   the connection's `poll_at` leaves it out, and egress registers in the pool's retained
+//!   waker, which the device's completion wakes.
 //! * No TX frame is back-pressure: an ingress step keeps the received frame until egress has
 //!   run (as for smoltcp's answers, `runner.rs`), and `dispatch` leaves the connection as if
 //!   nothing was sent, so egress waits for the driver's TX-completion waker.

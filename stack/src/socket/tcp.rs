@@ -7,20 +7,27 @@
 //!
 //! # Copies per payload byte
 //!
-//! Data moves through each connection's byte rings (the [`TcpBuffers`] the application gives),
-//! and the stack copies every payload byte once between a frame and its ring: frame → receive
-//! ring when a segment arrives, send ring → frame when a segment is emitted (and again for each
-//! retransmission).
+//! Receive: the stack copies every payload byte once, frame → the connection's receive ring (the
+//! [`TcpBuffers`] the application gives); `read_with` hands the caller the ring itself, `read`
+//! adds one copy, ring → the caller's buffer.
 //!
-//! * `read_with` / `write_with` hand the caller the ring itself: **exactly one copy per payload
-//!   byte per direction**, as long as the caller consumes the bytes in place.
-//! * `read` / `write` add one more: ring → the caller's buffer, or the caller's buffer → ring.
+//! Send: the connection keeps a queue of pool frames until the peer acknowledges them, and a
+//! segment goes out in the queued frame itself, headers written into its headroom. The send
+//! side's byte bound is `TcpBuffers`' send capacity (its memory is not used) and its frame
+//! budget one frame per KiB of it (2 to 64).
 //!
-//! Every one of these goes through the copy ledger (`zcnet_buffer::ledger`) where it is made:
+//! * [`TcpSocket::tx_frame`] + [`TcpSocket::send_frame`]: the caller writes the payload into the
+//!   frame the driver will transmit: **no copy**.
+//! * `write_with` hands the caller the free room of the tail frame: no copy either.
+//! * `write` copies once, the caller's buffer → the tail frame.
+//! * A segment that is only a prefix of a frame's data (a peer window smaller than a segment, a
+//!   zero-window probe) is copied into a fresh frame.
+//!
+//! Every copy goes through the copy ledger (`zcnet_buffer::ledger`) where it is made:
 //! [`CopySite::SocketToApp`] / [`CopySite::AppToSocket`] for the copy `read` / `write` make,
-//! [`CopySite::StackRx`] for frame → ring as a segment is taken in, [`CopySite::Emit`] for ring
-//! → frame the first time a byte is sent and [`CopySite::Retransmit`] for each time it is sent
-//! again.
+//! [`CopySite::StackRx`] for frame → ring as a segment is taken in, [`CopySite::Emit`] for a
+//! prefix copied the first time its bytes are sent and [`CopySite::Retransmit`] for each time
+//! after.
 //!
 //! Every future here is cancel-safe: bytes move only in the poll that returns `Ready`, so a
 //! dropped `read` or `write` future loses nothing.
@@ -530,9 +537,9 @@ impl TcpSocket {
     }
 
     /// Queues bytes from `buf`; returns how many were queued, at least one unless `buf` is
-    /// empty (waits while the send buffer is full). Copies `buf` → ring
-    /// ([`CopySite::AppToSocket`]) on top of the stack's ring → frame copy; use
-    /// [`write_with`](Self::write_with) to avoid it.
+    /// empty (waits while the send queue is full or the pool has no free slot). Copies `buf` →
+    /// the send queue's tail frame ([`CopySite::AppToSocket`]), the one copy; use
+    /// [`write_with`](Self::write_with) or [`send_frame`](Self::send_frame) to avoid it.
     pub async fn write(&mut self, buf: &[u8]) -> Result<usize, TcpError> {
         self.conn.write(buf).await
     }
@@ -542,11 +549,10 @@ impl TcpSocket {
         self.conn.write_all(buf).await
     }
 
-    /// Gives `f` free space in the send ring (contiguous, never empty) to write into in place;
-    /// `f` returns how many bytes it wrote and a result.
+    /// Gives `f` the free room of the send queue's tail frame (never empty; at most one
+    /// segment) to write into in place; `f` returns how many bytes it wrote and a result.
     ///
-    /// No copy here: the one copy per byte is the stack's, ring → frame when the segment is
-    /// emitted (recorded in the ledger as [`CopySite::Emit`]; see
+    /// No copy: the frame is what the driver transmits (see
     /// [the module docs](self#copies-per-payload-byte)).
     pub async fn write_with<R>(
         &mut self,
