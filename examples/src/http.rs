@@ -62,7 +62,7 @@ this server).</p>
 
 /// Socket buffers of each connection.
 fn http_buffers() -> Option<TcpBuffers> {
-    Some(TcpBuffers::with_capacity(8192, 16384))
+    Some(TcpBuffers::with_capacity(4096, 8192))
 }
 
 /// A network driver's counters for `/stats`: a hook the caller supplies, since the server knows

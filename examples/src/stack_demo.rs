@@ -65,7 +65,7 @@ pub const ADDR: [Ipv4Address; 2] = [Ipv4Address::new(10, 0, 0, 1), Ipv4Address::
 pub const SOCKETS: usize = 48;
 
 /// Frame-pool slots per stack in the demo.
-pub const SLOTS: usize = 128;
+pub const SLOTS: usize = 512;
 
 /// The name B's DNS responder knows; it answers with B's own address.
 pub const DNS_NAME: &str = "b.zcnet.test";

@@ -130,6 +130,15 @@ pub enum StackError {
         /// Bytes needed at least.
         needed: usize,
     },
+    /// A TCP socket's budget ([`TcpBuffers`](tcp::TcpBuffers)) does not fit in what is left of
+    /// the pool's TCP share ([`Config::tcp_pool_slots`]): give the pool more slots, the
+    /// socket smaller buffers, or close other connections.
+    PoolBudget {
+        /// Pool slots the socket's budget reserves.
+        needed: usize,
+        /// Pool slots the TCP share has left.
+        available: usize,
+    },
     /// smoltcp's route table is full.
     TooManyRoutes,
     /// The endpoint cannot be used (port 0, unspecified address where one is needed).
@@ -160,6 +169,10 @@ impl core::fmt::Display for StackError {
                     "pool slots of {slot_size} bytes, at least {needed} needed"
                 )
             }
+            StackError::PoolBudget { needed, available } => write!(
+                f,
+                "TCP buffers need {needed} pool slots, {available} left in the TCP share"
+            ),
             StackError::TooManyRoutes => f.write_str("route table full"),
             StackError::Unaddressable => f.write_str("unaddressable endpoint"),
             StackError::NoBuffers => f.write_str("no buffers for a new socket"),

@@ -52,6 +52,9 @@ pub(crate) struct State {
     pub(crate) metas: SocketMetas,
     /// The TCP connections (`tcp_table.rs`).
     pub(crate) tcp: TcpTable,
+    /// Pool slots the TCP connections' budgets may reserve together
+    /// ([`Config::tcp_pool_slots`]).
+    pub(crate) tcp_slot_limit: usize,
     /// Ports with a `TcpListener`: SYNs beyond their backlog are dropped, not refused. Also the
     /// listeners waiting for a free socket slot.
     pub(crate) listener_ports: ListenerPorts,
@@ -202,15 +205,31 @@ impl State {
         Ok(handle)
     }
 
-    /// Adds a TCP connection (closed, over the application's buffers), or errors when every
-    /// slot is taken; like [`add_socket`](Self::add_socket), a finished orphan or a dropped
-    /// connection in TIME-WAIT gives its slot up first.
-    pub(crate) fn add_tcb(&mut self, tcb: Tcb<'static>) -> Result<TcpHandle, StackError> {
+    /// Adds a TCP connection (closed) whose budget reserves `slots` pool slots, or errors when
+    /// every socket slot is taken or the TCP share of the pool cannot take the budget; like
+    /// [`add_socket`](Self::add_socket), a finished orphan or a dropped connection in
+    /// TIME-WAIT gives its slot (and reservation) up first.
+    pub(crate) fn add_tcb(
+        &mut self,
+        tcb: Tcb<'static>,
+        slots: usize,
+    ) -> Result<TcpHandle, StackError> {
         if self.socket_count >= self.socket_capacity && !self.free_orphan_slot() {
             return Err(StackError::NoSocketSlot);
         }
+        while self.tcp.reserved() + slots > self.tcp_slot_limit {
+            if !self.free_orphan_slot() {
+                return Err(StackError::PoolBudget {
+                    needed: slots,
+                    available: self.tcp_slot_limit.saturating_sub(self.tcp.reserved()),
+                });
+            }
+        }
         // The TCP table has a place per slot, so a free slot means a free place.
-        let handle = self.tcp.insert(tcb).ok_or(StackError::NoSocketSlot)?;
+        let handle = self
+            .tcp
+            .insert(tcb, slots)
+            .ok_or(StackError::NoSocketSlot)?;
         self.socket_count += 1;
         Ok(handle)
     }
@@ -643,6 +662,7 @@ impl Stack {
             socket_capacity,
             metas: SocketMetas::new(metas),
             tcp: TcpTable::new(tcbs, config.random_seed),
+            tcp_slot_limit: config.tcp_pool_slots.unwrap_or(pool.slot_count() / 4 * 3),
             listener_ports: ListenerPorts::new(),
             driver,
             caps,

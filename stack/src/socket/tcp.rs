@@ -125,9 +125,16 @@ impl TcpBuffers {
     }
 }
 
-/// Send-buffer bytes per frame of the slot budget: a connection may hold
-/// `ceil(tx capacity / 1024)` frames (at least 2, at most [`MAX_FRAMES`]).
+/// Buffer bytes per frame of a budget: a connection may hold `ceil(capacity / 1024)` frames
+/// each way (at least 2, at most [`MAX_FRAMES`]). A full-sized segment carries more than that
+/// (1460 bytes on Ethernet), so the byte capacity is the bound that normally binds; the frame
+/// budget binds when segments are small, and it is what the pool reserves.
 const BYTES_PER_FRAME_BUDGET: usize = 1024;
+
+/// The frame budget for `bytes` of buffer (see [`BYTES_PER_FRAME_BUDGET`]).
+fn frame_budget(bytes: usize) -> usize {
+    bytes.div_ceil(BYTES_PER_FRAME_BUDGET).clamp(2, MAX_FRAMES)
+}
 
 /// Headroom of a TCP frame: the driver's, Ethernet (on an Ethernet link), IPv6 (the larger IP
 /// header) and TCP with the most options (60).
@@ -145,12 +152,13 @@ fn tcp_headroom(st: &crate::stack::State) -> usize {
 /// and by a frame budget derived from it.
 pub(crate) fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<TcpHandle, StackError> {
     let bytes = buffers.tx.capacity();
-    let frames = bytes.div_ceil(BYTES_PER_FRAME_BUDGET).clamp(2, MAX_FRAMES);
+    let frames = frame_budget(bytes);
+    let reserve = frames + frame_budget(buffers.rx.capacity());
     let pool = stack.pool();
     stack.with(|st| {
         let tx = SendBuffer::new(pool, bytes, frames, tcp_headroom(st));
         let tcb = Tcb::new(RecvBuffer::from_ring(buffers.rx), tx);
-        st.add_tcb(tcb)
+        st.add_tcb(tcb, reserve)
     })
 }
 
