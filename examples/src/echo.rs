@@ -88,7 +88,7 @@ impl Default for EchoConfig {
 }
 
 fn echo_buffers() -> Option<TcpBuffers> {
-    Some(TcpBuffers::with_capacity(65536, 65536))
+    Some(TcpBuffers::with_capacity(16384, 16384))
 }
 
 #[derive(Debug, Default)]

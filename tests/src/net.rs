@@ -163,7 +163,7 @@ fn side<const S: usize>(
     config: Config,
 ) -> Stack {
     let end: &'static mut WireEnd = Box::leak(Box::new(end));
-    let resources: &'static StackResources<S> = Box::leak(Box::new(StackResources::new()));
+    let resources: &'static StackResources<S> = StackResources::leak();
     let (stack, runner) = Stack::new(exec, pool, end, config, resources).expect("stack");
     runner.spawn(exec.spawner());
     stack

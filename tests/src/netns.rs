@@ -239,8 +239,7 @@ impl TapNet {
             .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
         let tap_stats = tap.stats_handle();
         adopt(&netns, &tap_name);
-        let resources: &'static StackResources<SOCKETS> =
-            Box::leak(Box::new(StackResources::new()));
+        let resources: &'static StackResources<SOCKETS> = StackResources::leak();
         let mut config = Config {
             ipv4: Ipv4Config::Static(StaticV4 {
                 address: Ipv4Cidr::new(ZCNET_ADDR, 24),

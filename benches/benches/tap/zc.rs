@@ -65,7 +65,7 @@ fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
         &TapConfig::new(tap_name).with_mac(STACK_MAC),
     )
     .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
-    let resources: &'static StackResources<N> = Box::leak(Box::new(StackResources::new()));
+    let resources: &'static StackResources<N> = StackResources::leak();
     let config = Config {
         ipv4: Ipv4Config::Static(StaticV4 {
             address: Ipv4Cidr::new(ZCNET_ADDR, 24),

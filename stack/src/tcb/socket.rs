@@ -14,14 +14,14 @@ use smoltcp::wire::{
     IpAddress, IpEndpoint, IpListenEndpoint, IpProtocol, IpRepr, TcpControl, TcpRepr, TcpSeqNumber,
     TcpTimestampGenerator, TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
 };
-use zcnet_buffer::RxFrame;
+use zcnet_buffer::{RxFrame, TxFrame};
 
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
 use super::error::{ConnectError, ListenError, RecvError, SendError};
 use super::recv::{RecvBuffer, RxDrops};
 use super::rtt::RttEstimator;
-use super::send::SendBuffer;
+use super::send::{Segment, SendBuffer};
 use super::state::State;
 use super::timer::{AckDelayTimer, Timer, ACK_DELAY_DEFAULT};
 use super::waker::WakerRegistration;
@@ -146,6 +146,10 @@ pub(crate) struct Tcb<'a> {
     /// before the first segment): payload below it is a retransmission. Not smoltcp's; read
     /// by the stack to tell first transmissions from retransmissions in the copy ledger.
     sent_max: Option<TcpSeqNumber>,
+
+    /// Our MSS (IP MTU less IP and TCP headers) as `dispatch` last computed it (`None` before):
+    /// frames of the send buffer are sized from it. Not smoltcp's.
+    local_mss: Option<usize>,
 }
 
 /// The remote's MSS until it announces one (RFC 1122).
@@ -217,6 +221,7 @@ impl<'a> Tcb<'a> {
             tx_waker: WakerRegistration::new(),
             synack_paused: false,
             sent_max: None,
+            local_mss: None,
         }
     }
 
@@ -745,15 +750,18 @@ impl<'a> Tcb<'a> {
 
     /// Queue bytes with `f` (which returns how many it queued) if the transmit half is open,
     /// and restart the timeout and zero-window-probe clocks when data starts waiting.
-    fn send_impl<'b, F, R>(&'b mut self, f: F) -> Result<R, SendError>
+    pub(crate) fn send_impl<F, R>(&mut self, f: F) -> Result<R, SendError>
     where
-        F: FnOnce(&'b mut SendBuffer<'a>) -> (usize, R),
+        F: FnOnce(&mut SendBuffer<'a>) -> (usize, R),
     {
         if !self.may_send() {
             return Err(SendError::InvalidState);
         }
 
         let old_length = self.tx_buffer.len();
+        // New frames hold one full segment; a frame some of whose bytes went out takes no more.
+        self.tx_buffer.set_frame_len(self.data_mss());
+        self.tx_buffer.set_sent(self.flight_size());
         let (size, result) = f(&mut self.tx_buffer);
         if size > 0 {
             // The connection might have been idle for a long time, and so remote_last_ts
@@ -776,18 +784,6 @@ impl<'a> Tcb<'a> {
         Ok(result)
     }
 
-    /// Call `f` with the largest contiguous slice of octets in the transmit buffer,
-    /// and enqueue the amount of elements returned by `f`.
-    ///
-    /// This function returns `Err(SendError::InvalidState)` if the transmit half of
-    /// the connection is not open; see [may_send](#method.may_send).
-    pub(crate) fn send<'b, F, R>(&'b mut self, f: F) -> Result<R, SendError>
-    where
-        F: FnOnce(&'b mut [u8]) -> (usize, R),
-    {
-        self.send_impl(|tx_buffer| tx_buffer.enqueue_with(f))
-    }
-
     /// Enqueue a sequence of octets to be sent, and fill it from a slice.
     ///
     /// This function returns the amount of octets actually enqueued, which is limited
@@ -796,7 +792,7 @@ impl<'a> Tcb<'a> {
     /// See also [send](#method.send).
     pub(crate) fn send_slice(&mut self, data: &[u8]) -> Result<usize, SendError> {
         self.send_impl(|tx_buffer| {
-            let size = tx_buffer.enqueue_slice(data);
+            let size = tx_buffer.enqueue_slice(None, data);
             (size, size)
         })
     }
@@ -910,6 +906,102 @@ impl<'a> Tcb<'a> {
     /// Note that the Berkeley sockets interface does not have an equivalent of this API.
     pub(crate) fn send_queue(&self) -> usize {
         self.tx_buffer.len()
+    }
+
+    /// The send buffer's geometry: its pool, the headroom its frames need, and the payload
+    /// bytes per frame (the MSS).
+    pub(crate) fn send_frame_geometry(&self) -> (&'static zcnet_buffer::FramePool, usize, usize) {
+        (
+            self.tx_buffer.pool(),
+            self.tx_buffer.headroom(),
+            self.tx_buffer.frame_len(),
+        )
+    }
+
+    /// Makes sure the send buffer can take at least one more byte now (a frame from the pool
+    /// if needed; `egress` is registered for a returned slot when the pool has none).
+    pub(crate) fn ensure_send_room(&mut self, egress: Option<&Waker>) -> bool {
+        self.tx_buffer.ensure_room(egress)
+    }
+
+    /// Records that the writer waits for a free pool slot: the egress task, which the pool wakes
+    /// when a slot returns, wakes the writer ([`wake_starved_sender`](Self::wake_starved_sender)).
+    pub(crate) fn note_send_starved(&mut self) {
+        self.tx_buffer.set_starved();
+    }
+
+    /// Calls `f` with the free room of the send buffer's tail frame (a new frame if the tail
+    /// is full) and queues as many bytes as it returns; `egress` is registered for a returned
+    /// slot when the pool has none. `Err(SendError::InvalidState)` if the transmit half of the
+    /// connection is not open.
+    pub(crate) fn send_waking<F, R>(&mut self, egress: Option<&Waker>, f: F) -> Result<R, SendError>
+    where
+        F: FnOnce(&mut [u8]) -> (usize, R),
+    {
+        self.send_impl(|tx_buffer| tx_buffer.enqueue_with(egress, f))
+    }
+
+    /// Queues a frame the application filled in place; `Ok(Err(frame))` gives it back when the
+    /// send buffer has no room for it now.
+    pub(crate) fn send_frame(
+        &mut self,
+        frame: zcnet_buffer::RetainedFrame,
+    ) -> Result<Result<(), zcnet_buffer::RetainedFrame>, SendError> {
+        self.send_impl(|tx_buffer| {
+            let n = frame.len();
+            match tx_buffer.push_frame(frame) {
+                Ok(()) => (n, Ok(())),
+                Err(f) => (0, Err(f)),
+            }
+        })
+    }
+
+    /// Whether a frame allocation for the send buffer failed since the last call; the writer
+    /// is then woken (it waits for a free slot, which wakes the egress task that calls this).
+    pub(crate) fn wake_starved_sender(&mut self) {
+        if self.tx_buffer.take_starved() {
+            self.tx_waker.wake();
+        }
+    }
+
+    /// Payload bytes of a full segment: the smaller of our MSS (known once `dispatch` ran) and
+    /// the remote's, less the timestamp option.
+    fn data_mss(&self) -> usize {
+        let options_len = if self.tsval_generator.is_some() {
+            12
+        } else {
+            0
+        };
+        self.local_mss
+            .unwrap_or(usize::MAX)
+            .min(self.remote_mss)
+            .saturating_sub(options_len)
+    }
+
+    /// Offset into the send buffer of the next payload `dispatch` would send.
+    fn next_send_offset(&self) -> usize {
+        if self.pending_fast_retransmit {
+            0
+        } else {
+            self.flight_size()
+        }
+    }
+
+    /// Whether the next payload to send sits in a frame the device still has from its previous
+    /// send (a retransmission must wait for it). With `waker`, it is registered in the pool's
+    /// retained waker first, so the frame's return wakes it.
+    pub(crate) fn tx_blocked(&self, waker: Option<&Waker>) -> bool {
+        if !matches!(
+            self.state,
+            State::Established
+                | State::FinWait1
+                | State::Closing
+                | State::CloseWait
+                | State::LastAck
+        ) {
+            return false;
+        }
+        self.tx_buffer.blocked(self.next_send_offset(), waker)
     }
 
     /// Number of octets transmitted but not yet ACKed.
@@ -1770,7 +1862,8 @@ impl<'a> Tcb<'a> {
     fn seq_to_transmit(&self, cx: &mut TcpContext<'_>) -> bool {
         // Fast retransmits should always send, even if later congestion checks would disallow
         if self.pending_fast_retransmit && !self.tx_buffer.is_empty() {
-            return true;
+            // ... once the device is done with the frame to resend.
+            return !self.tx_blocked(None);
         }
 
         let ip_header_len = match self.tuple.unwrap().local.addr {
@@ -1836,7 +1929,9 @@ impl<'a> Tcb<'a> {
         // This condition matches only if #2, because #1 is already covered by can_data and we're ORing them.
         let can_fin = want_fin && self.remote_last_seq == self.local_seq_no + self.tx_buffer.len();
 
-        can_send || can_fin
+        // Data waits while the frame it sits in is still with the device (a retransmission of
+        // a frame sent in place); egress is woken when the device is done with it.
+        (can_send && !self.tx_blocked(None)) || can_fin
     }
 
     /// Whether a delayed ACK may go out at `timestamp`.
@@ -1902,13 +1997,15 @@ impl<'a> Tcb<'a> {
     /// Run the timers and, if there is anything to send (a SYN, data, FIN, ACK, window
     /// update, RST, keep-alive or zero-window probe), build one segment and hand it to `emit`.
     ///
-    /// `emit` gets the context back and the IP and TCP headers (the payload is a view into
-    /// the send buffer); it returns an error if it could not send the segment (no buffer, no
+    /// `emit` gets the context back, the IP and TCP headers, and the payload's frame when the
+    /// segment's payload is a send-buffer frame's whole unacknowledged rest (lent to the device
+    /// as a retained `TxFrame`, data = payload; `repr.payload` is then empty), else `None` (the
+    /// payload, possibly empty, is `repr.payload`, a view into the send buffer to copy); it returns an error if it could not send the segment (no buffer, no
     /// neighbour yet), which `dispatch` returns after leaving the connection as if nothing
     /// was sent. Call again while [`poll_at`](Self::poll_at) says `Now`: one segment per call.
     pub(crate) fn dispatch<F, E>(&mut self, cx: &mut TcpContext<'_>, emit: F) -> Result<(), E>
     where
-        F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr)) -> Result<(), E>,
+        F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr), Option<TxFrame>) -> Result<(), E>,
     {
         if self.tuple.is_none() {
             return Ok(());
@@ -2040,6 +2137,13 @@ impl<'a> Tcb<'a> {
         };
 
         let mut is_zero_window_probe = false;
+        // The payload when it is a send-buffer frame sent in place (then `repr.payload` is
+        // empty and `zc_len` is the frame's length).
+        let mut zc: Option<TxFrame> = None;
+        let mut zc_len = 0;
+
+        // Frames the application fills hold one full segment each (`data_mss`).
+        self.local_mss = Some(cx.ip_mtu - ip_repr.header_len() - TCP_HEADER_LEN);
 
         match self.state {
             // We transmit an RST in the CLOSED state. If we ended up in the CLOSED state
@@ -2090,7 +2194,16 @@ impl<'a> Tcb<'a> {
                 let offset = if self.pending_fast_retransmit {
                     let size = effective_mss.min(self.tx_buffer.len());
                     repr.seq_number = self.local_seq_no;
-                    repr.payload = self.tx_buffer.get(0, size);
+                    match self.tx_buffer.locate(0, size) {
+                        Segment::Copy { index, off, len } => {
+                            repr.payload = self.tx_buffer.bytes(index, off, len);
+                        }
+                        Segment::Frame { index, len } => {
+                            zc = self.tx_buffer.take(index);
+                            zc_len = if zc.is_some() { len } else { 0 };
+                        }
+                        Segment::Busy => {}
+                    }
 
                     self.pending_fast_retransmit = false;
 
@@ -2139,19 +2252,32 @@ impl<'a> Tcb<'a> {
                     };
 
                     let offset = self.flight_size();
-                    repr.payload = self.tx_buffer.get(offset, size);
+                    match self.tx_buffer.locate(offset, size) {
+                        Segment::Copy { index, off, len } => {
+                            repr.payload = self.tx_buffer.bytes(index, off, len);
+                        }
+                        Segment::Frame { index, len } => {
+                            zc = self.tx_buffer.take(index);
+                            zc_len = if zc.is_some() { len } else { 0 };
+                        }
+                        // The device still has the frame: no payload this time (egress waits
+                        // for it, see `tx_blocked`).
+                        Segment::Busy => {}
+                    }
 
                     offset
                 };
 
                 // If we've sent everything we had in the buffer, follow it with the PSH or FIN
                 // flags, depending on whether the transmit half of the connection is open.
-                if offset + repr.payload.len() == self.tx_buffer.len() {
+                if offset + repr.payload.len() + zc_len == self.tx_buffer.len() {
                     match self.state {
                         State::FinWait1 | State::LastAck | State::Closing => {
                             repr.control = TcpControl::Fin
                         }
-                        State::Established | State::CloseWait if !repr.payload.is_empty() => {
+                        State::Established | State::CloseWait
+                            if !repr.payload.is_empty() || zc_len > 0 =>
+                        {
                             repr.control = TcpControl::Psh
                         }
                         _ => (),
@@ -2168,7 +2294,7 @@ impl<'a> Tcb<'a> {
         // sequence space will elicit an ACK, we only need to send an explicit packet if we
         // couldn't fill the sequence space with anything.
         let is_keep_alive;
-        if self.timer.should_keep_alive(cx.now) && repr.is_empty() {
+        if self.timer.should_keep_alive(cx.now) && repr.is_empty() && zc_len == 0 {
             repr.seq_number = repr.seq_number - 1;
             repr.payload = b"\x00"; // RFC 1122 says we should do this
             is_keep_alive = true;
@@ -2189,10 +2315,12 @@ impl<'a> Tcb<'a> {
         // Bailing out if the packet isn't placed in the device buffer allows us
         // to not waste time waiting for the retransmit timer on packets that we know
         // for sure will not be successfully transmitted.
-        ip_repr.set_payload_len(repr.buffer_len());
-        emit(cx, (ip_repr, repr))?;
+        ip_repr.set_payload_len(repr.buffer_len() + zc_len);
+        emit(cx, (ip_repr, repr), zc)?;
 
-        let end = repr.seq_number + repr.segment_len();
+        // Sequence space the segment occupies (a payload sent in place is not in `repr`).
+        let segment_len = repr.segment_len() + zc_len;
+        let end = repr.seq_number + segment_len;
         if self.sent_max.is_none_or(|max| end > max) {
             self.sent_max = Some(end);
         }
@@ -2219,21 +2347,18 @@ impl<'a> Tcb<'a> {
         // We've sent a packet successfully, so we can update the internal state now.
         // Use max() so a fast-retransmit segment (whose seq_number is local_seq_no, well
         // behind the current frontier) doesn't rewind the tracked "highest sent" sequence.
-        self.remote_last_seq = self
-            .remote_last_seq
-            .max(repr.seq_number + repr.segment_len());
+        self.remote_last_seq = self.remote_last_seq.max(repr.seq_number + segment_len);
         self.remote_last_ack = repr.ack_number;
         self.remote_last_win = repr.window_len;
 
-        if repr.segment_len() > 0 {
-            self.rtte
-                .on_send(cx.now, repr.seq_number + repr.segment_len());
+        if segment_len > 0 {
+            self.rtte.on_send(cx.now, repr.seq_number + segment_len);
             self.congestion_controller
                 .inner_mut()
-                .post_transmit(cx.now, repr.segment_len());
+                .post_transmit(cx.now, segment_len);
         }
 
-        if repr.segment_len() > 0 && !self.timer.is_retransmit() {
+        if segment_len > 0 && !self.timer.is_retransmit() {
             // RFC 6298 (5.1) Every time a packet containing data is sent (including a
             // retransmission), if the timer is not running, start it running
             // so that it will expire after RTO seconds.

@@ -5,7 +5,9 @@
 //! Adapted: the interface context is a [`TcpContext`] over a smoltcp `Interface` with the
 //! addresses of smoltcp's `tests::setup` (`test_context`), buffers are leaked storage
 //! (`storage`), `accepts` takes no context and `dispatch`'s `emit` no `PacketMeta`, direct
-//! ring-buffer pokes go through the [`RecvBuffer`] / [`SendBuffer`] operations, and
+//! ring-buffer pokes go through the [`RecvBuffer`] / [`SendBuffer`] operations, the send buffer
+//! is a queue of frames of a leaked pool (`send_buffer`), a payload `dispatch` hands over in its
+//! frame is shown in the `TcpRepr` the cases compare, and
 //! feature-gated tests always run (Reno, CUBIC, `pause_synack`). Dropped: the
 //! segmentation-offload test (no segmentation offload here).
 
@@ -103,6 +105,13 @@ fn test_context() -> TcpContext<'static> {
         iface,
         Box::leak(Box::new(TcpRand::new(0))),
     )
+}
+
+/// A send buffer of `capacity` bytes over a leaked pool of its own (32 slots of 2048 bytes,
+/// the stack's default headroom of 128: frames hold up to 1920 payload bytes, more than an MSS).
+fn send_buffer(capacity: usize) -> SendBuffer<'static> {
+    let pool = zcnet_buffer::FramePool::leak(zcnet_buffer::PoolConfig::new(32)).unwrap();
+    SendBuffer::new(pool, capacity, 32, zcnet_buffer::DEFAULT_HEADROOM)
 }
 
 /// Leaked buffer storage with the bytes of `v`.
