@@ -482,7 +482,7 @@ impl core::fmt::Debug for StackInner {
 ///
 /// A table of a few hundred places is too large to build on a thread's stack and then move
 /// (which `Box::new(StackResources::new())` may do): put it in a `static`, or, with the `alloc`
-/// feature, use [`StackResources::leak`], which builds it in place on the heap.
+/// feature, use `StackResources::leak`, which builds it in place on the heap.
 pub struct StackResources<const SOCKETS: usize> {
     claimed: AtomicBool,
     sockets: UnsafeCell<[SocketStorage<'static>; SOCKETS]>,
