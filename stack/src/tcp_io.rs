@@ -287,7 +287,8 @@ fn emit(
             p.fill_checksum();
         }
     }
-    // The payload: the one copy of each byte from the send ring into the frame.
+    // The payload: a part of a queued frame sent alone (the peer's window cut it), copied into
+    // this fresh frame.
     let body = &mut buf[ip_len + tcp_len..];
     let resent = match sent_max {
         Some(max) => {

@@ -5,8 +5,8 @@
 //! * **Storage**: `StackResources<SOCKETS>` holds `SOCKETS` places ([`TcpSlot`]), handed to
 //!   the stack once; a [`TcpSocket`](crate::tcp::TcpSocket) or a listener's socket addresses
 //!   its place by a [`TcpHandle`] (the index). Places never move and the table never
-//!   allocates; a connection's buffers are the application's ([`TcpBuffers`](crate::tcp::TcpBuffers)),
-//!   moved into its [`Tcb`] and dropped with it. TCP connections and smoltcp's sockets (UDP,
+//!   allocates; a connection's data is in pool frames its [`Tcb`]'s queues hold (sized by its
+//!   [`TcpBuffers`](crate::tcp::TcpBuffers)), returned to the pool when it is dropped. TCP connections and smoltcp's sockets (UDP,
 //!   ICMP, raw, DNS, DHCP) share the one count of `SOCKETS` slots (`State::socket_count`), so
 //!   a stack holds at most `SOCKETS` sockets of all kinds together, as before.
 //! * **Budgets**: each connection reserves the pool slots its [`TcpBuffers`](crate::tcp::TcpBuffers)
