@@ -749,6 +749,26 @@ impl Driver for Tap {
         self.pool.poll_alloc_tx(cx)
     }
 
+    fn poll_transmit_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        // Room is what `transmit` checks: the queue of frames waiting for the fd. Flushing it
+        // (and registering for writability) is what `poll_transmit_frame` does first.
+        while let Some(front) = self.tx_queue.front() {
+            let ev = match self.reg.poll_writable(cx) {
+                Poll::Ready(ev) => ev,
+                Poll::Pending => return Poll::Pending,
+            };
+            match self.write_frame(front) {
+                Ok(()) => drop(self.tx_queue.pop_front()),
+                Err(e) if is_would_block(&e) => self.reg.clear_writable(ev),
+                Err(e) => {
+                    let _ = self.tx_failed(&e);
+                    drop(self.tx_queue.pop_front());
+                }
+            }
+        }
+        Poll::Ready(())
+    }
+
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
         let max = self.mtu + ETHERNET_HEADER_LEN;
         if frame.len() > max {

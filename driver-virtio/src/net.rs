@@ -490,6 +490,24 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         Poll::Pending
     }
 
+    fn poll_transmit_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.broken {
+            return Poll::Pending;
+        }
+        self.reclaim_tx();
+        if self.tx_in_flight < QUEUE {
+            return Poll::Ready(());
+        }
+        // Register, then reclaim once more (as in `poll_transmit_frame`).
+        self.irq.tx.register(cx.waker());
+        self.reclaim_tx();
+        if self.tx_in_flight < QUEUE {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
     fn transmit(&mut self, mut frame: TxFrame) -> Result<(), TxError> {
         let counters = self.counters();
         let len = frame.len();

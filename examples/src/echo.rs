@@ -88,7 +88,7 @@ impl Default for EchoConfig {
 }
 
 fn echo_buffers() -> Option<TcpBuffers> {
-    Some(TcpBuffers::with_capacity(65536, 65536))
+    Some(TcpBuffers::with_capacity(16384, 16384))
 }
 
 #[derive(Debug, Default)]
@@ -275,7 +275,7 @@ mod tests {
     /// the echo returns to the pool.
     #[test]
     fn zero_copy_udp_echo_answers_byte_exact() {
-        let p = pair(64, |_, _| {});
+        let p = pair(512, |_, _| {});
         let [a, b] = p.stacks;
         let config = EchoConfig {
             udp: UdpEcho::ZeroCopy { queue: 8 },

@@ -62,7 +62,7 @@ this server).</p>
 
 /// Socket buffers of each connection.
 fn http_buffers() -> Option<TcpBuffers> {
-    Some(TcpBuffers::with_capacity(8192, 16384))
+    Some(TcpBuffers::with_capacity(4096, 8192))
 }
 
 /// A network driver's counters for `/stats`: a hook the caller supplies, since the server knows
@@ -600,6 +600,8 @@ pub fn stats_json(
         ("lent", (occ.lent as u64).into()),
         ("tx", (occ.tx as u64).into()),
         ("device", (occ.device as u64).into()),
+        ("sent", (occ.sent as u64).into()),
+        ("retained", (occ.retained as u64).into()),
         ("rx_exhausted", ps.rx_exhausted.into()),
         ("tx_exhausted", ps.tx_exhausted.into()),
     ]);

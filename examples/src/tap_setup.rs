@@ -58,8 +58,12 @@ pub const LINUX_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 1);
 pub const ZCNET_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 2);
 /// Socket slots in an example's stack.
 pub const SOCKETS: usize = 320;
-/// Frames in an example's pool.
-pub const POOL_SLOTS: usize = 512;
+/// Frames in an example's pool of 2 KiB slots (4 MiB): room for the TCP budgets of a few
+/// hundred connections (each reserves its buffers' frames when it opens). With a larger MTU
+/// the slots grow and the pool keeps the same memory, down to [`MIN_POOL_SLOTS`] slots.
+pub const POOL_SLOTS: usize = 2048;
+/// The fewest frames in an example's pool, whatever the slot size.
+pub const MIN_POOL_SLOTS: usize = 512;
 
 /// Command-line options every example takes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -260,7 +264,8 @@ impl Demo {
         let slot_size = (options.mtu + ETHERNET_HEADER_LEN)
             .next_multiple_of(SLOT_ALIGN)
             .max(DEFAULT_SLOT_SIZE);
-        let pool = FramePool::leak(PoolConfig::new(POOL_SLOTS).with_slot_size(slot_size))
+        let slots = (POOL_SLOTS * DEFAULT_SLOT_SIZE / slot_size).max(MIN_POOL_SLOTS);
+        let pool = FramePool::leak(PoolConfig::new(slots).with_slot_size(slot_size))
             .map_err(|e| format!("cannot build the frame pool: {e:?}"))?;
         let mut created_netns = false;
         let config = TapConfig::new(&options.tap)
@@ -305,8 +310,7 @@ impl Demo {
             }
         }
         let tap_stats = tap.stats_handle();
-        let resources: &'static StackResources<SOCKETS> =
-            Box::leak(Box::new(StackResources::new()));
+        let resources: &'static StackResources<SOCKETS> = StackResources::leak();
         let config = Config {
             ipv4: Ipv4Config::Static(StaticV4 {
                 address: Ipv4Cidr::new(ZCNET_ADDR, 24),

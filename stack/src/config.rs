@@ -85,6 +85,16 @@ pub struct Config {
     /// answers or about ten seconds pass, then the next. Default: none (name resolution fails
     /// with [`DnsError::NoServers`](crate::dns::DnsError::NoServers)).
     pub dns_servers: [Option<IpAddress>; MAX_DNS_SERVERS],
+    /// Pool slots the TCP connections may hold together: each TCP socket reserves its
+    /// [`TcpBuffers`](crate::tcp::TcpBuffers) budget (receive and send frames) out of this
+    /// share when it opens, and opening one that does not fit fails with
+    /// [`StackError::PoolBudget`](crate::StackError::PoolBudget) instead of stalling later.
+    /// The rest of the pool is left to the driver's receive ring and transmit queue, the
+    /// stack's own frames and the datagram sockets. Default (`None`): three quarters of the
+    /// pool's slots. A share larger than the pool overcommits it: sockets then open whatever
+    /// their budgets, and a pool that runs dry is met by dropping segments (counted) and
+    /// giving up out-of-order data, never by an error.
+    pub tcp_pool_slots: Option<usize>,
 }
 
 impl Config {
@@ -95,7 +105,8 @@ impl Config {
 }
 
 impl Default for Config {
-    /// No addresses, no autoconfiguration (IPv6 off), a fixed seed, 32 frames per ingress run.
+    /// No addresses, no autoconfiguration (IPv6 off), a fixed seed, 32 frames per ingress run,
+    /// three quarters of the pool for TCP budgets.
     fn default() -> Self {
         Self {
             ipv4: Ipv4Config::None,
@@ -105,6 +116,7 @@ impl Default for Config {
             random_seed: 0x7a63_6e65_7400_0001,
             ingress_budget: 32,
             dns_servers: [None; MAX_DNS_SERVERS],
+            tcp_pool_slots: None,
         }
     }
 }

@@ -19,9 +19,11 @@
 //!   [`Stack::link_state`], [`Stack::wait_link`]); spawn them or run them.
 //! * TCP is zcnet's own (`tcb/`, a port of smoltcp 0.14's state machine; `tcp_io.rs`,
 //!   `tcp_table.rs`): ingress hands each segment for the stack to the connection that accepts
-//!   it (or answers it with a RST), egress builds every segment in place in a pool
-//!   [`TxFrame`](zcnet_buffer::TxFrame) with `smoltcp::wire` and sends it through the zero-copy
-//!   path's neighbour table. smoltcp keeps ARP / NDP, ICMP, DHCP, DNS, raw IP and UDP.
+//!   it (or answers it with a RST), and the connection keeps the received frame itself; egress
+//!   sends the frames the application filled, kept until acknowledged (RETAINED), headers
+//!   written in front with `smoltcp::wire`, through the zero-copy path's neighbour table. Each
+//!   connection's frames come out of a budget reserved in the pool when its socket opens
+//!   ([`tcp::TcpBuffers`]). smoltcp keeps ARP / NDP, ICMP, DHCP, DNS, raw IP and UDP.
 //! * The smoltcp adapter (`device.rs`) lends RX frames' bytes to smoltcp and lets it write
 //!   TX frames in place in pool slots: no copy at the device boundary.
 //! * Zero-copy datagrams: [`datagram::DatagramSocket`] receives [`datagram::Datagram`]s that
@@ -56,15 +58,18 @@
 //! | path | copies per payload byte, each direction | where |
 //! |---|---|---|
 //! | [`datagram::DatagramSocket`] | 0 | the payload stays in the driver's slot |
-//! | TCP `read_with` / `write_with` | 1 | the stack's, frame ↔ socket ring |
-//! | TCP `read` / `write` | 2 | the stack's, plus ring ↔ the caller's buffer |
+//! | TCP `recv_segment` / `tx_frame` + `send_frame` | 0 | the payload stays in the slot the driver received it in, or is written where the driver transmits it |
+//! | TCP `read_with` / `write_with` | 0 | the same frames, lent to a closure |
+//! | TCP `read` / `write` | 1 | frame ↔ the caller's buffer |
 //! | UDP `recv_from_with` / `send_to_with` | 1 | smoltcp's, frame ↔ packet buffer |
 //! | UDP `recv_from` / `send_to` | 2 | smoltcp's, plus buffer ↔ the caller's slice |
 //!
-//! All of them are recorded in the copy ledger ([`zcnet_buffer::ledger`]): the sockets' as
-//! `SocketToApp` / `AppToSocket`; TCP's frame ↔ ring copies where the stack makes them, as
-//! `StackRx` (segment in), `Emit` (first transmission) and `Retransmit`; smoltcp's UDP copies
-//! as `StackRx` / `Emit`, attributed when the application consumes or queues the bytes.
+//! TCP copies beyond these, where the stack makes them: an in-order segment under 256 bytes
+//! merged into the tail of the frame before it (`CopyBreak`), and a part of a queued frame sent
+//! alone because the peer's window was smaller than the frame (`Emit`, or `Retransmit` when
+//! sent again). All copies are recorded in the copy ledger ([`zcnet_buffer::ledger`]): the
+//! sockets' as `SocketToApp` / `AppToSocket`, smoltcp's UDP copies as `StackRx` / `Emit`,
+//! attributed when the application consumes or queues the bytes.
 //!
 //! Tests: `tests/tests/stack_*.rs` over an in-memory wire with fault injection (zero copy is
 //! proven there by payload addresses checked against the driver's slots), `tap_*.rs` against
@@ -133,6 +138,15 @@ pub enum StackError {
         /// Bytes needed at least.
         needed: usize,
     },
+    /// A TCP socket's budget ([`TcpBuffers`](tcp::TcpBuffers)) does not fit in what is left of
+    /// the pool's TCP share ([`Config::tcp_pool_slots`]): give the pool more slots, the
+    /// socket smaller buffers, or close other connections.
+    PoolBudget {
+        /// Pool slots the socket's budget reserves.
+        needed: usize,
+        /// Pool slots the TCP share has left.
+        available: usize,
+    },
     /// smoltcp's route table is full.
     TooManyRoutes,
     /// The endpoint cannot be used (port 0, unspecified address where one is needed).
@@ -163,6 +177,10 @@ impl core::fmt::Display for StackError {
                     "pool slots of {slot_size} bytes, at least {needed} needed"
                 )
             }
+            StackError::PoolBudget { needed, available } => write!(
+                f,
+                "TCP buffers need {needed} pool slots, {available} left in the TCP share"
+            ),
             StackError::TooManyRoutes => f.write_str("route table full"),
             StackError::Unaddressable => f.write_str("unaddressable endpoint"),
             StackError::NoBuffers => f.write_str("no buffers for a new socket"),

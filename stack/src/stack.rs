@@ -52,6 +52,9 @@ pub(crate) struct State {
     pub(crate) metas: SocketMetas,
     /// The TCP connections (`tcp_table.rs`).
     pub(crate) tcp: TcpTable,
+    /// Pool slots the TCP connections' budgets may reserve together
+    /// ([`Config::tcp_pool_slots`]).
+    pub(crate) tcp_slot_limit: usize,
     /// Ports with a `TcpListener`: SYNs beyond their backlog are dropped, not refused. Also the
     /// listeners waiting for a free socket slot.
     pub(crate) listener_ports: ListenerPorts,
@@ -202,15 +205,31 @@ impl State {
         Ok(handle)
     }
 
-    /// Adds a TCP connection (closed, over the application's buffers), or errors when every
-    /// slot is taken; like [`add_socket`](Self::add_socket), a finished orphan or a dropped
-    /// connection in TIME-WAIT gives its slot up first.
-    pub(crate) fn add_tcb(&mut self, tcb: Tcb<'static>) -> Result<TcpHandle, StackError> {
+    /// Adds a TCP connection (closed) whose budget reserves `slots` pool slots, or errors when
+    /// every socket slot is taken or the TCP share of the pool cannot take the budget; like
+    /// [`add_socket`](Self::add_socket), a finished orphan or a dropped connection in
+    /// TIME-WAIT gives its slot (and reservation) up first.
+    pub(crate) fn add_tcb(
+        &mut self,
+        tcb: Tcb<'static>,
+        slots: usize,
+    ) -> Result<TcpHandle, StackError> {
         if self.socket_count >= self.socket_capacity && !self.free_orphan_slot() {
             return Err(StackError::NoSocketSlot);
         }
+        while self.tcp.reserved() + slots > self.tcp_slot_limit {
+            if !self.free_orphan_slot() {
+                return Err(StackError::PoolBudget {
+                    needed: slots,
+                    available: self.tcp_slot_limit.saturating_sub(self.tcp.reserved()),
+                });
+            }
+        }
         // The TCP table has a place per slot, so a free slot means a free place.
-        let handle = self.tcp.insert(tcb).ok_or(StackError::NoSocketSlot)?;
+        let handle = self
+            .tcp
+            .insert(tcb, slots)
+            .ok_or(StackError::NoSocketSlot)?;
         self.socket_count += 1;
         Ok(handle)
     }
@@ -458,7 +477,12 @@ impl core::fmt::Debug for StackInner {
 /// [`TcpListener`](crate::tcp::TcpListener), each dropped connection still closing) and
 /// smoltcp's sockets (UDP, ICMP, raw IP, DNS, the DHCPv4 client). The memory holds a place for
 /// `SOCKETS` of each: smoltcp's socket storage, and the TCP table's connection blocks (about
-/// 500 bytes each, without buffers: those come from the application).
+/// 4 KiB each, most of it the receive and send queues' 64 frame handles each; the frames
+/// themselves are the pool's).
+///
+/// A table of a few hundred places is too large to build on a thread's stack and then move
+/// (which `Box::new(StackResources::new())` may do): put it in a `static`, or, with the `alloc`
+/// feature, use `StackResources::leak`, which builds it in place on the heap.
 pub struct StackResources<const SOCKETS: usize> {
     claimed: AtomicBool,
     sockets: UnsafeCell<[SocketStorage<'static>; SOCKETS]>,
@@ -490,6 +514,35 @@ impl<const SOCKETS: usize> StackResources<SOCKETS> {
             metas: UnsafeCell::new([SocketMeta::EMPTY; SOCKETS]),
             tcbs: UnsafeCell::new([const { TcpSlot::EMPTY }; SOCKETS]),
             inner: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl<const SOCKETS: usize> StackResources<SOCKETS> {
+    /// Unused resources on the heap, leaked for `'static`: built in place, never on the
+    /// stack, whatever `SOCKETS`.
+    pub fn leak() -> &'static Self {
+        extern crate alloc;
+        let mut b = alloc::boxed::Box::<Self>::new_uninit();
+        let p = b.as_mut_ptr();
+        // SAFETY: `p` points to memory for one `Self`, valid for writes and owned by `b`.
+        // Every field is written once through a raw pointer (no reference to uninitialised
+        // memory is made); `UnsafeCell<[T; N]>` has the layout of `[T; N]` (it is
+        // `repr(transparent)`), so its elements are written one by one at `N` consecutive
+        // places. `inner` is `MaybeUninit` and needs no value. After that, every field holds
+        // what `new` would have put there, so `assume_init` is sound.
+        unsafe {
+            core::ptr::addr_of_mut!((*p).claimed).write(AtomicBool::new(false));
+            let sockets = core::ptr::addr_of_mut!((*p).sockets).cast::<SocketStorage<'static>>();
+            let metas = core::ptr::addr_of_mut!((*p).metas).cast::<SocketMeta>();
+            let tcbs = core::ptr::addr_of_mut!((*p).tcbs).cast::<TcpSlot>();
+            for i in 0..SOCKETS {
+                sockets.add(i).write(SocketStorage::EMPTY);
+                metas.add(i).write(SocketMeta::EMPTY);
+                tcbs.add(i).write(TcpSlot::EMPTY);
+            }
+            alloc::boxed::Box::leak(b.assume_init())
         }
     }
 }
@@ -642,6 +695,7 @@ impl Stack {
             socket_capacity,
             metas: SocketMetas::new(metas),
             tcp: TcpTable::new(tcbs, config.random_seed),
+            tcp_slot_limit: config.tcp_pool_slots.unwrap_or(pool.slot_count() / 4 * 3),
             listener_ports: ListenerPorts::new(),
             driver,
             caps,

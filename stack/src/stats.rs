@@ -50,10 +50,20 @@ pub enum DropReason {
     /// [`TxError::LinkDown`](zcnet_buffer::TxError::LinkDown), or a zero-copy datagram sent
     /// while the stack knew the link was down (its sender got that error).
     LinkDown,
+    /// A TCP segment whose data its connection could not hold: the connection's receive slot
+    /// budget was full (the application holds its segments, or the peer sent segments smaller
+    /// than the advertised window assumes), or there was no free slot for an out-of-order
+    /// segment, or the pool had run dry. The data is not acknowledged: the peer sends it
+    /// again.
+    TcpRxBudget,
+    /// Out-of-order TCP frames a connection gave up (one count per frame) to make room for
+    /// in-order data or because the pool had run dry; they were never acknowledged, so the peer
+    /// sends them again.
+    TcpOutOfOrderPurged,
 }
 
 impl DropReason {
-    const COUNT: usize = 12;
+    const COUNT: usize = 14;
     /// Every reason, in the order [`StackStats::drops`] lists them.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TxTooLong,
@@ -68,6 +78,8 @@ impl DropReason {
         DropReason::Unsupported,
         DropReason::NoSocket,
         DropReason::LinkDown,
+        DropReason::TcpRxBudget,
+        DropReason::TcpOutOfOrderPurged,
     ];
 
     /// A stable snake_case name for logs and reports (`"backlog_full"`, ...).
@@ -85,6 +97,8 @@ impl DropReason {
             DropReason::Unsupported => "unsupported",
             DropReason::NoSocket => "no_socket",
             DropReason::LinkDown => "link_down",
+            DropReason::TcpRxBudget => "tcp_rx_budget",
+            DropReason::TcpOutOfOrderPurged => "tcp_out_of_order_purged",
         }
     }
 }
@@ -226,6 +240,13 @@ impl Counters {
     }
     pub(crate) fn drop(&self, reason: DropReason) {
         bump(&self.drops[reason as usize]);
+    }
+    /// `n` drops for `reason` (nothing when `n` is 0).
+    pub(crate) fn drop_n(&self, reason: DropReason, n: u64) {
+        if n > 0 {
+            let c = &self.drops[reason as usize];
+            c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+        }
     }
     /// The driver refused a frame: counted as [`DropReason::LinkDown`] or
     /// [`DropReason::TxDriver`].

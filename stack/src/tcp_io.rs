@@ -4,18 +4,27 @@
 //! ```text
 //!  RX  ingress ─► rx_check (headers, addresses, TCP checksum) ─► Verdict::Tcp
 //!        ─► TcpRepr::parse in place ─► the connection that accepts it, else a listener
-//!              ─► Tcb::process: payload copied once, frame → receive ring (ledger: StackRx)
+//!              ─► Tcb::process with the frame trimmed to the payload: queued on the connection
+//!                 as it is (no copy; a segment under 256 bytes may be copied into the
+//!                 previous frame's tail, ledger: CopyBreak), or dropped if not kept
 //!              └─ an immediate answer (challenge ACK, ACK of out-of-order data) ─► emit
 //!        └─ nobody takes it: a bare SYN for a TcpListener's port is dropped (BacklogFull),
 //!           anything else but a RST is answered with a RST (Tcb::rst_reply) ─► emit (NoSocket)
 //!  TX  egress ─► for each connection due (Tcb::poll_at) ─► Tcb::dispatch ─► emit
-//!  emit: a TxFrame (the stack's spare, else the driver's) ─► IP and TCP headers written in
-//!        place (smoltcp::wire), the payload copied once from the send ring (ledger: Emit, or
-//!        Retransmit for bytes sent before), checksums unless the driver computes them
-//!        ─► next hop and Ethernet header (neighbor.rs: the zero-copy path's table, holding
-//!        the frame while ARP / NDP resolves) ─► Driver::transmit
+//!  emit: the payload is a send-queue frame's whole unacknowledged rest (the normal case):
+//!        Driver::poll_transmit_ready, then IP and TCP headers written into that frame's
+//!        headroom, the very slot to the driver (RETAINED → SENT; no copy)
+//!      else: a TxFrame (the stack's spare, else the driver's) ─► IP and TCP headers written in
+//!        place, the payload (a prefix of a queued frame, or none) copied in (ledger: Emit, or
+//!        Retransmit for bytes sent before)
+//!      both: checksums unless the driver computes them ─► next hop and Ethernet header
+//!        (neighbor.rs: the zero-copy path's table, holding the frame while ARP / NDP
+//!        resolves) ─► Driver::transmit
 //! ```
 //!
+//! * Data whose frame the device still has from its previous send (a retransmission) waits:
+//!   the connection's `poll_at` leaves it out, and egress registers in the pool's retained
+//!   waker, which the device's completion wakes.
 //! * No TX frame is back-pressure: an ingress step keeps the received frame until egress has
 //!   run (as for smoltcp's answers, `runner.rs`), and `dispatch` leaves the connection as if
 //!   nothing was sent, so egress waits for the driver's TX-completion waker.
@@ -96,28 +105,13 @@ pub(crate) fn reserve(st: &mut State, waker: &Waker) -> bool {
 /// caller keeps it and tries again after egress ran); the frame is dropped otherwise.
 pub(crate) fn ingress(
     st: &mut State,
-    frame: RxFrame,
+    mut frame: RxFrame,
     seg: TcpSeg,
     now: Instant,
     waker: &Waker,
     counters: &Counters,
 ) -> Option<RxFrame> {
-    let Some(bytes) = frame.get(seg.start..seg.start + seg.len) else {
-        counters.drop(DropReason::Malformed);
-        return None;
-    };
-    let Ok(packet) = TcpPacket::new_checked(bytes) else {
-        counters.drop(DropReason::Malformed);
-        return None;
-    };
-    // The checksum was verified by `rx_check` (or by the device).
-    let Ok(repr) = TcpRepr::parse(
-        &packet,
-        &seg.src,
-        &seg.dst,
-        &ChecksumCapabilities::ignored(),
-    ) else {
-        // Port 0, options cut short.
+    let Some((repr, payload_at)) = parse(&frame, &seg) else {
         counters.drop(DropReason::Malformed);
         return None;
     };
@@ -129,16 +123,31 @@ pub(crate) fn ingress(
         seg.src,
         seg.dst,
         IpProtocol::Tcp,
-        repr.buffer_len(),
+        repr.buffer_len() + payload_at.map_or(0, |(_, len)| len),
         seg.hop_limit,
     );
     let ip_mtu = st.caps.ip_mtu();
     let reply = match st.tcp.find(&ip, &repr) {
         Some(i) => {
+            // The payload stays in the frame: the frame, trimmed to it, goes to the connection
+            // (which queues it or drops it).
+            let payload = match payload_at {
+                Some((at, len)) if frame.advance(at).is_ok() && frame.truncate(len).is_ok() => {
+                    Some(frame)
+                }
+                _ => {
+                    drop(frame);
+                    None
+                }
+            };
             // `find` returned a place in use.
             let e = st.tcp.at(i)?;
             let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
-            e.tcb.process(&mut cx, &ip, &repr)
+            let reply = e.tcb.process(&mut cx, &ip, &repr, payload);
+            let drops = e.tcb.take_rx_drops();
+            counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));
+            counters.drop_n(DropReason::TcpOutOfOrderPurged, u64::from(drops.purged));
+            reply
         }
         None => {
             if repr.control == TcpControl::Syn
@@ -155,17 +164,51 @@ pub(crate) fn ingress(
                 return None;
             }
             counters.drop(DropReason::NoSocket);
+            drop(frame);
             Some(Tcb::rst_reply(&ip, &repr))
         }
     };
-    drop(frame);
     if let Some((ip, tcp)) = reply {
         let hop = hop_for(st, ip.dst_addr(), now);
         let mut out = out(st, waker, counters, now);
         // A spare frame was reserved above: this cannot starve.
-        let _ = emit(&mut out, hop, &ip, &tcp, None);
+        let _ = emit(&mut out, hop, &ip, &tcp, None, None);
     }
     None
+}
+
+/// Parses the TCP segment `seg` of `frame`: its header (a `TcpRepr` with an empty payload,
+/// borrowing nothing) and, when it carries any, where its payload lies in the frame (offset
+/// and length). `None` when malformed.
+fn parse(frame: &RxFrame, seg: &TcpSeg) -> Option<(TcpRepr<'static>, Option<(usize, usize)>)> {
+    let bytes = frame.get(seg.start..seg.start.checked_add(seg.len)?)?;
+    let packet = TcpPacket::new_checked(bytes).ok()?;
+    // The checksum was verified by `rx_check` (or by the device). Errors: port 0, options cut
+    // short.
+    let r = TcpRepr::parse(
+        &packet,
+        &seg.src,
+        &seg.dst,
+        &ChecksumCapabilities::ignored(),
+    )
+    .ok()?;
+    let len = r.payload.len();
+    let at = (len > 0).then(|| (seg.start + usize::from(packet.header_len()), len));
+    let header = TcpRepr {
+        src_port: r.src_port,
+        dst_port: r.dst_port,
+        control: r.control,
+        seq_number: r.seq_number,
+        ack_number: r.ack_number,
+        window_len: r.window_len,
+        window_scale: r.window_scale,
+        max_seg_size: r.max_seg_size,
+        sack_permitted: r.sack_permitted,
+        sack_ranges: r.sack_ranges,
+        timestamp: r.timestamp,
+        payload: &[],
+    };
+    Some((header, at))
 }
 
 /// The next hop for `dst` on an Ethernet link (`None` on an IP link, or without a route: the
@@ -204,7 +247,11 @@ fn emit(
     ip: &IpRepr,
     tcp: &TcpRepr<'_>,
     sent_max: Option<TcpSeqNumber>,
+    zc: Option<TxFrame>,
 ) -> Result<(), Starved> {
+    if let Some(frame) = zc {
+        return emit_in_place(out, hop, ip, tcp, frame);
+    }
     let mut frame = match out.spare.take() {
         Some(f) => f,
         None => match out
@@ -240,7 +287,8 @@ fn emit(
             p.fill_checksum();
         }
     }
-    // The payload: the one copy of each byte from the send ring into the frame.
+    // The payload: a part of a queued frame sent alone (the peer's window cut it), copied into
+    // this fresh frame.
     let body = &mut buf[ip_len + tcp_len..];
     let resent = match sent_max {
         Some(max) => {
@@ -261,6 +309,64 @@ fn emit(
         ..*tcp
     };
     header.emit(
+        &mut TcpPacket::new_unchecked(&mut buf[ip_len..]),
+        &ip.src_addr(),
+        &ip.dst_addr(),
+        &out.caps.checksum,
+    );
+    send(out, frame, hop, ip.dst_addr());
+    Ok(())
+}
+
+/// Sends a segment whose payload is a send-buffer frame (`frame`, retained, data = payload):
+/// TCP and IP headers go into its headroom and the very slot goes to the driver, once the
+/// driver has room for it. No payload copy. `Err` when the driver has no room (the frame goes
+/// back to its connection, which sends it again later).
+fn emit_in_place(
+    out: &mut Out<'_>,
+    hop: Option<IpAddress>,
+    ip: &IpRepr,
+    tcp: &TcpRepr<'_>,
+    mut frame: TxFrame,
+) -> Result<(), Starved> {
+    if out
+        .driver
+        .poll_transmit_ready(&mut Context::from_waker(out.tx_waker))
+        .is_pending()
+    {
+        return Err(Starved);
+    }
+    let link = if out.caps.medium == Medium::Ethernet {
+        ETHERNET_HEADER_LEN
+    } else {
+        0
+    };
+    let ip_len = ip.header_len();
+    let tcp_len = tcp.header_len();
+    if frame.headroom() < out.tx_headroom + link + ip_len + tcp_len {
+        out.counters.drop(DropReason::TxHeadroom);
+        return Ok(());
+    }
+    if link + ip_len + tcp_len + frame.len() > out.caps.max_transmission_unit {
+        out.counters.drop(DropReason::TxTooLong);
+        return Ok(());
+    }
+    // Headers in front of the payload, innermost first; then the whole packet is in view.
+    let _ = frame.push_header(tcp_len);
+    let _ = frame.push_header(ip_len);
+    let buf = &mut frame[..];
+    ip.emit(&mut buf[..ip_len], &out.caps.checksum);
+    if let IpRepr::Ipv4(_) = ip {
+        let mut p = Ipv4Packet::new_unchecked(&mut buf[..ip_len]);
+        p.set_ident(*out.ident);
+        *out.ident = out.ident.wrapping_add(1);
+        if out.caps.checksum.ipv4.tx() {
+            p.fill_checksum();
+        }
+    }
+    // `tcp.payload` is empty: the header goes over the start of the packet and the checksum
+    // covers the payload in place.
+    tcp.emit(
         &mut TcpPacket::new_unchecked(&mut buf[ip_len..]),
         &ip.src_addr(),
         &ip.dst_addr(),
@@ -337,6 +443,13 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
         // The route is looked up only for a connection that has something due.
         let remote = match st.tcp.at(i) {
             Some(e) => {
+                // A writer that found the pool empty waits for a returned slot, which wakes us.
+                e.tcb.wake_starved_sender();
+                // Data to resend that the device still has: register for its return first, so
+                // `poll_at` (which then leaves that data out) cannot miss it.
+                let _ = e
+                    .tcb
+                    .tx_blocked(Some(st.egress_waker.as_ref().unwrap_or(waker)));
                 let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
                 match deadline_of(e.tcb.poll_at(&mut cx), now) {
                     Some(t) if t <= now => e.tcb.remote_endpoint(),
@@ -372,8 +485,8 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
             let was_open = tcb.state() != TcpState::Closed;
             let sent_max = tcb.sent_max();
             let mut sent = false;
-            let r = tcb.dispatch(&mut cx, |_, (ip, tcp)| {
-                emit(&mut out, hop, &ip, &tcp, sent_max)?;
+            let r = tcb.dispatch(&mut cx, |_, (ip, tcp), zc| {
+                emit(&mut out, hop, &ip, &tcp, sent_max, zc)?;
                 sent = true;
                 Ok::<(), Starved>(())
             });

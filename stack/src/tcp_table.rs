@@ -5,10 +5,14 @@
 //! * **Storage**: `StackResources<SOCKETS>` holds `SOCKETS` places ([`TcpSlot`]), handed to
 //!   the stack once; a [`TcpSocket`](crate::tcp::TcpSocket) or a listener's socket addresses
 //!   its place by a [`TcpHandle`] (the index). Places never move and the table never
-//!   allocates; a connection's buffers are the application's ([`TcpBuffers`](crate::tcp::TcpBuffers)),
-//!   moved into its [`Tcb`] and dropped with it. TCP connections and smoltcp's sockets (UDP,
+//!   allocates; a connection's data is in pool frames its [`Tcb`]'s queues hold (sized by its
+//!   [`TcpBuffers`](crate::tcp::TcpBuffers)), returned to the pool when it is dropped. TCP connections and smoltcp's sockets (UDP,
 //!   ICMP, raw, DNS, DHCP) share the one count of `SOCKETS` slots (`State::socket_count`), so
 //!   a stack holds at most `SOCKETS` sockets of all kinds together, as before.
+//! * **Budgets**: each connection reserves the pool slots its [`TcpBuffers`](crate::tcp::TcpBuffers)
+//!   budget may hold (receive and send frames) when it is placed; the table keeps the sum
+//!   ([`TcpTable::reserved`]), which the stack keeps within its TCP share of the pool
+//!   (`State::add_tcb`), and gives a place's reservation back when the place is emptied.
 //! * **Lookup** ([`TcpTable::find`]): the connection whose [`Tcb::accepts`] takes the segment,
 //!   tried first at the place that took the previous segment (a bulk transfer finds its
 //!   connection at once), else over every connection (not listening), else over the
@@ -114,6 +118,13 @@ impl TcpMeta {
 pub(crate) struct TcpSlot {
     tcb: Option<Tcb<'static>>,
     meta: TcpMeta,
+    /// Bumped each time a connection takes the place: a `TcpSegment` the application holds
+    /// names its connection by place and generation, so that dropping it after its socket is
+    /// gone cannot touch a later connection in the same place.
+    generation: u32,
+    /// Pool slots the connection's budget reserves (its receive and send frame budgets),
+    /// counted in [`TcpTable::reserved`] while the place is in use.
+    slots: usize,
 }
 
 impl TcpSlot {
@@ -121,6 +132,8 @@ impl TcpSlot {
     pub(crate) const EMPTY: TcpSlot = TcpSlot {
         tcb: None,
         meta: TcpMeta::EMPTY,
+        generation: 0,
+        slots: 0,
     };
 }
 
@@ -143,6 +156,8 @@ pub(crate) struct TcpTable {
     slots: &'static mut [TcpSlot],
     /// Places in use.
     used: usize,
+    /// Pool slots reserved by the connections in use: the sum of their places' `slots`.
+    reserved: usize,
     /// Places holding an orphan: while zero, orphan scans are skipped.
     orphans: usize,
     /// The place that took the last segment, tried first by [`find`](Self::find).
@@ -157,22 +172,30 @@ impl TcpTable {
         Self {
             slots,
             used: 0,
+            reserved: 0,
             orphans: 0,
             last_hit: 0,
             rand: TcpRand::new(seed),
         }
     }
 
-    /// Places a connection in a free place; `None` when every place is taken (the stack's
-    /// slot count keeps that from happening).
-    pub(crate) fn insert(&mut self, tcb: Tcb<'static>) -> Option<TcpHandle> {
+    /// Places a connection whose budget reserves `slots` pool slots in a free place; `None`
+    /// when every place is taken (the stack's slot count keeps that from happening).
+    pub(crate) fn insert(&mut self, tcb: Tcb<'static>, slots: usize) -> Option<TcpHandle> {
         let i = self.slots.iter().position(|s| s.tcb.is_none())?;
-        self.slots[i] = TcpSlot {
-            tcb: Some(tcb),
-            meta: TcpMeta::EMPTY,
-        };
+        let slot = &mut self.slots[i];
+        slot.tcb = Some(tcb);
+        slot.meta = TcpMeta::EMPTY;
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.slots = slots;
         self.used += 1;
+        self.reserved += slots;
         Some(TcpHandle(i))
+    }
+
+    /// Pool slots the connections in use reserve together.
+    pub(crate) fn reserved(&self) -> usize {
+        self.reserved
     }
 
     /// Empties the place of `h` (its connection and buffers are dropped).
@@ -182,7 +205,9 @@ impl TcpTable {
         };
         if slot.tcb.take().is_some() {
             self.used -= 1;
+            self.reserved -= slot.slots;
         }
+        slot.slots = 0;
         if slot.meta.orphan.is_some() {
             self.orphans -= 1;
         }
@@ -197,6 +222,24 @@ impl TcpTable {
             Some(t) => (t, &mut slot.meta),
             None => panic!("TCP handle {} has no connection", h.0),
         }
+    }
+
+    /// The generation of the place of `h` (see [`TcpSlot`]): names the connection in it now.
+    pub(crate) fn generation(&self, h: TcpHandle) -> u32 {
+        self.slots.get(h.0).map_or(0, |s| s.generation)
+    }
+
+    /// The connection of `h` if it is still the one of `generation`.
+    pub(crate) fn tcb_of_generation(
+        &mut self,
+        h: TcpHandle,
+        generation: u32,
+    ) -> Option<&mut Tcb<'static>> {
+        let slot = self.slots.get_mut(h.0)?;
+        if slot.generation != generation {
+            return None;
+        }
+        slot.tcb.as_mut()
     }
 
     /// The connection of `h`, if its place holds one.

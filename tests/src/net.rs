@@ -117,11 +117,23 @@ pub fn pair_sizes_with<const A: usize, const B: usize>(
     faults: Faults,
     delivery: Delivery,
     slots: usize,
+    configure: impl FnMut(usize, &mut Config),
+) -> Pair {
+    pair_pools_with::<A, B>(exec, faults, delivery, [slots, slots], configure)
+}
+
+/// [`pair_sizes_with`] with pools of different sizes: `slots[i]` for stack `i` (a receiver
+/// short of slots beside a sender with plenty, say).
+pub fn pair_pools_with<const A: usize, const B: usize>(
+    exec: &'static Executor,
+    faults: Faults,
+    delivery: Delivery,
+    slots: [usize; 2],
     mut configure: impl FnMut(usize, &mut Config),
 ) -> Pair {
     let pools = [
-        FramePool::leak(PoolConfig::new(slots)).expect("pool"),
-        FramePool::leak(PoolConfig::new(slots)).expect("pool"),
+        FramePool::leak(PoolConfig::new(slots[0])).expect("pool"),
+        FramePool::leak(PoolConfig::new(slots[1])).expect("pool"),
     ];
     let (a, b) = wire_pair_with(exec, pools, faults, delivery);
     let handles: [&'static WireHandle; 2] = [
@@ -151,7 +163,7 @@ fn side<const S: usize>(
     config: Config,
 ) -> Stack {
     let end: &'static mut WireEnd = Box::leak(Box::new(end));
-    let resources: &'static StackResources<S> = Box::leak(Box::new(StackResources::new()));
+    let resources: &'static StackResources<S> = StackResources::leak();
     let (stack, runner) = Stack::new(exec, pool, end, config, resources).expect("stack");
     runner.spawn(exec.spawner());
     stack

@@ -232,15 +232,17 @@ impl TapNet {
         let netns = Netns::new();
         let platform = LinuxPlatform::leak().expect("epoll");
         let exec = Executor::leak(platform);
-        let pool =
-            FramePool::leak(PoolConfig::new(256).with_slot_size(slot_size_for(mtu))).expect("pool");
+        // 8 MiB of slots (at least 512): the examples' listeners reserve their TCP budgets
+        // (iperf3: 8 sockets of 128 frames) when they bind.
+        let slot_size = slot_size_for(mtu);
+        let slots = (8 * 1024 * 1024 / slot_size).max(512);
+        let pool = FramePool::leak(PoolConfig::new(slots).with_slot_size(slot_size)).expect("pool");
         let tap_name = tap_name();
         let tap = Tap::open(platform, pool, &TapConfig::new(&tap_name).with_mtu(mtu))
             .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
         let tap_stats = tap.stats_handle();
         adopt(&netns, &tap_name);
-        let resources: &'static StackResources<SOCKETS> =
-            Box::leak(Box::new(StackResources::new()));
+        let resources: &'static StackResources<SOCKETS> = StackResources::leak();
         let mut config = Config {
             ipv4: Ipv4Config::Static(StaticV4 {
                 address: Ipv4Cidr::new(ZCNET_ADDR, 24),

@@ -125,6 +125,10 @@ impl<D: Driver> Driver for Recording<D> {
         self.inner.poll_transmit_frame(cx)
     }
 
+    fn poll_transmit_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.inner.poll_transmit_ready(cx)
+    }
+
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
         {
             let mut log = self.log.0.lock().unwrap();
@@ -177,8 +181,7 @@ pub fn recorded_pair(
     for (i, end) in [a, b].into_iter().enumerate() {
         let (driver, rec) = Recording::<WireEnd>::new(end);
         let driver: &'static mut Recording<WireEnd> = Box::leak(Box::new(driver));
-        let resources: &'static StackResources<SOCKETS> =
-            Box::leak(Box::new(StackResources::new()));
+        let resources: &'static StackResources<SOCKETS> = StackResources::leak();
         let mut config = side_config(i, 0x5678 + i as u64);
         configure(i, &mut config);
         let (stack, runner) = Stack::new(exec, pools[i], driver, config, resources).expect("stack");

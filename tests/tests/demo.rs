@@ -54,11 +54,12 @@ fn demo_steps_all_succeed_with_exact_audit_and_repeat_exactly() {
     let tcp = &s.steps[3].cost;
     assert!(tcp.frames[0] >= (TCP_BYTES / 1460) as u64, "{tcp:?}");
     assert!(tcp.frames[1] >= (TCP_BYTES / 1460) as u64, "{tcp:?}");
-    // smoltcp copies each byte in (frame -> ring) and out (ring -> frame) on both stacks; the
-    // echo server reads and writes each byte once; the client works in place.
+    // The stacks keep received segments in their frames and send the frames the applications
+    // wrote: the echo server reads and writes each byte once, the client works in place, and
+    // the stacks copy only parts of frames the peer's window cut short (under 1% here).
     let mib = TCP_BYTES as u64;
-    assert_eq!(tcp.copies.bytes(CopySite::StackRx), 2 * mib);
-    assert_eq!(tcp.copies.bytes(CopySite::Emit), 2 * mib);
+    assert_eq!(tcp.copies.bytes(CopySite::StackRx), 0);
+    assert!(tcp.copies.bytes(CopySite::Emit) < mib / 100, "{tcp:?}");
     assert_eq!(tcp.copies.bytes(CopySite::SocketToApp), mib);
     assert_eq!(tcp.copies.bytes(CopySite::AppToSocket), mib);
     // 5. Zero-copy UDP: every datagram back byte-exact, read in a slot of A's pool, and not

@@ -76,7 +76,7 @@ fn stack_over(
     i: usize,
     driver: &'static mut (dyn Driver + Send),
 ) -> Stack {
-    let resources: &'static StackResources<SOCKETS> = Box::leak(Box::new(StackResources::new()));
+    let resources: &'static StackResources<SOCKETS> = StackResources::leak();
     let (stack, runner) = Stack::new(
         exec,
         pool,

@@ -46,7 +46,7 @@ fn leak_nic(pool: &'static FramePool) -> &'static mut SimNic {
 #[test]
 fn failed_stack_new_releases_its_resources() {
     let exec = Executor::leak(VirtualClock::leak());
-    let resources: &'static StackResources<4> = Box::leak(Box::new(StackResources::new()));
+    let resources: &'static StackResources<4> = StackResources::leak();
     let config = || side_config(0, 1);
 
     // Slots too small for the headroom plus a minimal frame.
@@ -70,7 +70,7 @@ fn failed_stack_new_releases_its_resources() {
 
     // A DHCP client needs a socket slot, and a stack with none fails after the whole state was
     // built (scratch frame taken); that slot comes back too.
-    let none: &'static StackResources<0> = Box::leak(Box::new(StackResources::new()));
+    let none: &'static StackResources<0> = StackResources::leak();
     let dhcp = Config {
         ipv4: Ipv4Config::Dhcp,
         ..config()

@@ -107,7 +107,7 @@ fn setup() -> Setup {
     let mut stacks = Vec::new();
     for (side, end) in [a, b].into_iter().enumerate() {
         let driver: &'static mut Plugged = Box::leak(Box::new(Plugged { end, cable, side }));
-        let resources: &'static StackResources<16> = Box::leak(Box::new(StackResources::new()));
+        let resources: &'static StackResources<16> = StackResources::leak();
         let config = side_config(side, 0x4c1 + side as u64);
         let (stack, runner) =
             Stack::new(exec, pools[side], driver, config, resources).expect("stack");

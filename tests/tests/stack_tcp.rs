@@ -280,8 +280,14 @@ fn udp_port_zero_binds_distinct_random_ephemeral_ports() {
 #[test]
 fn a_hundred_concurrent_clients_against_a_backlog_of_sixteen_are_all_served() {
     const CLIENTS: usize = 100;
-    // Simulated time: the clients' SYN retransmissions (a second apart) pass at once.
-    let p = pair_on(Executor::leak(VirtualClock::leak()), Faults::default(), 512);
+    // Simulated time: the clients' SYN retransmissions (a second apart) pass at once. Each
+    // client socket reserves 4 frames of A's pool (2 KiB each way), so A's pool has room for
+    // the TCP budgets of all hundred in its TCP share (three quarters).
+    let p = pair_on(
+        Executor::leak(VirtualClock::leak()),
+        Faults::default(),
+        1024,
+    );
     let [a, b] = p.stacks;
     let sp = p.exec.spawner();
     let server = sp.spawn(async move {
@@ -344,7 +350,13 @@ fn a_hundred_concurrent_clients_against_a_backlog_of_sixteen_are_all_served() {
 #[test]
 fn dropped_sockets_deliver_their_data_and_close_gracefully() {
     const CLIENTS: usize = 100;
-    let p = pair_on(Executor::leak(VirtualClock::leak()), Faults::default(), 512);
+    // Each client socket reserves 10 frames of A's pool (1 KiB receive, 8 KiB send): the TCP
+    // share of 2048 slots holds all hundred budgets.
+    let p = pair_on(
+        Executor::leak(VirtualClock::leak()),
+        Faults::default(),
+        2048,
+    );
     let [a, b] = p.stacks;
     let sp = p.exec.spawner();
     let server = sp.spawn(async move {

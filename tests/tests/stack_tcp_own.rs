@@ -262,7 +262,7 @@ fn zcnet_target(seed: u64) -> (Zcnet, Stack, [&'static FramePool; 2]) {
     ];
     let (a, b) = wire_pair(exec, pools, Faults::default());
     let b: &'static mut WireEnd = Box::leak(Box::new(b));
-    let resources: &'static StackResources<8> = Box::leak(Box::new(StackResources::new()));
+    let resources: &'static StackResources<8> = StackResources::leak();
     let (stack, runner) =
         Stack::new(exec, pools[1], b, side_config(1, seed), resources).expect("stack");
     runner.spawn(exec.spawner());
@@ -522,14 +522,19 @@ fn a_lossy_bulk_transfer_is_exact_and_the_pools_audit_clean() {
     });
     assert!(got == data, "the stream arrived byte-exact");
     let copies = LEDGER.snapshot().since(&before);
-    // Each byte was emitted once as a first transmission (other tests in this binary add
-    // their own); the losses were made good by retransmissions.
-    assert!(copies.bytes(CopySite::Emit) >= LEN as u64, "{copies:?}");
-    assert!(copies.bytes(CopySite::Retransmit) > 0, "{copies:?}");
+    // Segments go out of the send queue's frames themselves, first transmissions and
+    // retransmissions alike: what the stack copies into fresh frames (a segment that is only a
+    // prefix of a frame; other tests in this binary add their own) stays far below the stream.
+    let copied = copies.bytes(CopySite::Emit) + copies.bytes(CopySite::Retransmit);
+    assert!(copied < LEN as u64 / 4, "{copies:?}");
     assert!(p.ends[0].tx_stats().lost > 0);
     for pool in p.pools {
         let occ = pool.audit().expect("free list consistent");
-        assert_eq!((occ.stack, occ.lent, occ.device), (0, 0, 0), "{occ}");
+        assert_eq!(
+            (occ.stack, occ.lent, occ.device, occ.sent, occ.retained),
+            (0, 0, 0, 0, 0),
+            "{occ}"
+        );
         assert!(occ.tx <= 2, "{occ}");
     }
 }

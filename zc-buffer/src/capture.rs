@@ -79,7 +79,7 @@
 //! #         self.pool.poll_alloc_tx(cx)
 //! #     }
 //! #     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
-//! #         self.back = Some(frame.into_device().loop_back());
+//! #         self.back = Some(frame.into_device().loop_back().map_err(|_| TxError::Device)?);
 //! #         Ok(())
 //! #     }
 //! #     fn capabilities(&self) -> Capabilities {
@@ -558,6 +558,10 @@ impl<D: Driver, S: PcapSink> Driver for Capture<'_, D, S> {
         self.inner.poll_transmit_frame(cx)
     }
 
+    fn poll_transmit_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.inner.poll_transmit_ready(cx)
+    }
+
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
         self.record(&frame, true);
         let sent = self.inner.transmit(frame);
@@ -753,7 +757,12 @@ mod tests {
             if self.refuse {
                 return Err(TxError::LinkDown);
             }
-            self.back = Some(frame.into_device().loop_back());
+            self.back = Some(
+                frame
+                    .into_device()
+                    .loop_back()
+                    .map_err(|_| TxError::Device)?,
+            );
             Ok(())
         }
         fn capabilities(&self) -> Capabilities {

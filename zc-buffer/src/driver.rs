@@ -160,6 +160,14 @@ impl core::error::Error for TxError {}
 ///   registers the waker for the TX completion that makes room. [`transmit`](Self::transmit)
 ///   takes the frame; the driver keeps it as an [`InFlight`](crate::InFlight) until completion
 ///   and drops it then. A driver never silently drops a frame it accepted.
+/// * **Retained frames.** A TCP socket keeps its frames until acknowledged and hands the very
+///   slot to [`transmit`](Self::transmit), as a retained [`TxFrame`]
+///   ([`is_retained`](TxFrame::is_retained)) that did not come from
+///   [`poll_transmit_frame`](Self::poll_transmit_frame). The stack asks
+///   [`poll_transmit_ready`](Self::poll_transmit_ready) first, which answers `Ready` when the
+///   device's queue has room for one more frame. The driver treats such a frame like any other
+///   (it never changes the bytes past the headers it adds); dropping it, or its
+///   [`InFlight`](crate::InFlight), hands the slot back to the socket.
 ///
 /// # Example
 ///
@@ -239,8 +247,19 @@ pub trait Driver {
     /// completion (or returned slot) that makes one available.
     fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame>;
 
+    /// `Ready` when the device can take one more frame now (its TX queue has room), for a frame
+    /// the caller already holds (a retained one); otherwise registers `cx`'s waker for the TX
+    /// completion that makes room.
+    ///
+    /// The default asks [`poll_transmit_frame`](Self::poll_transmit_frame) and drops the frame
+    /// it gets: right, but it needs a free slot besides the room. Drivers override it to check
+    /// their queue alone.
+    fn poll_transmit_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.poll_transmit_frame(cx).map(drop)
+    }
+
     /// Hands `frame` (its bytes are the whole link-layer frame) to the device. On an error the
-    /// frame's slot has gone back to the pool.
+    /// frame's slot has gone back to the pool (a retained frame's to its socket).
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError>;
 
     /// What the device can do. Constant for the driver's lifetime.

@@ -22,6 +22,8 @@ pub enum FrameError {
     },
     /// `set_headroom` was called on a frame that already holds data.
     NotEmpty,
+    /// `append_from` was called on a frame lent to the application.
+    Lent,
 }
 
 impl fmt::Display for FrameError {
@@ -39,6 +41,7 @@ impl fmt::Display for FrameError {
                 "{requested} bytes of headroom requested, {available} available"
             ),
             FrameError::NotEmpty => f.write_str("the frame already holds data"),
+            FrameError::Lent => f.write_str("the frame is lent to the application"),
         }
     }
 }

@@ -40,11 +40,14 @@ pub enum CopySite {
     /// The host kernel copying across a file descriptor (TAP `read`/`write`): the "DMA" of a TAP
     /// device, counted apart from zcnet's own copies.
     KernelFd,
+    /// The stack copying a small received payload into the unused tail of a frame it already
+    /// holds (TCP copy-break), so that the small segment does not pin a slot of its own.
+    CopyBreak,
 }
 
 impl CopySite {
     /// Number of sites.
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 8;
 
     /// Every site, in table order.
     pub const ALL: [CopySite; Self::COUNT] = [
@@ -55,6 +58,7 @@ impl CopySite {
         CopySite::Emit,
         CopySite::Retransmit,
         CopySite::KernelFd,
+        CopySite::CopyBreak,
     ];
 
     /// A short name for tables and logs.
@@ -67,6 +71,7 @@ impl CopySite {
             CopySite::Emit => "emit",
             CopySite::Retransmit => "retransmit",
             CopySite::KernelFd => "kernel-fd",
+            CopySite::CopyBreak => "copy-break",
         }
     }
 

@@ -15,6 +15,10 @@
 //!        └───────────────────────────── drop on completion ──────────────────────────┘
 //!
 //!  loopback   InFlight ─loop_back─► RxFrame (STACK): a loopback device receives what it sent
+//!
+//!  TCP  TxFrame ─retain─► RetainedFrame (RETAINED, the socket's until acknowledged)
+//!         poll_send ─► TxFrame (SENT, headers in front) ─► driver ─► InFlight ─► completion
+//!         └──── back to RETAINED for a retransmission; the ACK drops it ─► FREE ◄──┘
 //! ```
 //!
 //! * [`RxFrame`] derefs to the received bytes; [`advance`](RxFrame::advance) and
@@ -23,6 +27,9 @@
 //!   ring.
 //! * [`TxFrame`] reserves headroom, so the payload is written once and headers go in front
 //!   ([`push_header`](TxFrame::push_header)).
+//! * [`RetainedFrame`] is a frame a socket keeps until acknowledged: the device transmits the
+//!   very slot, as often as needed, and the socket and the device let go of it independently
+//!   (compare-exchange on the slot's state; exactly one of them frees it).
 //! * Exhaustion is `None` or `Poll::Pending`, counted in [`PoolStats`]: never a panic, never an
 //!   allocation. Bad lengths are [`FrameError`]s.
 //! * [`FramePool::occupancy`] counts slots per [`SlotState`]; [`FramePool::audit`] proves that no
@@ -110,5 +117,5 @@ pub use rx::{PostedSlot, RxFrame};
 pub use slot::{SlotMeta, SlotState};
 #[cfg(not(loom))]
 pub use storage::{PoolCell, StaticPool};
-pub use tx::{InFlight, TxFrame};
+pub use tx::{InFlight, RetainedFrame, TxFrame};
 pub use waker_cell::WakerCell;

@@ -1,5 +1,7 @@
 //! loom models of the pool's concurrent paths: returns racing the driver's refill, concurrent
-//! returns, returns racing waker registration, and the free list's ABA defence.
+//! returns, returns racing waker registration, the free list's ABA defence, and a retained
+//! frame's two owners (device completion against the socket letting go, and against the egress
+//! task waiting to resend).
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p zcnet-buffer --release --lib` (see
 //! `scripts/test-all.sh`, which also sets `LOOM_MAX_PREEMPTIONS`).
@@ -171,5 +173,77 @@ fn free_list_survives_aba() {
         assert_eq!(pool.slot_state(slot), Some(SlotState::Tx));
         assert_eq!(pool.audit().unwrap().free, 2);
         drop(mine);
+    });
+}
+
+/// A retained frame, sent: returns the socket's lease and the device's.
+fn sent_frame(pool: &'static FramePool) -> (RetainedFrame, InFlight) {
+    let mut tx = pool.try_alloc_tx().unwrap();
+    tx.append(1).unwrap()[0] = 7;
+    let mut kept = tx.retain().unwrap();
+    let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+    let core::task::Poll::Ready(tx) = kept.poll_send(&mut cx) else {
+        panic!("an idle retained frame sends")
+    };
+    (kept, tx.into_device())
+}
+
+/// The device completes a retained frame on one thread while the ACK makes the socket let go
+/// of it on another: whatever the interleaving, the slot is freed exactly once (the audit in
+/// `ModelPool::drop` counts every slot FREE and listed once).
+#[test]
+fn retained_completion_vs_socket_release() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let (kept, inflight) = sent_frame(pool);
+        let device = thread::spawn(move || drop(inflight));
+        drop(kept);
+        device.join().unwrap();
+    });
+}
+
+/// Same race with the completion inside a refused, unsent frame, and a second slot returned
+/// concurrently (the free list sees both pushes).
+#[test]
+fn retained_refusal_vs_release_and_other_returns() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let mut tx = pool.try_alloc_tx().unwrap();
+        tx.append(1).unwrap()[0] = 1;
+        let mut kept = tx.retain().unwrap();
+        let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+        let core::task::Poll::Ready(resend) = kept.poll_send(&mut cx) else {
+            panic!("send")
+        };
+        let other = pool.try_alloc_tx().unwrap();
+        let device = thread::spawn(move || {
+            drop(resend);
+            drop(other);
+        });
+        drop(kept);
+        device.join().unwrap();
+    });
+}
+
+/// The egress task waits to resend a frame the device still has, while the device completes it
+/// on another thread: egress is woken (no lost wakeup; a lost one deadlocks `block_on`) and
+/// sends the very slot again.
+#[test]
+fn retained_completion_vs_waiting_egress() {
+    loom::model(|| {
+        let m = ModelPool::new(1);
+        let pool = m.pool;
+        let (mut kept, inflight) = sent_frame(pool);
+        let slot = kept.slot_index();
+        let device = thread::spawn(move || drop(inflight));
+        let again = block_on(poll_fn(|cx| kept.poll_send(cx)));
+        assert_eq!(again.slot_index(), slot);
+        assert_eq!(pool.slot_state(slot), Some(SlotState::Sent));
+        drop(again);
+        device.join().unwrap();
+        assert_eq!(pool.slot_state(slot), Some(SlotState::Retained));
+        drop(kept);
     });
 }

@@ -22,6 +22,15 @@
 //! * One waiter per direction: the RX cell belongs to the driver refilling its ring, the TX cell
 //!   to the one task that allocates TX frames (the stack's egress). A second party must
 //!   multiplex through that owner; registering it in the same cell would displace the first.
+//! * **Retained slots** (SENT, RETAINED: a TCP frame kept until acknowledged, see `slot.rs`)
+//!   have two owners while SENT: the socket's [`RetainedFrame`](crate::RetainedFrame) and the
+//!   device's retained [`TxFrame`] / [`InFlight`](crate::InFlight). Each lets go with a compare-exchange on the slot's state byte
+//!   (in every build, not only the debug check), so exactly one of them frees the slot: the
+//!   device moves SENT → RETAINED, or frees a slot the socket left in DEVICE; the socket frees
+//!   a RETAINED slot, or leaves a SENT one in DEVICE for the device to free. Whoever waits for a
+//!   SENT slot to come back (the stack's egress, to retransmit it) registers in the pool's one
+//!   *retained waker* and then checks the state again; every SENT → RETAINED wakes that cell
+//!   after its compare-exchange, so one of the two always sees the other.
 //!
 //! ```text
 //!  head: | tag (38 bits) | TX waiting | RX waiting | index of the first free slot (24 bits) |
@@ -186,6 +195,10 @@ pub struct Occupancy {
     pub tx: usize,
     /// Handed to the device for transmission.
     pub device: usize,
+    /// With the device for transmission and kept by a socket until acknowledged.
+    pub sent: usize,
+    /// Kept by a socket until acknowledged; the device is done with them.
+    pub retained: usize,
 }
 
 impl Occupancy {
@@ -198,6 +211,8 @@ impl Occupancy {
             SlotState::Lent => self.lent,
             SlotState::Tx => self.tx,
             SlotState::Device => self.device,
+            SlotState::Sent => self.sent,
+            SlotState::Retained => self.retained,
         }
     }
 
@@ -209,12 +224,21 @@ impl Occupancy {
             SlotState::Lent => self.lent += 1,
             SlotState::Tx => self.tx += 1,
             SlotState::Device => self.device += 1,
+            SlotState::Sent => self.sent += 1,
+            SlotState::Retained => self.retained += 1,
         }
     }
 
     /// Sum over all states: always the pool's slot count.
     pub fn total(&self) -> usize {
-        self.free + self.posted + self.stack + self.lent + self.tx + self.device
+        self.free
+            + self.posted
+            + self.stack
+            + self.lent
+            + self.tx
+            + self.device
+            + self.sent
+            + self.retained
     }
 
     /// Slots not on the free list.
@@ -297,6 +321,8 @@ pub struct FramePool {
     rx_waiter: WakerCell,
     /// The task allocating TX frames waits here (see `TX_WAITING`).
     tx_waiter: WakerCell,
+    /// The task waiting for a SENT slot to become RETAINED waits here (module ground rules).
+    retained_waiter: WakerCell,
     region: FrameRegion,
     meta: &'static [SlotMeta],
     slot_size: usize,
@@ -365,6 +391,7 @@ impl FramePool {
             head: CachePadded(AtomicU64::new(0)),
             rx_waiter: WakerCell::new(),
             tx_waiter: WakerCell::new(),
+            retained_waiter: WakerCell::new(),
             region,
             meta,
             slot_size: config.slot_size,
@@ -596,6 +623,61 @@ impl FramePool {
     pub(crate) fn release(&self, slot: u32, from: SlotState) {
         self.transition(slot, from, SlotState::Free);
         self.push(slot);
+    }
+
+    /// Registers `waker` to be woken when a SENT slot next becomes RETAINED. One registrant: the
+    /// task that resends retained frames (the stack's egress). Register, then check the slot's
+    /// state again ([`RetainedFrame::poll_idle`](crate::RetainedFrame::poll_idle) does both).
+    pub fn register_retained_waker(&self, waker: &core::task::Waker) {
+        self.retained_waiter.register(waker);
+    }
+
+    /// Compare-exchange on `slot`'s state byte, in every build.
+    fn cas(&self, slot: u32, from: SlotState, to: SlotState) -> Result<(), u8> {
+        self.meta[slot as usize]
+            .state
+            .compare_exchange(from as u8, to as u8, AcqRel, Acquire)
+            .map(|_| ())
+    }
+
+    /// The device is done with a retained slot (completion, refusal, or a frame dropped unsent):
+    /// SENT → RETAINED and wake the retained waiter, or free it if the socket let go first.
+    pub(crate) fn device_done(&self, slot: u32) {
+        match self.cas(slot, SlotState::Sent, SlotState::Retained) {
+            Ok(()) => self.retained_waiter.wake(),
+            Err(found) => {
+                // Only the device leaves DEVICE, so nobody races this release.
+                debug_assert_eq!(found, SlotState::Device as u8, "slot {slot}");
+                self.release(slot, SlotState::Device);
+            }
+        }
+    }
+
+    /// The socket lets go of a retained slot: RETAINED → FREE, or SENT → DEVICE for the device's
+    /// completion to free it.
+    pub(crate) fn socket_done(&self, slot: u32) {
+        loop {
+            if self.cas(slot, SlotState::Retained, SlotState::Free).is_ok() {
+                self.push(slot);
+                return;
+            }
+            if self.cas(slot, SlotState::Sent, SlotState::Device).is_ok() {
+                return;
+            }
+            // The device moved SENT -> RETAINED between the two attempts: try again (at most
+            // once more, since only the socket moves the slot back to SENT).
+            crate::sync::spin_hint();
+        }
+    }
+
+    /// RETAINED → SENT, or `false` if the slot is SENT (the device still has it).
+    pub(crate) fn try_resend(&self, slot: u32) -> bool {
+        self.cas(slot, SlotState::Retained, SlotState::Sent).is_ok()
+    }
+
+    /// Whether a retained slot is RETAINED (device done) rather than SENT.
+    pub(crate) fn is_idle(&self, slot: u32) -> bool {
+        self.meta[slot as usize].state.load(Acquire) == SlotState::Retained as u8
     }
 
     fn posted(&'static self, slot: u32) -> PostedSlot {

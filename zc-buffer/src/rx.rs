@@ -192,6 +192,46 @@ impl RxFrame {
     pub fn offset_in_slot(&self) -> usize {
         self.start as usize
     }
+
+    /// Bytes of the slot past the visible ones: what [`append_from`](Self::append_from) can
+    /// still take.
+    pub fn tail_room(&self) -> usize {
+        self.pool.slot_size() - self.end as usize
+    }
+
+    /// The visible bytes, writable (the lease owns the slot: nobody else sees them).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: this lease owns the slot exclusively and `&mut self` makes the borrow unique;
+        // `start <= end <= slot_size` (the invariant of the fields).
+        unsafe { self.pool.bytes_mut(self.slot, self.start, self.end) }
+    }
+
+    /// Copies `data` into the slot right after the visible bytes and makes it visible: lets the
+    /// stack merge a small payload into a frame it already holds instead of keeping a second
+    /// slot. The copy is the caller's to record in the copy ledger.
+    ///
+    /// Errors, changing nothing, when `data` does not fit in the [`tail_room`](Self::tail_room)
+    /// ([`FrameError::Length`]) or the frame was [lent to the application](Self::lend_to_app)
+    /// ([`FrameError::Lent`]).
+    pub fn append_from(&mut self, data: &[u8]) -> Result<(), FrameError> {
+        if self.lent {
+            return Err(FrameError::Lent);
+        }
+        let room = self.tail_room();
+        if data.len() > room {
+            return Err(FrameError::Length {
+                requested: data.len(),
+                available: room,
+            });
+        }
+        let new_end = self.end + data.len() as u32;
+        // SAFETY: this lease owns the slot exclusively and `&mut self` makes the borrow unique;
+        // `end <= new_end <= slot_size` (checked against the tail room above).
+        let tail = unsafe { self.pool.bytes_mut(self.slot, self.end, new_end) };
+        tail.copy_from_slice(data);
+        self.end = new_end;
+        Ok(())
+    }
 }
 
 impl Deref for RxFrame {

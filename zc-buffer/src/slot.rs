@@ -9,13 +9,31 @@
 //!   └──────────► TX ───────────► DEVICE ──────────────────────► FREE
 //!                 │                 └──── loop_back ────► STACK (a loopback device)
 //!                 └──────── drop (never sent) ──────────────────► FREE
+//!
+//!  Retained frames (a TCP send queue keeps each frame until the peer acknowledges it):
+//!
+//!         retain              send (RETAINED → SENT, a TxFrame for the device)
+//!   TX ───────────► RETAINED ◄─────────────────────────────────────► SENT
+//!                     │      device done: completion, refusal, drop     │
+//!                     │                                                 │ socket lets go
+//!                     │ socket lets go                                  ▼
+//!                     └────────────────────► FREE ◄──── completion ── DEVICE
 //! ```
 //!
 //! The state byte is bookkeeping: ownership itself is carried by the lease types
 //! ([`PostedSlot`](crate::PostedSlot), [`RxFrame`](crate::RxFrame), [`TxFrame`](crate::TxFrame),
-//! [`InFlight`](crate::InFlight)), which are neither `Clone` nor `Copy`. Debug builds check every
-//! transition against the table above with a compare-exchange; release builds store the new
-//! state with one relaxed write.
+//! [`InFlight`](crate::InFlight), [`RetainedFrame`](crate::RetainedFrame)), which are neither
+//! `Clone` nor `Copy`. Debug builds check the single-owner transitions against the table above
+//! with a compare-exchange; release builds store the new state with one relaxed write.
+//!
+//! A SENT slot has two owners, the socket (its [`RetainedFrame`](crate::RetainedFrame)) and the
+//! device (a retained [`TxFrame`](crate::TxFrame) or [`InFlight`](crate::InFlight)), which let
+//! go independently, possibly on different threads or in an interrupt handler. Those edges are
+//! compare-exchanges in every build, and exactly one party frees the slot:
+//!
+//! * device done: SENT → RETAINED (then the pool's retained waker is woken), or, if the
+//!   socket let go first (the state is DEVICE), DEVICE → FREE;
+//! * socket lets go: RETAINED → FREE, or SENT → DEVICE (the device's completion frees it).
 
 use crate::sync::{AtomicU32, AtomicU8, Ordering::Relaxed};
 
@@ -33,19 +51,25 @@ pub enum SlotState {
     Lent = 3,
     /// Being filled for transmission.
     Tx = 4,
-    /// Handed to the device for transmission, not yet completed.
+    /// Handed to the device for transmission, not yet completed (nobody else holds it).
     Device = 5,
+    /// With the device for transmission, and kept by a socket until acknowledged.
+    Sent = 6,
+    /// Kept by a socket; the device is done with it.
+    Retained = 7,
 }
 
 impl SlotState {
     /// All states, in the order [`Occupancy`](crate::Occupancy) reports them.
-    pub const ALL: [SlotState; 6] = [
+    pub const ALL: [SlotState; 8] = [
         SlotState::Free,
         SlotState::Posted,
         SlotState::Stack,
         SlotState::Lent,
         SlotState::Tx,
         SlotState::Device,
+        SlotState::Sent,
+        SlotState::Retained,
     ];
 
     /// The state's name in upper case, as ARCHITECTURE.md writes it.
@@ -57,6 +81,8 @@ impl SlotState {
             SlotState::Lent => "LENT",
             SlotState::Tx => "TX",
             SlotState::Device => "DEVICE",
+            SlotState::Sent => "SENT",
+            SlotState::Retained => "RETAINED",
         }
     }
 
@@ -76,6 +102,11 @@ impl SlotState {
                 | (Tx, Free)
                 | (Device, Free)
                 | (Device, Stack)
+                | (Tx, Retained)
+                | (Retained, Sent)
+                | (Retained, Free)
+                | (Sent, Retained)
+                | (Sent, Device)
         )
     }
 
@@ -87,6 +118,8 @@ impl SlotState {
             3 => Some(SlotState::Lent),
             4 => Some(SlotState::Tx),
             5 => Some(SlotState::Device),
+            6 => Some(SlotState::Sent),
+            7 => Some(SlotState::Retained),
             _ => None,
         }
     }

@@ -60,6 +60,8 @@ fn occ(
         lent,
         tx,
         device,
+        sent: 0,
+        retained: 0,
     }
 }
 
@@ -220,7 +222,7 @@ fn loop_back_turns_the_transmitted_slot_into_a_received_frame_without_a_copy() {
     tx.append(4).unwrap().copy_from_slice(b"ping");
     let slot = tx.slot_index();
     let addr = tx.as_ptr();
-    let mut rx = tx.into_device().loop_back(); // TX -> DEVICE -> STACK
+    let mut rx = tx.into_device().loop_back().unwrap(); // TX -> DEVICE -> STACK
     assert_eq!(&rx[..], b"ping");
     assert_eq!(rx.slot_index(), slot);
     assert_eq!(rx.as_ptr(), addr, "the same bytes, not a copy");
@@ -247,6 +249,11 @@ fn transition_table_is_exactly_the_design() {
         (Tx, Free),
         (Device, Free),
         (Device, Stack),
+        (Tx, Retained),
+        (Retained, Sent),
+        (Retained, Free),
+        (Sent, Retained),
+        (Sent, Device),
     ];
     for from in SlotState::ALL {
         for to in SlotState::ALL {
@@ -258,7 +265,7 @@ fn transition_table_is_exactly_the_design() {
         }
         assert_eq!(SlotState::from_u8(from as u8), Some(from));
     }
-    assert_eq!(SlotState::from_u8(6), None);
+    assert_eq!(SlotState::from_u8(8), None);
 }
 
 #[test]
@@ -605,12 +612,16 @@ fn leases_are_send_and_sync() {
 
 #[test]
 fn occupancy_display_and_totals() {
-    let o = occ(1, 2, 3, 4, 5, 6);
-    assert_eq!(o.total(), 21);
-    assert_eq!(o.in_use(), 20);
+    let o = Occupancy {
+        sent: 7,
+        retained: 8,
+        ..occ(1, 2, 3, 4, 5, 6)
+    };
+    assert_eq!(o.total(), 36);
+    assert_eq!(o.in_use(), 35);
     assert_eq!(
         o.to_string(),
-        "FREE=1 POSTED=2 STACK=3 LENT=4 TX=5 DEVICE=6"
+        "FREE=1 POSTED=2 STACK=3 LENT=4 TX=5 DEVICE=6 SENT=7 RETAINED=8"
     );
     for s in SlotState::ALL {
         assert!(o.get(s) >= 1);
@@ -815,4 +826,175 @@ fn waker_cell_stays_consistent_when_clone_panics() {
     cell.register(&wa);
     cell.wake();
     assert_eq!(wakes(&a), 2);
+}
+
+#[test]
+fn rx_append_from_fills_the_tail_room_only() {
+    let pool = small_pool(2, 64, 0);
+    let mut f = pool.try_alloc_rx().unwrap().complete_range(10, 20).unwrap();
+    f.advance(4).unwrap();
+    f.truncate(6).unwrap();
+    // The tail room starts after the visible bytes, whatever the device wrote past them.
+    assert_eq!(f.tail_room(), 64 - 20);
+    f.bytes_mut().copy_from_slice(b"abcdef");
+    f.append_from(b"gh").unwrap();
+    assert_eq!(&f[..], b"abcdefgh");
+    assert_eq!(f.tail_room(), 64 - 22);
+    let too_long = [0u8; 43];
+    assert_eq!(
+        f.append_from(&too_long),
+        Err(FrameError::Length {
+            requested: 43,
+            available: 42
+        })
+    );
+    f.append_from(&too_long[..42]).unwrap();
+    assert_eq!((f.len(), f.tail_room()), (50, 0));
+    f.lend_to_app();
+    assert_eq!(f.append_from(b""), Err(FrameError::Lent));
+    drop(f);
+    assert_eq!(pool.audit().unwrap().free, 2);
+}
+
+// ---- retained frames (TX -> RETAINED <-> SENT, DEVICE) ----------------------------------------
+
+fn retained(p: &'static FramePool, payload: &[u8]) -> RetainedFrame {
+    let mut tx = p.try_alloc_tx().unwrap();
+    tx.append(payload.len()).unwrap().copy_from_slice(payload);
+    tx.retain().unwrap()
+}
+
+fn state(p: &FramePool, slot: usize) -> SlotState {
+    p.slot_state(slot).unwrap()
+}
+
+#[test]
+fn retain_keeps_the_slot_and_dropping_a_retained_frame_frees_it() {
+    let p = pool(2);
+    let r = retained(p, b"hello");
+    let slot = r.slot_index();
+    assert_eq!(state(p, slot), SlotState::Retained);
+    assert_eq!(p.occupancy().retained, 1);
+    assert_eq!(r.data(), Some(&b"hello"[..]));
+    assert_eq!(r.headroom(), DEFAULT_HEADROOM);
+    drop(r); // RETAINED -> FREE
+    assert_eq!(p.audit().unwrap().free, 2);
+}
+
+#[test]
+fn send_then_completion_returns_the_slot_to_the_socket() {
+    let p = pool(2);
+    let mut r = retained(p, b"payload");
+    let slot = r.slot_index();
+    let mut cx = Context::from_waker(Waker::noop());
+    let Poll::Ready(mut tx) = r.poll_send(&mut cx) else {
+        panic!("idle frame must send")
+    };
+    assert!(tx.is_retained());
+    assert_eq!(&tx[..], b"payload");
+    assert_eq!(state(p, slot), SlotState::Sent);
+    // While SENT: no second send, no bytes for the socket, no tailroom.
+    assert!(r.poll_send(&mut cx).is_pending());
+    assert_eq!(r.data(), None);
+    assert_eq!(r.tailroom(), 0);
+    assert!(r.append(1).is_err());
+    tx.push_header(2).unwrap().copy_from_slice(b"H:");
+    assert_eq!(tx.slot_index(), slot, "the very slot goes to the device");
+    let inflight = tx.into_device(); // stays SENT
+    assert!(inflight.is_retained());
+    assert_eq!(state(p, slot), SlotState::Sent);
+    assert_eq!(p.occupancy().sent, 1);
+    drop(inflight); // device done: SENT -> RETAINED
+    assert_eq!(state(p, slot), SlotState::Retained);
+    assert_eq!(
+        r.data(),
+        Some(&b"payload"[..]),
+        "headers went into the headroom"
+    );
+    // A resend: RETAINED -> SENT again, then the driver refuses it (dropped unsent).
+    let Poll::Ready(tx) = r.poll_send(&mut cx) else {
+        panic!("resend")
+    };
+    drop(tx);
+    assert_eq!(state(p, slot), SlotState::Retained);
+    drop(r);
+    assert_eq!(p.audit().unwrap().free, 2);
+}
+
+#[test]
+fn socket_letting_go_while_sent_leaves_the_slot_to_the_device() {
+    let p = pool(1);
+    let mut r = retained(p, b"x");
+    let slot = r.slot_index();
+    let Poll::Ready(tx) = r.poll_send(&mut Context::from_waker(Waker::noop())) else {
+        panic!("send")
+    };
+    let inflight = tx.into_device();
+    drop(r); // ACK arrived: SENT -> DEVICE
+    assert_eq!(state(p, slot), SlotState::Device);
+    assert_eq!(p.occupancy().free, 0);
+    drop(inflight); // completion: DEVICE -> FREE
+    assert_eq!(p.audit().unwrap().free, 1);
+}
+
+#[test]
+fn a_retained_frame_is_not_lent_by_loop_back() {
+    let p = pool(1);
+    let mut r = retained(p, b"x");
+    let Poll::Ready(tx) = r.poll_send(&mut Context::from_waker(Waker::noop())) else {
+        panic!("send")
+    };
+    let back = tx.into_device().loop_back();
+    let inflight = back.expect_err("a retained frame is not lent");
+    drop(inflight);
+    assert_eq!(state(p, r.slot_index()), SlotState::Retained);
+    // A retained TxFrame cannot be retained again.
+    let Poll::Ready(tx) = r.poll_send(&mut Context::from_waker(Waker::noop())) else {
+        panic!("send")
+    };
+    let tx = tx.retain().expect_err("already retained");
+    drop(tx);
+    drop(r);
+    assert_eq!(p.audit().unwrap().free, 1);
+}
+
+#[test]
+fn completion_wakes_the_retained_waiter() {
+    let p = pool(1);
+    let mut r = retained(p, b"x");
+    let (count, waker) = counting_waker();
+    let mut cx = Context::from_waker(&waker);
+    let Poll::Ready(tx) = r.poll_send(&mut cx) else {
+        panic!("send")
+    };
+    assert!(r.poll_idle(&mut cx).is_pending());
+    assert_eq!(wakes(&count), 0);
+    drop(tx);
+    assert_eq!(wakes(&count), 1);
+    assert!(r.poll_idle(&mut cx).is_ready());
+    drop(r);
+    assert_eq!(p.audit().unwrap().free, 1);
+}
+
+#[test]
+fn retained_frame_appends_and_advances() {
+    let p = small_pool(1, 256, 64);
+    let mut r = retained(p, b"abc");
+    assert_eq!(r.tailroom(), 256 - 64 - 3);
+    r.append(3).unwrap().copy_from_slice(b"def");
+    r.spare_mut()[..2].copy_from_slice(b"gh");
+    r.commit(2).unwrap();
+    assert!(r.commit(1000).is_err());
+    assert_eq!(r.data(), Some(&b"abcdefgh"[..]));
+    r.advance(2);
+    assert_eq!((r.len(), r.headroom()), (6, 66));
+    let Poll::Ready(tx) = r.poll_send(&mut Context::from_waker(Waker::noop())) else {
+        panic!("send")
+    };
+    assert_eq!(&tx[..], b"cdefgh");
+    drop(tx);
+    r.advance(100);
+    assert!(r.is_empty());
+    drop(r);
+    assert_eq!(p.audit().unwrap().free, 1);
 }

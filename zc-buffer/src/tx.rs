@@ -1,8 +1,10 @@
-//! The transmit leases: [`TxFrame`] (being filled) and [`InFlight`] (handed to the device).
+//! The transmit leases: [`TxFrame`] (being filled) and [`InFlight`] (handed to the device), and
+//! [`RetainedFrame`], a frame a socket keeps until the peer acknowledges it.
 
 use core::fmt;
 use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
+use core::task::{Context, Poll};
 
 use crate::error::FrameError;
 use crate::pool::FramePool;
@@ -19,6 +21,12 @@ use crate::slot::SlotState;
 /// A fresh frame's bytes are whatever the slot held before: the pool does not zero slots. Dropped
 /// unsent, the slot returns to the pool.
 ///
+/// A *retained* frame ([`is_retained`](Self::is_retained), made by [`RetainedFrame::poll_send`])
+/// is a slot a socket keeps until acknowledged (state SENT): its data past the headers the stack
+/// wrote is the socket's payload, which whoever holds the lease must not change. Dropped (refused
+/// or never sent), or dropped as an [`InFlight`] on completion, its slot goes back to the socket
+/// (RETAINED) instead of the pool, unless the socket let go meanwhile.
+///
 /// ```text
 ///  slot: | headroom ........ | data (len bytes) | tailroom ............ |
 ///        0                 start              end                 slot_size
@@ -30,6 +38,8 @@ pub struct TxFrame {
     start: u32,
     /// Offset one past the last data byte.
     end: u32,
+    /// The slot is SENT, kept by a socket (see the type docs).
+    retained: bool,
 }
 
 impl TxFrame {
@@ -39,7 +49,30 @@ impl TxFrame {
             slot,
             start: headroom,
             end: headroom,
+            retained: false,
         }
+    }
+
+    /// Whether a socket keeps this frame's slot until acknowledged (see the type docs).
+    pub fn is_retained(&self) -> bool {
+        self.retained
+    }
+
+    /// Hands the frame to a socket that keeps it until acknowledged (TX → RETAINED), with its
+    /// data as the payload. A frame that is already retained is given back as the error.
+    pub fn retain(self) -> Result<RetainedFrame, TxFrame> {
+        if self.retained {
+            return Err(self);
+        }
+        let this = ManuallyDrop::new(self);
+        this.pool
+            .transition(this.slot, SlotState::Tx, SlotState::Retained);
+        Ok(RetainedFrame {
+            pool: this.pool,
+            slot: this.slot,
+            start: this.start,
+            end: this.end,
+        })
     }
 
     fn slot_size(&self) -> usize {
@@ -140,17 +173,20 @@ impl TxFrame {
         self.start as usize
     }
 
-    /// Hands the frame to the device (TX → DEVICE). The driver keeps the returned lease until the
-    /// device reports completion, then drops it.
+    /// Hands the frame to the device (TX → DEVICE; a retained frame stays SENT). The driver
+    /// keeps the returned lease until the device reports completion, then drops it.
     pub fn into_device(self) -> InFlight {
         let this = ManuallyDrop::new(self);
-        this.pool
-            .transition(this.slot, SlotState::Tx, SlotState::Device);
+        if !this.retained {
+            this.pool
+                .transition(this.slot, SlotState::Tx, SlotState::Device);
+        }
         InFlight {
             pool: this.pool,
             slot: this.slot,
             start: this.start,
             end: this.end,
+            retained: this.retained,
         }
     }
 
@@ -184,7 +220,11 @@ impl DerefMut for TxFrame {
 
 impl Drop for TxFrame {
     fn drop(&mut self) {
-        self.pool.release(self.slot, SlotState::Tx);
+        if self.retained {
+            self.pool.device_done(self.slot);
+        } else {
+            self.pool.release(self.slot, SlotState::Tx);
+        }
     }
 }
 
@@ -194,17 +234,20 @@ impl fmt::Debug for TxFrame {
             .field("slot", &self.slot)
             .field("headroom", &self.start)
             .field("len", &(self.end - self.start))
+            .field("retained", &self.retained)
             .finish()
     }
 }
 
-/// A frame the device is transmitting (state DEVICE). It derefs to the frame's bytes so the
-/// driver can hand them to the device; dropping it on completion returns the slot to the pool.
+/// A frame the device is transmitting (state DEVICE, or SENT for a retained frame). It derefs to
+/// the frame's bytes so the driver can hand them to the device; dropping it on completion returns
+/// the slot to the pool (a retained frame's to the socket that keeps it).
 pub struct InFlight {
     pool: &'static FramePool,
     slot: u32,
     start: u32,
     end: u32,
+    retained: bool,
 }
 
 impl InFlight {
@@ -218,6 +261,11 @@ impl InFlight {
         self.slot as usize
     }
 
+    /// Whether a socket keeps this frame's slot until acknowledged (state SENT).
+    pub fn is_retained(&self) -> bool {
+        self.retained
+    }
+
     /// For a loopback device: the frame it was given to transmit is what it receives. The slot
     /// becomes an [`RxFrame`] showing the same bytes (DEVICE → STACK), without a copy; dropping
     /// that frame returns the slot to this pool, as completion would have.
@@ -226,11 +274,17 @@ impl InFlight {
     /// tests and benchmarks) hands the sender's slot to the receiver this way, as smoltcp's
     /// `Loopback` hands over its buffer. The receiver then holds a slot of the *sender's* pool
     /// until it drops the frame, which is the sender's TX backpressure.
-    pub fn loop_back(self) -> RxFrame {
+    ///
+    /// A retained frame cannot be lent (its socket keeps the slot): it comes back as the error,
+    /// and the device copies it into a receive buffer of its own instead.
+    pub fn loop_back(self) -> Result<RxFrame, InFlight> {
+        if self.retained {
+            return Err(self);
+        }
         let this = ManuallyDrop::new(self);
         this.pool
             .transition(this.slot, SlotState::Device, SlotState::Stack);
-        RxFrame::new(this.pool, this.slot, this.start, this.end)
+        Ok(RxFrame::new(this.pool, this.slot, this.start, this.end))
     }
 }
 
@@ -246,7 +300,11 @@ impl Deref for InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.pool.release(self.slot, SlotState::Device);
+        if self.retained {
+            self.pool.device_done(self.slot);
+        } else {
+            self.pool.release(self.slot, SlotState::Device);
+        }
     }
 }
 
@@ -255,6 +313,166 @@ impl fmt::Debug for InFlight {
         f.debug_struct("InFlight")
             .field("slot", &self.slot)
             .field("len", &(self.end - self.start))
+            .finish()
+    }
+}
+
+/// A frame a socket keeps until the peer acknowledges it (state RETAINED, or SENT while the
+/// device also has it). Its data is payload; the headroom in front of it is where the stack
+/// writes headers each time it sends the frame.
+///
+/// * [`poll_send`](Self::poll_send) lends the slot to the device as a retained [`TxFrame`]
+///   (RETAINED → SENT) showing the data; only when the device is done with the previous send.
+/// * [`data`](Self::data), [`append`](Self::append) and [`tailroom`](Self::tailroom) reach the
+///   bytes only while the device does not have the slot (RETAINED).
+/// * [`advance`](Self::advance) drops acknowledged bytes from the front.
+/// * Dropped, the slot is freed now (RETAINED) or by the device's completion (SENT): exactly
+///   one of the two frees it, whatever the interleaving (`pool.rs`'s ground rules).
+pub struct RetainedFrame {
+    pool: &'static FramePool,
+    slot: u32,
+    /// Offset of the first payload byte. Invariant: `start <= end <= slot_size`.
+    start: u32,
+    /// Offset one past the last payload byte.
+    end: u32,
+}
+
+impl RetainedFrame {
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        (self.end - self.start) as usize
+    }
+
+    /// Whether no payload is left.
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// Bytes free in front of the payload, for headers.
+    pub fn headroom(&self) -> usize {
+        self.start as usize
+    }
+
+    /// The slot's index in its pool.
+    pub fn slot_index(&self) -> usize {
+        self.slot as usize
+    }
+
+    /// The pool the frame belongs to.
+    pub fn pool(&self) -> &'static FramePool {
+        self.pool
+    }
+
+    /// Whether the device is done with the slot (RETAINED), so that it can be sent again or its
+    /// bytes read.
+    pub fn is_idle(&self) -> bool {
+        self.pool.is_idle(self.slot)
+    }
+
+    /// `Ready` when the device is done with the slot; else registers `cx`'s waker in the pool's
+    /// retained waker (one registrant: the task that resends) and checks once more.
+    pub fn poll_idle(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_idle() {
+            return Poll::Ready(());
+        }
+        self.pool.register_retained_waker(cx.waker());
+        if self.is_idle() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// The payload, or `None` while the device has the slot.
+    pub fn data(&self) -> Option<&[u8]> {
+        if !self.is_idle() {
+            return None;
+        }
+        // SAFETY: the slot is RETAINED and only `poll_send`, which takes `&mut self`, moves it
+        // back to SENT, so no other lease exists for the borrow; `&self` rules out a `&mut`, and
+        // `start <= end <= slot_size`.
+        Some(unsafe { self.pool.bytes(self.slot, self.start, self.end) })
+    }
+
+    /// Bytes free after the payload: 0 while the device has the slot.
+    pub fn tailroom(&self) -> usize {
+        if self.is_idle() {
+            self.pool.slot_size() - self.end as usize
+        } else {
+            0
+        }
+    }
+
+    /// Grows the payload by `n` bytes at the end and returns them to be written. Errors if the
+    /// tailroom is smaller (0 while the device has the slot).
+    pub fn append(&mut self, n: usize) -> Result<&mut [u8], FrameError> {
+        let room = self.tailroom();
+        if n > room {
+            return Err(FrameError::Length {
+                requested: n,
+                available: room,
+            });
+        }
+        let at = self.end;
+        self.end += n as u32;
+        // SAFETY: the slot is RETAINED (`tailroom` is 0 otherwise) and `&mut self` keeps it so
+        // and makes the borrow unique; `at + n <= slot_size` was checked.
+        Ok(unsafe { self.pool.bytes_mut(self.slot, at, self.end) })
+    }
+
+    /// The free bytes after the payload, to write into before [`commit`](Self::commit); empty
+    /// while the device has the slot.
+    pub fn spare_mut(&mut self) -> &mut [u8] {
+        let room = self.tailroom() as u32;
+        // SAFETY: as in `append`: RETAINED (or an empty range), unique through `&mut self`,
+        // inside the slot.
+        unsafe { self.pool.bytes_mut(self.slot, self.end, self.end + room) }
+    }
+
+    /// Adds `n` bytes written through [`spare_mut`](Self::spare_mut) to the payload. Errors if
+    /// `n` exceeds the tailroom.
+    pub fn commit(&mut self, n: usize) -> Result<(), FrameError> {
+        self.append(n).map(|_| ())
+    }
+
+    /// Drops the first `n` payload bytes (acknowledged); at most [`len`](Self::len).
+    pub fn advance(&mut self, n: usize) {
+        self.start += n.min(self.len()) as u32;
+    }
+
+    /// Lends the slot to the device (RETAINED → SENT) as a retained [`TxFrame`] whose data is
+    /// the payload, with the headroom in front for headers; or, while the device still has it
+    /// from the previous send, registers `cx`'s waker like [`poll_idle`](Self::poll_idle).
+    pub fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        loop {
+            if self.pool.try_resend(self.slot) {
+                return Poll::Ready(TxFrame {
+                    pool: self.pool,
+                    slot: self.slot,
+                    start: self.start,
+                    end: self.end,
+                    retained: true,
+                });
+            }
+            if self.poll_idle(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+impl Drop for RetainedFrame {
+    fn drop(&mut self) {
+        self.pool.socket_done(self.slot);
+    }
+}
+
+impl fmt::Debug for RetainedFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetainedFrame")
+            .field("slot", &self.slot)
+            .field("len", &(self.end - self.start))
+            .field("idle", &self.is_idle())
             .finish()
     }
 }

@@ -91,7 +91,7 @@ fn pair(exec: &'static Executor) -> [Stack; 2] {
             scope: Scope::of(HOSTS[i], Layer::Device),
         }));
         // One socket slot: the one socket each side uses (smoltcp walks every slot).
-        let resources: &'static StackResources<1> = Box::leak(Box::new(StackResources::new()));
+        let resources: &'static StackResources<1> = StackResources::leak();
         let config = Config {
             ipv4: Ipv4Config::Static(StaticV4 {
                 address: Ipv4Cidr::new(ADDR[i], 24),

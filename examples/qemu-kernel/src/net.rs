@@ -29,9 +29,11 @@ use crate::hal::KernelHal;
 use crate::nic_irq::{self, Routing};
 use crate::pci::{self, NicPci, PciError};
 
-/// Frames in the pool: the RX ring (256) stays full, the rest is for frames in flight, held by
-/// sockets, or being built.
-pub const POOL_SLOTS: usize = 1024;
+/// Frames in the pool (8 MiB): the RX ring (256) stays full, the rest is for frames in flight,
+/// held by sockets, or being built. Each TCP socket reserves its buffers' frame budget when it
+/// opens, out of three quarters of the pool (the stack's default TCP share): the services'
+/// listeners and a few dozen connections fit.
+pub const POOL_SLOTS: usize = 4096;
 /// Bytes per frame slot: headroom plus a full Ethernet frame fits.
 pub const SLOT_SIZE: usize = 2048;
 /// Entries per virtqueue.

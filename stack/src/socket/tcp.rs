@@ -7,20 +7,41 @@
 //!
 //! # Copies per payload byte
 //!
-//! Data moves through each connection's byte rings (the [`TcpBuffers`] the application gives),
-//! and the stack copies every payload byte once between a frame and its ring: frame → receive
-//! ring when a segment arrives, send ring → frame when a segment is emitted (and again for each
-//! retransmission).
+//! **Receiving**: a segment's payload stays in the pool slot the driver received it in. The
+//! connection queues the frame itself (trimmed to the payload, headers skipped), in order or,
+//! until the hole before it fills, out of order. The application then
 //!
-//! * `read_with` / `write_with` hand the caller the ring itself: **exactly one copy per payload
-//!   byte per direction**, as long as the caller consumes the bytes in place.
-//! * `read` / `write` add one more: ring → the caller's buffer, or the caller's buffer → ring.
+//! * takes it: [`recv_segment`](TcpSocket::recv_segment) returns a [`TcpSegment`] owning the
+//!   slot, **no copy**;
+//! * reads it in place: `read_with` hands the caller the first segment's bytes, **no copy**;
+//! * or copies it out: `read`, **one copy**, frame → the caller's buffer.
 //!
-//! Every one of these goes through the copy ledger (`zcnet_buffer::ledger`) where it is made:
+//! The one exception: an in-order segment under 256 bytes is copied into the unused tail of
+//! the frame queued before it, so that small segments do not each pin a slot
+//! ([`CopySite::CopyBreak`]).
+//!
+//! Each connection holds at most a budget of slots (queued in order, out of order, and the
+//! segments the application holds), derived from the receive size of its
+//! [`TcpBuffers`] (one slot per KiB, 4 to 64): the
+//! window it advertises is at most one MSS per free slot, so an application that holds
+//! segments closes the window and the peer waits.
+//!
+//! **Sending**: the connection keeps a queue of pool frames until the peer acknowledges them, and a
+//! segment goes out in the queued frame itself, headers written into its headroom. The send
+//! side's byte bound is the send size of its [`TcpBuffers`] and its frame budget one frame per
+//! KiB of it (2 to 64).
+//!
+//! * [`TcpSocket::tx_frame`] + [`TcpSocket::send_frame`]: the caller writes the payload into the
+//!   frame the driver will transmit: **no copy**.
+//! * `write_with` hands the caller the free room of the tail frame: no copy either.
+//! * `write` copies once, the caller's buffer → the tail frame.
+//! * A segment that is only a prefix of a frame's data (a peer window smaller than a segment, a
+//!   zero-window probe) is copied into a fresh frame.
+//!
+//! Every copy goes through the copy ledger (`zcnet_buffer::ledger`) where it is made:
 //! [`CopySite::SocketToApp`] / [`CopySite::AppToSocket`] for the copy `read` / `write` make,
-//! [`CopySite::StackRx`] for frame → ring as a segment is taken in, [`CopySite::Emit`] for ring
-//! → frame the first time a byte is sent and [`CopySite::Retransmit`] for each time it is sent
-//! again.
+//! [`CopySite::CopyBreak`] for small segments merged, [`CopySite::Emit`] for a prefix copied the
+//! first time its bytes are sent and [`CopySite::Retransmit`] for each time after.
 //!
 //! Every future here is cancel-safe: bytes move only in the poll that returns `Ready`, so a
 //! dropped `read` or `write` future loses nothing.
@@ -36,19 +57,20 @@ use core::future::poll_fn;
 use core::marker::PhantomData;
 use core::task::{Context, Poll};
 
-use smoltcp::storage::RingBuffer;
 use smoltcp::time::Duration as SmolDuration;
 use zcnet_buffer::ledger::{self, CopySite};
+use zcnet_buffer::RxFrame;
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
 use crate::stack::{Stack, TcpCx};
 use crate::tcb::context::TcpContext;
 use crate::tcb::error::{ConnectError, ListenError, RecvError};
-use crate::tcb::recv::RecvBuffer;
-use crate::tcb::send::SendBuffer;
+use crate::tcb::recv::{slot_budget, RecvBuffer};
+use crate::tcb::send::{SendBuffer, MAX_FRAMES};
 use crate::tcb::socket::Tcb;
 use crate::tcp_table::{CloseCause, TcpHandle};
 use crate::StackError;
+use zcnet_buffer::TxFrame;
 
 pub use super::tcp_listener::{TcpListener, MAX_BACKLOG};
 pub use crate::tcb::congestion::CongestionControl;
@@ -89,41 +111,97 @@ impl core::fmt::Display for TcpError {
 
 impl core::error::Error for TcpError {}
 
-/// Socket buffers: caller-provided `'static` slices, or (feature `alloc`) vectors freed when the
-/// socket is dropped.
-#[derive(Debug)]
+/// How much one TCP connection may hold, fixed when its socket opens: up to `rx` received
+/// bytes not yet read (the largest window it offers) and up to `tx` bytes queued to send
+/// (unacknowledged ones included).
+///
+/// The bytes live in the stack pool's frames, not in memory of the socket's own: received
+/// segments stay in the slots the driver received them in, and queued data in the frames the
+/// stack will transmit. So each direction has a *frame budget*, one frame per KiB
+/// ([`rx_frames`](Self::rx_frames), [`tx_frames`](Self::tx_frames)), and opening the socket
+/// reserves both out of the pool's TCP share
+/// ([`Config::tcp_pool_slots`](crate::Config::tcp_pool_slots)): a pool too small for one
+/// more socket is an error at open ([`StackError::PoolBudget`]), not a stall later.
+///
+/// ```
+/// use zcnet_stack::tcp::TcpBuffers;
+/// let b = TcpBuffers::with_capacity(16 * 1024, 4 * 1024);
+/// assert_eq!((b.rx_frames(), b.tx_frames()), (16, 4));
+/// assert_eq!(b.frames(), 20); // what the socket reserves of the pool
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpBuffers {
-    pub(crate) rx: RingBuffer<'static, u8>,
-    pub(crate) tx: RingBuffer<'static, u8>,
+    pub(crate) rx: usize,
+    pub(crate) tx: usize,
 }
 
 impl TcpBuffers {
-    /// Buffers over caller-provided memory.
-    pub fn from_static(rx: &'static mut [u8], tx: &'static mut [u8]) -> Self {
-        Self {
-            rx: RingBuffer::new(rx),
-            tx: RingBuffer::new(tx),
-        }
+    /// A connection holding up to `rx` received bytes and `tx` bytes to send.
+    pub const fn with_capacity(rx: usize, tx: usize) -> Self {
+        Self { rx, tx }
     }
 
-    /// Heap buffers of the given sizes.
-    #[cfg(feature = "alloc")]
-    pub fn with_capacity(rx: usize, tx: usize) -> Self {
-        extern crate alloc;
-        Self {
-            rx: RingBuffer::new(alloc::vec![0u8; rx]),
-            tx: RingBuffer::new(alloc::vec![0u8; tx]),
-        }
+    /// Received bytes the connection holds at most.
+    pub const fn rx_capacity(&self) -> usize {
+        self.rx
+    }
+
+    /// Bytes the connection queues to send at most.
+    pub const fn tx_capacity(&self) -> usize {
+        self.tx
+    }
+
+    /// Frames the receive side may hold: in order, out of order, and segments the application
+    /// took with `recv_segment` and still holds (one per KiB, 4 to 64).
+    pub fn rx_frames(&self) -> usize {
+        slot_budget(self.rx)
+    }
+
+    /// Frames the send queue may hold (one per KiB, 2 to 64).
+    pub fn tx_frames(&self) -> usize {
+        frame_budget(self.tx)
+    }
+
+    /// Pool slots the socket reserves when it opens: both budgets.
+    pub fn frames(&self) -> usize {
+        self.rx_frames() + self.tx_frames()
     }
 }
 
-/// Adds a closed TCP connection with `buffers` to the stack.
+/// Buffer bytes per frame of a budget: a connection may hold `ceil(capacity / 1024)` frames
+/// each way (at least 2, at most [`MAX_FRAMES`]). A full-sized segment carries more than that
+/// (1460 bytes on Ethernet), so the byte capacity is the bound that normally binds; the frame
+/// budget binds when segments are small, and it is what the pool reserves.
+const BYTES_PER_FRAME_BUDGET: usize = 1024;
+
+/// The frame budget for `bytes` of buffer (see [`BYTES_PER_FRAME_BUDGET`]).
+fn frame_budget(bytes: usize) -> usize {
+    bytes.div_ceil(BYTES_PER_FRAME_BUDGET).clamp(2, MAX_FRAMES)
+}
+
+/// Headroom of a TCP frame: the driver's, Ethernet (on an Ethernet link), IPv6 (the larger IP
+/// header) and TCP with the most options (60).
+fn tcp_headroom(st: &crate::stack::State) -> usize {
+    let link = if st.caps.medium == smoltcp::phy::Medium::Ethernet {
+        zcnet_buffer::ETHERNET_HEADER_LEN
+    } else {
+        0
+    };
+    st.tx_headroom + link + smoltcp::wire::IPV6_HEADER_LEN + 60
+}
+
+/// Adds a closed TCP connection with `buffers` to the stack. The send side is a queue of the
+/// stack pool's frames bounded by `buffers.tx`'s capacity in bytes (its memory goes unused)
+/// and by a frame budget derived from it.
 pub(crate) fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<TcpHandle, StackError> {
-    let tcb = Tcb::new(
-        RecvBuffer::from_ring(buffers.rx),
-        SendBuffer::from_ring(buffers.tx),
-    );
-    stack.with(|st| st.add_tcb(tcb))
+    let rx = RecvBuffer::new(buffers.rx);
+    let tx_frames = frame_budget(buffers.tx);
+    let reserve = buffers.frames();
+    let pool = stack.pool();
+    stack.with(|st| {
+        let tx = SendBuffer::new(pool, buffers.tx, tx_frames, tcp_headroom(st));
+        st.add_tcb(Tcb::new(rx, tx), reserve)
+    })
 }
 
 /// The stack and a socket's handle: what a socket and both its halves share. Every operation
@@ -150,52 +228,50 @@ impl Conn {
         }
     }
 
-    fn poll_read_with<R>(
+    /// Polls for received data: once there is some, `take` (called once, under the stack lock,
+    /// with the connection and its place's generation) consumes it. `Ok(None)` is end of
+    /// stream.
+    fn poll_recv<R>(
         self,
         cx: &mut Context<'_>,
-        f: &mut Option<impl FnOnce(&mut [u8]) -> (usize, R)>,
+        take: &mut Option<impl FnOnce(&mut Tcb<'static>, u32) -> Result<R, RecvError>>,
     ) -> Poll<Result<Option<R>, TcpError>> {
-        self.with(|s, st| {
-            if s.can_recv() {
-                let window_before = s.recv_capacity() - s.recv_queue();
-                let f = f.take().expect("read polled after completion");
-                let r = s
-                    .recv(|ring| {
-                        let (n, r) = f(ring);
-                        (n, r)
-                    })
-                    .map(Some)
-                    .map_err(|_| TcpError::InvalidState);
-                // A read that reopens a window that had shrunk below half tells egress to
-                // advertise it (a window update); smaller reads are left to the next ACK.
-                let half = s.recv_capacity() / 2;
-                if window_before < half && s.recv_capacity() - s.recv_queue() >= half {
-                    st.signal_egress();
+        self.stack.with(|st| {
+            let generation = st.tcp.generation(self.handle);
+            st.with_tcb(self.handle, |s, st| {
+                if s.can_recv() {
+                    let take = take.take().expect("read polled after completion");
+                    let r = take(s, generation)
+                        .map(Some)
+                        .map_err(|_| TcpError::InvalidState);
+                    // A read that grew the window enough to be worth a window update (the
+                    // window doubled since last advertised, see `Tcb::window_update_due`) tells
+                    // egress to send it; smaller reads are left to the next ACK.
+                    if s.window_update_due() {
+                        st.signal_egress();
+                    }
+                    return Poll::Ready(r);
                 }
-                return Poll::Ready(r);
-            }
-            if s.may_recv() {
-                s.register_recv_waker(cx.waker());
-                return Poll::Pending;
-            }
-            match s.recv(|_| (0, ())) {
-                Err(RecvError::Finished) => Poll::Ready(Ok(None)),
-                _ if matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) => {
+                if s.may_recv() {
                     s.register_recv_waker(cx.waker());
-                    Poll::Pending
+                    return Poll::Pending;
                 }
-                _ => Poll::Ready(Err(self.closed_error(st))),
-            }
+                match s.recv(|_| (0, ())) {
+                    Err(RecvError::Finished) => Poll::Ready(Ok(None)),
+                    _ if matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) => {
+                        s.register_recv_waker(cx.waker());
+                        Poll::Pending
+                    }
+                    _ => Poll::Ready(Err(self.closed_error(st))),
+                }
+            })
         })
     }
 
     async fn read(self, buf: &mut [u8]) -> Result<usize, TcpError> {
-        let r = self
-            .read_with(|data| {
-                let n = ledger::copy(CopySite::SocketToApp, buf, data);
-                (n, n)
-            })
-            .await?;
+        // Copies across as many queued segments as `buf` takes (ledger: SocketToApp).
+        let mut take = Some(|s: &mut Tcb<'static>, _| s.recv_slice(buf));
+        let r = poll_fn(|cx| self.poll_recv(cx, &mut take)).await?;
         Ok(r.unwrap_or(0))
     }
 
@@ -203,8 +279,30 @@ impl Conn {
         self,
         f: impl FnOnce(&mut [u8]) -> (usize, R),
     ) -> Result<Option<R>, TcpError> {
-        let mut f = Some(f);
-        poll_fn(|cx| self.poll_read_with(cx, &mut f)).await
+        let mut take = Some(|s: &mut Tcb<'static>, _| s.recv(f));
+        poll_fn(|cx| self.poll_recv(cx, &mut take)).await
+    }
+
+    fn poll_recv_segment(self, cx: &mut Context<'_>) -> Poll<Result<Option<TcpSegment>, TcpError>> {
+        let mut take = Some(|s: &mut Tcb<'static>, generation| {
+            s.recv_segment().map(|frame| {
+                frame.map(|mut frame| {
+                    frame.lend_to_app();
+                    TcpSegment {
+                        frame,
+                        stack: self.stack,
+                        handle: self.handle,
+                        generation,
+                    }
+                })
+            })
+        });
+        match self.poll_recv(cx, &mut take) {
+            // `can_recv` held: a segment was queued.
+            Poll::Ready(Ok(Some(None))) => Poll::Ready(Err(TcpError::InvalidState)),
+            Poll::Ready(r) => Poll::Ready(r.map(Option::flatten)),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     async fn write(self, buf: &[u8]) -> Result<usize, TcpError> {
@@ -231,13 +329,78 @@ impl Conn {
         poll_fn(|cx| {
             self.with(|s, st| {
                 if s.can_send() {
+                    if !s.ensure_send_room(st.egress_waker) {
+                        // The pool has no free slot: egress hears of the next one and wakes us.
+                        s.note_send_starved();
+                        s.register_send_waker(cx.waker());
+                        return Poll::Pending;
+                    }
                     let f = f.take().expect("write polled after completion");
-                    let r = s.send(f).map_err(|_| TcpError::InvalidState);
+                    let r = s
+                        .send_waking(st.egress_waker, f)
+                        .map_err(|_| TcpError::InvalidState);
                     st.signal_egress();
                     return Poll::Ready(r);
                 }
                 if s.may_send() || matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) {
                     // Buffer full, or still connecting: wait.
+                    s.register_send_waker(cx.waker());
+                    return Poll::Pending;
+                }
+                if st.meta.write_shut() {
+                    return Poll::Ready(Err(TcpError::InvalidState));
+                }
+                Poll::Ready(Err(self.closed_error(st)))
+            })
+        })
+        .await
+    }
+
+    fn poll_tx_frame(self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        self.with(|s, st| {
+            let (pool, headroom, mss) = s.send_frame_geometry();
+            let egress = st.egress_waker.unwrap_or(cx.waker());
+            match pool.poll_alloc_tx(&mut Context::from_waker(egress)) {
+                Poll::Ready(mut f) => {
+                    // Headroom for the headers, and exactly one segment's room after it when the
+                    // slot is larger. Cannot fail: the frame is empty and the send buffer's
+                    // headroom fits a slot.
+                    let _ = f.set_headroom(headroom.max(pool.slot_size().saturating_sub(mss)));
+                    Poll::Ready(f)
+                }
+                Poll::Pending => {
+                    s.note_send_starved();
+                    s.register_send_waker(cx.waker());
+                    Poll::Pending
+                }
+            }
+        })
+    }
+
+    async fn send_frame(self, frame: TxFrame) -> Result<(), TcpError> {
+        let mut frame = match frame.retain() {
+            Ok(f) => Some(f),
+            // A retained frame belongs to a connection already: not the application's.
+            Err(_) => return Err(TcpError::InvalidState),
+        };
+        poll_fn(|cx| {
+            self.with(|s, st| {
+                if s.may_send() {
+                    let f = frame.take().expect("send_frame polled after completion");
+                    return match s.send_frame(f) {
+                        Ok(Ok(())) => {
+                            st.signal_egress();
+                            Poll::Ready(Ok(()))
+                        }
+                        Ok(Err(back)) => {
+                            frame = Some(back);
+                            s.register_send_waker(cx.waker());
+                            Poll::Pending
+                        }
+                        Err(_) => Poll::Ready(Err(TcpError::InvalidState)),
+                    };
+                }
+                if matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) {
                     s.register_send_waker(cx.waker());
                     return Poll::Pending;
                 }
@@ -423,19 +586,21 @@ impl TcpSocket {
         .await
     }
 
-    /// Reads into `buf`; `Ok(0)` means the peer closed its side (end of stream). Copies ring →
-    /// `buf` ([`CopySite::SocketToApp`]) on top of the stack's frame → ring copy; use
-    /// [`read_with`](Self::read_with) to avoid it.
+    /// Reads into `buf`, from as many received segments as it takes; `Ok(0)` means the peer
+    /// closed its side (end of stream). The one copy of each byte: segment frame → `buf`
+    /// ([`CopySite::SocketToApp`]); [`read_with`](Self::read_with) and
+    /// [`recv_segment`](Self::recv_segment) make none.
     pub async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TcpError> {
         self.conn.read(buf).await
     }
 
-    /// Gives `f` the received bytes in place (the contiguous part of the receive ring, never
-    /// empty); `f` returns how many it consumed and a result. `Ok(None)` is end of stream.
+    /// Gives `f` the received bytes in place: the first received segment's payload (what is
+    /// left of it), in the very frame the driver received it in, never empty; `f` returns how
+    /// many it consumed and a result. A segment consumed to its end returns its slot to the
+    /// pool; one partly consumed stays first, its front moved past what was consumed.
+    /// `Ok(None)` is end of stream.
     ///
-    /// No copy here: the one copy per byte is the stack's, frame → ring as the segment
-    /// arrived (recorded in the ledger as [`CopySite::StackRx`]; see
-    /// [the module docs](self#copies-per-payload-byte)).
+    /// No copy (see [the module docs](self#copies-per-payload-byte)).
     pub async fn read_with<R>(
         &mut self,
         f: impl FnOnce(&mut [u8]) -> (usize, R),
@@ -443,10 +608,30 @@ impl TcpSocket {
         self.conn.read_with(f).await
     }
 
+    /// Takes the next received segment: its payload in place in the frame the driver received
+    /// it in (what `read_with` left of it), owned by the returned [`TcpSegment`] until dropped.
+    /// `Ok(None)` is end of stream.
+    ///
+    /// No copy. While the application holds segments they count against the connection's
+    /// receive budget: the window the stack advertises shrinks, down to zero (the peer then
+    /// waits, probing), and reopens as they are dropped.
+    pub async fn recv_segment(&mut self) -> Result<Option<TcpSegment>, TcpError> {
+        poll_fn(|cx| self.conn.poll_recv_segment(cx)).await
+    }
+
+    /// [`recv_segment`](Self::recv_segment) as a poll function: `Pending` (with `cx`'s waker
+    /// registered) until a segment, the end of stream or an error is there.
+    pub fn poll_recv_segment(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<TcpSegment>, TcpError>> {
+        self.conn.poll_recv_segment(cx)
+    }
+
     /// Queues bytes from `buf`; returns how many were queued, at least one unless `buf` is
-    /// empty (waits while the send buffer is full). Copies `buf` → ring
-    /// ([`CopySite::AppToSocket`]) on top of the stack's ring → frame copy; use
-    /// [`write_with`](Self::write_with) to avoid it.
+    /// empty (waits while the send queue is full or the pool has no free slot). Copies `buf` →
+    /// the send queue's tail frame ([`CopySite::AppToSocket`]), the one copy; use
+    /// [`write_with`](Self::write_with) or [`send_frame`](Self::send_frame) to avoid it.
     pub async fn write(&mut self, buf: &[u8]) -> Result<usize, TcpError> {
         self.conn.write(buf).await
     }
@@ -456,17 +641,39 @@ impl TcpSocket {
         self.conn.write_all(buf).await
     }
 
-    /// Gives `f` free space in the send ring (contiguous, never empty) to write into in place;
-    /// `f` returns how many bytes it wrote and a result.
+    /// Gives `f` the free room of the send queue's tail frame (never empty; at most one
+    /// segment) to write into in place; `f` returns how many bytes it wrote and a result.
     ///
-    /// No copy here: the one copy per byte is the stack's, ring → frame when the segment is
-    /// emitted (recorded in the ledger as [`CopySite::Emit`]; see
+    /// No copy: the frame is what the driver transmits (see
     /// [the module docs](self#copies-per-payload-byte)).
     pub async fn write_with<R>(
         &mut self,
         f: impl FnOnce(&mut [u8]) -> (usize, R),
     ) -> Result<R, TcpError> {
         self.conn.write_with(f).await
+    }
+
+    /// A TX frame to fill with payload in place, then queue with
+    /// [`send_frame`](Self::send_frame): headroom reserved for the driver, Ethernet, IP and TCP
+    /// headers, and room for one segment (the connection's current MSS, or what the slot holds
+    /// when smaller) after it. `Pending` (with `cx`'s waker registered) while the pool has no
+    /// free slot. Dropped unsent, the slot returns to the pool.
+    pub fn poll_tx_frame(&self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        self.conn.poll_tx_frame(cx)
+    }
+
+    /// Waits for a TX frame (see [`poll_tx_frame`](Self::poll_tx_frame)).
+    pub async fn tx_frame(&self) -> TxFrame {
+        poll_fn(|cx| self.conn.poll_tx_frame(cx)).await
+    }
+
+    /// Queues `frame`'s data (the payload, written in place) to be sent: the frame itself joins
+    /// the send queue and is what the driver transmits, headers written in front, as often as
+    /// the connection sends it; no copy. Waits while the send queue is full; errors as
+    /// [`write`](Self::write) does. A frame that is not a fresh TX frame (one a connection
+    /// already keeps) is refused with [`TcpError::InvalidState`].
+    pub async fn send_frame(&mut self, frame: TxFrame) -> Result<(), TcpError> {
+        self.conn.send_frame(frame).await
     }
 
     /// Waits until everything written has been acknowledged by the peer.
@@ -577,6 +784,97 @@ impl TcpReader<'_> {
     ) -> Result<Option<R>, TcpError> {
         self.conn.read_with(f).await
     }
+
+    /// Like [`TcpSocket::recv_segment`].
+    pub async fn recv_segment(&mut self) -> Result<Option<TcpSegment>, TcpError> {
+        poll_fn(|cx| self.conn.poll_recv_segment(cx)).await
+    }
+
+    /// Like [`TcpSocket::poll_recv_segment`].
+    pub fn poll_recv_segment(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<TcpSegment>, TcpError>> {
+        self.conn.poll_recv_segment(cx)
+    }
+}
+
+/// A received TCP segment's payload, in place in the pool slot the driver received it in:
+/// what [`TcpSocket::recv_segment`] returns. It owns the slot (state LENT) until dropped.
+///
+/// Dropping it, on any task or thread, returns the slot to the pool and gives the slot back to
+/// its connection's receive budget, so that the window reopens (egress is woken when that is
+/// worth a window update). Holding many segments stalls the peer: the window shrinks to zero.
+///
+/// It derefs to the payload bytes.
+pub struct TcpSegment {
+    frame: RxFrame,
+    stack: Stack,
+    handle: TcpHandle,
+    /// The generation of the connection's place when the segment was taken: the connection is
+    /// released only if it is still there (`tcp_table.rs`).
+    generation: u32,
+}
+
+impl TcpSegment {
+    /// The payload bytes, in place.
+    pub fn payload(&self) -> &[u8] {
+        &self.frame
+    }
+
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        self.frame.len()
+    }
+
+    /// Whether the payload is empty (a segment returned by `recv_segment` never is).
+    pub fn is_empty(&self) -> bool {
+        self.frame.is_empty()
+    }
+
+    /// The frame itself (its slot index and pool, e.g. to prove where the bytes are). Its
+    /// visible bytes are the payload: headers were stripped with `advance`, not copied.
+    pub fn frame(&self) -> &RxFrame {
+        &self.frame
+    }
+}
+
+impl core::ops::Deref for TcpSegment {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.frame
+    }
+}
+
+impl AsRef<[u8]> for TcpSegment {
+    fn as_ref(&self) -> &[u8] {
+        &self.frame
+    }
+}
+
+impl core::fmt::Debug for TcpSegment {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TcpSegment")
+            .field("frame", &self.frame)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for TcpSegment {
+    fn drop(&mut self) {
+        let (handle, generation) = (self.handle, self.generation);
+        self.stack.with(|st| {
+            let update = st
+                .tcp
+                .tcb_of_generation(handle, generation)
+                .is_some_and(|t| t.release_segment());
+            if update {
+                st.signal_egress();
+            }
+        });
+        // The frame drops after this: its slot goes back to the pool.
+    }
 }
 
 /// The write half of a [`TcpSocket`] ([`TcpSocket::split`]).
@@ -603,6 +901,21 @@ impl TcpWriter<'_> {
         f: impl FnOnce(&mut [u8]) -> (usize, R),
     ) -> Result<R, TcpError> {
         self.conn.write_with(f).await
+    }
+
+    /// Like [`TcpSocket::poll_tx_frame`].
+    pub fn poll_tx_frame(&self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        self.conn.poll_tx_frame(cx)
+    }
+
+    /// Like [`TcpSocket::tx_frame`].
+    pub async fn tx_frame(&self) -> TxFrame {
+        poll_fn(|cx| self.conn.poll_tx_frame(cx)).await
+    }
+
+    /// Like [`TcpSocket::send_frame`].
+    pub async fn send_frame(&mut self, frame: TxFrame) -> Result<(), TcpError> {
+        self.conn.send_frame(frame).await
     }
 
     /// Like [`TcpSocket::flush`].

@@ -31,7 +31,12 @@
 //!   initial sequence numbers (smoltcp's generator). `PollAt` and the waker registration are
 //!   copies of smoltcp's crate-private types.
 //! * Buffers: the state machine reaches its data only through `RecvBuffer` and `SendBuffer`
-//!   ([`recv`], [`send`]), byte rings for now, so that they can become frame queues.
+//!   ([`recv`], [`send`]). The send buffer is a byte ring; the receive buffer is a queue of
+//!   the received frames themselves: `process` takes the segment's frame (trimmed to its
+//!   payload) and the buffer keeps it, in order or out of order, within a budget of pool
+//!   slots. The receive window is the smaller of the free bytes and one MSS per free slot,
+//!   and its right edge never moves back; a segment the budget cannot hold then is dropped
+//!   unacknowledged.
 //! * `accepts` takes no context (smoltcp's ignored it); `dispatch`'s `emit` gets no
 //!   `PacketMeta` (smoltcp's carried only packet ids and segmentation-offload sizes).
 //! * No segmentation offload (smoltcp's `segmentation-offload` feature); its test is dropped.

@@ -14,13 +14,14 @@ use smoltcp::wire::{
     IpAddress, IpEndpoint, IpListenEndpoint, IpProtocol, IpRepr, TcpControl, TcpRepr, TcpSeqNumber,
     TcpTimestampGenerator, TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
 };
+use zcnet_buffer::{RxFrame, TxFrame};
 
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
 use super::error::{ConnectError, ListenError, RecvError, SendError};
-use super::recv::RecvBuffer;
+use super::recv::{RecvBuffer, RxDrops};
 use super::rtt::RttEstimator;
-use super::send::SendBuffer;
+use super::send::{Segment, SendBuffer};
 use super::state::State;
 use super::timer::{AckDelayTimer, Timer, ACK_DELAY_DEFAULT};
 use super::waker::WakerRegistration;
@@ -54,8 +55,12 @@ pub(crate) struct Tcb<'a> {
     rtte: RttEstimator,
     /// Which bytes past the in-order data of `rx_buffer` arrived out of order.
     assembler: Assembler,
-    /// Received data.
-    rx_buffer: RecvBuffer<'a>,
+    /// Received data, in the frames it arrived in.
+    rx_buffer: RecvBuffer,
+    /// The MSS we offer (the IP MTU less the IP and TCP headers), learnt from the context of
+    /// each `process` and `dispatch`: the payload one slot of the receive budget is counted
+    /// for in the window. Not smoltcp's.
+    rx_mss: usize,
     /// Whether the remote's FIN arrived (reads then end with `Finished`).
     rx_fin_received: bool,
     /// Data to send, and sent but unacknowledged.
@@ -141,6 +146,10 @@ pub(crate) struct Tcb<'a> {
     /// before the first segment): payload below it is a retransmission. Not smoltcp's; read
     /// by the stack to tell first transmissions from retransmissions in the copy ledger.
     sent_max: Option<TcpSeqNumber>,
+
+    /// Our MSS (IP MTU less IP and TCP headers) as `dispatch` last computed it (`None` before):
+    /// frames of the send buffer are sized from it. Not smoltcp's.
+    local_mss: Option<usize>,
 }
 
 /// The remote's MSS until it announces one (RFC 1122).
@@ -160,7 +169,7 @@ impl<'a> Tcb<'a> {
     ///
     /// # Panics
     /// If the receive buffer is larger than 1 GiB (the largest window scaling allows).
-    pub(crate) fn new(rx_buffer: RecvBuffer<'a>, tx_buffer: SendBuffer<'a>) -> Tcb<'a> {
+    pub(crate) fn new(rx_buffer: RecvBuffer, tx_buffer: SendBuffer<'a>) -> Tcb<'a> {
         let rx_capacity = rx_buffer.capacity();
 
         // From RFC 1323:
@@ -179,6 +188,7 @@ impl<'a> Tcb<'a> {
             assembler: Assembler::new(),
             tx_buffer,
             rx_buffer,
+            rx_mss: DEFAULT_MSS,
             rx_fin_received: false,
             timeout: None,
             keep_alive: None,
@@ -211,6 +221,7 @@ impl<'a> Tcb<'a> {
             tx_waker: WakerRegistration::new(),
             synack_paused: false,
             sent_max: None,
+            local_mss: None,
         }
     }
 
@@ -300,9 +311,49 @@ impl<'a> Tcb<'a> {
     /// Return the current window field value, including scaling according to RFC 1323.
     ///
     /// Used in internal calculations as well as packet generation.
+    ///
+    /// Not smoltcp's: the window is [`rx_window`](Self::rx_window), rounded up when rounding
+    /// down to the scale would pull the right edge back.
     #[inline]
     fn scaled_window(&self) -> u16 {
-        u16::try_from(self.rx_buffer.window() >> self.remote_win_shift).unwrap_or(u16::MAX)
+        let shift = self.remote_win_shift;
+        let mut scaled = self.rx_window() >> shift;
+        if (scaled << shift) < self.rx_window_floor() {
+            scaled += 1;
+        }
+        u16::try_from(scaled).unwrap_or(u16::MAX)
+    }
+
+    /// The receive window to offer now, in bytes: what the receive buffer can take (its free
+    /// bytes, and one MSS per free slot of its budget), but never less than keeps the right
+    /// edge we advertised last where it was (a window never retreats, RFC 9293 3.8.6.2.2).
+    /// Not smoltcp's (smoltcp's window is the free space of its byte ring, whose right edge
+    /// cannot retreat).
+    fn rx_window(&self) -> usize {
+        self.rx_buffer
+            .window(self.rx_mss)
+            .max(self.rx_window_floor())
+    }
+
+    /// How far the right edge we advertised last lies past the in-order data (0 before the
+    /// first advertisement, or when the data reached it).
+    fn rx_window_floor(&self) -> usize {
+        let Some(last_ack) = self.remote_last_ack else {
+            return 0;
+        };
+        let edge = last_ack + (usize::from(self.remote_last_win) << self.remote_win_shift);
+        let next = self.remote_seq_no + self.rx_buffer.len();
+        if edge > next {
+            edge - next
+        } else {
+            0
+        }
+    }
+
+    /// Notes the MSS we offer on an IP link of `cx.ip_mtu` with IP headers of `ip_header_len`.
+    fn note_rx_mss(&mut self, cx: &TcpContext<'_>, ip_header_len: usize) {
+        let mss = cx.ip_mtu.saturating_sub(ip_header_len + TCP_HEADER_LEN);
+        self.rx_mss = mss.max(MIN_REMOTE_MSS);
     }
 
     /// Return the last window field value, including scaling according to RFC 1323.
@@ -691,12 +742,6 @@ impl<'a> Tcb<'a> {
         !self.tx_buffer.is_full()
     }
 
-    /// Return the maximum number of bytes inside the recv buffer.
-    #[inline]
-    pub(crate) fn recv_capacity(&self) -> usize {
-        self.rx_buffer.capacity()
-    }
-
     /// Check whether the receive buffer is not empty.
     #[inline]
     pub(crate) fn can_recv(&self) -> bool {
@@ -705,15 +750,18 @@ impl<'a> Tcb<'a> {
 
     /// Queue bytes with `f` (which returns how many it queued) if the transmit half is open,
     /// and restart the timeout and zero-window-probe clocks when data starts waiting.
-    fn send_impl<'b, F, R>(&'b mut self, f: F) -> Result<R, SendError>
+    pub(crate) fn send_impl<F, R>(&mut self, f: F) -> Result<R, SendError>
     where
-        F: FnOnce(&'b mut SendBuffer<'a>) -> (usize, R),
+        F: FnOnce(&mut SendBuffer<'a>) -> (usize, R),
     {
         if !self.may_send() {
             return Err(SendError::InvalidState);
         }
 
         let old_length = self.tx_buffer.len();
+        // New frames hold one full segment; a frame some of whose bytes went out takes no more.
+        self.tx_buffer.set_frame_len(self.data_mss());
+        self.tx_buffer.set_sent(self.flight_size());
         let (size, result) = f(&mut self.tx_buffer);
         if size > 0 {
             // The connection might have been idle for a long time, and so remote_last_ts
@@ -736,18 +784,6 @@ impl<'a> Tcb<'a> {
         Ok(result)
     }
 
-    /// Call `f` with the largest contiguous slice of octets in the transmit buffer,
-    /// and enqueue the amount of elements returned by `f`.
-    ///
-    /// This function returns `Err(SendError::InvalidState)` if the transmit half of
-    /// the connection is not open; see [may_send](#method.may_send).
-    pub(crate) fn send<'b, F, R>(&'b mut self, f: F) -> Result<R, SendError>
-    where
-        F: FnOnce(&'b mut [u8]) -> (usize, R),
-    {
-        self.send_impl(|tx_buffer| tx_buffer.enqueue_with(f))
-    }
-
     /// Enqueue a sequence of octets to be sent, and fill it from a slice.
     ///
     /// This function returns the amount of octets actually enqueued, which is limited
@@ -756,7 +792,7 @@ impl<'a> Tcb<'a> {
     /// See also [send](#method.send).
     pub(crate) fn send_slice(&mut self, data: &[u8]) -> Result<usize, SendError> {
         self.send_impl(|tx_buffer| {
-            let size = tx_buffer.enqueue_slice(data);
+            let size = tx_buffer.enqueue_slice(None, data);
             (size, size)
         })
     }
@@ -779,9 +815,9 @@ impl<'a> Tcb<'a> {
 
     /// Consume received bytes with `f` (which returns how many it consumed) if the
     /// application may read, and move the receive window's left edge past them.
-    fn recv_impl<'b, F, R>(&'b mut self, f: F) -> Result<R, RecvError>
+    fn recv_impl<F, R>(&mut self, f: F) -> Result<R, RecvError>
     where
-        F: FnOnce(&'b mut RecvBuffer<'a>) -> (usize, R),
+        F: FnOnce(&mut RecvBuffer) -> (usize, R),
     {
         self.recv_error_check()?;
 
@@ -801,9 +837,12 @@ impl<'a> Tcb<'a> {
     ///
     /// In all other cases, `Err(RecvError::InvalidState)` is returned and previously received
     /// data (if any) may be incomplete (truncated).
-    pub(crate) fn recv<'b, F, R>(&'b mut self, f: F) -> Result<R, RecvError>
+    ///
+    /// Not smoltcp's: the slice is the first queued segment's payload (what is left of it), in
+    /// place in its frame; a segment consumed to its end returns its slot to the pool.
+    pub(crate) fn recv<F, R>(&mut self, f: F) -> Result<R, RecvError>
     where
-        F: FnOnce(&'b mut [u8]) -> (usize, R),
+        F: FnOnce(&mut [u8]) -> (usize, R),
     {
         self.recv_impl(|rx_buffer| rx_buffer.dequeue_with(f))
     }
@@ -813,8 +852,8 @@ impl<'a> Tcb<'a> {
     /// This function returns the amount of octets actually dequeued, which is limited
     /// by the amount of occupied space in the receive buffer; down to zero.
     ///
-    /// See also [recv](#method.recv).
-    #[cfg(test)]
+    /// See also [recv](#method.recv). The copy is recorded in the copy ledger as
+    /// `SocketToApp`.
     pub(crate) fn recv_slice(&mut self, data: &mut [u8]) -> Result<usize, RecvError> {
         self.recv_impl(|rx_buffer| {
             let size = rx_buffer.dequeue_slice(data);
@@ -831,11 +870,138 @@ impl<'a> Tcb<'a> {
         Ok(self.rx_buffer.peek_slice(data))
     }
 
+    /// Take the first queued segment's frame (its payload, what is left of it, unread) for the
+    /// application, which holds it until it calls [`release_segment`](Self::release_segment):
+    /// a slot of the receive budget stays taken meanwhile. `Ok(None)` when nothing is queued.
+    /// Errors as [`recv`](Self::recv). Not smoltcp's.
+    pub(crate) fn recv_segment(&mut self) -> Result<Option<RxFrame>, RecvError> {
+        self.recv_impl(|rx_buffer| match rx_buffer.pop_segment() {
+            Some(frame) => (frame.len(), Some(frame)),
+            None => (0, None),
+        })
+    }
+
+    /// The application dropped a frame [`recv_segment`](Self::recv_segment) gave it. Returns
+    /// whether the window grew enough to be worth a window update (see `window_to_update`).
+    /// Not smoltcp's.
+    pub(crate) fn release_segment(&mut self) -> bool {
+        self.rx_buffer.release_segment();
+        self.window_to_update()
+    }
+
+    /// Whether the receive window grew enough since it was last advertised to be worth a
+    /// window update now (what makes `dispatch` send one). Not smoltcp's.
+    pub(crate) fn window_update_due(&self) -> bool {
+        self.window_to_update()
+    }
+
+    /// Segments the receive buffer dropped since the last call (slot budget full, or the
+    /// out-of-order queue given up). Not smoltcp's.
+    pub(crate) fn take_rx_drops(&mut self) -> RxDrops {
+        self.rx_buffer.take_drops()
+    }
+
     /// Return the amount of octets queued in the transmit buffer.
     ///
     /// Note that the Berkeley sockets interface does not have an equivalent of this API.
     pub(crate) fn send_queue(&self) -> usize {
         self.tx_buffer.len()
+    }
+
+    /// The send buffer's geometry: its pool, the headroom its frames need, and the payload
+    /// bytes per frame (the MSS).
+    pub(crate) fn send_frame_geometry(&self) -> (&'static zcnet_buffer::FramePool, usize, usize) {
+        (
+            self.tx_buffer.pool(),
+            self.tx_buffer.headroom(),
+            self.tx_buffer.frame_len(),
+        )
+    }
+
+    /// Makes sure the send buffer can take at least one more byte now (a frame from the pool
+    /// if needed; `egress` is registered for a returned slot when the pool has none).
+    pub(crate) fn ensure_send_room(&mut self, egress: Option<&Waker>) -> bool {
+        self.tx_buffer.ensure_room(egress)
+    }
+
+    /// Records that the writer waits for a free pool slot: the egress task, which the pool wakes
+    /// when a slot returns, wakes the writer ([`wake_starved_sender`](Self::wake_starved_sender)).
+    pub(crate) fn note_send_starved(&mut self) {
+        self.tx_buffer.set_starved();
+    }
+
+    /// Calls `f` with the free room of the send buffer's tail frame (a new frame if the tail
+    /// is full) and queues as many bytes as it returns; `egress` is registered for a returned
+    /// slot when the pool has none. `Err(SendError::InvalidState)` if the transmit half of the
+    /// connection is not open.
+    pub(crate) fn send_waking<F, R>(&mut self, egress: Option<&Waker>, f: F) -> Result<R, SendError>
+    where
+        F: FnOnce(&mut [u8]) -> (usize, R),
+    {
+        self.send_impl(|tx_buffer| tx_buffer.enqueue_with(egress, f))
+    }
+
+    /// Queues a frame the application filled in place; `Ok(Err(frame))` gives it back when the
+    /// send buffer has no room for it now.
+    pub(crate) fn send_frame(
+        &mut self,
+        frame: zcnet_buffer::RetainedFrame,
+    ) -> Result<Result<(), zcnet_buffer::RetainedFrame>, SendError> {
+        self.send_impl(|tx_buffer| {
+            let n = frame.len();
+            match tx_buffer.push_frame(frame) {
+                Ok(()) => (n, Ok(())),
+                Err(f) => (0, Err(f)),
+            }
+        })
+    }
+
+    /// Whether a frame allocation for the send buffer failed since the last call; the writer
+    /// is then woken (it waits for a free slot, which wakes the egress task that calls this).
+    pub(crate) fn wake_starved_sender(&mut self) {
+        if self.tx_buffer.take_starved() {
+            self.tx_waker.wake();
+        }
+    }
+
+    /// Payload bytes of a full segment: the smaller of our MSS (known once `dispatch` ran) and
+    /// the remote's, less the timestamp option.
+    fn data_mss(&self) -> usize {
+        let options_len = if self.tsval_generator.is_some() {
+            12
+        } else {
+            0
+        };
+        self.local_mss
+            .unwrap_or(usize::MAX)
+            .min(self.remote_mss)
+            .saturating_sub(options_len)
+    }
+
+    /// Offset into the send buffer of the next payload `dispatch` would send.
+    fn next_send_offset(&self) -> usize {
+        if self.pending_fast_retransmit {
+            0
+        } else {
+            self.flight_size()
+        }
+    }
+
+    /// Whether the next payload to send sits in a frame the device still has from its previous
+    /// send (a retransmission must wait for it). With `waker`, it is registered in the pool's
+    /// retained waker first, so the frame's return wakes it.
+    pub(crate) fn tx_blocked(&self, waker: Option<&Waker>) -> bool {
+        if !matches!(
+            self.state,
+            State::Established
+                | State::FinWait1
+                | State::Closing
+                | State::CloseWait
+                | State::LastAck
+        ) {
+            return false;
+        }
+        self.tx_buffer.blocked(self.next_send_offset(), waker)
     }
 
     /// Number of octets transmitted but not yet ACKed.
@@ -855,15 +1021,6 @@ impl<'a> Tcb<'a> {
     /// first segment): payload of a segment below it is sent again.
     pub(crate) fn sent_max(&self) -> Option<TcpSeqNumber> {
         self.sent_max
-    }
-
-    /// Return the amount of octets queued in the receive buffer. This value can be larger than
-    /// the slice read by the next `recv` or `peek` call because it includes all queued octets,
-    /// and not only the octets that may be returned as a contiguous slice.
-    ///
-    /// Note that the Berkeley sockets interface does not have an equivalent of this API.
-    pub(crate) fn recv_queue(&self) -> usize {
-        self.rx_buffer.len()
     }
 
     /// Move to `state`, waking both wakers.
@@ -936,12 +1093,15 @@ impl<'a> Tcb<'a> {
         // to be received.
         reply_repr.seq_number = self.remote_last_seq;
         reply_repr.ack_number = Some(self.remote_seq_no + self.rx_buffer.len());
-        self.remote_last_ack = reply_repr.ack_number;
 
         // From RFC 1323:
         // The window field [...] of every outgoing segment, with the exception of SYN
         // segments, is right-shifted by [advertised scale value] bits[...]
+        //
+        // (Computed before `remote_last_ack` moves: the window keeps the right edge of the
+        // last ACK sent, see `rx_window`.)
         reply_repr.window_len = self.scaled_window();
+        self.remote_last_ack = reply_repr.ack_number;
         self.remote_last_win = reply_repr.window_len;
 
         // If the remote supports selective acknowledgement, add the option to the outgoing
@@ -1038,8 +1198,16 @@ impl<'a> Tcb<'a> {
     }
 
     /// Handle a segment [`accepts`](Self::accepts) accepted: the RFC 793 "SEGMENT ARRIVES"
-    /// processing (acceptability, RST, SYN, ACK, window, data, FIN), with data written to the
-    /// receive buffer.
+    /// processing (acceptability, RST, SYN, ACK, window, data, FIN), with the accepted data
+    /// queued in the receive buffer.
+    ///
+    /// `payload` is the segment's payload in the frame it arrived in, the frame trimmed to it
+    /// (its visible bytes are the payload); `repr.payload` is then ignored (ingress passes a
+    /// header-only `repr`). Without a frame, `repr.payload` is the payload, which cannot be
+    /// kept: its data is dropped unacknowledged, as when the receive budget is full. The frame
+    /// is queued, trimmed to the part inside the window, when its data is taken (in order, or
+    /// out of order within the slot budget), and dropped otherwise. Not smoltcp's: smoltcp
+    /// copies the payload into its ring.
     ///
     /// Returns the segment to send back right away, if any (an RST, a challenge ACK, the ACK
     /// of out-of-order data); other answers wait for [`dispatch`](Self::dispatch).
@@ -1048,8 +1216,11 @@ impl<'a> Tcb<'a> {
         cx: &mut TcpContext<'_>,
         ip_repr: &IpRepr,
         repr: &TcpRepr,
+        payload: Option<RxFrame>,
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
         debug_assert!(self.accepts(ip_repr, repr));
+        self.note_rx_mss(cx, ip_repr.header_len());
+        let seg_len = payload.as_ref().map_or(repr.payload.len(), |f| f.len());
 
         // Consider how much the sequence number space differs from the transmit buffer space.
         let (sent_syn, sent_fin) = match self.state {
@@ -1155,11 +1326,13 @@ impl<'a> Tcb<'a> {
             window_start
         };
         let segment_start = repr.seq_number;
-        let segment_end = repr.seq_number + repr.payload.len();
+        let segment_end = repr.seq_number + seg_len;
 
-        let (payload, payload_offset) = match self.state {
+        // The accepted part of the payload (a range of it) and its offset past the in-order
+        // data.
+        let (payload_range, payload_offset) = match self.state {
             // In LISTEN and SYN-SENT states, we have not yet synchronized with the remote end.
-            State::Listen | State::SynSent => (&[][..], 0),
+            State::Listen | State::SynSent => (0..0, 0),
             _ => {
                 // https://www.rfc-editor.org/rfc/rfc9293.html#name-segment-acceptability-tests
                 let segment_in_window =
@@ -1192,7 +1365,7 @@ impl<'a> Tcb<'a> {
                     self.local_rx_last_seq = Some(repr.seq_number);
 
                     (
-                        &repr.payload[overlap_start - segment_start..overlap_end - segment_start],
+                        overlap_start - segment_start..overlap_end - segment_start,
                         overlap_start - window_start,
                     )
                 } else {
@@ -1230,7 +1403,7 @@ impl<'a> Tcb<'a> {
                     // One per second is ample for a restarted peer to complete
                     // the challenge exchange, since it retransmits its SYN on
                     // its own timer.
-                    if !repr.payload.is_empty()
+                    if seg_len != 0
                         && matches!(
                             repr.control,
                             TcpControl::None | TcpControl::Psh | TcpControl::Fin
@@ -1491,7 +1664,7 @@ impl<'a> Tcb<'a> {
                 // Increment duplicate ACK count, notify congestion controller and
                 // set for retransmit if we just received the third duplicate ACK
                 Some(last_rx_ack)
-                    if repr.payload.is_empty()
+                    if seg_len == 0
                         && last_rx_ack == ack_number
                         && ack_number < self.remote_last_seq
                         && !is_window_update =>
@@ -1581,12 +1754,52 @@ impl<'a> Tcb<'a> {
             self.timer.set_for_idle(cx.now, self.keep_alive);
         }
 
-        let payload_len = payload.len();
+        let payload_len = payload_range.len();
         if payload_len == 0 {
             return None;
         }
 
+        // The frame, trimmed to the accepted payload (not smoltcp's: from here to the
+        // assembler, the frame is the payload, kept only if the receive buffer has room).
+        let Some(mut frame) = payload else {
+            // No frame to keep the data in.
+            self.rx_buffer.note_budget_drop();
+            return None;
+        };
+        if frame.advance(payload_range.start).is_err() || frame.truncate(payload_len).is_err() {
+            // The range lies inside the frame (it was cut from its length): not expected.
+            return None;
+        }
+
         let assembler_was_empty = self.assembler.is_empty();
+
+        if payload_offset == 0 {
+            // In-order data comes first: out-of-order frames make room for it if need be.
+            if !self.rx_buffer.fits_in_order(payload_len) && self.rx_buffer.has_out_of_order() {
+                self.rx_buffer.purge_out_of_order();
+                self.assembler.clear();
+            }
+            if !self.rx_buffer.fits_in_order(payload_len) {
+                // The slot budget is full (the application holds its segments, or the peer
+                // sends segments smaller than the window assumes): drop the data without
+                // acknowledging it; the peer sends it again.
+                self.rx_buffer.note_budget_drop();
+                return None;
+            }
+        } else {
+            let pressure = self.rx_buffer.pool_pressure(&frame);
+            if pressure || !self.rx_buffer.fits_out_of_order(&frame) {
+                // The pool ran dry: give the out-of-order queue up (the peer sends it again).
+                if pressure && self.rx_buffer.has_out_of_order() {
+                    self.rx_buffer.purge_out_of_order();
+                    self.assembler.clear();
+                }
+                // No slot for this segment either way: drop it and answer with a duplicate
+                // ACK, as for any out-of-order segment.
+                self.rx_buffer.note_budget_drop();
+                return Some(self.ack_reply(ip_repr, repr));
+            }
+        }
 
         // Try adding payload octets to the assembler.
         let Ok(contig_len) = self
@@ -1597,14 +1810,10 @@ impl<'a> Tcb<'a> {
             return None;
         };
 
-        // Place payload octets into the buffer.
-        let len_written = self.rx_buffer.write_at(payload_offset, payload);
-        debug_assert!(len_written == payload_len);
+        // Queue the frame, and make the contiguous data octets readable.
+        self.rx_buffer.accept(payload_offset, frame, contig_len);
 
         if contig_len != 0 {
-            // Enqueue the contiguous data octets in front of the buffer.
-            self.rx_buffer.commit(contig_len);
-
             // There's new data in rx_buffer, notify waiting task if any.
             self.rx_waker.wake();
         }
@@ -1653,7 +1862,8 @@ impl<'a> Tcb<'a> {
     fn seq_to_transmit(&self, cx: &mut TcpContext<'_>) -> bool {
         // Fast retransmits should always send, even if later congestion checks would disallow
         if self.pending_fast_retransmit && !self.tx_buffer.is_empty() {
-            return true;
+            // ... once the device is done with the frame to resend.
+            return !self.tx_blocked(None);
         }
 
         let ip_header_len = match self.tuple.unwrap().local.addr {
@@ -1719,7 +1929,9 @@ impl<'a> Tcb<'a> {
         // This condition matches only if #2, because #1 is already covered by can_data and we're ORing them.
         let can_fin = want_fin && self.remote_last_seq == self.local_seq_no + self.tx_buffer.len();
 
-        can_send || can_fin
+        // Data waits while the frame it sits in is still with the device (a retransmission of
+        // a frame sent in place); egress is woken when the device is done with it.
+        (can_send && !self.tx_blocked(None)) || can_fin
     }
 
     /// Whether a delayed ACK may go out at `timestamp`.
@@ -1785,13 +1997,15 @@ impl<'a> Tcb<'a> {
     /// Run the timers and, if there is anything to send (a SYN, data, FIN, ACK, window
     /// update, RST, keep-alive or zero-window probe), build one segment and hand it to `emit`.
     ///
-    /// `emit` gets the context back and the IP and TCP headers (the payload is a view into
-    /// the send buffer); it returns an error if it could not send the segment (no buffer, no
+    /// `emit` gets the context back, the IP and TCP headers, and the payload's frame when the
+    /// segment's payload is a send-buffer frame's whole unacknowledged rest (lent to the device
+    /// as a retained `TxFrame`, data = payload; `repr.payload` is then empty), else `None` (the
+    /// payload, possibly empty, is `repr.payload`, a view into the send buffer to copy); it returns an error if it could not send the segment (no buffer, no
     /// neighbour yet), which `dispatch` returns after leaving the connection as if nothing
     /// was sent. Call again while [`poll_at`](Self::poll_at) says `Now`: one segment per call.
     pub(crate) fn dispatch<F, E>(&mut self, cx: &mut TcpContext<'_>, emit: F) -> Result<(), E>
     where
-        F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr)) -> Result<(), E>,
+        F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr), Option<TxFrame>) -> Result<(), E>,
     {
         if self.tuple.is_none() {
             return Ok(());
@@ -1900,6 +2114,7 @@ impl<'a> Tcb<'a> {
             0,
             self.hop_limit.unwrap_or(64),
         );
+        self.note_rx_mss(cx, ip_repr.header_len());
 
         // Construct the basic TCP representation, an empty ACK packet.
         // We'll adjust this to be more specific as needed.
@@ -1922,6 +2137,13 @@ impl<'a> Tcb<'a> {
         };
 
         let mut is_zero_window_probe = false;
+        // The payload when it is a send-buffer frame sent in place (then `repr.payload` is
+        // empty and `zc_len` is the frame's length).
+        let mut zc: Option<TxFrame> = None;
+        let mut zc_len = 0;
+
+        // Frames the application fills hold one full segment each (`data_mss`).
+        self.local_mss = Some(cx.ip_mtu - ip_repr.header_len() - TCP_HEADER_LEN);
 
         match self.state {
             // We transmit an RST in the CLOSED state. If we ended up in the CLOSED state
@@ -1939,7 +2161,7 @@ impl<'a> Tcb<'a> {
                 repr.control = TcpControl::Syn;
                 repr.seq_number = self.local_seq_no;
                 // window len must NOT be scaled in SYNs.
-                repr.window_len = u16::try_from(self.rx_buffer.window()).unwrap_or(u16::MAX);
+                repr.window_len = u16::try_from(self.rx_window()).unwrap_or(u16::MAX);
                 if self.state == State::SynSent {
                     repr.ack_number = None;
                     repr.window_scale = Some(self.remote_win_shift);
@@ -1972,7 +2194,16 @@ impl<'a> Tcb<'a> {
                 let offset = if self.pending_fast_retransmit {
                     let size = effective_mss.min(self.tx_buffer.len());
                     repr.seq_number = self.local_seq_no;
-                    repr.payload = self.tx_buffer.get(0, size);
+                    match self.tx_buffer.locate(0, size) {
+                        Segment::Copy { index, off, len } => {
+                            repr.payload = self.tx_buffer.bytes(index, off, len);
+                        }
+                        Segment::Frame { index, len } => {
+                            zc = self.tx_buffer.take(index);
+                            zc_len = if zc.is_some() { len } else { 0 };
+                        }
+                        Segment::Busy => {}
+                    }
 
                     self.pending_fast_retransmit = false;
 
@@ -2021,19 +2252,32 @@ impl<'a> Tcb<'a> {
                     };
 
                     let offset = self.flight_size();
-                    repr.payload = self.tx_buffer.get(offset, size);
+                    match self.tx_buffer.locate(offset, size) {
+                        Segment::Copy { index, off, len } => {
+                            repr.payload = self.tx_buffer.bytes(index, off, len);
+                        }
+                        Segment::Frame { index, len } => {
+                            zc = self.tx_buffer.take(index);
+                            zc_len = if zc.is_some() { len } else { 0 };
+                        }
+                        // The device still has the frame: no payload this time (egress waits
+                        // for it, see `tx_blocked`).
+                        Segment::Busy => {}
+                    }
 
                     offset
                 };
 
                 // If we've sent everything we had in the buffer, follow it with the PSH or FIN
                 // flags, depending on whether the transmit half of the connection is open.
-                if offset + repr.payload.len() == self.tx_buffer.len() {
+                if offset + repr.payload.len() + zc_len == self.tx_buffer.len() {
                     match self.state {
                         State::FinWait1 | State::LastAck | State::Closing => {
                             repr.control = TcpControl::Fin
                         }
-                        State::Established | State::CloseWait if !repr.payload.is_empty() => {
+                        State::Established | State::CloseWait
+                            if !repr.payload.is_empty() || zc_len > 0 =>
+                        {
                             repr.control = TcpControl::Psh
                         }
                         _ => (),
@@ -2050,7 +2294,7 @@ impl<'a> Tcb<'a> {
         // sequence space will elicit an ACK, we only need to send an explicit packet if we
         // couldn't fill the sequence space with anything.
         let is_keep_alive;
-        if self.timer.should_keep_alive(cx.now) && repr.is_empty() {
+        if self.timer.should_keep_alive(cx.now) && repr.is_empty() && zc_len == 0 {
             repr.seq_number = repr.seq_number - 1;
             repr.payload = b"\x00"; // RFC 1122 says we should do this
             is_keep_alive = true;
@@ -2071,10 +2315,12 @@ impl<'a> Tcb<'a> {
         // Bailing out if the packet isn't placed in the device buffer allows us
         // to not waste time waiting for the retransmit timer on packets that we know
         // for sure will not be successfully transmitted.
-        ip_repr.set_payload_len(repr.buffer_len());
-        emit(cx, (ip_repr, repr))?;
+        ip_repr.set_payload_len(repr.buffer_len() + zc_len);
+        emit(cx, (ip_repr, repr), zc)?;
 
-        let end = repr.seq_number + repr.segment_len();
+        // Sequence space the segment occupies (a payload sent in place is not in `repr`).
+        let segment_len = repr.segment_len() + zc_len;
+        let end = repr.seq_number + segment_len;
         if self.sent_max.is_none_or(|max| end > max) {
             self.sent_max = Some(end);
         }
@@ -2101,21 +2347,18 @@ impl<'a> Tcb<'a> {
         // We've sent a packet successfully, so we can update the internal state now.
         // Use max() so a fast-retransmit segment (whose seq_number is local_seq_no, well
         // behind the current frontier) doesn't rewind the tracked "highest sent" sequence.
-        self.remote_last_seq = self
-            .remote_last_seq
-            .max(repr.seq_number + repr.segment_len());
+        self.remote_last_seq = self.remote_last_seq.max(repr.seq_number + segment_len);
         self.remote_last_ack = repr.ack_number;
         self.remote_last_win = repr.window_len;
 
-        if repr.segment_len() > 0 {
-            self.rtte
-                .on_send(cx.now, repr.seq_number + repr.segment_len());
+        if segment_len > 0 {
+            self.rtte.on_send(cx.now, repr.seq_number + segment_len);
             self.congestion_controller
                 .inner_mut()
-                .post_transmit(cx.now, repr.segment_len());
+                .post_transmit(cx.now, segment_len);
         }
 
-        if repr.segment_len() > 0 && !self.timer.is_retransmit() {
+        if segment_len > 0 && !self.timer.is_retransmit() {
             // RFC 6298 (5.1) Every time a packet containing data is sent (including a
             // retransmission), if the timer is not running, start it running
             // so that it will expire after RTO seconds.

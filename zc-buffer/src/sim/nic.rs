@@ -198,6 +198,14 @@ impl Driver for SimNic {
         self.pool.poll_alloc_tx(cx)
     }
 
+    fn poll_transmit_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.in_flight.len() >= self.tx_queue {
+            store_waker(&mut self.tx_waker, cx);
+            return Poll::Pending;
+        }
+        Poll::Ready(())
+    }
+
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
         let max = self.capabilities().max_frame_len();
         if frame.len() > max {

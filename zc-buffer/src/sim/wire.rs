@@ -18,7 +18,8 @@
 //! [`Delivery::Lend`] (made by [`wire_pair_with`]) is the loopback variant: the receiver gets
 //! the sender's slot itself ([`InFlight::loop_back`]), so a frame crosses with no copy at all,
 //! as smoltcp's `Loopback` device hands over its buffer. Benchmarks that set zcnet beside
-//! smoltcp's loopback use it; a corrupted or duplicated frame still takes the copying path.
+//! smoltcp's loopback use it; a corrupted or duplicated frame, and a retained one (a TCP
+//! socket keeps its slot until acknowledged), still take the copying path.
 //!
 //! The wire knows no executor. A [`Faults::delay`] needs a clock and a timer at each end:
 //! pass a [`WireTimer`] per end to [`wire_pair_with`] (the `zcnet-tests` crate has one over
@@ -418,7 +419,8 @@ impl Driver for WireEnd {
                 q.at,
                 self.shared.delivery == Delivery::Lend
                     && q.corrupt.is_none()
-                    && matches!(q.payload, Payload::Slot(_)),
+                    // A retained frame (a TCP socket keeps it) is copied, never lent.
+                    && matches!(&q.payload, Payload::Slot(f) if !f.is_retained()),
             ),
         };
         // Frames without a delay are queued due at zero: no clock read on the fast path.
@@ -462,7 +464,10 @@ impl Driver for WireEnd {
             let Payload::Slot(frame) = q.payload else {
                 unreachable!("only slots are lent")
             };
-            return Poll::Ready(frame.loop_back());
+            match frame.loop_back() {
+                Ok(rx) => return Poll::Ready(rx),
+                Err(_) => unreachable!("retained frames are not lent"),
+            }
         };
         let bytes = q.payload.bytes();
         let n = bytes.len().min(slot.capacity());
@@ -492,6 +497,17 @@ impl Driver for WireEnd {
             }
         }
         self.pool.poll_alloc_tx(cx)
+    }
+
+    fn poll_transmit_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.shared.in_flight[self.side].load(Relaxed) >= self.ring {
+            let mut dir = self.shared.dirs[self.side].lock();
+            if dir.slots_in_flight >= dir.ring {
+                set_waker(&mut dir.tx_waker, cx);
+                return Poll::Pending;
+            }
+        }
+        Poll::Ready(())
     }
 
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {

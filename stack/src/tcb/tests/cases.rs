@@ -97,9 +97,11 @@ fn send(socket: &mut TestSocket, timestamp: Instant, repr: &TcpRepr) -> Option<T
 
     assert!(socket.socket.accepts(&ip_repr, repr));
 
+    // The payload in a frame, as ingress hands it over.
+    let frame = (!repr.payload.is_empty()).then(|| test_frame(repr.payload));
     socket
         .socket
-        .process(&mut socket.cx, &ip_repr, repr)
+        .process(&mut socket.cx, &ip_repr, repr, frame)
         .map(|(_ip_repr, repr)| repr)
 }
 
@@ -113,7 +115,15 @@ where
     let mut sent = 0;
     let result = socket
         .socket
-        .dispatch(&mut socket.cx, |_, (ip_repr, tcp_repr)| {
+        .dispatch(&mut socket.cx, |_, (ip_repr, tcp_repr), zc| {
+            // A payload sent in place is the frame's data; show it in the repr as smoltcp does.
+            let tcp_repr = match &zc {
+                Some(frame) => TcpRepr {
+                    payload: &frame[..],
+                    ..tcp_repr
+                },
+                None => tcp_repr,
+            };
             assert_eq!(ip_repr.next_header(), IpProtocol::Tcp);
             assert_eq!(ip_repr.src_addr(), LOCAL_ADDR.into());
             assert_eq!(ip_repr.dst_addr(), REMOTE_ADDR.into());
@@ -134,7 +144,7 @@ fn recv_nothing(socket: &mut TestSocket, timestamp: Instant) {
     socket.cx.set_now(timestamp);
 
     let mut fail = false;
-    let result: Result<(), ()> = socket.socket.dispatch(&mut socket.cx, |_, _| {
+    let result: Result<(), ()> = socket.socket.dispatch(&mut socket.cx, |_, _, _| {
         fail = true;
         Ok(())
     });
@@ -209,8 +219,8 @@ fn socket() -> TestSocket {
 }
 
 fn socket_with_buffer_sizes(tx_len: usize, rx_len: usize) -> TestSocket {
-    let rx_buffer = RecvBuffer::new(storage(vec![0; rx_len]));
-    let tx_buffer = SendBuffer::new(storage(vec![0; tx_len]));
+    let rx_buffer = RecvBuffer::new(rx_len);
+    let tx_buffer = send_buffer(tx_len);
     let mut socket = Tcb::new(rx_buffer, tx_buffer);
     socket.set_ack_delay(None);
     TestSocket {
@@ -1596,11 +1606,9 @@ fn test_peek_slice_buffer_wrap() {
     let mut s = socket_established_with_buffer_sizes(BUF_SIZE, BUF_SIZE);
 
     // smoltcp: `enqueue_slice(&send_buf[..8])`, `dequeue_many(6)`, `enqueue_slice(&send_buf[..5])`.
-    let n = s.rx_buffer.write_at(0, &send_buf[..8]);
-    s.rx_buffer.commit(n);
+    s.rx_buffer.push_bytes(&send_buf[..8]);
     s.rx_buffer.dequeue_with(|b| (b.len().min(6), ()));
-    let n = s.rx_buffer.write_at(0, &send_buf[..5]);
-    s.rx_buffer.commit(n);
+    s.rx_buffer.push_bytes(&send_buf[..5]);
 
     let mut peeked_buf = [0u8; BUF_SIZE];
     let actually_peeked = s.peek_slice(&mut peeked_buf[..]).unwrap();
@@ -1620,6 +1628,9 @@ fn setup_rfc2018_cases() -> (TestSocket, Vec<u8>) {
     // segments, each containing 500 data bytes.
     let mut s = socket_established_with_buffer_sizes(4000, 4000);
     s.remote_has_sack = true;
+    // zcnet: a slot for each of the eight 500-byte segments of RFC 2018's window (the budget
+    // derived from 4000 bytes, four slots, assumes segments near the MSS).
+    s.rx_buffer.set_budget(8);
 
     // create a segment that is 500 bytes long
     let mut segment: Vec<u8> = Vec::with_capacity(500);
@@ -1747,7 +1758,7 @@ fn test_established_sliding_window_recv() {
     let mut s = socket_established();
     // Update our scaling parameters for a TCP with a scaled buffer.
     assert_eq!(s.rx_buffer.len(), 0);
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 262143]));
+    s.rx_buffer = RecvBuffer::new(262143);
     s.assembler = Assembler::new();
     s.remote_win_scale = Some(0);
     s.remote_last_win = 65535;
@@ -3004,7 +3015,7 @@ fn test_last_ack_partial_ack_no_challenge_ack() {
     // before the FIN.  We manually wire the state so we can send a partial ACK.
     let mut s = socket_last_ack();
     // Push one byte into the tx buffer to simulate data that preceded the FIN.
-    let _ = s.tx_buffer.enqueue_slice(b"x");
+    let _ = s.tx_buffer.enqueue_slice(None, b"x");
     // Mark it as already sent (remote_last_seq is past the data byte and the FIN).
     s.remote_last_seq = LOCAL_SEQ + 1 + 1 + 1; // data(1) + FIN(1)
 
@@ -4552,7 +4563,7 @@ fn test_retransmit_fin_wait() {
 #[test]
 fn test_maximum_segment_size() {
     let mut s = socket_listen();
-    s.tx_buffer = SendBuffer::new(storage(vec![0; 32767]));
+    s.tx_buffer = send_buffer(32767);
     send!(
         s,
         TcpRepr {
@@ -4781,8 +4792,10 @@ fn test_psh_receive() {
 #[test]
 fn test_zero_window_ack() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
+    // zcnet: as if the socket had been opened with 6 bytes (its window never retreats).
+    s.remote_last_win = 6;
     send!(
         s,
         TcpRepr {
@@ -4821,8 +4834,10 @@ fn test_zero_window_ack() {
 #[test]
 fn test_zero_window_ack_not_rate_limited() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
+    // zcnet: as if the socket had been opened with 6 bytes (its window never retreats).
+    s.remote_last_win = 6;
     send!(
         s,
         TcpRepr {
@@ -4881,8 +4896,10 @@ fn test_zero_window_ack_not_rate_limited() {
 #[test]
 fn test_zero_window_fin() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
+    // zcnet: as if the socket had been opened with 6 bytes (its window never retreats).
+    s.remote_last_win = 6;
     s.ack_delay = None;
 
     send!(
@@ -4932,8 +4949,10 @@ fn test_zero_window_fin() {
 #[test]
 fn test_zero_window_ack_on_window_growth() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
+    // zcnet: as if the socket had been opened with 6 bytes (its window never retreats).
+    s.remote_last_win = 6;
     send!(
         s,
         TcpRepr {
@@ -5068,8 +5087,10 @@ fn test_fill_peer_window() {
 #[test]
 fn test_announce_window_after_read() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
+    // zcnet: as if the socket had been opened with 6 bytes (its window never retreats).
+    s.remote_last_win = 6;
     send!(
         s,
         TcpRepr {
@@ -5089,7 +5110,7 @@ fn test_announce_window_after_read() {
         }]
     );
     // Test that `dispatch` updates `remote_last_win`
-    assert_eq!(s.remote_last_win, s.rx_buffer.window() as u16);
+    assert_eq!(s.remote_last_win, s.rx_window() as u16);
     s.recv(|buffer| (buffer.len(), ())).unwrap();
     assert!(s.window_to_update());
     recv!(
@@ -5101,7 +5122,7 @@ fn test_announce_window_after_read() {
             ..RECV_TEMPL
         }]
     );
-    assert_eq!(s.remote_last_win, s.rx_buffer.window() as u16);
+    assert_eq!(s.remote_last_win, s.rx_window() as u16);
     // Provoke immediate ACK to test that `process` updates `remote_last_win`
     send!(
         s,
@@ -5133,7 +5154,7 @@ fn test_announce_window_after_read() {
             ..RECV_TEMPL
         })
     );
-    assert_eq!(s.remote_last_win, s.rx_buffer.window() as u16);
+    assert_eq!(s.remote_last_win, s.rx_window() as u16);
     s.recv(|buffer| (buffer.len(), ())).unwrap();
     assert!(s.window_to_update());
 }
@@ -5769,7 +5790,7 @@ fn test_set_hop_limit() {
 
     s.set_hop_limit(Some(0x2a));
     assert_eq!(
-        s.socket.dispatch(&mut s.cx, |_, (ip_repr, _)| {
+        s.socket.dispatch(&mut s.cx, |_, (ip_repr, _), _| {
             assert_eq!(ip_repr.hop_limit(), 0x2a);
             Ok::<_, ()>(())
         }),
@@ -5840,7 +5861,7 @@ fn test_out_of_order() {
 #[test]
 fn test_buffer_wraparound_rx() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
     send!(
         s,
@@ -5875,14 +5896,18 @@ fn test_buffer_wraparound_tx() {
     let mut s = socket_established();
     s.set_nagle_enabled(false);
 
-    s.tx_buffer = SendBuffer::new(storage(vec![b'.'; 9]));
+    s.tx_buffer = send_buffer(9);
+    // zcnet: the send buffer is a queue of frames of one segment each, and a segment stops at
+    // the end of a frame as smoltcp's stops at the ring's wrap point. With 6-byte segments the
+    // frame boundary falls where smoltcp's 9-byte ring wraps.
+    s.remote_mss = 6;
     assert_eq!(s.send_slice(b"xxxyyy"), Ok(6));
     // smoltcp: `assert_eq!(s.tx_buffer.dequeue_many(3), &b"xxx"[..])`.
-    assert_eq!(s.tx_buffer.get(0, 3), &b"xxx"[..]);
+    assert_eq!(s.tx_buffer.bytes(0, 0, 3), &b"xxx"[..]);
     s.tx_buffer.dequeue(3);
     assert_eq!(s.tx_buffer.len(), 3);
 
-    // "abcdef" not contiguous in tx buffer
+    // "abcdef" not contiguous in tx buffer (split over two frames)
     assert_eq!(s.send_slice(b"abcdef"), Ok(6));
     recv!(
         s,
@@ -6429,7 +6454,7 @@ fn test_final_packet_in_stream_doesnt_wait_for_nagle() {
 #[test]
 fn test_doesnt_accept_wrong_port() {
     let mut s = socket_established();
-    s.rx_buffer = RecvBuffer::new(storage(vec![0; 6]));
+    s.rx_buffer = RecvBuffer::new(6);
     s.assembler = Assembler::new();
 
     let tcp_repr = TcpRepr {

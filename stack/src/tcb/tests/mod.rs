@@ -3,9 +3,10 @@
 //! when `proto-ipv4` is enabled, else over IPv6; the cases are the same file, `cases.rs`.
 //!
 //! Adapted: the interface context is a [`TcpContext`] over a smoltcp `Interface` with the
-//! addresses of smoltcp's `tests::setup` (`test_context`), buffers are leaked storage
-//! (`storage`), `accepts` takes no context and `dispatch`'s `emit` no `PacketMeta`, direct
-//! ring-buffer pokes go through the [`RecvBuffer`] / [`SendBuffer`] operations, and
+//! addresses of smoltcp's `tests::setup` (`test_context`), `accepts` takes no context and
+//! `dispatch`'s `emit` no `PacketMeta`, direct ring-buffer pokes go through the [`RecvBuffer`] / [`SendBuffer`] operations, the send buffer
+//! is a queue of frames of a leaked pool (`send_buffer`), a payload `dispatch` hands over in its
+//! frame is shown in the `TcpRepr` the cases compare, and
 //! feature-gated tests always run (Reno, CUBIC, `pause_synack`). Dropped: the
 //! segmentation-offload test (no segmentation offload here).
 
@@ -14,7 +15,6 @@ extern crate std;
 use std::boxed::Box;
 use std::ops::{Deref, DerefMut};
 use std::println;
-use std::vec;
 use std::vec::Vec;
 
 use smoltcp::iface::{Config, Interface};
@@ -23,6 +23,7 @@ use smoltcp::wire::{HardwareAddress, IpCidr, IpRepr};
 
 use super::*;
 use crate::tcb::context::TcpRand;
+use crate::tcb::recv::test_frame;
 use crate::tcb::timer::CLOSE_DELAY;
 
 /// A device that never has a frame: only there to build an `Interface` (medium IP, MTU 1500,
@@ -104,9 +105,11 @@ fn test_context() -> TcpContext<'static> {
     )
 }
 
-/// Leaked buffer storage with the bytes of `v`.
-fn storage(v: Vec<u8>) -> &'static mut [u8] {
-    v.leak()
+/// A send buffer of `capacity` bytes over a leaked pool of its own (32 slots of 2048 bytes,
+/// the stack's default headroom of 128: frames hold up to 1920 payload bytes, more than an MSS).
+fn send_buffer(capacity: usize) -> SendBuffer<'static> {
+    let pool = zcnet_buffer::FramePool::leak(zcnet_buffer::PoolConfig::new(32)).unwrap();
+    SendBuffer::new(pool, capacity, 32, zcnet_buffer::DEFAULT_HEADROOM)
 }
 
 /// The cases over IPv4.
