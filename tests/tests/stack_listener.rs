@@ -2,16 +2,17 @@
 //! orphans) give their slots up to the listener, so a server answering `Connection: close` keeps
 //! accepting at full speed; when open connections hold every slot the listener cannot re-arm,
 //! and once one is freed it must re-arm and accept again without anyone polling it for another
-//! reason.
+//! reason. Listening sockets held by handshakes that never complete listen again after
+//! `HANDSHAKE_TIMEOUT`.
 
 use std::time::Duration;
 
 use zcnet_executor::time::timeout;
-use zcnet_executor::Executor;
-use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
+use zcnet_executor::{Executor, JoinHandle};
+use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket, HANDSHAKE_TIMEOUT};
 use zcnet_stack::{DropReason, IpEndpoint, Stack};
 use zcnet_tests::clock::VirtualClock;
-use zcnet_tests::net::{pair_sized, pair_sizes, ADDR};
+use zcnet_tests::net::{pair_sized, pair_sizes, Pair, ADDR};
 use zcnet_tests::wire::Faults;
 
 /// Socket slots of the server's stack: room for the listener's backlog plus as many
@@ -70,6 +71,35 @@ async fn answer(s: &mut TcpSocket) -> [u8; 64] {
     buf
 }
 
+/// Runs the server on `p`'s stack B: a listener on [`PORT`] whose connections each get one
+/// [`answer`] and are closed (dropped while closing: the stack finishes the close, TIME-WAIT
+/// included, as an orphan).
+fn spawn_answering_server(p: &Pair) -> JoinHandle<()> {
+    let b = p.stacks[1];
+    let sp = p.exec.spawner();
+    sp.spawn(async move {
+        let mut l = TcpListener::bind(b, PORT, BACKLOG, buffers).unwrap();
+        loop {
+            let mut s = l.accept().await;
+            sp.spawn(async move {
+                answer(&mut s).await;
+                s.close();
+            });
+        }
+    })
+}
+
+/// A client stack with room for more connections than the server's table of [`SLOTS`], on
+/// virtual time.
+fn server_pair() -> Pair {
+    pair_sizes::<32, SLOTS>(
+        Executor::leak(VirtualClock::leak()),
+        Faults::default(),
+        128,
+        |_, _| {},
+    )
+}
+
 /// The server closes first (as an HTTP server answering `Connection: close` does), so each
 /// connection it served sits in TIME-WAIT (10 s in smoltcp) as an orphan. With 8 slots and a
 /// backlog of 4, the fifth connection already finds the table full when the listener replaces
@@ -85,18 +115,7 @@ fn time_wait_orphans_give_their_slots_to_the_listener() {
         |_, _| {},
     );
     let [a, b] = p.stacks;
-    let sp = p.exec.spawner();
-    let server = sp.spawn(async move {
-        let mut l = TcpListener::bind(b, PORT, BACKLOG, buffers).unwrap();
-        loop {
-            let mut s = l.accept().await;
-            sp.spawn(async move {
-                answer(&mut s).await;
-                s.close();
-                // Dropped while closing: the stack finishes the close (TIME-WAIT) as an orphan.
-            });
-        }
-    });
+    let server = spawn_answering_server(&p);
 
     for i in 0..3 * SLOTS {
         let got = p.exec.block_on(async move {
@@ -128,13 +147,7 @@ fn time_wait_orphans_give_their_slots_to_the_listener() {
 /// waiting client is served on its next SYN.
 #[test]
 fn listener_rearms_when_a_slot_is_freed() {
-    // The client side has room for more connections than the server's table.
-    let p = pair_sizes::<32, SLOTS>(
-        Executor::leak(VirtualClock::leak()),
-        Faults::default(),
-        128,
-        |_, _| {},
-    );
+    let p = server_pair();
     let [a, b] = p.stacks;
     let sp = p.exec.spawner();
     let server = sp.spawn(async move {
@@ -196,5 +209,71 @@ fn listener_rearms_when_a_slot_is_freed() {
     });
     assert_eq!(got, b"ok GET /100".to_vec());
     drop(held);
+    drop(server);
+}
+
+/// Clients that send their SYN and vanish (a SYN flood from spoofed addresses looks the same)
+/// put every listening socket in SYN-RECEIVED, waiting for an ACK that never comes: the next
+/// client's SYN meets a full backlog. After [`HANDSHAKE_TIMEOUT`] without a word from their
+/// peers those sockets give the handshake up and listen again, so a client arriving later is
+/// served on its first SYN.
+#[test]
+fn half_open_handshakes_give_their_listening_sockets_back() {
+    let p = server_pair();
+    let [a, b] = p.stacks;
+    let sp = p.exec.spawner();
+    let server = spawn_answering_server(&p);
+    // One exchange first, so both sides know each other's MAC.
+    let got = p.exec.block_on(exchange(a, 0));
+    assert_eq!(got, b"ok GET /0".to_vec());
+
+    // The server's SYN-ACKs are lost from now on: BACKLOG clients' SYNs arrive, then the
+    // clients vanish (their aborts lost too), and one more SYN meets a full backlog.
+    p.ends[1].set_cut(true);
+    let vanishing: Vec<_> = (1..=BACKLOG + 1)
+        .map(|i| {
+            sp.spawn(async move {
+                let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(256, 256)).unwrap();
+                let r = c
+                    .connect_timeout(
+                        IpEndpoint::new(ADDR[1].into(), PORT),
+                        Duration::from_secs(3),
+                    )
+                    .await;
+                assert!(r.is_err(), "client {i} got no SYN-ACK");
+            })
+        })
+        .collect();
+    p.exec
+        .block_on(zcnet_executor::time::sleep(Duration::from_millis(100)));
+    assert_eq!(
+        b.stats().dropped(DropReason::BacklogFull),
+        1,
+        "{:?}",
+        b.stats()
+    );
+    p.ends[0].set_cut(true);
+    for c in vanishing {
+        p.exec.block_on(c);
+    }
+
+    // Past the handshake timeout, with the wire whole again, a new client is served at once
+    // (a SYN dropped for a full backlog would cost it a 1 s retransmission).
+    p.exec
+        .block_on(zcnet_executor::time::sleep(HANDSHAKE_TIMEOUT));
+    p.ends[0].set_cut(false);
+    p.ends[1].set_cut(false);
+    let got = p.exec.block_on(async move {
+        timeout(Duration::from_millis(500), exchange(a, 100))
+            .await
+            .unwrap_or_else(|_| panic!("client served at once; server {:?}", b.stats()))
+    });
+    assert_eq!(got, b"ok GET /100".to_vec());
+    assert_eq!(
+        b.stats().dropped(DropReason::BacklogFull),
+        1,
+        "{:?}",
+        b.stats()
+    );
     drop(server);
 }

@@ -72,7 +72,7 @@ use crate::tcp_table::{CloseCause, TcpHandle};
 use crate::StackError;
 use zcnet_buffer::TxFrame;
 
-pub use super::tcp_listener::{TcpListener, MAX_BACKLOG};
+pub use super::tcp_listener::{TcpListener, HANDSHAKE_TIMEOUT, MAX_BACKLOG};
 pub use crate::tcb::congestion::CongestionControl;
 /// The state of a TCP connection (RFC 793).
 pub use crate::tcb::state::State as TcpState;

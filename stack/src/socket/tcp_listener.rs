@@ -2,6 +2,9 @@
 
 use core::future::poll_fn;
 use core::task::Poll;
+use core::time::Duration;
+
+use smoltcp::time::Duration as SmolDuration;
 
 use super::tcp::{add_socket, Conn, TcpBuffers, TcpSocket, TcpState};
 use crate::backlog::ListenerId;
@@ -25,6 +28,15 @@ use crate::StackError;
 /// slot, whenever the application drops a socket (when a buffer source that counts per
 /// connection gets its buffers back), and when the application calls
 /// [`Stack::tcp_buffers_returned`] (buffers that come back any other way).
+///
+/// A listening socket that a SYN moved to SYN-RECEIVED gives the handshake up when the peer
+/// sends nothing more for [`HANDSHAKE_TIMEOUT`] (a client that vanished, or a spoofed SYN):
+/// the stack resets it, and `accept` makes it listen again. Otherwise `backlog` such SYNs
+/// would hold every listening socket for good, and the listener would drop every later SYN.
+/// The same timeout covers a connection that completed its handshake but waits to be
+/// accepted: one whose peer stays silent that long is reset and never handed out. A socket
+/// `accept` hands out has no timeout (what [`TcpSocket::set_timeout`] sets is the
+/// application's).
 #[derive(Debug)]
 pub struct TcpListener {
     stack: Stack,
@@ -37,6 +49,11 @@ pub struct TcpListener {
 
 /// The largest backlog a listener supports.
 pub const MAX_BACKLOG: usize = 64;
+
+/// How long a listening socket in SYN-RECEIVED waits for its peer's next segment before it
+/// gives the handshake up (see [`TcpListener`]): BSD's connection-establishment timer, longer
+/// than a client's SYN retries at their usual timeouts (1, 2, 4, 8, 16 s) take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(75);
 
 impl TcpListener {
     /// Listens on `endpoint` with `backlog` sockets (1..=[`MAX_BACKLOG`]), each with buffers from
@@ -74,7 +91,10 @@ impl TcpListener {
         let handle = add_socket(self.stack, buffers)?;
         let endpoint = self.endpoint;
         let ok = self.stack.with(|st| {
-            let r = st.with_tcb(handle, |s, _| s.listen(endpoint));
+            let r = st.with_tcb(handle, |s, _| {
+                s.set_timeout(Some(SmolDuration::from_secs(HANDSHAKE_TIMEOUT.as_secs())));
+                s.listen(endpoint)
+            });
             if r.is_err() {
                 st.remove_tcb(handle);
             }
@@ -122,6 +142,7 @@ impl TcpListener {
                     }
                 }
             }
+            let endpoint = self.endpoint;
             let found = self.stack.with(|st| {
                 for (i, h) in self.listening[..self.backlog].iter().enumerate() {
                     let Some(h) = *h else { continue };
@@ -130,8 +151,18 @@ impl TcpListener {
                             s.register_recv_waker(cx.waker());
                             false
                         }
-                        // Established, or already closing: hand it out either way.
+                        // Closed before it was handed out (the handshake timed out, the peer
+                        // reset it, or its local address went away): listen again. `listen`
+                        // cannot fail here: the socket is closed and the endpoint was good.
+                        TcpState::Closed => {
+                            let _ = s.listen(endpoint);
+                            s.register_recv_waker(cx.waker());
+                            false
+                        }
+                        // Established, or already closing: hand it out either way, without
+                        // the listener's handshake timeout.
                         _ => {
+                            s.set_timeout(None);
                             st.meta.set_connected();
                             true
                         }
