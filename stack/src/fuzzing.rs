@@ -1,23 +1,27 @@
 //! Entry points for zcnet's fuzz targets (`tests/fuzz/`), behind the `fuzzing` feature: the
 //! zero-copy path's frame classifier (`socket/datagram.rs`) and the neighbour table with its
 //! ARP / NDP snooping (`neighbor.rs`), driven one call at a time without the stack's tasks, so a
-//! fuzzer reaches them at millions of inputs per minute.
+//! fuzzer reaches them at millions of inputs per minute; and a read-only view of the TCP table
+//! for the checks of a target that runs the whole stack.
 //!
 //! Not an API: nothing here is stable, and nothing but the fuzz targets should use it. A
-//! [`Probe`] wraps a [`Stack`] whose [`Runner`](crate::Runner) was *not* spawned (the probe's
-//! calls stand in for the ingress and egress tasks; with the tasks running too, the two would
-//! interleave in ways the stack never does).
+//! [`Probe`]'s classifier and neighbour calls need a [`Stack`] whose
+//! [`Runner`](crate::Runner) was *not* spawned (they stand in for the ingress and egress
+//! tasks; with the tasks running too, the two would interleave in ways the stack never does).
+//! [`Probe::tcp_connections`] and [`Probe::tcp_totals`] only read, under the stack's lock, and
+//! work on any stack.
 
 use core::task::{Context, Poll, Waker};
 
 use smoltcp::time::Instant;
 use zcnet_buffer::TxFrame;
 
-use crate::config::IpAddress;
+use crate::config::{IpAddress, IpEndpoint};
 use crate::datagram::DatagramError;
 use crate::neighbor::{self, Lookup};
 use crate::socket::datagram::{self as dg, Class};
 use crate::stack::Stack;
+use crate::tcp::TcpState;
 use crate::DropReason;
 
 /// What ingress would do with a frame, as [`Probe::classify`] reports it.
@@ -49,7 +53,32 @@ pub enum Resolution {
     Full,
 }
 
-/// The classifier and the neighbour table of one stack, called directly.
+/// One connection of the stack's TCP table, as [`Probe::tcp_connections`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpEntry {
+    /// Its place in the table.
+    pub place: usize,
+    /// Its state.
+    pub state: TcpState,
+    /// The local port it listens on or is connected from.
+    pub local_port: u16,
+    /// The peer, once there is one.
+    pub remote: Option<IpEndpoint>,
+    /// Whether its socket was dropped while it was still closing (the stack removes it once
+    /// closed, or at its deadline).
+    pub orphan: bool,
+}
+
+/// The TCP table's totals, as [`Probe::tcp_totals`] reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpTotals {
+    /// Sockets of every kind in use, and the stack's socket slots.
+    pub sockets: (usize, usize),
+    /// Pool slots the TCP connections' budgets reserve, and the TCP share they may take.
+    pub reserved: (usize, usize),
+}
+
+/// The classifier and the neighbour table of one stack, called directly, and its TCP table.
 #[derive(Clone, Copy, Debug)]
 pub struct Probe {
     stack: Stack,
@@ -60,7 +89,7 @@ fn at(now_ms: u64) -> Instant {
 }
 
 impl Probe {
-    /// A probe over `stack`, whose runner must not be running.
+    /// A probe over `stack` (see the module docs for which calls need its runner stopped).
     pub fn new(stack: Stack) -> Self {
         Self { stack }
     }
@@ -203,6 +232,37 @@ impl Probe {
                 }
             }
             Ok(())
+        })
+    }
+
+    /// Calls `f` with every connection of the stack's TCP table (listening sockets included),
+    /// in place order.
+    pub fn tcp_connections(&self, mut f: impl FnMut(TcpEntry)) {
+        self.stack.with(|st| {
+            for place in 0..st.tcp.len() {
+                let orphan = st.tcp.orphan_at(place).is_some();
+                let Some(e) = st.tcp.at(place) else {
+                    continue;
+                };
+                let t = &*e.tcb;
+                f(TcpEntry {
+                    place,
+                    state: t.state(),
+                    local_port: t
+                        .local_endpoint()
+                        .map_or(t.listen_endpoint().port, |e| e.port),
+                    remote: t.remote_endpoint(),
+                    orphan,
+                });
+            }
+        })
+    }
+
+    /// The socket and pool-budget totals (see [`TcpTotals`]).
+    pub fn tcp_totals(&self) -> TcpTotals {
+        self.stack.with(|st| TcpTotals {
+            sockets: (st.socket_count, st.socket_capacity),
+            reserved: (st.tcp.reserved(), st.tcp_slot_limit),
         })
     }
 }

@@ -31,7 +31,8 @@ use zcnet_buffer::{
 };
 use zcnet_executor::Executor;
 use zcnet_stack::datagram::{DatagramQueue, DatagramSocket};
-use zcnet_stack::tcp::{TcpBuffers, TcpListener};
+use zcnet_stack::fuzzing::Probe;
+use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
 use zcnet_stack::{Config, Ipv4Config, Stack, StackResources, MAX_HELD_FRAMES};
 use zcnet_tests::clock::VirtualClock;
 
@@ -115,6 +116,9 @@ pub struct HarnessStats {
     pub reconnect_waits: u64,
     /// Inputs after which the stack held a DHCP lease.
     pub with_lease: u64,
+    /// Segments with data the stack sent the peer from the listener's port (the connections'
+    /// echoes, retransmissions included).
+    pub data_segments: u64,
 }
 
 /// The stack under test and the scripted peer.
@@ -158,6 +162,36 @@ fn after(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
 
+/// An accepted connection's application: echoes what it receives until the peer closes or
+/// the connection fails, then closes. Every other connection echoes without a copy: it takes
+/// each received segment in its frame ([`TcpSocket::recv_segment`]), holds it while it waits
+/// for a TX frame, writes the first bytes of it into that frame and queues the frame itself
+/// ([`TcpSocket::send_frame`]); the others copy ([`TcpSocket::read`] /
+/// [`TcpSocket::write_all`]).
+async fn serve(mut s: TcpSocket, zero_copy: bool) {
+    if zero_copy {
+        while let Ok(Some(seg)) = s.recv_segment().await {
+            let mut f = s.tx_frame().await;
+            let n = seg.len().min(f.tailroom());
+            if let Ok(b) = f.append(n) {
+                b.copy_from_slice(&seg.payload()[..n]);
+            }
+            drop(seg);
+            if s.send_frame(f).await.is_err() {
+                break;
+            }
+        }
+    } else {
+        let mut buf = [0u8; 512];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+    }
+    s.close();
+}
+
 static HARNESS: OnceLock<Mutex<Harness>> = OnceLock::new();
 
 /// The process's harness, built on first use.
@@ -187,27 +221,20 @@ impl Harness {
             slaac: true,
             ..Config::default()
         };
-        let resources: &'static StackResources<SOCKETS> =
-            Box::leak(Box::new(StackResources::new()));
+        let resources: &'static StackResources<SOCKETS> = StackResources::leak();
         let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
         let spawner = exec.spawner();
         runner.spawn(spawner);
 
         let mut listener = TcpListener::bind(stack, LISTEN_PORT, 4, tcp_buffers).expect("listener");
         spawner.spawn(async move {
+            let mut zero_copy = false;
             loop {
                 let mut s = listener.accept().await;
                 s.set_keep_alive(Some(Duration::from_secs(30)));
                 s.set_timeout(Some(Duration::from_secs(120)));
-                spawner.spawn(async move {
-                    let mut buf = [0u8; 512];
-                    while let Ok(n) = s.read(&mut buf).await {
-                        if n == 0 {
-                            break;
-                        }
-                    }
-                    s.close();
-                });
+                zero_copy = !zero_copy;
+                spawner.spawn(serve(s, zero_copy));
             }
         });
         let echo = DatagramSocket::bind(stack, ECHO_PORT, DatagramQueue::with_capacity(ECHO_QUEUE))
@@ -328,6 +355,9 @@ impl Harness {
                 }
                 if seg.flags & (flags::SYN | flags::ACK) == flags::SYN | flags::ACK {
                     self.synack = Some((seg.dst_port, seg.seq));
+                }
+                if seg.len > 0 {
+                    self.stats.data_segments += 1;
                 }
                 if seg.dst_port != self.conn.port {
                     return;
@@ -458,9 +488,8 @@ impl Harness {
             self.advance(Duration::from_secs(600));
             assert!(
                 self.connect(),
-                "the listener answers no SYN even after 10 minutes: {:?} {:?}",
-                self.stack.stats(),
-                self.pool.occupancy()
+                "the listener answers no SYN even after 10 minutes: {}",
+                self.describe()
             );
         }
         assert!(
@@ -470,6 +499,19 @@ impl Harness {
             self.stack.stats(),
             self.pool.occupancy()
         );
+    }
+
+    /// The stack's counters, the pool's occupancy and the TCP table, for a failure message.
+    fn describe(&self) -> String {
+        let probe = Probe::new(self.stack);
+        let mut conns = String::new();
+        probe.tcp_connections(|c| conns.push_str(&format!("\n  {c:?}")));
+        format!(
+            "{:?} {:?} {:?}{conns}",
+            self.stack.stats(),
+            self.pool.occupancy(),
+            probe.tcp_totals()
+        )
     }
 
     /// The stack answers a ping to its link-local address, and to its IPv4 address if it has
@@ -504,22 +546,22 @@ impl Harness {
         }
     }
 
-    /// The pool is consistent and holds nothing it should not: no frame with the stack or in
-    /// the device, at most the echo socket's queue lent, TX slots only for the stack's scratch
-    /// and spare frames and the frames held for neighbour resolution, the ring full.
+    /// The pool is consistent and holds nothing it should not: nothing in the device; received
+    /// frames (STACK) and frames kept for retransmission (RETAINED) only within the TCP
+    /// connections' budgets (each connection holds at most the pool slots its budget reserved);
+    /// at most the echo socket's queue lent; TX slots only for the stack's scratch and spare
+    /// frames and the frames held for neighbour resolution; the ring full.
     fn check_pool(&mut self) {
         let occ = self.pool.audit().expect("pool audit");
-        let ok = occ.stack == 0
-            && occ.device == 0
+        let (reserved, _) = Probe::new(self.stack).tcp_totals().reserved;
+        let ok = occ.device == 0
+            && occ.sent == 0
+            && occ.stack + occ.retained <= reserved
             && occ.lent <= ECHO_QUEUE
             && occ.tx <= 2 + MAX_HELD_FRAMES
             && occ.posted == RING
             && occ.total() == SLOTS;
-        assert!(
-            ok,
-            "slots unaccounted for: {occ:?} {:?}",
-            self.stack.stats()
-        );
+        assert!(ok, "slots unaccounted for: {}", self.describe());
     }
 
     /// Runs one input: its operations, then the checks.
@@ -543,7 +585,7 @@ impl Harness {
     fn op(&mut self, r: &mut Reader<'_>) {
         let op = r.u8();
         let bit = op & 0x80 != 0;
-        match op % 10 {
+        match (op & 0x7f) % 10 {
             // A raw frame, checksums fixed when the high bit is set.
             0 => {
                 let mut f = r.long(1514).to_vec();
