@@ -265,4 +265,23 @@ impl Probe {
             reserved: (st.tcp.reserved(), st.tcp_slot_limit),
         })
     }
+
+    /// Egress's timer: the deadline it is armed for, and the earliest deadline the stack has
+    /// now (smoltcp's, the TCP connections', autoconfiguration's and the neighbour table's, as
+    /// ingress computes it after a batch), both in milliseconds of the stack's clock. Egress
+    /// may be armed earlier than due (it re-arms lazily). With the executor idle, an armed
+    /// deadline behind the clock is a timer that never fired.
+    pub fn egress_deadlines(&self) -> (Option<i64>, Option<i64>) {
+        let now = self.stack.now();
+        self.stack.with(|st| {
+            let at = st.iface.poll_at(now, &st.sockets);
+            let at = crate::stack::earliest(at, crate::tcp_io::deadline(st, now));
+            let at = crate::autoconf::deadline(st, now, at, false);
+            let at = crate::stack::earliest(at, st.neighbors.deadline());
+            (
+                st.egress_deadline.map(|t| t.total_millis()),
+                at.map(|t| t.total_millis()),
+            )
+        })
+    }
 }

@@ -24,10 +24,17 @@ impl VirtualClock {
         Box::leak(Box::default())
     }
 
-    /// Moves the clock forward by `d`.
+    /// Moves the clock forward by `d`. Panics if the clock would pass `u64::MAX` nanoseconds
+    /// (some 584 years): it never wraps around to run backwards.
     pub fn advance(&self, d: Duration) {
         let d = u64::try_from(d.as_nanos()).expect("duration fits in u64 nanoseconds");
-        self.nanos.fetch_add(d, Ordering::Relaxed);
+        let moved = self
+            .nanos
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(d));
+        assert!(
+            moved.is_ok(),
+            "VirtualClock: advanced past u64::MAX nanoseconds"
+        );
     }
 
     /// Whether a signal is pending (sent and not yet consumed by a `wait`).
@@ -82,6 +89,17 @@ mod tests {
         c.wait(None);
         assert!(!c.is_signalled());
         assert_eq!(c.now().as_nanos(), 5_000_000);
+    }
+
+    /// The clock never wraps around to run backwards: advancing to its last nanosecond works,
+    /// one more panics.
+    #[test]
+    #[should_panic(expected = "advanced past u64::MAX nanoseconds")]
+    fn virtual_clock_does_not_wrap() {
+        let c = VirtualClock::leak();
+        c.advance(Duration::from_nanos(u64::MAX));
+        assert_eq!(c.now().as_nanos(), u64::MAX);
+        c.advance(Duration::from_nanos(1));
     }
 
     #[test]

@@ -528,3 +528,27 @@ pub fn l4_of(frame: &[u8]) -> Option<(u8, Vec<u8>, &[u8])> {
         _ => None,
     }
 }
+
+/// One line about a frame, of which `head` holds the first bytes (`len` in all): destination
+/// MAC, EtherType, length, and for IP the protocol, destination and the first bytes of the
+/// transport header (for failure messages).
+pub fn summary(head: &[u8], len: usize) -> String {
+    if head.len() < 14 {
+        return format!("runt {head:02x?}");
+    }
+    let ty = u16::from_be_bytes([head[12], head[13]]);
+    let ip = &head[14..];
+    let (proto, dst, l4) = match ty {
+        ETH_IPV4 if ip.len() >= 20 => {
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            (ip[9], &ip[16..20], ip.get(ihl..).unwrap_or(&[]))
+        }
+        ETH_IPV6 if ip.len() >= 40 => (ip[6], &ip[24..40], &ip[40..]),
+        _ => return format!("to {:02x?} type {ty:#06x} len {len}", &head[..6]),
+    };
+    format!(
+        "to {:02x?} type {ty:#06x} len {len} proto {proto} dst {dst:02x?} l4 {:02x?}",
+        &head[..6],
+        &l4[..l4.len().min(8)]
+    )
+}

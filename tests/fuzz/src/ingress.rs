@@ -3,20 +3,22 @@
 //! The stack (DHCPv4 and SLAAC on, IPv6 link-local `fe80::ff:fe00:1`) runs on a
 //! [`VirtualClock`] executor over a [`SimNic`] that the harness plays the device of. Its
 //! application side: a [`TcpListener`] on port 80 with a backlog of 4 whose accepted
-//! connections are read until they end, and a zero-copy [`DatagramSocket`] on port 7 that
-//! echoes every datagram back. A scripted peer (`fe80::2`, MAC `02:00:00:00:00:02`) keeps one
-//! TCP connection to port 80 established across inputs and answers the stack's ARP requests
-//! and neighbour solicitations for itself.
+//! connections echo what they receive until they end ([`serve`]), and a zero-copy
+//! [`DatagramSocket`] on port 7 that echoes every datagram back. A scripted peer (`fe80::2`,
+//! MAC `02:00:00:00:00:02`) keeps one TCP connection to port 80 established across inputs and
+//! answers the stack's ARP requests and neighbour solicitations for itself.
 //!
 //! Stacks cannot be torn down, so the one stack lives for the whole process and carries state
-//! from input to input (a crash may need the inputs before it to reproduce; libFuzzer's
-//! `-runs` replay of a whole corpus directory shows that).
+//! from input to input: a crash may need the inputs before it to reproduce. [`run`] records
+//! every input when asked to ([`RECORD_ENV`]) and [`replay`] runs such a recording again, in
+//! order; the harness is deterministic, so the failure comes back.
 //!
 //! An input is a sequence of operations ([`Harness::run`]): raw frames (optionally with their
 //! checksums fixed), IP packets of any protocol, segments to the established connection
 //! relative to its current sequence numbers, segments to the listener, UDP datagrams, ARP,
-//! NDP, DHCP replies to the client's current transaction, ICMP messages, and clock steps. The
-//! executor runs until idle and every transmitted frame is completed after each one. After the
+//! NDP, DHCP replies to the client's current transaction, ICMP messages, and clock steps (at
+//! most [`CLOCK_BUDGET`] an input). The executor runs until idle and every transmitted frame
+//! is completed after each one; egress's timer is then never behind the clock. After the
 //! input: [`FramePool::audit`] passes and no slot is unaccounted for, and the stack still
 //! answers a ping and still acknowledges data on an established connection.
 
@@ -29,7 +31,7 @@ use zcnet_buffer::{
     Capabilities, Driver, FramePool, HardwareAddress, LinkState, PoolConfig, RxFrame, TxError,
     TxFrame,
 };
-use zcnet_executor::Executor;
+use zcnet_executor::{Executor, Platform};
 use zcnet_stack::datagram::{DatagramQueue, DatagramSocket};
 use zcnet_stack::fuzzing::Probe;
 use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
@@ -57,6 +59,14 @@ pub const ECHO_QUEUE: usize = 4;
 pub const MAX_OPS: usize = 64;
 /// The peer's initial sequence number for the connections it opens.
 pub const PEER_ISN: u32 = 0x1000_0000;
+/// How far an input's clock steps may move the clock, together (a step beyond is cut short).
+/// The clock keeps what earlier inputs moved it, so longer timers (DHCP leases) still run out
+/// over several inputs, while millions of inputs stay well within the executor's clock
+/// (`u64` nanoseconds, some 584 years).
+pub const CLOCK_BUDGET: Duration = Duration::from_secs(3600);
+/// Past this much virtual time an input's clock steps do nothing (the harness still moves the
+/// clock for its own checks), so however long a run lasts the clock never reaches its end.
+pub const CLOCK_HORIZON: Duration = Duration::from_secs(200 * 365 * 24 * 3600);
 
 /// The device side of the harness: a [`SimNic`] behind a lock, so the harness can play the
 /// device while the stack owns the driver.
@@ -121,6 +131,41 @@ pub struct HarnessStats {
     pub data_segments: u64,
 }
 
+/// The heads of the last [`FrameLog::LEN`] frames in and out, kept without allocating and
+/// described only when a check fails.
+#[derive(Default)]
+struct FrameLog {
+    /// (received, head bytes, frame length), oldest first.
+    frames: std::collections::VecDeque<(bool, [u8; FrameLog::HEAD], usize)>,
+}
+
+impl FrameLog {
+    const LEN: usize = 16;
+    /// Enough for the Ethernet and IPv6 headers and the first bytes of the transport header.
+    const HEAD: usize = 80;
+
+    fn note(&mut self, received: bool, frame: &[u8]) {
+        if self.frames.len() == Self::LEN {
+            self.frames.pop_front();
+        }
+        let n = frame.len().min(Self::HEAD);
+        let mut head = [0u8; Self::HEAD];
+        head[..n].copy_from_slice(&frame[..n]);
+        self.frames.push_back((received, head, frame.len()));
+    }
+}
+
+impl std::fmt::Display for FrameLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (received, head, len) in &self.frames {
+            let dir = if *received { "in: " } else { "out:" };
+            let head = &head[..(*len).min(Self::HEAD)];
+            write!(f, "\n  {dir} {}", frames::summary(head, *len))?;
+        }
+        Ok(())
+    }
+}
+
 /// The stack under test and the scripted peer.
 pub struct Harness {
     clock: &'static VirtualClock,
@@ -141,6 +186,10 @@ pub struct Harness {
     synack: Option<(u16, u32)>,
     /// Answers the peer owes (ARP replies, neighbour advertisements).
     owed: Vec<Vec<u8>>,
+    /// What the current input's clock steps may still move the clock (see [`CLOCK_BUDGET`]).
+    clock_budget: Duration,
+    /// The last frames the device received and sent (for failure messages).
+    log: FrameLog,
     stats: HarnessStats,
 }
 
@@ -202,9 +251,50 @@ pub fn harness() -> MutexGuard<'static, Harness> {
         .unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs one fuzz input against the process's stack (the target's whole body).
+/// Runs one fuzz input against the process's stack (the target's whole body). With the
+/// environment variable [`RECORD_ENV`] set, the input is first appended to that file (see
+/// [`replay`]).
 pub fn run(data: &[u8]) {
+    record(data);
     harness().run(data);
+}
+
+/// The environment variable naming the file [`run`] records its inputs in: each one as its
+/// length (four bytes, big endian) and its bytes, written before the input runs, so the file
+/// ends with the input that failed.
+pub const RECORD_ENV: &str = "ZCNET_FUZZ_RECORD";
+
+fn record(data: &[u8]) {
+    static FILE: OnceLock<Option<Mutex<std::fs::File>>> = OnceLock::new();
+    let file = FILE.get_or_init(|| {
+        let path = std::env::var_os(RECORD_ENV)?;
+        let f = std::fs::File::create(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        Some(Mutex::new(f))
+    });
+    if let Some(f) = file {
+        use std::io::Write;
+        let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+        let len = u32::try_from(data.len()).expect("input under 4 GiB");
+        f.write_all(&len.to_be_bytes())
+            .and_then(|()| f.write_all(data))
+            .expect("recording the input");
+    }
+}
+
+/// Runs every input of a recording [`run`] made (see [`RECORD_ENV`]) against the process's
+/// stack, in order: a failure that depends on the state the inputs before it built up
+/// reproduces, since the harness is deterministic. Returns how many inputs ran.
+pub fn replay(recording: &[u8]) -> usize {
+    let mut rest = recording;
+    let mut n = 0;
+    while let Some((len, tail)) = rest.split_first_chunk::<4>() {
+        let len = (u32::from_be_bytes(*len) as usize).min(tail.len());
+        let (input, tail) = tail.split_at(len);
+        harness().run(input);
+        rest = tail;
+        n += 1;
+    }
+    n
 }
 
 impl Harness {
@@ -269,6 +359,8 @@ impl Harness {
             acks: Vec::new(),
             synack: None,
             owed: Vec::new(),
+            clock_budget: CLOCK_BUDGET,
+            log: FrameLog::default(),
             stats: HarnessStats::default(),
         };
         h.settle();
@@ -310,10 +402,20 @@ impl Harness {
             }
         }
         self.owed.clear();
+        // With the executor idle, every timer due has fired: egress has run and re-armed for a
+        // deadline still ahead, or has none. One left behind the clock never fired.
+        let (armed, _) = Probe::new(self.stack).egress_deadlines();
+        let now_ms = self.clock.now().as_nanos() / 1_000_000;
+        assert!(
+            armed.is_none_or(|a| a >= i64::try_from(now_ms).unwrap_or(i64::MAX)),
+            "egress's timer was left behind the clock: {}",
+            self.describe()
+        );
     }
 
     /// Reads a frame the stack sent, as the peer.
     fn observe(&mut self, f: &[u8]) {
+        self.log.note(false, f);
         if f.len() >= 42 && u16::from_be_bytes([f[12], f[13]]) == ETH_ARP {
             let a = &f[14..];
             // A request for the peer's IPv4 address: answer it.
@@ -381,6 +483,7 @@ impl Harness {
 
     /// The device receives `frame`; then the stack runs.
     fn inject(&mut self, frame: &[u8]) {
+        self.log.note(true, frame);
         lock(self.nic).device_receive(frame);
         self.settle();
     }
@@ -494,23 +597,28 @@ impl Harness {
         }
         assert!(
             self.data_acked(),
-            "a new connection does not acknowledge data: {:?} {:?} {:?}",
+            "a new connection does not acknowledge data: {:?} {}",
             self.conn,
-            self.stack.stats(),
-            self.pool.occupancy()
+            self.describe()
         );
     }
 
-    /// The stack's counters, the pool's occupancy and the TCP table, for a failure message.
+    /// The clock, the stack's counters, the pool's occupancy, egress's timer, the stack's
+    /// addresses, the last frames in and out and the TCP table, for a failure message.
     fn describe(&self) -> String {
         let probe = Probe::new(self.stack);
         let mut conns = String::new();
         probe.tcp_connections(|c| conns.push_str(&format!("\n  {c:?}")));
         format!(
-            "{:?} {:?} {:?}{conns}",
+            "at {:?}: {:?} {:?} {:?}\negress timer (armed, due) in ms: {:?}\naddresses: {:?}\n\
+             last frames:{}{conns}",
+            self.clock.now(),
             self.stack.stats(),
             self.pool.occupancy(),
-            probe.tcp_totals()
+            probe.tcp_totals(),
+            probe.egress_deadlines(),
+            self.stack.ip_addrs().as_slice(),
+            self.log,
         )
     }
 
@@ -524,9 +632,8 @@ impl Harness {
         self.inject(&ping6(0xfeed, seq, b"zcnet fuzz"));
         assert!(
             self.replies.contains(&(0xfeed, seq)),
-            "no reply to a ping over IPv6: {:?} {:?}",
-            self.stack.stats(),
-            self.pool.occupancy()
+            "no reply to a ping over IPv6: {}",
+            self.describe()
         );
         if let Some(v4) = self.stack.ipv4_config() {
             self.stats.with_lease += 1;
@@ -539,9 +646,8 @@ impl Harness {
             ));
             assert!(
                 self.replies.contains(&(0xbeef, seq)),
-                "no reply to a ping over IPv4 at {v4:?}: {:?} {:?}",
-                self.stack.stats(),
-                self.pool.occupancy()
+                "no reply to a ping over IPv4 at {v4:?}: {}",
+                self.describe()
             );
         }
     }
@@ -567,6 +673,11 @@ impl Harness {
     /// Runs one input: its operations, then the checks.
     pub fn run(&mut self, data: &[u8]) {
         self.stats.inputs += 1;
+        self.clock_budget = if self.clock.now().as_nanos() < CLOCK_HORIZON.as_nanos() as u64 {
+            CLOCK_BUDGET
+        } else {
+            Duration::ZERO
+        };
         let mut r = Reader::new(data);
         for _ in 0..MAX_OPS {
             if r.is_empty() {
@@ -759,6 +870,7 @@ impl Harness {
                 }
             }
             // The clock moves on: milliseconds, or seconds with the high bit.
+            // (Within the input's clock budget: see `CLOCK_BUDGET`.)
             7 => {
                 let n = u64::from(r.u16());
                 let d = if bit {
@@ -766,6 +878,8 @@ impl Harness {
                 } else {
                     Duration::from_millis(n)
                 };
+                let d = d.min(self.clock_budget);
+                self.clock_budget -= d;
                 self.advance(d);
             }
             // A DHCP reply to the client's current transaction.
