@@ -8,7 +8,7 @@
 # own cargo project: fmt, clippy, release build), unit + integration + doc tests (among them the
 # kernel booted under QEMU, tests/tests/qemu_kernel.rs), the loom models (release build with
 # debug assertions, own target dir, LOOM_MAX_PREEMPTIONS=3), an AddressSanitizer run of the
-# unsafe-heavy crates (without the QEMU tests), the fuzz targets (tests/fuzz, 60 s each),
+# unsafe-heavy crates (without the QEMU tests), the fuzz targets (tests/fuzz, 45 s each),
 # benchmark smoke runs, and the README's demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,21 +62,36 @@ ASAN_OPTIONS=detect_leaks=0 RUSTC_BOOTSTRAP=1 RUSTFLAGS="-Zsanitizer=address" \
     CARGO_TARGET_DIR=target-asan cargo test -p zcnet-buffer -p zcnet-executor -p zcnet-tests \
     --target x86_64-unknown-linux-gnu --lib --tests -- --skip qemu
 
-step "fuzzing (tests/fuzz: cargo-fuzz / libFuzzer, 60 s per target from the committed corpus)"
-# Its own cargo project. cargo-fuzz needs -Z flags (ASan, sanitizer coverage): RUSTC_BOOTSTRAP
-# lets the stable toolchain take them, as in the ASan step. libFuzzer's C++ is built by the
-# libfuzzer-sys crate with the system's g++ (no clang needed). First the corpus (seeds and
-# regressions) is replayed by a plain test, then each target fuzzes for FUZZ_SECONDS (60) in one
-# process (libFuzzer's default: one job, no -jobs/-workers forks); new inputs go to a scratch directory, not the repository. tests/fuzz/README.md has
-# the long form.
+step "fuzzing (tests/fuzz: cargo-fuzz / libFuzzer, 45 s per target from the committed corpus)"
+# Its own cargo project (not a workspace member): fmt and clippy run inside it, and the stack's
+# `fuzzing` feature, which only it enables, gets its own clippy run. cargo-fuzz needs -Z flags
+# (ASan, sanitizer coverage): RUSTC_BOOTSTRAP lets the stable toolchain take them, as in the
+# ASan step. libFuzzer's C++ is built by the libfuzzer-sys crate with the system's g++ (no clang
+# needed). `-O -a`: optimized, with debug assertions and overflow checks (the pool checks every
+# slot-state transition with them). First the corpus (seeds and regressions) is replayed by a
+# plain test, then each target fuzzes for FUZZ_SECONDS (45) in one process (libFuzzer's
+# default: one job, no -jobs/-workers forks); new inputs go to a scratch directory, not the
+# repository. stack_ingress runs without LeakSanitizer: its one stack and its tasks live across
+# inputs, so the heap grows between inputs by design and libFuzzer's per-input leak scan would
+# take most of its time (its checks count pool slots instead). tests/fuzz/README.md has the
+# long form.
+cargo clippy -p zcnet-stack --features alloc,fuzzing -- -D warnings
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
-(cd tests/fuzz && CARGO_TARGET_DIR=../../target-fuzz cargo test --locked)
+(
+    cd tests/fuzz
+    export CARGO_TARGET_DIR=../../target-fuzz
+    cargo fmt -- --check
+    cargo clippy --locked --all-targets -- -D warnings
+    cargo test --locked
+)
 fuzz_scratch=$(mktemp -d)
 for t in stack_ingress classifier_neighbors buffer_leases http_parser iperf3_control; do
     mkdir -p "$fuzz_scratch/$t"
-    RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=target-fuzz cargo fuzz run --fuzz-dir tests/fuzz -O "$t" \
+    leaks=1
+    if [ "$t" = stack_ingress ]; then leaks=0; fi
+    RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=target-fuzz cargo fuzz run --fuzz-dir tests/fuzz -O -a "$t" \
         "$fuzz_scratch/$t" "tests/fuzz/corpus/$t" -- \
-        -max_total_time="${FUZZ_SECONDS:-60}" -print_final_stats=1 \
+        -max_total_time="${FUZZ_SECONDS:-45}" -detect_leaks="$leaks" -print_final_stats=1 \
         -artifact_prefix="$fuzz_scratch/" > "$fuzz_scratch/$t.log" 2>&1 || {
         tail -n 60 "$fuzz_scratch/$t.log"; echo "fuzz target $t failed (artifacts in $fuzz_scratch)"; exit 1;
     }
