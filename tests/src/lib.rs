@@ -15,9 +15,12 @@
 //!   pair built with it, to prove zero copy.
 //! * [`netns`]: a network namespace holding the kernel side of a TAP that zcnet drives, so zcnet
 //!   talks to the real Linux stack (needs root and `/dev/net/tun`).
+//! * [`audit::assert_slots_back`]: the pool audit a test ends with (every slot back), also as
+//!   [`net::Pair::assert_slots_back`] and [`netns::TapNet::assert_slots_back`].
 //! * [`qemu`]: the example kernel (`examples/qemu-kernel/`) built once and booted under QEMU,
 //!   with its serial log collected, bounded waits, and QEMU killed on drop.
 
+pub mod audit;
 pub mod clock;
 pub mod net;
 pub mod netns;

@@ -5,6 +5,7 @@ use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::Executor;
 use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
 
+use crate::audit::assert_slots_back;
 use crate::wire::{wire_pair_with, Delivery, Faults, WireEnd, WireHandle};
 
 /// Address of stack A (10.0.0.1) and stack B (10.0.0.2).
@@ -21,6 +22,17 @@ pub struct Pair {
     pub ends: [&'static WireHandle; 2],
     /// The pools.
     pub pools: [&'static FramePool; 2],
+}
+
+impl Pair {
+    /// The end-of-test pool audit of both pools ([`assert_slots_back`]): every slot back, none
+    /// posted (the wire keeps no RX ring). Call it once the test's sockets are closed and
+    /// dropped and the stacks have run out their connections.
+    pub fn assert_slots_back(&self) {
+        for pool in self.pools {
+            assert_slots_back(pool, 0);
+        }
+    }
 }
 
 /// Sockets per stack in [`pair`].

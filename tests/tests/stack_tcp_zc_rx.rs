@@ -10,7 +10,7 @@
 //!   still deliver the stream byte-exact, the drops counted;
 //! * 1 MiB arrives byte-exact through `read`, `read_with` and `recv_segment` each.
 //!
-//! Every test ends with both pools audited: all slots back.
+//! Every test ends with both pools audited: all slots back (`Pair::assert_slots_back`).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -77,19 +77,6 @@ fn transfer<R: 'static>(
     })
 }
 
-/// Every slot of both pools is back (FREE; the sim wire posts no ring), and the lists agree.
-fn audit_clean(p: &Pair) {
-    for pool in p.pools {
-        let occ = pool.audit().expect("free list consistent");
-        assert_eq!(
-            (occ.stack, occ.lent, occ.device, occ.posted),
-            (0, 0, 0, 0),
-            "{occ}"
-        );
-        assert!(occ.tx <= 2, "{occ}");
-    }
-}
-
 /// Reads the whole stream with `recv_segment`, checking each segment's slot with `check`.
 async fn read_segments(s: &mut TcpSocket, mut check: impl FnMut(&TcpSegment)) -> Vec<u8> {
     let mut got = Vec::new();
@@ -133,7 +120,7 @@ fn recv_segment_bytes_are_the_drivers_slot_and_no_payload_is_copied() {
     assert_eq!(copies.bytes(CopySite::SocketToApp), 0, "{copies}");
     // Full-sized segments are never merged (only ones under the copy-break threshold).
     assert!(copies.bytes(CopySite::CopyBreak) < 4096, "{copies}");
-    audit_clean(&p);
+    p.assert_slots_back();
 }
 
 #[test]
@@ -179,7 +166,7 @@ fn read_with_makes_no_copy_and_read_makes_one() {
     // `read` copies each byte once, frame → buffer.
     assert_eq!(copies.bytes(CopySite::SocketToApp), LEN as u64, "{copies}");
     assert_eq!(copies.bytes(CopySite::StackRx), 0, "{copies}");
-    audit_clean(&p);
+    p.assert_slots_back();
 }
 
 #[test]
@@ -218,7 +205,7 @@ fn a_hoarding_application_closes_the_window_and_releasing_reopens_it() {
         (1..50).contains(&stalled_frames),
         "{stalled_frames} frames while stalled"
     );
-    audit_clean(&p);
+    p.assert_slots_back();
 }
 
 /// 512 KiB over a wire that loses and reorders 5% of frames, to a receiver with a 40-slot
@@ -259,7 +246,7 @@ fn lossy_small_pool(rx: usize, tcp_pool_slots: Option<usize>) {
         p.pools[1].stats()
     );
     assert!(dropped > 0, "{st:?}");
-    audit_clean(&p);
+    p.assert_slots_back();
 }
 
 /// The receiver's 40 slots give a TCP share of 30; its 24 KiB socket's budget of 24 frames is
@@ -306,5 +293,5 @@ fn a_budget_the_pool_cannot_hold_is_an_error_at_open() {
     drop(first);
     let again = TcpSocket::new(a, big).expect("the first socket's reservation came back");
     drop((small, again));
-    audit_clean(&p);
+    p.assert_slots_back();
 }

@@ -9,7 +9,8 @@
 //!   the frame itself);
 //! * 1 MiB each way through `write`, `write_with` and `send_frame`.
 //!
-//! Every test ends with both pools audited: all slots back, none SENT or RETAINED.
+//! Every test ends with both pools audited: all slots back, none SENT or RETAINED
+//! (`Pair::assert_slots_back`).
 
 use std::time::Duration;
 
@@ -89,18 +90,6 @@ async fn transfer(
     got
 }
 
-fn audit(p: &Pair) {
-    for pool in p.pools {
-        let occ = pool.audit().expect("free list consistent");
-        assert_eq!(
-            (occ.stack, occ.lent, occ.device, occ.sent, occ.retained),
-            (0, 0, 0, 0, 0),
-            "{occ}"
-        );
-        assert!(occ.tx <= 2, "{occ}");
-    }
-}
-
 fn virtual_pair(faults: Faults) -> Pair {
     pair_on(Executor::leak(VirtualClock::leak()), faults, 256)
 }
@@ -164,7 +153,7 @@ fn the_slot_the_app_filled_is_the_slot_the_driver_sends_and_nothing_is_copied() 
         copies.bytes(CopySite::Emit) + copies.bytes(CopySite::Retransmit) < (want.len() / 4) as u64,
         "{copies:?}"
     );
-    audit(&p);
+    p.assert_slots_back();
 }
 
 #[test]
@@ -183,7 +172,7 @@ fn slow_completions_past_the_rto_make_retransmissions_wait_for_the_slot() {
         .exec
         .block_on(async move { transfer(a, b, 1, 7001, sent, Mode::SendFrame, 16384).await });
     assert!(got == data, "byte-exact");
-    audit(&p);
+    p.assert_slots_back();
 }
 
 #[test]
@@ -203,7 +192,7 @@ fn a_small_peer_window_resends_partly_acknowledged_frames() {
         .exec
         .block_on(async move { transfer(a, b, 1, 7002, sent, Mode::Write, 700).await });
     assert!(got == data, "byte-exact");
-    audit(&p);
+    p.assert_slots_back();
 }
 
 #[test]
@@ -224,6 +213,6 @@ fn a_mebibyte_each_way_with_every_api() {
         });
         assert!(ab == data, "{mode:?} A to B byte-exact");
         assert!(ba == data, "{mode:?} B to A byte-exact");
-        audit(&p);
+        p.assert_slots_back();
     }
 }
