@@ -5,8 +5,8 @@
 //!   transmits, and a bulk transfer through `send_frame` costs the stack no payload copy;
 //! * a device whose completions come later than the retransmission timeout (the peer gets each
 //!   frame at once): no slot goes to the device again before the device completed it, and
-//!   retransmissions go out of their own frames the moment the device gives them back; ignored
-//!   for now: the connection stalls instead (a known defect, see the test);
+//!   retransmissions go out of their own frames the moment the device gives them back, whether
+//!   a timeout or a fast retransmit made them due;
 //! * a peer window smaller than a segment (partial ACKs, prefixes copied, the rest resent from
 //!   the frame itself);
 //! * 1 MiB each way through `write`, `write_with` and `send_frame`.
@@ -210,17 +210,12 @@ fn seq_before(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
-/// Known defect (zcnet's TCP, `stack/src/tcp_io.rs` egress): a retransmission that falls due
-/// while its frame is still with the device is never sent if the peer then stays silent.
-/// Egress registers for the frame's return (the pool's retained waker) before `dispatch`, at the
-/// send offset of that moment; `dispatch` then rewinds to the first unacknowledged frame (a
-/// retransmission timeout, or three duplicate ACKs) and, finding it with the device, sends
-/// nothing and leaves the timer idle; `poll_at` has no deadline, and the frame's completion
-/// wakes nobody. The connection stalls for good (here: 22 slots RETAINED, no timer armed, the
-/// transfer's 10-minute timeout fires). Registering again after `dispatch` cures it. Run with
-/// `--ignored` to reproduce.
+/// A retransmission that falls due while its frame is still with the device waits for the
+/// frame and goes out the moment it returns. `dispatch` may rewind to the first unacknowledged
+/// frame (a retransmission timeout, or three duplicate ACKs) and find the device holding it;
+/// egress then registers for that frame's return, so its completion wakes egress even when
+/// the peer stays silent and no timer is armed.
 #[test]
-#[ignore = "known stall: a retransmission due while its frame is with the device is never sent"]
 fn slow_completions_past_the_rto_make_retransmissions_wait_for_the_slot() {
     // Stack A's device completes each frame COMPLETION after it was handed over, though the
     // peer gets it at once: the round trip is near zero, so the retransmission timeout is its
