@@ -31,9 +31,13 @@
 //! * **zcnet**: two stacks over the in-memory wire ([`zcnet_tests::net::pair_sized_with`], no
 //!   faults, 1514-byte frames, [`Delivery::Lend`]), each with its ingress and egress tasks, and
 //!   a client task and a server task, all on one executor driven by `block_on` on this thread.
-//!   The wire lends the sender's TX slot to the receiver as its RX frame (`InFlight::loop_back`),
-//!   no copy, just as smoltcp's `Loopback` hands the frame's `Vec` from its TX queue to its RX
-//!   side: the device boundary is copy-free on both sides.
+//!   The wire lends the sender's TX slot to the receiver as its RX frame (`InFlight::loop_back`,
+//!   no copy) when the sender lets go of it: ACKs and other frames the stack does not keep.
+//!   A TCP data segment stays with its sender until acknowledged (a retained frame), so the wire
+//!   copies it into a slot of the receiver's pool, as a NIC's DMA would; the ledger does not
+//!   count that copy (the device's carriage, the same on every stack). smoltcp's `Loopback`
+//!   has its sender write every frame into a freshly allocated `Vec` and hands that `Vec` to
+//!   the receiving side.
 //! * **smoltcp**: one `Interface` on smoltcp's own `phy::Loopback` (`Medium::Ethernet`), both
 //!   sockets in one `SocketSet`, driven the way smoltcp's examples drive it: call
 //!   `iface.poll()`, service the sockets, and when nothing moved, "wait" `poll_delay`. One

@@ -501,6 +501,10 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
                     deadline: None,
                 };
             }
+            // `dispatch` may have rewound to the first unacknowledged frame (a retransmission
+            // timeout, a fast retransmit) and found the device still holding it: register for
+            // that frame's return too, or nothing would wake egress when it comes back.
+            let _ = tcb.tx_blocked(Some(out.tx_waker));
             let at = deadline_of(tcb.poll_at(&mut cx), now);
             match at {
                 Some(t) if t <= now && sent => continue,

@@ -11,18 +11,25 @@
 //! * [`wire`]: two drivers linked back to back in memory, with seeded fault injection, so two
 //!   stacks can talk inside one process: [`zcnet_buffer::sim::wire`] with its delays on the
 //!   executor's timers.
-//! * [`recorder`]: a driver wrapper that records every frame's slot and address, and a wire
-//!   pair built with it, to prove zero copy.
+//! * [`recorder`]: a driver wrapper that records every frame's slot, address, time and bytes,
+//!   and a wire pair built with it, to prove zero copy and to read the segments that crossed
+//!   ([`recorder::tcp_header`]).
+//! * [`slow_tx`]: a driver wrapper whose transmit completions lag behind delivery, logging
+//!   every hand-off and completion per slot, and a wire pair built with it.
 //! * [`netns`]: a network namespace holding the kernel side of a TAP that zcnet drives, so zcnet
 //!   talks to the real Linux stack (needs root and `/dev/net/tun`).
+//! * [`audit::assert_slots_back`]: the pool audit a test ends with (every slot back), also as
+//!   [`net::Pair::assert_slots_back`] and [`netns::TapNet::assert_slots_back`].
 //! * [`qemu`]: the example kernel (`examples/qemu-kernel/`) built once and booted under QEMU,
 //!   with its serial log collected, bounded waits, and QEMU killed on drop.
 
+pub mod audit;
 pub mod clock;
 pub mod net;
 pub mod netns;
 pub mod qemu;
 pub mod recorder;
 pub mod sim_nic;
+pub mod slow_tx;
 pub mod wakers;
 pub mod wire;

@@ -1,10 +1,11 @@
 //! Two stacks linked by an in-memory [`wire`](crate::wire), running on one executor.
 
-use zcnet_buffer::{FramePool, PoolConfig};
+use zcnet_buffer::{Driver, FramePool, PoolConfig};
 use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::Executor;
 use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
 
+use crate::audit::assert_slots_back;
 use crate::wire::{wire_pair_with, Delivery, Faults, WireEnd, WireHandle};
 
 /// Address of stack A (10.0.0.1) and stack B (10.0.0.2).
@@ -21,6 +22,17 @@ pub struct Pair {
     pub ends: [&'static WireHandle; 2],
     /// The pools.
     pub pools: [&'static FramePool; 2],
+}
+
+impl Pair {
+    /// The end-of-test pool audit of both pools ([`assert_slots_back`]): every slot back, none
+    /// posted (the wire keeps no RX ring). Call it once the test's sockets are closed and
+    /// dropped and the stacks have run out their connections.
+    pub fn assert_slots_back(&self) {
+        for pool in self.pools {
+            assert_slots_back(pool, 0);
+        }
+    }
 }
 
 /// Sockets per stack in [`pair`].
@@ -129,6 +141,29 @@ pub fn pair_pools_with<const A: usize, const B: usize>(
     faults: Faults,
     delivery: Delivery,
     slots: [usize; 2],
+    configure: impl FnMut(usize, &mut Config),
+) -> Pair {
+    pair_drivers::<A, B>(
+        exec,
+        faults,
+        delivery,
+        slots,
+        |a, b| [Box::new(a), Box::new(b)],
+        configure,
+    )
+}
+
+/// A driver a stack of a pair runs on: a wire end, or a driver of the test's around one.
+pub type PairDriver = Box<dyn Driver + Send>;
+
+/// [`pair_pools_with`] with each stack on the driver `drivers(end_a, end_b)` makes of the wire
+/// ends: a test's wrapper around an end (recording what crosses, say), or the end itself.
+pub fn pair_drivers<const A: usize, const B: usize>(
+    exec: &'static Executor,
+    faults: Faults,
+    delivery: Delivery,
+    slots: [usize; 2],
+    drivers: impl FnOnce(WireEnd, WireEnd) -> [PairDriver; 2],
     mut configure: impl FnMut(usize, &mut Config),
 ) -> Pair {
     let pools = [
@@ -145,8 +180,9 @@ pub fn pair_pools_with<const A: usize, const B: usize>(
         configure(i, &mut c);
         c
     };
-    let sa = side::<A>(exec, pools[0], a, config(0));
-    let sb = side::<B>(exec, pools[1], b, config(1));
+    let [da, db] = drivers(a, b);
+    let sa = side::<A>(exec, pools[0], da, config(0));
+    let sb = side::<B>(exec, pools[1], db, config(1));
     Pair {
         exec,
         stacks: [sa, sb],
@@ -155,16 +191,35 @@ pub fn pair_pools_with<const A: usize, const B: usize>(
     }
 }
 
-/// One stack of a pair, with `S` socket slots, its runner spawned.
+/// [`pair_drivers`] with [`SOCKETS`] socket slots and `slots` pool slots per stack, frames
+/// crossing by [`Delivery::Copy`].
+pub fn pair_wrapped(
+    exec: &'static Executor,
+    faults: Faults,
+    slots: usize,
+    drivers: impl FnOnce(WireEnd, WireEnd) -> [PairDriver; 2],
+    configure: impl FnMut(usize, &mut Config),
+) -> Pair {
+    pair_drivers::<SOCKETS, SOCKETS>(
+        exec,
+        faults,
+        Delivery::Copy,
+        [slots, slots],
+        drivers,
+        configure,
+    )
+}
+
+/// One stack of a pair, with `S` socket slots, on `driver`, its runner spawned.
 fn side<const S: usize>(
     exec: &'static Executor,
     pool: &'static FramePool,
-    end: WireEnd,
+    driver: PairDriver,
     config: Config,
 ) -> Stack {
-    let end: &'static mut WireEnd = Box::leak(Box::new(end));
+    let driver: &'static mut (dyn Driver + Send) = Box::leak(driver);
     let resources: &'static StackResources<S> = StackResources::leak();
-    let (stack, runner) = Stack::new(exec, pool, end, config, resources).expect("stack");
+    let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
     runner.spawn(exec.spawner());
     stack
 }

@@ -35,6 +35,8 @@ use zcnet_executor::Executor;
 use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
 use zcnet_tap::{Tap, TapConfig, TapStatsHandle};
 
+use crate::audit::assert_slots_back;
+
 /// The Linux side's address, inside the namespace.
 pub const LINUX_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 1);
 /// zcnet's address.
@@ -263,6 +265,15 @@ impl TapNet {
             tap_name,
             netns,
         }
+    }
+}
+
+impl TapNet {
+    /// The end-of-test pool audit ([`assert_slots_back`]): every slot back, the one the TAP
+    /// keeps posted for its next read excepted. Call it once the test's sockets are closed and
+    /// dropped and the stack has run.
+    pub fn assert_slots_back(&self) {
+        assert_slots_back(self.pool, 1);
     }
 }
 

@@ -1,28 +1,40 @@
-//! A [`Driver`] wrapper that records where every frame it moves lives in memory, so a test can
-//! prove zero copy: the bytes an application sees are inside the very slot the driver filled,
-//! and the bytes it wrote are the memory the driver handed to the device.
+//! A [`Driver`] wrapper that records where every frame it moves lives in memory, when, and a
+//! copy of its bytes, so a test can prove zero copy (the bytes an application sees are inside
+//! the very slot the driver filled, and the bytes it wrote are the memory the driver handed to
+//! the device) and read the frames that crossed, in order ([`tcp_header`] reads a TCP
+//! segment's header fields).
 //!
 //! [`recorded_pair`] builds two stacks over the in-memory [`wire`](crate::wire), like
 //! [`net::pair_with`](crate::net::pair_with), with each end wrapped in a [`Recording`].
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use zcnet_buffer::{
-    Capabilities, Driver, FramePool, HardwareAddress, LinkState, PoolConfig, RxFrame, TxError,
-    TxFrame,
-};
+use zcnet_buffer::{Capabilities, Driver, HardwareAddress, LinkState, RxFrame, TxError, TxFrame};
 use zcnet_executor::Executor;
-use zcnet_stack::{Config, Stack, StackResources};
+use zcnet_stack::Config;
 
-use crate::net::{side_config, Pair, SOCKETS};
-use crate::wire::{wire_pair, Faults, WireEnd, WireHandle};
+use crate::net::{pair_wrapped, Pair, PairDriver};
+use crate::wire::Faults;
 
 /// Records kept per direction; older ones are forgotten.
 pub const RECORDS: usize = 4096;
 
-/// Where one frame's bytes were when the driver handed them over.
+/// Orders the records: each takes the next number. Process-wide, so it orders the records of
+/// both ends of a pair, whose stacks run on one executor thread.
+static ORDER: AtomicU64 = AtomicU64::new(0);
+
+/// The order number the next record will get, taken: a test calls it to place an event of its
+/// own (the application letting go of its data, say) among the records, by
+/// [`FrameRecord::order`].
+pub fn mark() -> u64 {
+    ORDER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Where one frame's bytes were when the driver handed them over, and when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameRecord {
     /// The pool slot.
@@ -31,6 +43,12 @@ pub struct FrameRecord {
     pub addr: usize,
     /// Length of the frame.
     pub len: usize,
+    /// The executor's time then (a simulated one under a
+    /// [`VirtualClock`](crate::clock::VirtualClock)).
+    pub at: Duration,
+    /// The record's place among all records: a record made after another has a larger one,
+    /// whichever end made them.
+    pub order: u64,
 }
 
 impl FrameRecord {
@@ -43,8 +61,18 @@ impl FrameRecord {
 
 #[derive(Debug, Default)]
 struct Log {
-    rx: VecDeque<FrameRecord>,
+    rx: VecDeque<(FrameRecord, Vec<u8>)>,
     tx: VecDeque<(FrameRecord, Vec<u8>)>,
+}
+
+impl Log {
+    /// Records a frame in `side` (`rx` or `tx`), forgetting the oldest beyond [`RECORDS`].
+    fn push(side: &mut VecDeque<(FrameRecord, Vec<u8>)>, record: FrameRecord, bytes: &[u8]) {
+        if side.len() == RECORDS {
+            side.pop_front();
+        }
+        side.push_back((record, bytes.to_vec()));
+    }
 }
 
 /// Read access to a [`Recording`]'s records (shared with the driver, which a stack owns).
@@ -55,7 +83,11 @@ impl Recorder {
     /// The received frame (as the driver returned it) whose bytes contain `[ptr, ptr + len)`.
     pub fn rx_containing(&self, ptr: *const u8, len: usize) -> Option<FrameRecord> {
         let log = self.0.lock().unwrap();
-        log.rx.iter().rev().find(|r| r.contains(ptr, len)).copied()
+        log.rx
+            .iter()
+            .rev()
+            .find(|(r, _)| r.contains(ptr, len))
+            .map(|(r, _)| *r)
     }
 
     /// The transmitted frame (as handed to the device) whose bytes contain `[ptr, ptr + len)`,
@@ -75,6 +107,18 @@ impl Recorder {
         log.tx.iter().map(|(_, b)| b.clone()).collect()
     }
 
+    /// The received frames' records with copies of their bytes (taken when the driver returned
+    /// them), oldest first.
+    pub fn rx_records(&self) -> Vec<(FrameRecord, Vec<u8>)> {
+        self.0.lock().unwrap().rx.iter().cloned().collect()
+    }
+
+    /// The transmitted frames' records with copies of their bytes (taken at transmit time),
+    /// oldest first.
+    pub fn tx_records(&self) -> Vec<(FrameRecord, Vec<u8>)> {
+        self.0.lock().unwrap().tx.iter().cloned().collect()
+    }
+
     /// Forgets everything recorded so far.
     pub fn clear(&self) {
         let mut log = self.0.lock().unwrap();
@@ -83,24 +127,39 @@ impl Recorder {
     }
 }
 
-/// A driver that forwards to `inner` and records every frame's slot and address.
+/// A driver that forwards to `inner` and records every frame's slot, address, time (on `exec`'s
+/// clock) and bytes.
 #[derive(Debug)]
 pub struct Recording<D> {
     inner: D,
     log: Recorder,
+    exec: &'static Executor,
 }
 
 impl<D> Recording<D> {
-    /// Wraps `inner`; read the records through the returned [`Recorder`].
-    pub fn new(inner: D) -> (Self, Recorder) {
+    /// Wraps `inner`, stamping records with `exec`'s time; read the records through the returned
+    /// [`Recorder`].
+    pub fn new(inner: D, exec: &'static Executor) -> (Self, Recorder) {
         let log = Recorder::default();
         (
             Self {
                 inner,
                 log: log.clone(),
+                exec,
             },
             log,
         )
+    }
+
+    /// The record of a frame at `ptr`, `len` bytes long, in `slot`, made now.
+    fn record(&self, slot: usize, ptr: *const u8, len: usize) -> FrameRecord {
+        FrameRecord {
+            slot,
+            addr: ptr as usize,
+            len,
+            at: Duration::from_nanos(self.exec.now().as_nanos()),
+            order: mark(),
+        }
     }
 }
 
@@ -108,15 +167,8 @@ impl<D: Driver> Driver for Recording<D> {
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
         let r = self.inner.poll_receive(cx);
         if let Poll::Ready(f) = &r {
-            let mut log = self.log.0.lock().unwrap();
-            if log.rx.len() == RECORDS {
-                log.rx.pop_front();
-            }
-            log.rx.push_back(FrameRecord {
-                slot: f.slot_index(),
-                addr: f.as_ptr() as usize,
-                len: f.len(),
-            });
+            let rec = self.record(f.slot_index(), f.as_ptr(), f.len());
+            Log::push(&mut self.log.0.lock().unwrap().rx, rec, f);
         }
         r
     }
@@ -130,18 +182,8 @@ impl<D: Driver> Driver for Recording<D> {
     }
 
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
-        {
-            let mut log = self.log.0.lock().unwrap();
-            if log.tx.len() == RECORDS {
-                log.tx.pop_front();
-            }
-            let rec = FrameRecord {
-                slot: frame.slot_index(),
-                addr: frame.as_ptr() as usize,
-                len: frame.len(),
-            };
-            log.tx.push_back((rec, frame.to_vec()));
-        }
+        let rec = self.record(frame.slot_index(), frame.as_ptr(), frame.len());
+        Log::push(&mut self.log.0.lock().unwrap().tx, rec, &frame);
         self.inner.transmit(frame)
     }
 
@@ -158,6 +200,69 @@ impl<D: Driver> Driver for Recording<D> {
     }
 }
 
+/// A TCP segment's header fields, as [`tcp_header`] reads them from an Ethernet frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpHeader {
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgement number (meaningful with [`ACK`](Self::ACK)).
+    pub ack: u32,
+    /// The flag bits ([`FIN`](Self::FIN), [`SYN`](Self::SYN), [`RST`](Self::RST),
+    /// [`ACK`](Self::ACK), ...).
+    pub flags: u8,
+    /// The window field as sent (not scaled).
+    pub window: u16,
+    /// Payload bytes.
+    pub payload: usize,
+}
+
+impl TcpHeader {
+    /// FIN flag.
+    pub const FIN: u8 = 0x01;
+    /// SYN flag.
+    pub const SYN: u8 = 0x02;
+    /// RST flag.
+    pub const RST: u8 = 0x04;
+    /// ACK flag.
+    pub const ACK: u8 = 0x10;
+
+    /// Whether every flag in `flags` is set.
+    pub fn has(&self, flags: u8) -> bool {
+        self.flags & flags == flags
+    }
+}
+
+/// The TCP header of `frame` if it is an Ethernet frame carrying IPv4 and TCP; checksums are
+/// not checked.
+pub fn tcp_header(frame: &[u8]) -> Option<TcpHeader> {
+    let be16 = |b: &[u8], i: usize| Some(u16::from_be_bytes(b.get(i..i + 2)?.try_into().ok()?));
+    let be32 = |b: &[u8], i: usize| Some(u32::from_be_bytes(b.get(i..i + 4)?.try_into().ok()?));
+    if be16(frame, 12)? != 0x0800 {
+        return None;
+    }
+    let ip = frame.get(14..)?;
+    let ihl = usize::from(ip.first()? & 0x0f) * 4;
+    if ip.first()? >> 4 != 4 || *ip.get(9)? != 6 {
+        return None;
+    }
+    let total = usize::from(be16(ip, 2)?);
+    let tcp = ip.get(ihl..total)?;
+    let data_offset = usize::from(tcp.get(12)? >> 4) * 4;
+    Some(TcpHeader {
+        src_port: be16(tcp, 0)?,
+        dst_port: be16(tcp, 2)?,
+        seq: be32(tcp, 4)?,
+        ack: be32(tcp, 8)?,
+        flags: *tcp.get(13)?,
+        window: be16(tcp, 14)?,
+        payload: tcp.len().checked_sub(data_offset)?,
+    })
+}
+
 /// Two stacks over a wire with `faults`, pools of `slots` slots, each end wrapped in a
 /// [`Recording`]; `configure(i, &mut config)` adjusts stack `i`'s configuration (static
 /// [`ADDR`](crate::net::ADDR)`[i]`/24 to start with). Runners are spawned on `exec`.
@@ -167,36 +272,106 @@ pub fn recorded_pair(
     slots: usize,
     mut configure: impl FnMut(usize, &mut Config),
 ) -> (Pair, [Recorder; 2]) {
-    let pools = [
-        FramePool::leak(PoolConfig::new(slots)).expect("pool"),
-        FramePool::leak(PoolConfig::new(slots)).expect("pool"),
-    ];
-    let (a, b) = wire_pair(exec, pools, faults);
-    let handles: [&'static WireHandle; 2] = [
-        Box::leak(Box::new(a.handle())),
-        Box::leak(Box::new(b.handle())),
-    ];
-    let mut stacks = Vec::new();
-    let mut recorders = Vec::new();
-    for (i, end) in [a, b].into_iter().enumerate() {
-        let (driver, rec) = Recording::<WireEnd>::new(end);
-        let driver: &'static mut Recording<WireEnd> = Box::leak(Box::new(driver));
-        let resources: &'static StackResources<SOCKETS> = StackResources::leak();
-        let mut config = side_config(i, 0x5678 + i as u64);
-        configure(i, &mut config);
-        let (stack, runner) = Stack::new(exec, pools[i], driver, config, resources).expect("stack");
-        runner.spawn(exec.spawner());
-        stacks.push(stack);
-        recorders.push(rec);
+    let mut recorders = None;
+    let wrap = |a, b| {
+        let (a, rec_a) = Recording::new(a, exec);
+        let (b, rec_b) = Recording::new(b, exec);
+        recorders = Some([rec_a, rec_b]);
+        [Box::new(a) as PairDriver, Box::new(b)]
+    };
+    let pair = pair_wrapped(exec, faults, slots, wrap, |i, config| {
+        config.random_seed = 0x5678 + i as u64;
+        configure(i, config);
+    });
+    (pair, recorders.expect("the pair made its drivers"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{
+        EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpProtocol, Ipv4Address,
+        Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+    };
+
+    /// An Ethernet + IPv4 frame carrying `tcp`, with 4 bytes of IP options (IHL 6) so the
+    /// parser cannot assume a 20-byte IP header.
+    fn frame(tcp: &TcpRepr<'_>) -> Vec<u8> {
+        let (src, dst) = (Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2));
+        let ip = Ipv4Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
+        let mut f = vec![0u8; 14 + 24 + tcp.buffer_len()];
+        let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
+        EthernetRepr {
+            src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            ethertype: EthernetProtocol::Ipv4,
+        }
+        .emit(&mut eth);
+        let caps = ChecksumCapabilities::default();
+        let payload = eth.payload_mut();
+        // The fixed header, then the options (NOPs) and the TCP segment after them.
+        ip.emit(&mut Ipv4Packet::new_unchecked(&mut payload[..20]), &caps);
+        payload[0] = 0x46;
+        payload[2..4].copy_from_slice(&((24 + tcp.buffer_len()) as u16).to_be_bytes());
+        payload[20..24].fill(1);
+        tcp.emit(
+            &mut TcpPacket::new_unchecked(&mut payload[24..]),
+            &src.into(),
+            &dst.into(),
+            &caps,
+        );
+        f
     }
-    let recorders: [Recorder; 2] = [recorders[0].clone(), recorders[1].clone()];
-    (
-        Pair {
-            exec,
-            stacks: [stacks[0], stacks[1]],
-            ends: handles,
-            pools,
-        },
-        recorders,
-    )
+
+    #[test]
+    fn tcp_header_reads_the_fields_of_a_segment() {
+        let tcp = TcpRepr {
+            src_port: 40000,
+            dst_port: 80,
+            control: TcpControl::Fin,
+            seq_number: TcpSeqNumber(0x1234_5678),
+            ack_number: Some(TcpSeqNumber(0x0abc_def0)),
+            window_len: 777,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: b"hello",
+        };
+        let f = frame(&tcp);
+        let h = tcp_header(&f).expect("a TCP segment");
+        assert_eq!(
+            h,
+            TcpHeader {
+                src_port: 40000,
+                dst_port: 80,
+                seq: 0x1234_5678,
+                ack: 0x0abc_def0,
+                flags: TcpHeader::FIN | TcpHeader::ACK,
+                window: 777,
+                payload: 5,
+            }
+        );
+        assert!(h.has(TcpHeader::FIN | TcpHeader::ACK) && !h.has(TcpHeader::SYN));
+        // Padding after the IP packet is not payload.
+        let mut padded = f.clone();
+        padded.extend_from_slice(&[0; 10]);
+        assert_eq!(tcp_header(&padded), Some(h));
+        // Not TCP: another IP protocol, another ethertype, a truncated frame.
+        let mut udp = f.clone();
+        udp[14 + 9] = 17;
+        assert_eq!(tcp_header(&udp), None);
+        let mut arp = f.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(tcp_header(&arp), None);
+        assert_eq!(tcp_header(&f[..40]), None);
+    }
 }

@@ -1,6 +1,7 @@
 //! 10 MB each way over one TCP connection, both directions at once (split halves), across a
 //! wire that loses 5%, reorders 5%, duplicates 1% and corrupts 1% of frames: both streams
-//! arrive byte-exact (SHA-256).
+//! arrive byte-exact (SHA-256), and once both sockets are closed and dropped and the stacks
+//! have run out their connections, every slot of both pools is back (the pool audit).
 
 use std::time::Duration;
 
@@ -126,6 +127,10 @@ fn ten_megabytes_each_way_byte_exact_under_loss_reorder_duplication_and_corrupti
             .expect("transfer finished within 10 simulated minutes")
     });
     let server = p.exec.block_on(server);
+    // Both sockets are dropped (`exchange` consumed them) after shutting down and reading the
+    // peer's FIN; TIME-WAIT (10 s) and any FIN or ACK the wire lost and a timer sends again run
+    // out well within 30 simulated seconds.
+    p.exec.block_on(p.exec.sleep(Duration::from_secs(30)));
     assert_eq!(client, (b_sum, LEN), "A received B's stream byte-exact");
     assert_eq!(server, (a_sum, LEN), "B received A's stream byte-exact");
     let (w0, w1) = (p.ends[0].tx_stats(), p.ends[1].tx_stats());
@@ -140,4 +145,5 @@ fn ten_megabytes_each_way_byte_exact_under_loss_reorder_duplication_and_corrupti
             "{w:?}"
         );
     }
+    p.assert_slots_back();
 }

@@ -30,6 +30,7 @@ use zcnet_executor::time::timeout;
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
 use zcnet_stack::{DropReason, Stack, StackResources};
+use zcnet_tests::audit::assert_slots_back;
 use zcnet_tests::clock::VirtualClock;
 use zcnet_tests::net::{pair_on, side_config, ADDR};
 use zcnet_tests::wire::{wire_pair, Faults, WireEnd};
@@ -424,9 +425,7 @@ fn a_segment_to_a_closed_port_gets_a_reset_from_zcnet() {
     assert!(next_tcp(&mut z, Duration::from_secs(1)).is_none());
     assert_eq!(stack.stats().dropped(DropReason::NoSocket), 1);
     for p in pools {
-        let occ = p.audit().expect("free list consistent");
-        assert_eq!((occ.stack, occ.lent, occ.device), (0, 0, 0), "{occ}");
-        assert!(occ.tx <= 2, "{occ}");
+        assert_slots_back(p, 0);
     }
 }
 
@@ -465,9 +464,7 @@ fn zcnet_emits_what_smoltcp_emits_on_a_clean_exchange() {
     assert!(ours.len() >= 5, "{ours:#?}");
     assert_eq!(ours, reference, "zcnet (left) and smoltcp (right) differ");
     for p in pools {
-        let occ = p.audit().expect("free list consistent");
-        assert_eq!((occ.stack, occ.lent, occ.device), (0, 0, 0), "{occ}");
-        assert!(occ.tx <= 2, "{occ}");
+        assert_slots_back(p, 0);
     }
 }
 
@@ -528,13 +525,5 @@ fn a_lossy_bulk_transfer_is_exact_and_the_pools_audit_clean() {
     let copied = copies.bytes(CopySite::Emit) + copies.bytes(CopySite::Retransmit);
     assert!(copied < LEN as u64 / 4, "{copies:?}");
     assert!(p.ends[0].tx_stats().lost > 0);
-    for pool in p.pools {
-        let occ = pool.audit().expect("free list consistent");
-        assert_eq!(
-            (occ.stack, occ.lent, occ.device, occ.sent, occ.retained),
-            (0, 0, 0, 0, 0),
-            "{occ}"
-        );
-        assert!(occ.tx <= 2, "{occ}");
-    }
+    p.assert_slots_back();
 }

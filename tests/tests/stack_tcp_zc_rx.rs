@@ -4,13 +4,16 @@
 //!
 //! * the bytes `recv_segment` returns lie in the very slot the driver completed (LENT while the
 //!   application holds it), and `recv_segment` / `read_with` consumers make no payload copy;
-//! * an application that hoards segments closes the window: the sender stalls (probing) and
-//!   resumes when the segments are dropped, the stream byte-exact;
+//! * an application that hoards segments closes the window: on the wire, the receiver's window
+//!   stays zero while the sender sends zero-window probes (nothing else), and the data resumes
+//!   within 10 ms of the application letting go, the stream byte-exact; ignored for now: the
+//!   same with a receive capacity that is not a whole number of segments, where the window
+//!   never closes (a known defect, see the test);
 //! * a small receiver pool and a lossy wire (out-of-order frames pile up, the pool runs dry)
 //!   still deliver the stream byte-exact, the drops counted;
 //! * 1 MiB arrives byte-exact through `read`, `read_with` and `recv_segment` each.
 //!
-//! Every test ends with both pools audited: all slots back.
+//! Every test ends with both pools audited: all slots back (`Pair::assert_slots_back`).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -23,6 +26,7 @@ use zcnet_stack::tcp::{TcpBuffers, TcpSegment, TcpSocket};
 use zcnet_stack::{DropReason, Stack, StackError};
 use zcnet_tests::clock::VirtualClock;
 use zcnet_tests::net::{pair_on, pair_pools_with, Pair, ADDR, SOCKETS};
+use zcnet_tests::recorder::{mark, recorded_pair, tcp_header, FrameRecord, Recorder, TcpHeader};
 use zcnet_tests::wire::{Delivery, Faults};
 
 /// The copy ledger is process-wide: the tests of this file run one at a time so that each
@@ -77,19 +81,6 @@ fn transfer<R: 'static>(
     })
 }
 
-/// Every slot of both pools is back (FREE; the sim wire posts no ring), and the lists agree.
-fn audit_clean(p: &Pair) {
-    for pool in p.pools {
-        let occ = pool.audit().expect("free list consistent");
-        assert_eq!(
-            (occ.stack, occ.lent, occ.device, occ.posted),
-            (0, 0, 0, 0),
-            "{occ}"
-        );
-        assert!(occ.tx <= 2, "{occ}");
-    }
-}
-
 /// Reads the whole stream with `recv_segment`, checking each segment's slot with `check`.
 async fn read_segments(s: &mut TcpSocket, mut check: impl FnMut(&TcpSegment)) -> Vec<u8> {
     let mut got = Vec::new();
@@ -133,7 +124,7 @@ fn recv_segment_bytes_are_the_drivers_slot_and_no_payload_is_copied() {
     assert_eq!(copies.bytes(CopySite::SocketToApp), 0, "{copies}");
     // Full-sized segments are never merged (only ones under the copy-break threshold).
     assert!(copies.bytes(CopySite::CopyBreak) < 4096, "{copies}");
-    audit_clean(&p);
+    p.assert_slots_back();
 }
 
 #[test]
@@ -179,46 +170,168 @@ fn read_with_makes_no_copy_and_read_makes_one() {
     // `read` copies each byte once, frame → buffer.
     assert_eq!(copies.bytes(CopySite::SocketToApp), LEN as u64, "{copies}");
     assert_eq!(copies.bytes(CopySite::StackRx), 0, "{copies}");
-    audit_clean(&p);
+    p.assert_slots_back();
 }
 
-#[test]
-fn a_hoarding_application_closes_the_window_and_releasing_reopens_it() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    const LEN: usize = 64 * 1024;
-    // 8 KiB of receive capacity: a budget of 8 slots.
-    const BUDGET: usize = 8;
-    let p = pair(Faults::default(), 128);
-    let a_end = p.ends[0];
-    let data = stream(LEN, 3);
-    let (got, stalled_frames) = transfer(&p, 6004, 8 * 1024, data.clone(), async move |s| {
-        let mut got = Vec::new();
-        let mut held = Vec::new();
-        while held.len() < BUDGET {
-            let seg = s.recv_segment().await.unwrap().expect("data");
-            held.push(seg);
+/// The TCP segments `rec` saw its driver transmit, in order.
+fn tcp_sent(rec: &Recorder) -> Vec<(FrameRecord, TcpHeader)> {
+    rec.tx_records()
+        .iter()
+        .filter_map(|(f, bytes)| tcp_header(bytes).map(|t| (*f, t)))
+        .collect()
+}
+
+/// When the application did something: its place among the recorder's records, and the time.
+#[derive(Clone, Copy, Debug)]
+struct Mark {
+    order: u64,
+    at: Duration,
+}
+
+impl Mark {
+    fn now(exec: &Executor) -> Mark {
+        Mark {
+            order: mark(),
+            at: Duration::from_nanos(exec.now().as_nanos()),
         }
-        // The budget is taken: no more data comes, however long we wait; the sender probes.
-        let sent_before = a_end.tx_stats().sent;
-        let more = timeout(Duration::from_secs(20), s.recv_segment()).await;
+    }
+}
+
+/// 64 KiB to a receiver with `rx` bytes of receive capacity whose application takes the
+/// segments and holds its whole slot budget for 20 s, then lets go and reads the rest. On the
+/// wire: the receiver's window was zero while the segments were held; the sender sent
+/// zero-window probes (one byte at the window's right edge, each answered with the still-zero
+/// window, at growing intervals) and nothing else; after the release, the receiver's window
+/// update and the sender's next data followed within `RECOVERY`. The stream arrives
+/// byte-exact and every slot comes back.
+fn hoard(rx: usize) {
+    const LEN: usize = 64 * 1024;
+    const HOLD: Duration = Duration::from_secs(20);
+    // Measured: the data resumes at the very instant of the release (simulated time): the
+    // receiver's window update leaves as soon as the segments are dropped and the wire has no
+    // delay, so no timer lies on the path. The bound allows one delayed-ACK period (10 ms),
+    // the only timer that could; recovery by the sender's next probe instead would come 11 s
+    // after the release (probes at 1, 3, 7 and 15 s, the next at 31 s).
+    const RECOVERY: Duration = Duration::from_millis(10);
+    let budget = TcpBuffers::with_capacity(rx, 4096).rx_frames();
+    let exec = Executor::leak(VirtualClock::leak());
+    let (p, rec) = recorded_pair(exec, Faults::default(), 128, |_, _| {});
+    let (got, held, released) = transfer(&p, 6004, rx, stream(LEN, 3), async move |s| {
+        let mut got = Vec::new();
+        let mut kept = Vec::new();
+        while kept.len() < budget {
+            let seg = s.recv_segment().await.unwrap().expect("data");
+            kept.push(seg);
+        }
+        let held = Mark::now(exec);
+        let more = timeout(HOLD, s.recv_segment()).await;
         assert!(
             more.is_err(),
             "no segment while the application holds the budget"
         );
-        let stalled_frames = a_end.tx_stats().sent - sent_before;
-        for seg in held.drain(..) {
+        let released = Mark::now(exec);
+        for seg in kept.drain(..) {
             got.extend_from_slice(seg.payload());
         }
         got.extend(read_segments(s, |_| {}).await);
-        (got, stalled_frames)
+        (got, held, released)
     });
-    assert!(got == data, "the stream arrived byte-exact");
-    // Zero-window probes (or retransmissions the full budget refused) kept coming, a few.
-    assert!(
-        (1..50).contains(&stalled_frames),
-        "{stalled_frames} frames while stalled"
+    assert!(got == stream(LEN, 3), "the stream arrived byte-exact");
+    let (sender, receiver) = (tcp_sent(&rec[0]), tcp_sent(&rec[1]));
+    let during = |segs: &[(FrameRecord, TcpHeader)]| -> Vec<(FrameRecord, TcpHeader)> {
+        segs.iter()
+            .filter(|(f, _)| (held.order..released.order).contains(&f.order))
+            .copied()
+            .collect()
+    };
+
+    // The window was zero from before the application held the budget until it let go.
+    let (_, closing) = receiver
+        .iter()
+        .rev()
+        .find(|(f, _)| f.order < held.order)
+        .expect("the receiver spoke before the hold");
+    assert_eq!(
+        closing.window, 0,
+        "the receiver's window when the application held its whole budget: {closing:?}"
     );
-    audit_clean(&p);
+    let answers = during(&receiver);
+    assert!(
+        answers.iter().all(|(_, t)| t.window == 0),
+        "the window stayed zero during the hold: {answers:?}"
+    );
+    let edge = closing.ack;
+
+    // The sender probed: every segment it sent meanwhile is one byte at the right edge, each
+    // answered, at intervals that never shrink.
+    let probes = during(&sender);
+    assert!(
+        probes.len() >= 2,
+        "zero-window probes during the {HOLD:?} hold: {probes:?}"
+    );
+    for (_, t) in &probes {
+        assert_eq!((t.seq, t.payload), (edge, 1), "a zero-window probe: {t:?}");
+    }
+    assert_eq!(
+        answers.len(),
+        probes.len(),
+        "each probe answered: {answers:?}"
+    );
+    let times: Vec<Duration> = probes.iter().map(|(f, _)| f.at).collect();
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.windows(2).all(|g| g[1] >= g[0]),
+        "probe intervals back off: {times:?}"
+    );
+
+    // Prompt recovery after the release: the receiver reopened the window, and the sender's
+    // next data (from the right edge on) followed within RECOVERY.
+    let (update, _) = receiver
+        .iter()
+        .find(|(f, t)| f.order > released.order && t.window > 0)
+        .expect("the receiver reopened its window");
+    let (resumed, _) = sender
+        .iter()
+        .find(|(f, t)| f.order > released.order && t.seq == edge && t.payload > 1)
+        .expect("the sender resumed");
+    assert!(update.order < resumed.order);
+    assert!(
+        resumed.at - released.at <= RECOVERY,
+        "data resumed {:?} after the release (probes at {times:?})",
+        resumed.at - released.at
+    );
+    eprintln!(
+        "{} probes at {times:?} (hold {:?}..{:?}); data resumed {:?} after the release",
+        probes.len(),
+        held.at,
+        released.at,
+        resumed.at - released.at
+    );
+    p.assert_slots_back();
+}
+
+/// A receive capacity of four full segments (4 × 1460 bytes, a budget of 6 slots): the sender's
+/// full-sized segments fill the slot budget exactly at the window's right edge, so holding the
+/// budget closes the window.
+#[test]
+fn a_hoarding_application_closes_the_window_and_releasing_reopens_it() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    hoard(4 * 1460);
+}
+
+/// Known defect: with a receive capacity that is not a whole number of segments (8 KiB, a
+/// budget of 8 slots) the window never reaches zero. The sender's first flight ends in a
+/// segment cut short by the window (892 bytes), whose rest (568 bytes) later takes a slot of
+/// its own; the budget is spent 892 bytes before the right edge the receiver advertised, and
+/// since that edge never retreats the receiver keeps offering 892 bytes it cannot take: it
+/// drops the sender's segment (`TcpRxBudget`) without an answer, the sender retransmits it on
+/// its timeout (1, 3, 7, 15 s) instead of probing, and no sign of life comes back while the
+/// application holds the budget. Run with `--ignored` to reproduce.
+#[test]
+#[ignore = "known defect: a budget spent before the advertised right edge keeps the window open"]
+fn a_hoarding_application_closes_the_window_at_any_capacity() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    hoard(8 * 1024);
 }
 
 /// 512 KiB over a wire that loses and reorders 5% of frames, to a receiver with a 40-slot
@@ -259,7 +372,7 @@ fn lossy_small_pool(rx: usize, tcp_pool_slots: Option<usize>) {
         p.pools[1].stats()
     );
     assert!(dropped > 0, "{st:?}");
-    audit_clean(&p);
+    p.assert_slots_back();
 }
 
 /// The receiver's 40 slots give a TCP share of 30; its 24 KiB socket's budget of 24 frames is
@@ -272,13 +385,12 @@ fn a_small_pool_and_a_lossy_wire_still_deliver_byte_exact() {
     lossy_small_pool(24 * 1024, None);
 }
 
-/// Known defect: with the TCP share overcommitted past the pool, so that a 64 KiB socket (64
-/// frames) opens on the 40-slot pool and the pool runs dry, the transfer stalls after about
-/// 460 KiB: the sender's queue is empty (everything it sent was acknowledged), both ends stay
-/// ESTABLISHED / FIN-WAIT-1, and the receiver still waits for bytes. Run it with `--ignored` to
-/// reproduce.
+/// The TCP share overcommitted past the pool, so that a 64 KiB socket (64 frames) opens on the
+/// 40-slot pool: the pool runs dry, out-of-order frames past a quarter of it are refused, and
+/// the sender recovers by retransmission. The stream still arrives byte-exact and the close
+/// completes, although the last segment (data and FIN) first arrives out of order: its
+/// retransmission, whose data is all here already, delivers the FIN.
 #[test]
-#[ignore = "known stall when the pool is overcommitted and runs dry"]
 fn an_overcommitted_pool_that_runs_dry_still_delivers_byte_exact() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     lossy_small_pool(65536, Some(usize::MAX));
@@ -306,5 +418,5 @@ fn a_budget_the_pool_cannot_hold_is_an_error_at_open() {
     drop(first);
     let again = TcpSocket::new(a, big).expect("the first socket's reservation came back");
     drop((small, again));
-    audit_clean(&p);
+    p.assert_slots_back();
 }

@@ -2,7 +2,11 @@
 //! `zcnet_tests::netns`): 100 MiB from a Linux client to a zcnet server, and 100 MiB from a zcnet
 //! server to a Linux client, each byte-exact by SHA-256 (both sides hash what they sent or got,
 //! and the digests and byte counts are compared). zcnet hashes and generates its bytes in place
-//! in smoltcp's socket rings (`read_with` / `write_with`). Wall times are printed (`--nocapture`).
+//! in the connection's pool frames (`read_with` / `write_with`). Wall times are printed
+//! (`--nocapture`).
+//!
+//! Each test ends with the pool audit: every slot back once the connection is closed and
+//! the sockets dropped.
 //!
 //! The two tests take turns (a lock): each measures one direction on its own.
 //! Needs root, /dev/net/tun and `python3` (fails, never skips, without them).
@@ -11,7 +15,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use zcnet_executor::time::timeout;
+use zcnet_executor::time::{sleep, timeout};
 use zcnet_stack::tcp::{TcpBuffers, TcpListener};
 use zcnet_tests::netns::{ChildGuard, TapNet, ZCNET_ADDR};
 
@@ -19,6 +23,9 @@ use zcnet_tests::netns::{ChildGuard, TapNet, ZCNET_ADDR};
 const TOTAL: usize = 100 * 1024 * 1024;
 /// The whole transfer, child included, gets at most this long.
 const LIMIT: Duration = Duration::from_secs(240);
+/// How long the stack runs after a transfer before the pool audit: the last segments are
+/// exchanged by then (a TIME-WAIT connection holds no slot, so it need not run out).
+const SETTLE: Duration = Duration::from_millis(200);
 /// Socket buffers on the zcnet side (per direction).
 const BUF: usize = 256 * 1024;
 
@@ -47,6 +54,14 @@ fn report(what: &str, elapsed: Duration) {
         "{what}: {TOTAL} bytes in {elapsed:.2?} ({:.1} MB/s)",
         TOTAL as f64 / elapsed.as_secs_f64() / 1e6
     );
+}
+
+/// Once the server task has finished (its socket closed and dropped, the listener dropped) and
+/// the client has exited: lets the stack run for `SETTLE`, then audits the pool: every slot
+/// back but the TAP's posted one, none SENT or RETAINED.
+fn settle_and_audit(net: &TapNet) {
+    net.exec.block_on(sleep(SETTLE));
+    net.assert_slots_back();
 }
 
 /// A Linux client sends 100 MiB of random bytes and half-closes; the zcnet server hashes what
@@ -122,6 +137,7 @@ if reply.decode() != "%s %d" % (h.hexdigest(), N):
     report("Linux -> zcnet", elapsed);
     let s = net.tap_stats.get();
     assert_eq!(s.rx_errors + s.tx_errors, 0, "{s:?}");
+    settle_and_audit(&net);
 }
 
 /// A pseudo-random byte stream (xorshift64*, one 8-byte word at a time), the same for every
@@ -168,7 +184,7 @@ impl Stream {
 }
 
 /// A Linux client connects and reads until end of stream, hashing; the zcnet server generates
-/// 100 MiB in place in its send ring, hashing as it goes, then closes. The client's SHA-256 and
+/// 100 MiB in place in its send queue's frames, hashing as it goes, then closes. The client's SHA-256 and
 /// byte count must match zcnet's.
 #[test]
 fn zcnet_sends_100_mib_to_linux_byte_exact() {
@@ -229,4 +245,5 @@ print("bytes=%d" % n)
     report("zcnet -> Linux", elapsed);
     let s = net.tap_stats.get();
     assert_eq!(s.rx_errors + s.tx_errors, 0, "{s:?}");
+    settle_and_audit(&net);
 }

@@ -1346,6 +1346,15 @@ impl<'a> Tcb<'a> {
                         (true, false) => {
                             window_start <= segment_start && segment_start < window_end
                         }
+                        // A segment whose data all arrived before but whose FIN is the next
+                        // sequence number we expect (the FIN was ignored when the segment first
+                        // came out of order): take the FIN. Not smoltcp's, which ACKs and ignores
+                        // it, so the peer retransmits the FIN forever.
+                        (false, _)
+                            if repr.control == TcpControl::Fin && segment_end == window_start =>
+                        {
+                            true
+                        }
                         // A non-zero-length segment with a zero receive window: only send an ACK.
                         (false, true) => false,
                         // A segment must intersect the receive window; otherwise send a challenge ACK.

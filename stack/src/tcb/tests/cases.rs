@@ -6050,6 +6050,69 @@ fn test_rx_close_fin_with_hole() {
     assert_eq!(s.recv(|_| (0, ())), Err(RecvError::InvalidState));
 }
 
+/// A FIN that first arrived out of order (ignored: a hole before it) is accepted when the peer
+/// retransmits its segment after the hole filled, although all of that segment's data is
+/// already here: the FIN occupies the next sequence number we expect.
+#[test]
+fn test_rx_fin_retransmitted_with_data_already_received() {
+    let mut s = socket_established();
+    send!(
+        s,
+        TcpRepr {
+            control: TcpControl::Fin,
+            seq_number: REMOTE_SEQ + 1 + 3,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"def"[..],
+            ..SEND_TEMPL
+        },
+        Some(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            window_len: 64,
+            ..RECV_TEMPL
+        })
+    );
+    send!(
+        s,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"abc"[..],
+            ..SEND_TEMPL
+        },
+        Some(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1 + 6),
+            window_len: 58,
+            ..RECV_TEMPL
+        })
+    );
+    assert_eq!(s.state, State::Established, "the FIN was ignored");
+    send!(
+        s,
+        TcpRepr {
+            control: TcpControl::Fin,
+            seq_number: REMOTE_SEQ + 1 + 3,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"def"[..],
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.state, State::CloseWait);
+    recv!(
+        s,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1 + 6 + 1),
+            window_len: 58,
+            ..RECV_TEMPL
+        }]
+    );
+    let mut buf = [0u8; 8];
+    assert_eq!(s.recv_slice(&mut buf), Ok(6));
+    assert_eq!(&buf[..6], b"abcdef");
+}
+
 #[test]
 fn test_rx_close_rst() {
     let mut s = socket_established();
