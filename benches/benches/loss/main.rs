@@ -32,6 +32,15 @@
 //! 1%, 5%), the same rules for every server. Their counters give the share actually dropped,
 //! reported beside the results. ARP is not filtered (the `inet` family sees IP only).
 //!
+//! What that loss is, since the client is Linux: the `input` hook drops the server's segments
+//! one by one (GRO is off), a loss on the wire the server has to repair. The `output` hook sees
+//! what the client's TCP hands to IP: GSO packets of up to 64 KiB (Linux's TCP builds them
+//! whatever the device's offloads; the device segments them in software), so one drop there
+//! takes a burst of segments; and the drop comes back to the client's TCP as a send error,
+//! which keeps the data queued and sends it again as new data. So the client's data is
+//! delayed there, not lost on the wire; what is lost from client to server is pure ACKs. The
+//! counters count packets at the hooks (GSO packets on the way out), not frames on the wire.
+//!
 //! # Workload
 //!
 //! The echo client (`--client echo`, the same Linux program for every server) connects to port

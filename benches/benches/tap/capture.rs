@@ -5,9 +5,9 @@
 //!
 //! What it sees: a frame arriving from the other end is seen before the namespace's `input`
 //! hook, so the server's segments are all counted, dropped ones included. A frame leaving is
-//! seen after the `output` hook: a client segment dropped there never reaches the interface,
-//! so it is not counted, and its retransmission counts only if a later segment got out first
-//! (a lost tail segment's resend reads as new). Window probes carrying a byte already sent
+//! seen after the `output` hook: what is dropped there never reaches the interface. (Linux's
+//! TCP learns of such a drop, a send error, and sends the data again as if it had never left,
+//! so that is no retransmission on the wire either.) Window probes carrying a byte already sent
 //! count as retransmissions; probes without data (Linux's) are not data segments.
 //!
 //! Frames reach the socket through a `PACKET_RX_RING` (`TPACKET_V2`) of 256-byte slots: the

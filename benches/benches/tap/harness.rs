@@ -241,7 +241,14 @@ pub(crate) fn run_child_role(args: &[String]) {
     }
 }
 
-/// `a / b` as a ratio column (`1.23x`).
+/// `a / b` as a ratio column: `1.23x`, or three significant digits below 0.1 (`0.00107x`),
+/// where two decimals would read as zero.
 pub(crate) fn ratio(a: f64, b: f64) -> String {
-    format!("{:.2}x", a / b)
+    let r = a / b;
+    if r > 0.0 && r < 0.1 {
+        let decimals = 2 - r.log10().floor() as i32;
+        format!("{r:.d$}x", d = decimals as usize)
+    } else {
+        format!("{r:.2}x")
+    }
 }
