@@ -35,8 +35,10 @@
 //!   the received frames themselves: `process` takes the segment's frame (trimmed to its
 //!   payload) and the buffer keeps it, in order or out of order, within a budget of pool
 //!   slots. The receive window is the smaller of the free bytes and one MSS per free slot,
-//!   and its right edge never moves back; a segment the budget cannot hold then is dropped
-//!   unacknowledged.
+//!   and its right edge never moves back, except to zero when the budget is spent (segments
+//!   shorter than an MSS can spend it before the edge); a segment the budget cannot hold then
+//!   is dropped unacknowledged. A sender whose data lies past a window that shrank to zero
+//!   probes the window instead of retransmitting on its timeout.
 //! * `accepts` takes no context (smoltcp's ignored it); `dispatch`'s `emit` gets no
 //!   `PacketMeta` (smoltcp's carried only packet ids and segmentation-offload sizes).
 //! * No segmentation offload (smoltcp's `segmentation-offload` feature); its test is dropped.

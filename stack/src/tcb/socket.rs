@@ -318,7 +318,7 @@ impl<'a> Tcb<'a> {
     fn scaled_window(&self) -> u16 {
         let shift = self.remote_win_shift;
         let mut scaled = self.rx_window() >> shift;
-        if (scaled << shift) < self.rx_window_floor() {
+        if !self.rx_buffer.budget_spent() && (scaled << shift) < self.rx_window_floor() {
             scaled += 1;
         }
         u16::try_from(scaled).unwrap_or(u16::MAX)
@@ -326,10 +326,22 @@ impl<'a> Tcb<'a> {
 
     /// The receive window to offer now, in bytes: what the receive buffer can take (its free
     /// bytes, and one MSS per free slot of its budget), but never less than keeps the right
-    /// edge we advertised last where it was (a window never retreats, RFC 9293 3.8.6.2.2).
-    /// Not smoltcp's (smoltcp's window is the free space of its byte ring, whose right edge
-    /// cannot retreat).
+    /// edge we advertised last where it was (RFC 9293 3.8.6.2.2: a receiver should not shrink
+    /// its window) — except when the slot budget is spent: then the window is zero.
+    ///
+    /// Why the exception: the window counts one MSS per free slot, but a sender may fill a
+    /// slot with less (the part of a segment that the right edge cut off arrives later as a
+    /// segment of its own), so the budget can run out before the advertised edge. Every
+    /// segment short of that edge would then be dropped unacknowledged and the sender would
+    /// retransmit on its timeout for as long as the application holds its segments; a zero
+    /// window instead turns it to zero-window probing, which every sender must do on a window
+    /// that shrank to zero (RFC 9293 MUST-34, MUST-35; Linux's `tcp_shrink_window` does the
+    /// same under memory pressure). Not smoltcp's (smoltcp's window is the free space of its
+    /// byte ring, whose right edge cannot retreat).
     fn rx_window(&self) -> usize {
+        if self.rx_buffer.budget_spent() {
+            return 0;
+        }
         self.rx_buffer
             .window(self.rx_mss)
             .max(self.rx_window_floor())
@@ -1751,10 +1763,22 @@ impl<'a> Tcb<'a> {
             _ => {}
         }
 
+        // A window that shrank to zero below data already sent (the receiver ran out of room
+        // before the right edge it had advertised): what lies past it is no longer in flight
+        // (RFC 9293 MUST-34). It goes again when the window opens; until then the window is
+        // probed (MUST-35), not the data retransmitted on the timeout. Not smoltcp's.
+        let shrank = self.remote_win_len == 0
+            && self.remote_last_seq > self.local_seq_no
+            && !self.tx_buffer.is_empty()
+            && !self.timer.is_zero_window_probe();
+        if shrank {
+            self.remote_last_seq = self.local_seq_no;
+        }
+
         // start/stop the Zero Window Probe timer.
         if self.remote_win_len == 0
             && !self.tx_buffer.is_empty()
-            && (self.timer.is_idle() || ack_len > 0)
+            && (self.timer.is_idle() || ack_len > 0 || shrank)
         {
             let delay = self.rtte.retransmission_timeout();
             self.timer.set_for_zero_window_probe(cx.now, delay);

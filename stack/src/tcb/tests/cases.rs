@@ -5452,6 +5452,128 @@ fn test_zero_window_probe_backoff_no_reply() {
     );
 }
 
+/// zcnet: a sender whose data lies past a window that shrank to zero probes the window (one
+/// byte at its edge, on the probe timer) instead of retransmitting the data on the timeout, and
+/// sends that data again once the window opens.
+#[test]
+fn test_zero_window_probe_when_the_window_shrinks_below_sent_data() {
+    let mut s = socket_established();
+    s.send_slice(b"abcdef123456").unwrap();
+    recv!(
+        s,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcdef123456"[..],
+            ..RECV_TEMPL
+        }]
+    );
+    // The peer takes six bytes, and its window shrinks to zero below the other six.
+    send!(
+        s,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            window_len: 0,
+            ..SEND_TEMPL
+        }
+    );
+    assert!(s.timer.is_zero_window_probe());
+    recv_nothing!(s, time 999);
+    recv!(
+        s,
+        time 1000,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"1"[..],
+            ..RECV_TEMPL
+        }]
+    );
+    // The window opens: the six bytes go again, at once.
+    send!(
+        s,
+        time 1100,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            window_len: 64,
+            ..SEND_TEMPL
+        }
+    );
+    recv!(
+        s,
+        time 1100,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"123456"[..],
+            ..RECV_TEMPL
+        }]
+    );
+}
+
+/// zcnet: once the application holds the whole slot budget, the window is zero, although the
+/// right edge advertised before lay further on (each small segment took a slot of the budget,
+/// which counts one MSS per slot); a probe at the edge is answered with the zero window, and a
+/// released segment opens the window again.
+#[test]
+fn test_window_shrinks_to_zero_when_the_slot_budget_is_spent() {
+    let mut s = socket_established();
+    let mut held = Vec::new();
+    for i in 0..MIN_SEGMENTS {
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 6 * i,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"abcdef"[..],
+                ..SEND_TEMPL
+            }
+        );
+        held.push(s.recv_segment().unwrap().expect("a segment"));
+        // Slots left: the 64 bytes; the last slot taken: nothing, although 40 bytes
+        // of the window advertised before remain.
+        let window = if i + 1 < MIN_SEGMENTS { 64 } else { 0 };
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 6 * (i + 1)),
+                window_len: window,
+                ..RECV_TEMPL
+            }]
+        );
+    }
+    let edge = REMOTE_SEQ + 1 + 6 * MIN_SEGMENTS;
+    send!(
+        s,
+        TcpRepr {
+            seq_number: edge,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"g"[..],
+            ..SEND_TEMPL
+        },
+        Some(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(edge),
+            window_len: 0,
+            ..RECV_TEMPL
+        })
+    );
+    drop(held.pop());
+    assert!(s.release_segment());
+    recv!(
+        s,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(edge),
+            window_len: 64,
+            ..RECV_TEMPL
+        }]
+    );
+}
+
 #[test]
 fn test_zero_window_probe_shift() {
     let mut s = socket_established();
