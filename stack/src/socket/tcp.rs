@@ -490,6 +490,13 @@ impl TcpSocket {
         self.with(|s, _| s.remote_endpoint())
     }
 
+    /// Segments this connection sent again: holes loss recovery filled (fast retransmit,
+    /// SACK-based recovery, NewReno's partial ACKs) and segments resent after a
+    /// retransmission timeout. Zero-window probes and keep-alives are not counted.
+    pub fn retransmissions(&self) -> u32 {
+        self.with(|s, _| s.retransmissions())
+    }
+
     /// Connects to `remote` from an ephemeral port and waits until established.
     ///
     /// Errors: [`TcpError::ConnectionRefused`] when the peer answers with RST,

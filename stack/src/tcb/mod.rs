@@ -5,7 +5,7 @@
 //! <https://github.com/smoltcp-rs/smoltcp>, 0BSD licensed), kept behaviour-for-behaviour: listen,
 //! connect, close, abort, the RFC 793 state machine with RFC 9293 / RFC 5961 acceptability
 //! checks, retransmission (RFC 6298 RTT estimator, exponential backoff, fast retransmit after
-//! three duplicate ACKs), Nagle, delayed ACK, keep-alive, timeouts, window scaling, SACK-permitted
+//! three duplicate ACKs, and recovery, see below), Nagle, delayed ACK, keep-alive, timeouts, window scaling, SACK-permitted
 //! and the SACK block of our ACKs, TCP timestamps, zero-window probes, and congestion control
 //! (none, Reno, CUBIC). smoltcp's unit tests come along (`tests/`), run once over IPv4 and
 //! once over IPv6.
@@ -48,14 +48,24 @@
 //!   (zcnet's build so far).
 //! * CUBIC's `powi(3)` and `mul_add` are not in `core`: `x * x * x` (the same value) and an
 //!   unfused multiply-add in the first estimate of its cube root (refined by a Newton step).
+//! * Loss recovery ([`recovery`], [`sack`]): smoltcp ignores the SACK blocks it receives and,
+//!   on the third duplicate ACK, sends the first unacknowledged segment again, nothing more
+//!   until the timeout. zcnet keeps a SACK scoreboard and recovers as RFC 6675 says (every
+//!   hole counted lost is sent again, lowest first, within the congestion window counted as
+//!   `pipe`), or as NewReno (RFC 6582) when the peer does not SACK; recovery may start from
+//!   the scoreboard before three duplicate ACKs; a timeout's go-back skips what the peer
+//!   SACKed; the retransmission timer keeps running after a fast retransmit. Our ACKs carry up
+//!   to three SACK blocks (smoltcp's, one).
 //! * No logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
 //!   explained something).
 
 pub(crate) mod congestion;
 pub(crate) mod context;
 pub(crate) mod error;
+mod recovery;
 pub(crate) mod recv;
 mod rtt;
+mod sack;
 pub(crate) mod send;
 pub(crate) mod socket;
 pub(crate) mod state;

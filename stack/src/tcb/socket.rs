@@ -19,6 +19,7 @@ use zcnet_buffer::{RxFrame, TxFrame};
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
 use super::error::{ConnectError, ListenError, RecvError, SendError};
+use super::recovery::Recovery;
 use super::recv::{RecvBuffer, RxDrops};
 use super::rtt::RttEstimator;
 use super::send::{Segment, SendBuffer};
@@ -111,8 +112,10 @@ pub(crate) struct Tcb<'a> {
     /// The number of packets received directly after
     /// each other which have the same ACK number.
     local_rx_dup_acks: u8,
-    /// If a fast retransmit needs to occur
-    pending_fast_retransmit: bool,
+    /// Loss recovery: the SACK scoreboard, the recovery episode, what to send again. Not
+    /// smoltcp's (smoltcp sends only the first unacknowledged segment again on the third
+    /// duplicate ACK).
+    recovery: Recovery,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -209,7 +212,7 @@ impl<'a> Tcb<'a> {
             local_rx_last_ack: None,
             local_rx_last_seq: None,
             local_rx_dup_acks: 0,
-            pending_fast_retransmit: false,
+            recovery: Recovery::default(),
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
@@ -526,6 +529,9 @@ impl<'a> Tcb<'a> {
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
         self.sent_max = None;
+        self.recovery.reset();
+        self.local_rx_dup_acks = 0;
+        self.local_rx_last_ack = None;
 
         self.rx_waker.wake();
         self.tx_waker.wake();
@@ -992,11 +998,36 @@ impl<'a> Tcb<'a> {
 
     /// Offset into the send buffer of the next payload `dispatch` would send.
     fn next_send_offset(&self) -> usize {
-        if self.pending_fast_retransmit {
-            0
-        } else {
-            self.flight_size()
+        match self.retransmission_due() {
+            Some((seq, _)) => seq - self.local_seq_no,
+            None => self.flight_size(),
         }
+    }
+
+    /// The bytes loss recovery wants sent again now, as `(start, most bytes)` (see
+    /// [`Recovery::next_retransmission`]).
+    fn retransmission_due(&self) -> Option<(TcpSeqNumber, usize)> {
+        if self.tx_buffer.is_empty() {
+            return None;
+        }
+        self.recovery.next_retransmission(
+            self.local_seq_no,
+            self.remote_mss,
+            self.congestion_controller.inner().window(),
+            self.pipe(),
+        )
+    }
+
+    /// Bytes in the network: sent and not acknowledged, less what the remote SACKed and what
+    /// recovery counts as lost ([`Recovery::pipe`]).
+    fn pipe(&self) -> usize {
+        self.recovery
+            .pipe(self.local_seq_no, self.remote_last_seq, self.remote_mss)
+    }
+
+    /// Segments this connection sent again (after a loss or a timeout).
+    pub(crate) fn retransmissions(&self) -> u32 {
+        self.recovery.retransmissions()
     }
 
     /// Whether the next payload to send sits in a frame the device still has from its previous
@@ -1021,12 +1052,12 @@ impl<'a> Tcb<'a> {
         self.remote_last_seq - self.local_seq_no
     }
 
-    /// What the congestion window still allows in flight.
+    /// What the congestion window still allows in flight (counted as [`pipe`](Self::pipe)).
     fn cwnd_remaining(&self) -> usize {
         self.congestion_controller
             .inner()
             .window()
-            .saturating_sub(self.flight_size())
+            .saturating_sub(self.pipe())
     }
 
     /// One past the highest sequence number sent so far in this connection (`None` before the
@@ -1150,6 +1181,20 @@ impl<'a> Tcb<'a> {
                     .map(|(left, right)| (ack + left, ack + right))
                     .next()
                     .map(|(left, right)| (left.0 as u32, right.0 as u32));
+            }
+
+            // zcnet: the other blocks follow, lowest first, up to the option's three (RFC 2018
+            // asks for as many as fit), so that a sender recovering from several losses in
+            // one window learns about every hole.
+            if let Some(first) = reply_repr.sack_ranges[0] {
+                let others = self
+                    .assembler
+                    .iter_data()
+                    .map(|(left, right)| ((ack + left).0 as u32, (ack + right).0 as u32))
+                    .filter(|&block| block != first);
+                for (slot, block) in reply_repr.sack_ranges[1..].iter_mut().zip(others) {
+                    *slot = Some(block);
+                }
             }
         }
 
@@ -1737,6 +1782,20 @@ impl<'a> Tcb<'a> {
             if self.remote_last_seq < self.local_seq_no {
                 self.remote_last_seq = self.local_seq_no
             }
+
+            // Loss recovery learns what the remote holds; enough SACKed above the first
+            // unacknowledged byte starts recovery without waiting for duplicate ACKs.
+            let snd_max = self.sent_max.unwrap_or(self.remote_last_seq);
+            let sack = self.remote_has_sack.then_some(&repr.sack_ranges[..]);
+            self.recovery
+                .on_ack(self.local_seq_no, sack, snd_max, ack_len > 0);
+            if self
+                .recovery
+                .sack_says_lost(self.local_seq_no, self.remote_mss)
+                && !matches!(self.timer, Timer::FastRetransmit)
+            {
+                self.timer.set_for_fast_retransmit();
+            }
         }
 
         // update last remote tsval
@@ -1893,8 +1952,9 @@ impl<'a> Tcb<'a> {
     /// Whether a segment occupying sequence space (SYN, data, FIN) may be sent now: window,
     /// congestion window and Nagle permitting.
     fn seq_to_transmit(&self, cx: &mut TcpContext<'_>) -> bool {
-        // Fast retransmits should always send, even if later congestion checks would disallow
-        if self.pending_fast_retransmit && !self.tx_buffer.is_empty() {
+        // Loss recovery's retransmissions go before new data (the congestion window was
+        // checked by `retransmission_due`) ...
+        if self.retransmission_due().is_some() {
             // ... once the device is done with the frame to resend.
             return !self.tx_blocked(None);
         }
@@ -1926,9 +1986,16 @@ impl<'a> Tcb<'a> {
         let max_send_seq =
             self.local_seq_no + core::cmp::min(self.remote_win_len, self.tx_buffer.len());
 
+        // Where the next new segment starts: past what the remote SACKed, if the last
+        // sequence number sent lies in it (see `dispatch`).
+        let next_seq = self
+            .recovery
+            .skip_sacked(self.remote_last_seq)
+            .unwrap_or(self.remote_last_seq);
+
         // Max amount of octets we can send.
-        let capped_send_seq = if max_send_seq >= self.remote_last_seq {
-            max_send_seq - self.remote_last_seq
+        let capped_send_seq = if max_send_seq >= next_seq {
+            max_send_seq - next_seq
         } else {
             0
         };
@@ -2089,25 +2156,39 @@ impl<'a> Tcb<'a> {
                 // to be sent again.
                 self.remote_last_seq = self.local_seq_no;
 
+                // Recovery ends; what the remote SACKed is skipped (see `Recovery::on_rto`).
+                self.recovery.on_rto();
+
                 // Inform RTTE, so that it can can handle RTO backoff
                 self.rtte.on_rto();
             } else {
-                // If a fast rentrasmit timer expired, we should resend only the earliest unAcked segment
+                // Three duplicate ACKs, or the SACK scoreboard, signalled a loss.
 
-                // Inform the congestion controller that we're doing a fast retransmit and should enter the fast recovery state
-                let in_flight = self.flight_size();
-                self.congestion_controller
-                    .inner_mut()
-                    .on_loss(cx.now, in_flight);
-
-                self.pending_fast_retransmit = true;
+                // A fast retransmit starts loss recovery (once per episode), and the
+                // congestion controller reduces its window.
+                if self.recovery.enter(self.local_seq_no, self.remote_last_seq) {
+                    let in_flight = self.flight_size();
+                    self.congestion_controller
+                        .inner_mut()
+                        .on_loss(cx.now, in_flight);
+                }
             }
 
             // Clear the `should_retransmit` state. If we can't retransmit right
             // now for whatever reason (like zero window), this avoids an
             // infinite polling loop where `poll_at` returns `Now` but `dispatch`
             // can't actually do anything.
-            self.timer.set_for_idle(cx.now, self.keep_alive);
+            //
+            // zcnet: after a fast retransmit, the retransmission timer keeps running (from
+            // now): data is still unacknowledged, and if recovery sends nothing (the
+            // device still has the frame, the window is full) and no ACK comes, only the
+            // timer recovers the connection.
+            match self.timer {
+                Timer::FastRetransmit => self
+                    .timer
+                    .set_for_retransmit(cx.now, self.rtte.retransmission_timeout()),
+                _ => self.timer.set_for_idle(cx.now, self.keep_alive),
+            }
 
             // Inform RTTE, so that it can avoid bogus measurements.
             self.rtte.on_retransmit();
@@ -2170,6 +2251,8 @@ impl<'a> Tcb<'a> {
         };
 
         let mut is_zero_window_probe = false;
+        // Whether the segment is loss recovery's retransmission of a hole.
+        let mut is_retransmission = false;
         // The payload when it is a send-buffer frame sent in place (then `repr.payload` is
         // empty and `zc_len` is the frame's length).
         let mut zc: Option<TxFrame> = None;
@@ -2224,10 +2307,14 @@ impl<'a> Tcb<'a> {
                 let local_mss = cx.ip_mtu - ip_repr.header_len() - TCP_HEADER_LEN;
                 let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
 
-                let offset = if self.pending_fast_retransmit {
-                    let size = effective_mss.min(self.tx_buffer.len());
-                    repr.seq_number = self.local_seq_no;
-                    match self.tx_buffer.locate(0, size) {
+                let offset = if let Some((seq, len)) = self.retransmission_due() {
+                    // Loss recovery sends a hole again (the frame itself when the hole
+                    // starts at its unacknowledged front).
+                    let offset = seq - self.local_seq_no;
+                    let size = effective_mss.min(len);
+                    repr.seq_number = seq;
+                    is_retransmission = true;
+                    match self.tx_buffer.locate(offset, size) {
                         Segment::Copy { index, off, len } => {
                             repr.payload = self.tx_buffer.bytes(index, off, len);
                         }
@@ -2237,11 +2324,15 @@ impl<'a> Tcb<'a> {
                         }
                         Segment::Busy => {}
                     }
-
-                    self.pending_fast_retransmit = false;
-
-                    0
+                    offset
                 } else {
+                    // After a timeout, sending resumes from the cumulative ACK: skip what the
+                    // remote SACKed.
+                    if let Some(end) = self.recovery.skip_sacked(self.remote_last_seq) {
+                        self.remote_last_seq = end;
+                        repr.seq_number = end;
+                    }
+
                     // Right edge of window, ie the max sequence number we're allowed to send.
                     let win_right_edge = self.local_seq_no + self.remote_win_len;
 
@@ -2354,6 +2445,11 @@ impl<'a> Tcb<'a> {
         // Sequence space the segment occupies (a payload sent in place is not in `repr`).
         let segment_len = repr.segment_len() + zc_len;
         let end = repr.seq_number + segment_len;
+        // Sequence space sent before, other than a probe or a keep-alive: a retransmission.
+        let resent = is_retransmission
+            || (!is_zero_window_probe
+                && !is_keep_alive
+                && self.sent_max.is_some_and(|max| repr.seq_number < max));
         if self.sent_max.is_none_or(|max| end > max) {
             self.sent_max = Some(end);
         }
@@ -2364,6 +2460,11 @@ impl<'a> Tcb<'a> {
 
         // Reset delayed-ack timer
         self.ack_delay_timer = AckDelayTimer::Idle;
+
+        if segment_len > 0 && resent {
+            self.recovery.retransmitted(end);
+            self.rtte.on_retransmit();
+        }
 
         // Leave the rest of the state intact if sending a zero-window probe.
         if is_zero_window_probe {

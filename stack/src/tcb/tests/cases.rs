@@ -4062,6 +4062,96 @@ fn test_fast_retransmit_after_triple_duplicate_ack() {
     });
 }
 
+/// zcnet: a SACK block as the ACK carries it, `[from, to)` bytes past `LOCAL_SEQ + 1`.
+fn sack_block(from: usize, to: usize) -> Option<(u32, u32)> {
+    Some(((LOCAL_SEQ + 1 + from).0 as u32, (LOCAL_SEQ + 1 + to).0 as u32))
+}
+
+/// zcnet: the remote's ACK of the bytes before `LOCAL_SEQ + 1 + to`, with SACK blocks.
+fn ack_with_sack(to: usize, sack: [Option<(u32, u32)>; 3]) -> TcpRepr<'static> {
+    TcpRepr {
+        seq_number: REMOTE_SEQ + 1,
+        ack_number: Some(LOCAL_SEQ + 1 + to),
+        sack_ranges: sack,
+        ..SEND_TEMPL
+    }
+}
+
+/// zcnet: our segment carrying `payload` at `LOCAL_SEQ + 1 + at`.
+fn data_at(at: usize, payload: &[u8]) -> TcpRepr<'_> {
+    TcpRepr {
+        seq_number: LOCAL_SEQ + 1 + at,
+        ack_number: Some(REMOTE_SEQ + 1),
+        payload,
+        ..RECV_TEMPL
+    }
+}
+
+/// zcnet: the eight 3-byte segments the tests below send.
+const EIGHT_SEGMENTS: &[u8; 24] = b"aaaBBBcccDDDeeeFFFgggHHH";
+
+/// zcnet: an established socket (with SACK or not) that sent [`EIGHT_SEGMENTS`], none
+/// acknowledged yet.
+fn socket_sent_eight_segments(sack: bool) -> TestSocket {
+    let mut s = socket_established();
+    s.remote_has_sack = sack;
+    s.remote_mss = 3;
+    // An ACK of nothing new: the duplicates counted later are of it.
+    send!(s, time 0, ack_with_sack(0, [None; 3]));
+    s.send_slice(EIGHT_SEGMENTS).unwrap();
+    for (i, chunk) in EIGHT_SEGMENTS.chunks(3).enumerate() {
+        recv!(s, time 1000, Ok(data_at(3 * i, chunk)));
+    }
+    recv_nothing!(s, time 1000);
+    s
+}
+
+/// zcnet: SACK-based recovery (RFC 6675) sends again exactly the segments the SACK blocks show
+/// missing (the first and the fourth), without waiting for duplicate ACKs, and nothing the
+/// remote holds.
+#[test]
+fn test_sack_recovery_retransmits_only_the_holes() {
+    let mut s = socket_sent_eight_segments(true);
+    // "aaa" and "DDD" lost; the remote holds 3..9 and 12..24.
+    send!(s, time 1050, ack_with_sack(0, [sack_block(3, 9), sack_block(12, 24), None]));
+    recv!(s, time 1050, [data_at(0, b"aaa"), data_at(9, b"DDD")]);
+    // Both arrive: everything is acknowledged, recovery is over.
+    send!(s, time 1060, ack_with_sack(24, [None; 3]));
+    assert!(!s.recovery.in_recovery());
+    assert_eq!(s.retransmissions(), 2);
+    recv_nothing!(s, time 1060);
+}
+
+/// zcnet: after a retransmission timeout the sender goes back to the first unacknowledged
+/// byte but skips what the remote SACKed: one segment goes again, not eight.
+#[test]
+fn test_retransmission_timeout_skips_sacked_data() {
+    let mut s = socket_sent_eight_segments(true);
+    // Only "aaa" is missing, but 21 SACKed bytes make it lost: recovery sends it again ...
+    send!(s, time 1050, ack_with_sack(0, [sack_block(3, 24), None, None]));
+    recv!(s, time 1050, [data_at(0, b"aaa")]);
+    // ... and that is lost too: the timeout sends it once more, and nothing after it.
+    let rto = s.rtte.retransmission_timeout().total_millis() as i64;
+    recv_nothing!(s, time 1050 + rto - 1);
+    recv!(s, time 1050 + rto, [data_at(0, b"aaa")]);
+}
+
+/// zcnet: without SACK, NewReno (RFC 6582): a partial ACK during recovery sends the next
+/// missing segment at once instead of waiting for three more duplicate ACKs or the timeout.
+#[test]
+fn test_newreno_partial_ack_retransmits_the_next_hole() {
+    let mut s = socket_sent_eight_segments(false);
+    for t in [1050, 1055, 1060] {
+        send!(s, time t, ack_with_sack(0, [None; 3]));
+    }
+    recv!(s, time 1100, [data_at(0, b"aaa")]);
+    // "DDD" was lost too: the ACK stops at it.
+    send!(s, time 1110, ack_with_sack(9, [None; 3]));
+    recv!(s, time 1110, [data_at(9, b"DDD")]);
+    send!(s, time 1120, ack_with_sack(24, [None; 3]));
+    assert!(!s.recovery.in_recovery());
+}
+
 #[test]
 fn test_fast_retransmit_duplicate_detection_with_data() {
     let mut s = socket_established();
@@ -5334,8 +5424,12 @@ fn test_zero_window_probe_not_capped_by_cwnd() {
     // the congestion window is exhausted: an empty probe occupies no
     // sequence space and elicits no reply, so the connection would stall
     // if the remote's window update got lost.
+    //
+    // zcnet: the window shrank to zero below the 2048 bytes in flight, so they are no longer
+    // in flight (RFC 9293 MUST-34) and the probe is the byte at the window's edge, the first
+    // unacknowledged one (smoltcp probes past the data in flight, at + 2048).
     recv!(s, time 110, Ok(TcpRepr {
-        seq_number: LOCAL_SEQ + 1 + 2048,
+        seq_number: LOCAL_SEQ + 1,
         ack_number: Some(REMOTE_SEQ + 1),
         payload: &data[..1],
         ..RECV_TEMPL
