@@ -17,9 +17,9 @@
 //! the random source. The connections live in the stack's table (`tcp_table.rs`); the
 //! application reaches them through `TcpSocket` (`socket/tcp.rs`).
 //!
-//! Parts of smoltcp's socket API the stack does not offer (congestion control choice, TCP
-//! timestamps, ACK delay, hop limit, `peek`, SYN-ACK pausing) stay for the unit tests, which
-//! are smoltcp's and exercise them (`#[cfg(test)]`).
+//! Parts of smoltcp's socket API the stack does not offer (ACK delay, hop limit, `peek`,
+//! SYN-ACK pausing) stay for the unit tests, which are smoltcp's and exercise them
+//! (`#[cfg(test)]`).
 //!
 //! # Differences from smoltcp
 //!
@@ -56,6 +56,12 @@
 //!   the scoreboard before three duplicate ACKs; a timeout's go-back skips what the peer
 //!   SACKed; the retransmission timer keeps running after a fast retransmit. Our ACKs carry up
 //!   to three SACK blocks (smoltcp's, one).
+//! * TCP timestamps (RFC 7323) are on unless the application turns them off, and used when
+//!   the peer offers them: TSval is the stack's clock in milliseconds plus a random offset per
+//!   connection (smoltcp's is a global `fn() -> u32` the application supplies); every ACK of
+//!   new data gives an RTT sample from its TSecr; PAWS drops segments older than TS.Recent;
+//!   TS.Recent moves only with segments at the left edge of the window, and an out-of-order
+//!   segment's ACK echoes it (smoltcp echoes every segment's TSval).
 //! * No logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
 //!   explained something).
 

@@ -12,7 +12,7 @@ use smoltcp::storage::Assembler;
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{
     IpAddress, IpEndpoint, IpListenEndpoint, IpProtocol, IpRepr, TcpControl, TcpRepr, TcpSeqNumber,
-    TcpTimestampGenerator, TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
+    TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
 };
 use zcnet_buffer::{RxFrame, TxFrame};
 
@@ -133,7 +133,10 @@ pub(crate) struct Tcb<'a> {
     congestion_controller: AnyController,
 
     /// tsval generator - if some, tcp timestamp is enabled
-    tsval_generator: Option<TcpTimestampGenerator>,
+    tsval_generator: Option<TsvalSource>,
+    /// Whether new connections offer TCP timestamps (RFC 7323): set by the stack
+    /// ([`set_timestamps`](Self::set_timestamps)). Not smoltcp's.
+    timestamps_wanted: bool,
 
     /// 0 if not seen or timestamp not enabled
     last_remote_tsval: u32,
@@ -218,6 +221,7 @@ impl<'a> Tcb<'a> {
             challenge_ack_timer: Instant::from_secs(0),
             nagle: true,
             tsval_generator: None,
+            timestamps_wanted: false,
             last_remote_tsval: 0,
             congestion_controller: AnyController::new(),
             rx_waker: WakerRegistration::new(),
@@ -230,8 +234,42 @@ impl<'a> Tcb<'a> {
 
     /// Enable or disable TCP Timestamp.
     #[cfg(test)]
-    pub(crate) fn set_tsval_generator(&mut self, generator: Option<TcpTimestampGenerator>) {
-        self.tsval_generator = generator;
+    pub(crate) fn set_tsval_generator(&mut self, generator: Option<fn() -> u32>) {
+        self.tsval_generator = generator.map(TsvalSource::Fn);
+    }
+
+    /// Whether connections opened from now on offer TCP timestamps (RFC 7323): TSval is the
+    /// stack's clock in milliseconds plus a random offset per connection; RTT samples come
+    /// from the echoed TSecr; segments older than the last one in order are rejected (PAWS).
+    /// The remote must offer them too (on its SYN or SYN-ACK).
+    pub(crate) fn set_timestamps(&mut self, enabled: bool) {
+        self.timestamps_wanted = enabled;
+    }
+
+    /// Picks this connection's TSval offset, if timestamps are wanted.
+    fn arm_timestamps(&mut self, cx: &mut TcpContext<'_>) {
+        if self.timestamps_wanted {
+            self.tsval_generator = Some(TsvalSource::Clock {
+                offset: cx.rand.rand_u32(),
+            });
+        }
+    }
+
+    /// Our TSval at `now`, with timestamps on.
+    fn tsval(&self, now: Instant) -> Option<u32> {
+        self.tsval_generator.map(|source| source.tsval(now))
+    }
+
+    /// Whether PAWS rejects `repr` (see `process`): timestamps on, the connection
+    /// synchronized, not a RST, and its TSval before TS.Recent (modulo 2³²).
+    fn paws_rejects(&self, repr: &TcpRepr) -> bool {
+        let Some(ts) = repr.timestamp else {
+            return false;
+        };
+        self.tsval_generator.is_some()
+            && !matches!(self.state, State::Listen | State::SynSent | State::Closed)
+            && repr.control != TcpControl::Rst
+            && (ts.tsval.wrapping_sub(self.last_remote_tsval) as i32) < 0
     }
 
     /// Return whether TCP Timestamp is enabled.
@@ -630,6 +668,7 @@ impl<'a> Tcb<'a> {
         }
 
         self.reset();
+        self.arm_timestamps(cx);
         self.tuple = Some(Tuple {
             local: local_endpoint,
             remote: remote_endpoint,
@@ -1124,11 +1163,27 @@ impl<'a> Tcb<'a> {
 
     /// An ACK of everything received so far, with our window and (if the remote supports it)
     /// one SACK block; records the ACK and window as sent.
-    fn ack_reply(&mut self, ip_repr: &IpRepr, repr: &TcpRepr) -> (IpRepr, TcpRepr<'static>) {
+    fn ack_reply(
+        &mut self,
+        now: Instant,
+        ip_repr: &IpRepr,
+        repr: &TcpRepr,
+    ) -> (IpRepr, TcpRepr<'static>) {
         let (mut ip_reply_repr, mut reply_repr) = Self::reply(ip_repr, repr);
-        reply_repr.timestamp = repr
-            .timestamp
-            .and_then(|tcp_ts| tcp_ts.generate_reply(self.tsval_generator));
+        // TSecr echoes the segment's TSval if it reached the left edge of the window we
+        // advertised, TS.Recent otherwise (RFC 7323 section 4.3), so that the remote's RTT
+        // samples include the time a hole before an out-of-order segment took to fill.
+        let in_order = self
+            .remote_last_ack
+            .is_none_or(|last_ack| repr.seq_number <= last_ack);
+        reply_repr.timestamp = repr.timestamp.zip(self.tsval(now)).map(|(theirs, tsval)| {
+            let tsecr = if in_order {
+                theirs.tsval
+            } else {
+                self.last_remote_tsval
+            };
+            TcpTimestampRepr::new(tsval, tsecr)
+        });
 
         // From RFC 793:
         // [...] an empty acknowledgment segment containing the current send-sequence number
@@ -1217,7 +1272,7 @@ impl<'a> Tcb<'a> {
         // Rate-limit to 1 per second max.
         self.challenge_ack_timer = cx.now + Duration::from_secs(1);
 
-        Some(self.ack_reply(ip_repr, repr))
+        Some(self.ack_reply(cx.now, ip_repr, repr))
     }
 
     /// Whether the segment `repr` in the packet `ip_repr` belongs to this connection (its
@@ -1385,6 +1440,18 @@ impl<'a> Tcb<'a> {
         let segment_start = repr.seq_number;
         let segment_end = repr.seq_number + seg_len;
 
+        // PAWS (RFC 7323 section 5): with timestamps on, a segment other than RST whose TSval
+        // is older than the last one taken in order (TS.Recent) is an old duplicate from an
+        // earlier incarnation of the sequence space: acknowledge it (echoing TS.Recent) and
+        // drop it. Not smoltcp's.
+        if self.paws_rejects(repr) {
+            let (ip_reply, mut reply) = self.ack_reply(cx.now, ip_repr, repr);
+            if let Some(ts) = reply.timestamp.as_mut() {
+                ts.tsecr = self.last_remote_tsval;
+            }
+            return Some((ip_reply, reply));
+        }
+
         // The accepted part of the payload (a range of it) and its offset past the in-order
         // data.
         let (payload_range, payload_offset) = match self.state {
@@ -1475,7 +1542,7 @@ impl<'a> Tcb<'a> {
                             TcpControl::None | TcpControl::Psh | TcpControl::Fin
                         )
                     {
-                        return Some(self.ack_reply(ip_repr, repr));
+                        return Some(self.ack_reply(cx.now, ip_repr, repr));
                     }
 
                     return self.challenge_ack_reply(cx, ip_repr, repr);
@@ -1570,6 +1637,7 @@ impl<'a> Tcb<'a> {
                     self.remote_win_shift = 0;
                 }
                 // Remote doesn't support timestamping, don't do it.
+                self.arm_timestamps(cx);
                 if repr.timestamp.is_none() {
                     self.tsval_generator = None;
                 }
@@ -1758,8 +1826,18 @@ impl<'a> Tcb<'a> {
                     self.local_rx_dup_acks = 0;
                     self.local_rx_last_ack = Some(ack_number);
 
-                    // Notify of fresh ACK
-                    self.rtte.on_ack(cx.now, ack_number);
+                    // Notify of fresh ACK. With timestamps, an ACK of new data echoes the
+                    // TSval of the segment it answers: an RTT sample even for a retransmission
+                    // (RFC 7323 section 4). Without them, the RTT estimator times one segment.
+                    let echoed = repr
+                        .timestamp
+                        .filter(|ts| ack_len > 0 && ts.tsecr != 0)
+                        .zip(self.tsval_generator)
+                        .and_then(|(ts, source)| source.elapsed_ms(cx.now, ts.tsecr));
+                    match echoed {
+                        Some(rtt) => self.rtte.sample_echoed(rtt),
+                        None => self.rtte.on_ack(cx.now, ack_number),
+                    }
                     let new_flight_size = self.flight_size().saturating_sub(ack_len);
                     self.congestion_controller.inner_mut().on_ack(
                         cx.now,
@@ -1798,9 +1876,16 @@ impl<'a> Tcb<'a> {
             }
         }
 
-        // update last remote tsval
+        // TS.Recent, the TSval we echo, follows segments that reach the left edge of the
+        // window we advertised (RFC 7323 section 4.3: `SEG.SEQ <= Last.ACK.sent`), so that a
+        // delayed or out-of-order segment does not move it.
         if let Some(timestamp) = repr.timestamp {
-            self.last_remote_tsval = timestamp.tsval;
+            if self
+                .remote_last_ack
+                .is_none_or(|last_ack| repr.seq_number <= last_ack)
+            {
+                self.last_remote_tsval = timestamp.tsval;
+            }
         }
 
         // update timers.
@@ -1889,7 +1974,7 @@ impl<'a> Tcb<'a> {
                 // No slot for this segment either way: drop it and answer with a duplicate
                 // ACK, as for any out-of-order segment.
                 self.rx_buffer.note_budget_drop();
-                return Some(self.ack_reply(ip_repr, repr));
+                return Some(self.ack_reply(cx.now, ip_repr, repr));
             }
         }
 
@@ -1935,7 +2020,7 @@ impl<'a> Tcb<'a> {
             // Note that we change the transmitter state here.
             // This is fine because smoltcp assumes that it can always transmit zero or one
             // packets for every packet it receives.
-            Some(self.ack_reply(ip_repr, repr))
+            Some(self.ack_reply(cx.now, ip_repr, repr))
         } else {
             None
         }
@@ -2243,10 +2328,9 @@ impl<'a> Tcb<'a> {
             max_seg_size: None,
             sack_permitted: false,
             sack_ranges: [None, None, None],
-            timestamp: TcpTimestampRepr::generate_reply_with_tsval(
-                self.tsval_generator,
-                self.last_remote_tsval,
-            ),
+            timestamp: self
+                .tsval(cx.now)
+                .map(|tsval| TcpTimestampRepr::new(tsval, self.last_remote_tsval)),
             payload: &[],
         };
 
@@ -2570,3 +2654,43 @@ impl fmt::Write for Tcb<'_> {
 #[cfg(test)]
 #[path = "tests/mod.rs"]
 mod tests;
+
+/// Where a connection's TSval comes from (TCP timestamps, RFC 7323).
+#[derive(Debug, Clone, Copy)]
+enum TsvalSource {
+    /// The stack's clock in milliseconds plus `offset`, random per connection (RFC 7323
+    /// section 7.1: the peer learns nothing of our clock, and values do not repeat across
+    /// connections to the same port).
+    Clock {
+        /// Added to the clock's milliseconds.
+        offset: u32,
+    },
+    /// A fixed function (smoltcp's unit tests).
+    #[cfg(test)]
+    Fn(fn() -> u32),
+}
+
+impl TsvalSource {
+    /// The TSval to send at `now`.
+    fn tsval(self, now: Instant) -> u32 {
+        match self {
+            TsvalSource::Clock { offset } => (now.total_millis() as u32).wrapping_add(offset),
+            #[cfg(test)]
+            TsvalSource::Fn(f) => f(),
+        }
+    }
+
+    /// The time in milliseconds since a TSval of ours that the remote echoed, if it is one
+    /// (an RTT sample).
+    fn elapsed_ms(self, now: Instant, echoed: u32) -> Option<u32> {
+        match self {
+            TsvalSource::Clock { .. } => {
+                let elapsed = self.tsval(now).wrapping_sub(echoed);
+                // An echo from the future, or older than a minute: not a sample.
+                (elapsed <= 60_000).then_some(elapsed)
+            }
+            #[cfg(test)]
+            TsvalSource::Fn(_) => None,
+        }
+    }
+}

@@ -6851,6 +6851,88 @@ fn test_set_get_congestion_control() {
 // Timestamp tests
 // =========================================================================================//
 
+/// zcnet: an established connection with timestamps from the clock (offset 0: TSval is the
+/// time in milliseconds) whose TS.Recent is 100.
+fn socket_established_with_clock_timestamps() -> TestSocket {
+    let mut s = socket_established();
+    s.tsval_generator = Some(TsvalSource::Clock { offset: 0 });
+    s.last_remote_tsval = 100;
+    s
+}
+
+/// zcnet: the peer's segment carrying `payload` at `REMOTE_SEQ + 1 + at`, with TSval `tsval`.
+fn peer_data_ts(at: usize, payload: &[u8], tsval: u32) -> TcpRepr<'_> {
+    TcpRepr {
+        seq_number: REMOTE_SEQ + 1 + at,
+        ack_number: Some(LOCAL_SEQ + 1),
+        payload,
+        timestamp: Some(TcpTimestampRepr::new(tsval, 0)),
+        ..SEND_TEMPL
+    }
+}
+
+/// zcnet: our pure ACK of everything in order so far, with timestamps `(tsval, tsecr)`.
+fn our_ack_ts(tsval: u32, tsecr: u32) -> TcpRepr<'static> {
+    TcpRepr {
+        seq_number: LOCAL_SEQ + 1,
+        ack_number: Some(REMOTE_SEQ + 1),
+        timestamp: Some(TcpTimestampRepr::new(tsval, tsecr)),
+        ..RECV_TEMPL
+    }
+}
+
+/// zcnet: PAWS (RFC 7323 section 5): a data segment whose TSval is older than TS.Recent is
+/// acknowledged (echoing TS.Recent) and dropped; a newer one is taken and moves TS.Recent.
+#[test]
+fn test_paws_drops_an_old_duplicate() {
+    let mut s = socket_established_with_clock_timestamps();
+    send!(s, time 10, peer_data_ts(0, b"old", 90), Some(our_ack_ts(10, 100)));
+    assert!(s.rx_buffer.is_empty());
+    assert_eq!(s.last_remote_tsval, 100);
+    send!(s, time 20, peer_data_ts(0, b"new", 101));
+    assert_eq!(s.rx_buffer.len(), 3);
+    assert_eq!(s.last_remote_tsval, 101);
+}
+
+/// zcnet: an out-of-order segment does not move TS.Recent (RFC 7323 section 4.3: only a
+/// segment at the left edge of the window does), and its immediate ACK echoes TS.Recent.
+#[test]
+fn test_ts_recent_ignores_out_of_order_segments() {
+    let mut s = socket_established_with_clock_timestamps();
+    send!(s, time 10, peer_data_ts(3, b"def", 150), Some(our_ack_ts(10, 100)));
+    assert_eq!(s.last_remote_tsval, 100);
+}
+
+/// zcnet: with timestamps, the ACK's echoed TSval gives the RTT: sent at 1000 ms, echoed in an
+/// ACK at 1250 ms, a first sample of 250 ms.
+#[test]
+fn test_rtt_from_the_echoed_timestamp() {
+    let mut s = socket_established_with_clock_timestamps();
+    s.send_slice(b"abcdef").unwrap();
+    recv!(
+        s,
+        time 1000,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcdef"[..],
+            timestamp: Some(TcpTimestampRepr::new(1000, 100)),
+            ..RECV_TEMPL
+        }]
+    );
+    send!(
+        s,
+        time 1250,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            timestamp: Some(TcpTimestampRepr::new(120, 1000)),
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.rtte.smoothed_rtt(), 250);
+}
+
 #[test]
 fn test_tsval_established_connection() {
     let mut s = socket_established();
