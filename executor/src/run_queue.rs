@@ -40,6 +40,22 @@ pub(crate) struct Batch {
     head: *mut Header,
 }
 
+impl Batch {
+    /// The batch of the taken stack `newest` (newest first, flags stripped), reversed so that
+    /// tasks run in the order they were woken.
+    fn reversed(newest: *mut Header) -> Batch {
+        let mut rest = newest;
+        let mut reversed: *mut Header = ptr::null_mut();
+        while let Some(node) = ptr::NonNull::new(rest) {
+            let task = TaskRef(node);
+            rest = task.header().next.load(Relaxed);
+            task.header().next.store(reversed, Relaxed);
+            reversed = node.as_ptr();
+        }
+        Batch { head: reversed }
+    }
+}
+
 impl Iterator for Batch {
     type Item = TaskRef;
 
@@ -66,7 +82,8 @@ impl RunQueue {
         }
     }
 
-    /// Pushes a task whose SCHEDULED bit the caller just set (so it is in no queue). Lock-free.
+    /// Pushes a task whose QUEUED bit the caller just set, or that the executor holds and
+    /// took out of the queue (so it is in no queue). Lock-free.
     pub(crate) fn push(&self, task: TaskRef) -> Notify {
         let node = task.0.as_ptr();
         let mut cur = self.head.load(Relaxed);
@@ -113,16 +130,41 @@ impl RunQueue {
     pub(crate) fn take_all(&self) -> (Batch, bool) {
         let taken = self.head.swap(ptr::null_mut(), AcqRel);
         let main = taken.addr() & MAIN_WOKEN != 0;
-        // The stack is newest first; reverse it so tasks run in the order they were woken.
-        let mut rest = taken.map_addr(|a| a & !FLAGS);
-        let mut reversed: *mut Header = ptr::null_mut();
-        while let Some(node) = ptr::NonNull::new(rest) {
-            let task = TaskRef(node);
-            rest = task.header().next.load(Relaxed);
-            task.header().next.store(reversed, Relaxed);
-            reversed = node.as_ptr();
+        (Batch::reversed(taken.map_addr(|a| a & !FLAGS)), main)
+    }
+
+    /// Takes every queued task (oldest first) for `run_until_idle`, which neither waits nor polls
+    /// `block_on`'s future: one swap, like [`take_all`](Self::take_all), and in the rare case
+    /// that it took a flag too, what the flag asks for is done again: MAIN_WOKEN is set back
+    /// (a `block_on` on the stack, or on another thread, still sees its wake), and a SLEEPING
+    /// flag taken means the caller must signal the platform (whoever clears SLEEPING signals).
+    pub(crate) fn take_tasks(&self) -> (Batch, Notify) {
+        let mut cur = self.head.load(Relaxed);
+        let taken = loop {
+            if cur.addr() & !FLAGS == 0 {
+                return (
+                    Batch {
+                        head: ptr::null_mut(),
+                    },
+                    Notify::None,
+                );
+            }
+            let flags = ptr::without_provenance_mut(cur.addr() & FLAGS);
+            match self.head.compare_exchange_weak(cur, flags, AcqRel, Relaxed) {
+                Ok(_) => break cur.map_addr(|a| a & !FLAGS),
+                Err(actual) => cur = actual,
+            }
+        };
+        let mut notify = Notify::None;
+        if taken.addr() & FLAGS != 0 {
+            if taken.addr() & SLEEPING != 0 {
+                notify = Notify::Signal;
+            }
+            if taken.addr() & MAIN_WOKEN != 0 && self.wake_main() == Notify::Signal {
+                notify = Notify::Signal;
+            }
         }
-        (Batch { head: reversed }, main)
+        (Batch::reversed(taken.map_addr(|a| a & !FLAGS)), notify)
     }
 
     /// Marks the executor as going to sleep if the queue is empty and the main future not woken.
@@ -148,8 +190,13 @@ impl RunQueue {
         );
     }
 
-    /// Whether a task is queued or the main future woken (for `run_until_idle`).
+    /// Whether a task is queued or the main future woken.
     pub(crate) fn has_work(&self) -> bool {
         self.head.load(Acquire).addr() & !SLEEPING != 0
+    }
+
+    /// Whether a task is queued (for `run_until_idle`). A load, no locked instruction.
+    pub(crate) fn has_tasks(&self) -> bool {
+        self.head.load(Relaxed).addr() & !FLAGS != 0
     }
 }
