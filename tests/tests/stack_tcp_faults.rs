@@ -114,6 +114,7 @@ fn ten_megabytes_each_way_byte_exact_under_loss_reorder_duplication_and_corrupti
         s.accept(8000).await.unwrap();
         exchange(s, b_data).await
     });
+    let started = p.exec.now();
     let client = p.exec.block_on(async move {
         let mut c = buffers(a);
         c.connect_timeout(
@@ -127,6 +128,10 @@ fn ten_megabytes_each_way_byte_exact_under_loss_reorder_duplication_and_corrupti
             .expect("transfer finished within 10 simulated minutes")
     });
     let server = p.exec.block_on(server);
+    eprintln!(
+        "10 MB each way under faults: {} ms simulated",
+        (p.exec.now() - started).as_millis()
+    );
     // Both sockets are dropped (`exchange` consumed them) after shutting down and reading the
     // peer's FIN; TIME-WAIT (10 s) and any FIN or ACK the wire lost and a timer sends again run
     // out well within 30 simulated seconds.

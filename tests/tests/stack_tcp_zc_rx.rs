@@ -6,9 +6,9 @@
 //!   application holds it), and `recv_segment` / `read_with` consumers make no payload copy;
 //! * an application that hoards segments closes the window: on the wire, the receiver's window
 //!   stays zero while the sender sends zero-window probes (nothing else), and the data resumes
-//!   within 10 ms of the application letting go, the stream byte-exact; ignored for now: the
-//!   same with a receive capacity that is not a whole number of segments, where the window
-//!   never closes (a known defect, see the test);
+//!   within 10 ms of the application letting go, the stream byte-exact; also with a receive
+//!   capacity that is not a whole number of segments, where the slot budget runs out before
+//!   the advertised right edge and the window shrinks to zero;
 //! * a small receiver pool and a lossy wire (out-of-order frames pile up, the pool runs dry)
 //!   still deliver the stream byte-exact, the drops counted;
 //! * 1 MiB arrives byte-exact through `read`, `read_with` and `recv_segment` each.
@@ -319,16 +319,12 @@ fn a_hoarding_application_closes_the_window_and_releasing_reopens_it() {
     hoard(4 * 1460);
 }
 
-/// Known defect: with a receive capacity that is not a whole number of segments (8 KiB, a
-/// budget of 8 slots) the window never reaches zero. The sender's first flight ends in a
-/// segment cut short by the window (892 bytes), whose rest (568 bytes) later takes a slot of
-/// its own; the budget is spent 892 bytes before the right edge the receiver advertised, and
-/// since that edge never retreats the receiver keeps offering 892 bytes it cannot take: it
-/// drops the sender's segment (`TcpRxBudget`) without an answer, the sender retransmits it on
-/// its timeout (1, 3, 7, 15 s) instead of probing, and no sign of life comes back while the
-/// application holds the budget. Run with `--ignored` to reproduce.
+/// A receive capacity that is not a whole number of segments (8 KiB, a budget of 8 slots):
+/// the sender's first flight ends in a segment cut short by the window (892 bytes), whose rest
+/// (568 bytes) later takes a slot of its own, so the budget is spent 892 bytes before the right
+/// edge the receiver advertised. The window shrinks to zero there (a sender must probe a window
+/// that shrank), and the wire looks as with a whole number of segments.
 #[test]
-#[ignore = "known defect: a budget spent before the advertised right edge keeps the window open"]
 fn a_hoarding_application_closes_the_window_at_any_capacity() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     hoard(8 * 1024);
@@ -358,9 +354,14 @@ fn lossy_small_pool(rx: usize, tcp_pool_slots: Option<usize>) {
     );
     let b = p.stacks[1];
     let data = stream(LEN, 4);
+    let started = p.exec.now();
     let got = transfer(&p, 6005, rx, data.clone(), async |s| {
         read_segments(s, |_| {}).await
     });
+    eprintln!(
+        "512 KiB delivered in {} ms simulated (close and 30 s linger included)",
+        (p.exec.now() - started).as_millis()
+    );
     assert!(got == data, "the stream arrived byte-exact");
     let st = b.stats();
     let dropped = st.dropped(DropReason::TcpRxBudget) + st.dropped(DropReason::TcpOutOfOrderPurged);

@@ -200,7 +200,9 @@ pub(crate) fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<TcpHandle,
     let pool = stack.pool();
     stack.with(|st| {
         let tx = SendBuffer::new(pool, buffers.tx, tx_frames, tcp_headroom(st));
-        st.add_tcb(Tcb::new(rx, tx), reserve)
+        let mut tcb = Tcb::new(rx, tx);
+        tcb.set_timestamps(true);
+        st.add_tcb(tcb, reserve)
     })
 }
 
@@ -490,6 +492,13 @@ impl TcpSocket {
         self.with(|s, _| s.remote_endpoint())
     }
 
+    /// Segments this connection sent again: holes loss recovery filled (fast retransmit,
+    /// SACK-based recovery, NewReno's partial ACKs) and segments resent after a
+    /// retransmission timeout. Zero-window probes and keep-alives are not counted.
+    pub fn retransmissions(&self) -> u32 {
+        self.with(|s, _| s.retransmissions())
+    }
+
     /// Connects to `remote` from an ephemeral port and waits until established.
     ///
     /// Errors: [`TcpError::ConnectionRefused`] when the peer answers with RST,
@@ -753,6 +762,14 @@ impl TcpSocket {
     /// Disables (`true`) or enables (`false`, the default) Nagle's algorithm.
     pub fn set_nodelay(&mut self, nodelay: bool) {
         self.with(|s, _| s.set_nagle_enabled(!nodelay))
+    }
+
+    /// Whether this socket's next connections offer TCP timestamps (RFC 7323; on by default,
+    /// as on Linux): 12 bytes of options on every segment, in exchange for an RTT sample per
+    /// ACK (retransmissions included) and protection against old duplicates (PAWS). Used only
+    /// when the peer offers them too. Set it before connecting or accepting.
+    pub fn set_timestamps(&mut self, enabled: bool) {
+        self.with(|s, _| s.set_timestamps(enabled))
     }
 
     /// Chooses the congestion control algorithm: [`CongestionControl::None`] (the default:

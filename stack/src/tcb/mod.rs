@@ -5,7 +5,7 @@
 //! <https://github.com/smoltcp-rs/smoltcp>, 0BSD licensed), kept behaviour-for-behaviour: listen,
 //! connect, close, abort, the RFC 793 state machine with RFC 9293 / RFC 5961 acceptability
 //! checks, retransmission (RFC 6298 RTT estimator, exponential backoff, fast retransmit after
-//! three duplicate ACKs), Nagle, delayed ACK, keep-alive, timeouts, window scaling, SACK-permitted
+//! three duplicate ACKs, and recovery, see below), Nagle, delayed ACK, keep-alive, timeouts, window scaling, SACK-permitted
 //! and the SACK block of our ACKs, TCP timestamps, zero-window probes, and congestion control
 //! (none, Reno, CUBIC). smoltcp's unit tests come along (`tests/`), run once over IPv4 and
 //! once over IPv6.
@@ -17,9 +17,9 @@
 //! the random source. The connections live in the stack's table (`tcp_table.rs`); the
 //! application reaches them through `TcpSocket` (`socket/tcp.rs`).
 //!
-//! Parts of smoltcp's socket API the stack does not offer (congestion control choice, TCP
-//! timestamps, ACK delay, hop limit, `peek`, SYN-ACK pausing) stay for the unit tests, which
-//! are smoltcp's and exercise them (`#[cfg(test)]`).
+//! Parts of smoltcp's socket API the stack does not offer (ACK delay, hop limit, `peek`,
+//! SYN-ACK pausing) stay for the unit tests, which are smoltcp's and exercise them
+//! (`#[cfg(test)]`).
 //!
 //! # Differences from smoltcp
 //!
@@ -35,8 +35,10 @@
 //!   the received frames themselves: `process` takes the segment's frame (trimmed to its
 //!   payload) and the buffer keeps it, in order or out of order, within a budget of pool
 //!   slots. The receive window is the smaller of the free bytes and one MSS per free slot,
-//!   and its right edge never moves back; a segment the budget cannot hold then is dropped
-//!   unacknowledged.
+//!   and its right edge never moves back, except to zero when the budget is spent (segments
+//!   shorter than an MSS can spend it before the edge); a segment the budget cannot hold then
+//!   is dropped unacknowledged. A sender whose data lies past a window that shrank to zero
+//!   probes the window instead of retransmitting on its timeout.
 //! * `accepts` takes no context (smoltcp's ignored it); `dispatch`'s `emit` gets no
 //!   `PacketMeta` (smoltcp's carried only packet ids and segmentation-offload sizes).
 //! * No segmentation offload (smoltcp's `segmentation-offload` feature); its test is dropped.
@@ -46,14 +48,30 @@
 //!   (zcnet's build so far).
 //! * CUBIC's `powi(3)` and `mul_add` are not in `core`: `x * x * x` (the same value) and an
 //!   unfused multiply-add in the first estimate of its cube root (refined by a Newton step).
+//! * Loss recovery ([`recovery`], [`sack`]): smoltcp ignores the SACK blocks it receives and,
+//!   on the third duplicate ACK, sends the first unacknowledged segment again, nothing more
+//!   until the timeout. zcnet keeps a SACK scoreboard and recovers as RFC 6675 says (every
+//!   hole counted lost is sent again, lowest first, within the congestion window counted as
+//!   `pipe`), or as NewReno (RFC 6582) when the peer does not SACK; recovery may start from
+//!   the scoreboard before three duplicate ACKs; a timeout's go-back skips what the peer
+//!   SACKed; the retransmission timer keeps running after a fast retransmit. Our ACKs carry up
+//!   to three SACK blocks (smoltcp's, one).
+//! * TCP timestamps (RFC 7323) are on unless the application turns them off, and used when
+//!   the peer offers them: TSval is the stack's clock in milliseconds plus a random offset per
+//!   connection (smoltcp's is a global `fn() -> u32` the application supplies); every ACK of
+//!   new data gives an RTT sample from its TSecr; PAWS drops segments older than TS.Recent;
+//!   TS.Recent moves only with segments at the left edge of the window, and an out-of-order
+//!   segment's ACK echoes it (smoltcp echoes every segment's TSval).
 //! * No logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
 //!   explained something).
 
 pub(crate) mod congestion;
 pub(crate) mod context;
 pub(crate) mod error;
+mod recovery;
 pub(crate) mod recv;
 mod rtt;
+mod sack;
 pub(crate) mod send;
 pub(crate) mod socket;
 pub(crate) mod state;

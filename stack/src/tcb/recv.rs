@@ -14,7 +14,9 @@
 //!   byte ring had; window scaling is derived from it;
 //! * **slots**: a budget of pool slots ([`slot_budget`]): frames queued in order, frames
 //!   queued out of order, and frames the application holds through `recv_segment`. The
-//!   advertised window is at most the free slots times one MSS ([`window`](RecvBuffer::window)).
+//!   advertised window is at most the free slots times one MSS ([`window`](RecvBuffer::window)),
+//!   and zero once in-order frames and the application's segments spend the whole budget
+//!   ([`budget_spent`](RecvBuffer::budget_spent)).
 //!
 //! The only copies of payload bytes here: a small in-order segment (under [`COPY_BREAK`]
 //! bytes) is copied into the unused tail of the frame queued before it
@@ -176,6 +178,13 @@ impl RecvBuffer {
         let bytes = self.capacity.saturating_sub(self.len);
         let slots = self.budget.saturating_sub(self.in_order + self.held);
         bytes.min(slots.saturating_mul(per_slot))
+    }
+
+    /// Whether in-order frames and the application's segments fill the whole slot budget: no
+    /// in-order segment can be kept now, however small or short (the out-of-order frames,
+    /// which would give way, aside), unless it is copied into the last in-order frame.
+    pub(crate) fn budget_spent(&self) -> bool {
+        self.in_order + self.held >= self.budget
     }
 
     /// Forget all queued data (the application's segments stay counted until released).

@@ -108,6 +108,13 @@ impl RttEstimator {
         }
     }
 
+    /// An RTT sample from a TCP timestamp the remote echoed (`rtt` milliseconds): taken, and
+    /// the segment timed the other way forgotten (it would measure the same round trip).
+    pub(super) fn sample_echoed(&mut self, rtt: u32) {
+        self.sample(rtt);
+        self.timestamp = None;
+    }
+
     /// An ACK up to `seq` arrived at `timestamp`: a measurement if it covers the timed segment.
     pub(super) fn on_ack(&mut self, timestamp: Instant, seq: TcpSeqNumber) {
         if let Some((sent_timestamp, sent_seq)) = self.timestamp {

@@ -12,13 +12,14 @@ use smoltcp::storage::Assembler;
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{
     IpAddress, IpEndpoint, IpListenEndpoint, IpProtocol, IpRepr, TcpControl, TcpRepr, TcpSeqNumber,
-    TcpTimestampGenerator, TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
+    TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
 };
 use zcnet_buffer::{RxFrame, TxFrame};
 
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
 use super::error::{ConnectError, ListenError, RecvError, SendError};
+use super::recovery::Recovery;
 use super::recv::{RecvBuffer, RxDrops};
 use super::rtt::RttEstimator;
 use super::send::{Segment, SendBuffer};
@@ -111,8 +112,10 @@ pub(crate) struct Tcb<'a> {
     /// The number of packets received directly after
     /// each other which have the same ACK number.
     local_rx_dup_acks: u8,
-    /// If a fast retransmit needs to occur
-    pending_fast_retransmit: bool,
+    /// Loss recovery: the SACK scoreboard, the recovery episode, what to send again. Not
+    /// smoltcp's (smoltcp sends only the first unacknowledged segment again on the third
+    /// duplicate ACK).
+    recovery: Recovery,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -130,7 +133,10 @@ pub(crate) struct Tcb<'a> {
     congestion_controller: AnyController,
 
     /// tsval generator - if some, tcp timestamp is enabled
-    tsval_generator: Option<TcpTimestampGenerator>,
+    tsval_generator: Option<TsvalSource>,
+    /// Whether new connections offer TCP timestamps (RFC 7323): set by the stack
+    /// ([`set_timestamps`](Self::set_timestamps)). Not smoltcp's.
+    timestamps_wanted: bool,
 
     /// 0 if not seen or timestamp not enabled
     last_remote_tsval: u32,
@@ -209,12 +215,13 @@ impl<'a> Tcb<'a> {
             local_rx_last_ack: None,
             local_rx_last_seq: None,
             local_rx_dup_acks: 0,
-            pending_fast_retransmit: false,
+            recovery: Recovery::default(),
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
             nagle: true,
             tsval_generator: None,
+            timestamps_wanted: false,
             last_remote_tsval: 0,
             congestion_controller: AnyController::new(),
             rx_waker: WakerRegistration::new(),
@@ -227,8 +234,42 @@ impl<'a> Tcb<'a> {
 
     /// Enable or disable TCP Timestamp.
     #[cfg(test)]
-    pub(crate) fn set_tsval_generator(&mut self, generator: Option<TcpTimestampGenerator>) {
-        self.tsval_generator = generator;
+    pub(crate) fn set_tsval_generator(&mut self, generator: Option<fn() -> u32>) {
+        self.tsval_generator = generator.map(TsvalSource::Fn);
+    }
+
+    /// Whether connections opened from now on offer TCP timestamps (RFC 7323): TSval is the
+    /// stack's clock in milliseconds plus a random offset per connection; RTT samples come
+    /// from the echoed TSecr; segments older than the last one in order are rejected (PAWS).
+    /// The remote must offer them too (on its SYN or SYN-ACK).
+    pub(crate) fn set_timestamps(&mut self, enabled: bool) {
+        self.timestamps_wanted = enabled;
+    }
+
+    /// Picks this connection's TSval offset, if timestamps are wanted.
+    fn arm_timestamps(&mut self, cx: &mut TcpContext<'_>) {
+        if self.timestamps_wanted {
+            self.tsval_generator = Some(TsvalSource::Clock {
+                offset: cx.rand.rand_u32(),
+            });
+        }
+    }
+
+    /// Our TSval at `now`, with timestamps on.
+    fn tsval(&self, now: Instant) -> Option<u32> {
+        self.tsval_generator.map(|source| source.tsval(now))
+    }
+
+    /// Whether PAWS rejects `repr` (see `process`): timestamps on, the connection
+    /// synchronized, not a RST, and its TSval before TS.Recent (modulo 2³²).
+    fn paws_rejects(&self, repr: &TcpRepr) -> bool {
+        let Some(ts) = repr.timestamp else {
+            return false;
+        };
+        self.tsval_generator.is_some()
+            && !matches!(self.state, State::Listen | State::SynSent | State::Closed)
+            && repr.control != TcpControl::Rst
+            && (ts.tsval.wrapping_sub(self.last_remote_tsval) as i32) < 0
     }
 
     /// Return whether TCP Timestamp is enabled.
@@ -318,7 +359,7 @@ impl<'a> Tcb<'a> {
     fn scaled_window(&self) -> u16 {
         let shift = self.remote_win_shift;
         let mut scaled = self.rx_window() >> shift;
-        if (scaled << shift) < self.rx_window_floor() {
+        if !self.rx_buffer.budget_spent() && (scaled << shift) < self.rx_window_floor() {
             scaled += 1;
         }
         u16::try_from(scaled).unwrap_or(u16::MAX)
@@ -326,10 +367,22 @@ impl<'a> Tcb<'a> {
 
     /// The receive window to offer now, in bytes: what the receive buffer can take (its free
     /// bytes, and one MSS per free slot of its budget), but never less than keeps the right
-    /// edge we advertised last where it was (a window never retreats, RFC 9293 3.8.6.2.2).
-    /// Not smoltcp's (smoltcp's window is the free space of its byte ring, whose right edge
-    /// cannot retreat).
+    /// edge we advertised last where it was (RFC 9293 3.8.6.2.2: a receiver should not shrink
+    /// its window) — except when the slot budget is spent: then the window is zero.
+    ///
+    /// Why the exception: the window counts one MSS per free slot, but a sender may fill a
+    /// slot with less (the part of a segment that the right edge cut off arrives later as a
+    /// segment of its own), so the budget can run out before the advertised edge. Every
+    /// segment short of that edge would then be dropped unacknowledged and the sender would
+    /// retransmit on its timeout for as long as the application holds its segments; a zero
+    /// window instead turns it to zero-window probing, which every sender must do on a window
+    /// that shrank to zero (RFC 9293 MUST-34, MUST-35; Linux's `tcp_shrink_window` does the
+    /// same under memory pressure). Not smoltcp's (smoltcp's window is the free space of its
+    /// byte ring, whose right edge cannot retreat).
     fn rx_window(&self) -> usize {
+        if self.rx_buffer.budget_spent() {
+            return 0;
+        }
         self.rx_buffer
             .window(self.rx_mss)
             .max(self.rx_window_floor())
@@ -514,6 +567,9 @@ impl<'a> Tcb<'a> {
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
         self.sent_max = None;
+        self.recovery.reset();
+        self.local_rx_dup_acks = 0;
+        self.local_rx_last_ack = None;
 
         self.rx_waker.wake();
         self.tx_waker.wake();
@@ -612,6 +668,7 @@ impl<'a> Tcb<'a> {
         }
 
         self.reset();
+        self.arm_timestamps(cx);
         self.tuple = Some(Tuple {
             local: local_endpoint,
             remote: remote_endpoint,
@@ -980,11 +1037,36 @@ impl<'a> Tcb<'a> {
 
     /// Offset into the send buffer of the next payload `dispatch` would send.
     fn next_send_offset(&self) -> usize {
-        if self.pending_fast_retransmit {
-            0
-        } else {
-            self.flight_size()
+        match self.retransmission_due() {
+            Some((seq, _)) => seq - self.local_seq_no,
+            None => self.flight_size(),
         }
+    }
+
+    /// The bytes loss recovery wants sent again now, as `(start, most bytes)` (see
+    /// [`Recovery::next_retransmission`]).
+    fn retransmission_due(&self) -> Option<(TcpSeqNumber, usize)> {
+        if self.tx_buffer.is_empty() {
+            return None;
+        }
+        self.recovery.next_retransmission(
+            self.local_seq_no,
+            self.remote_mss,
+            self.congestion_controller.inner().window(),
+            self.pipe(),
+        )
+    }
+
+    /// Bytes in the network: sent and not acknowledged, less what the remote SACKed and what
+    /// recovery counts as lost ([`Recovery::pipe`]).
+    fn pipe(&self) -> usize {
+        self.recovery
+            .pipe(self.local_seq_no, self.remote_last_seq, self.remote_mss)
+    }
+
+    /// Segments this connection sent again (after a loss or a timeout).
+    pub(crate) fn retransmissions(&self) -> u32 {
+        self.recovery.retransmissions()
     }
 
     /// Whether the next payload to send sits in a frame the device still has from its previous
@@ -1009,12 +1091,12 @@ impl<'a> Tcb<'a> {
         self.remote_last_seq - self.local_seq_no
     }
 
-    /// What the congestion window still allows in flight.
+    /// What the congestion window still allows in flight (counted as [`pipe`](Self::pipe)).
     fn cwnd_remaining(&self) -> usize {
         self.congestion_controller
             .inner()
             .window()
-            .saturating_sub(self.flight_size())
+            .saturating_sub(self.pipe())
     }
 
     /// One past the highest sequence number sent so far in this connection (`None` before the
@@ -1081,11 +1163,27 @@ impl<'a> Tcb<'a> {
 
     /// An ACK of everything received so far, with our window and (if the remote supports it)
     /// one SACK block; records the ACK and window as sent.
-    fn ack_reply(&mut self, ip_repr: &IpRepr, repr: &TcpRepr) -> (IpRepr, TcpRepr<'static>) {
+    fn ack_reply(
+        &mut self,
+        now: Instant,
+        ip_repr: &IpRepr,
+        repr: &TcpRepr,
+    ) -> (IpRepr, TcpRepr<'static>) {
         let (mut ip_reply_repr, mut reply_repr) = Self::reply(ip_repr, repr);
-        reply_repr.timestamp = repr
-            .timestamp
-            .and_then(|tcp_ts| tcp_ts.generate_reply(self.tsval_generator));
+        // TSecr echoes the segment's TSval if it reached the left edge of the window we
+        // advertised, TS.Recent otherwise (RFC 7323 section 4.3), so that the remote's RTT
+        // samples include the time a hole before an out-of-order segment took to fill.
+        let in_order = self
+            .remote_last_ack
+            .is_none_or(|last_ack| repr.seq_number <= last_ack);
+        reply_repr.timestamp = repr.timestamp.zip(self.tsval(now)).map(|(theirs, tsval)| {
+            let tsecr = if in_order {
+                theirs.tsval
+            } else {
+                self.last_remote_tsval
+            };
+            TcpTimestampRepr::new(tsval, tsecr)
+        });
 
         // From RFC 793:
         // [...] an empty acknowledgment segment containing the current send-sequence number
@@ -1139,6 +1237,20 @@ impl<'a> Tcb<'a> {
                     .next()
                     .map(|(left, right)| (left.0 as u32, right.0 as u32));
             }
+
+            // zcnet: the other blocks follow, lowest first, up to the option's three (RFC 2018
+            // asks for as many as fit), so that a sender recovering from several losses in
+            // one window learns about every hole.
+            if let Some(first) = reply_repr.sack_ranges[0] {
+                let others = self
+                    .assembler
+                    .iter_data()
+                    .map(|(left, right)| ((ack + left).0 as u32, (ack + right).0 as u32))
+                    .filter(|&block| block != first);
+                for (slot, block) in reply_repr.sack_ranges[1..].iter_mut().zip(others) {
+                    *slot = Some(block);
+                }
+            }
         }
 
         // Since the sACK option may have changed the length of the payload, update that.
@@ -1160,7 +1272,7 @@ impl<'a> Tcb<'a> {
         // Rate-limit to 1 per second max.
         self.challenge_ack_timer = cx.now + Duration::from_secs(1);
 
-        Some(self.ack_reply(ip_repr, repr))
+        Some(self.ack_reply(cx.now, ip_repr, repr))
     }
 
     /// Whether the segment `repr` in the packet `ip_repr` belongs to this connection (its
@@ -1328,6 +1440,18 @@ impl<'a> Tcb<'a> {
         let segment_start = repr.seq_number;
         let segment_end = repr.seq_number + seg_len;
 
+        // PAWS (RFC 7323 section 5): with timestamps on, a segment other than RST whose TSval
+        // is older than the last one taken in order (TS.Recent) is an old duplicate from an
+        // earlier incarnation of the sequence space: acknowledge it (echoing TS.Recent) and
+        // drop it. Not smoltcp's.
+        if self.paws_rejects(repr) {
+            let (ip_reply, mut reply) = self.ack_reply(cx.now, ip_repr, repr);
+            if let Some(ts) = reply.timestamp.as_mut() {
+                ts.tsecr = self.last_remote_tsval;
+            }
+            return Some((ip_reply, reply));
+        }
+
         // The accepted part of the payload (a range of it) and its offset past the in-order
         // data.
         let (payload_range, payload_offset) = match self.state {
@@ -1418,7 +1542,7 @@ impl<'a> Tcb<'a> {
                             TcpControl::None | TcpControl::Psh | TcpControl::Fin
                         )
                     {
-                        return Some(self.ack_reply(ip_repr, repr));
+                        return Some(self.ack_reply(cx.now, ip_repr, repr));
                     }
 
                     return self.challenge_ack_reply(cx, ip_repr, repr);
@@ -1513,6 +1637,7 @@ impl<'a> Tcb<'a> {
                     self.remote_win_shift = 0;
                 }
                 // Remote doesn't support timestamping, don't do it.
+                self.arm_timestamps(cx);
                 if repr.timestamp.is_none() {
                     self.tsval_generator = None;
                 }
@@ -1701,8 +1826,18 @@ impl<'a> Tcb<'a> {
                     self.local_rx_dup_acks = 0;
                     self.local_rx_last_ack = Some(ack_number);
 
-                    // Notify of fresh ACK
-                    self.rtte.on_ack(cx.now, ack_number);
+                    // Notify of fresh ACK. With timestamps, an ACK of new data echoes the
+                    // TSval of the segment it answers: an RTT sample even for a retransmission
+                    // (RFC 7323 section 4). Without them, the RTT estimator times one segment.
+                    let echoed = repr
+                        .timestamp
+                        .filter(|ts| ack_len > 0 && ts.tsecr != 0)
+                        .zip(self.tsval_generator)
+                        .and_then(|(ts, source)| source.elapsed_ms(cx.now, ts.tsecr));
+                    match echoed {
+                        Some(rtt) => self.rtte.sample_echoed(rtt),
+                        None => self.rtte.on_ack(cx.now, ack_number),
+                    }
                     let new_flight_size = self.flight_size().saturating_sub(ack_len);
                     self.congestion_controller.inner_mut().on_ack(
                         cx.now,
@@ -1725,11 +1860,32 @@ impl<'a> Tcb<'a> {
             if self.remote_last_seq < self.local_seq_no {
                 self.remote_last_seq = self.local_seq_no
             }
+
+            // Loss recovery learns what the remote holds; enough SACKed above the first
+            // unacknowledged byte starts recovery without waiting for duplicate ACKs.
+            let snd_max = self.sent_max.unwrap_or(self.remote_last_seq);
+            let sack = self.remote_has_sack.then_some(&repr.sack_ranges[..]);
+            self.recovery
+                .on_ack(self.local_seq_no, sack, snd_max, ack_len > 0);
+            if self
+                .recovery
+                .sack_says_lost(self.local_seq_no, self.remote_mss)
+                && !matches!(self.timer, Timer::FastRetransmit)
+            {
+                self.timer.set_for_fast_retransmit();
+            }
         }
 
-        // update last remote tsval
+        // TS.Recent, the TSval we echo, follows segments that reach the left edge of the
+        // window we advertised (RFC 7323 section 4.3: `SEG.SEQ <= Last.ACK.sent`), so that a
+        // delayed or out-of-order segment does not move it.
         if let Some(timestamp) = repr.timestamp {
-            self.last_remote_tsval = timestamp.tsval;
+            if self
+                .remote_last_ack
+                .is_none_or(|last_ack| repr.seq_number <= last_ack)
+            {
+                self.last_remote_tsval = timestamp.tsval;
+            }
         }
 
         // update timers.
@@ -1751,10 +1907,22 @@ impl<'a> Tcb<'a> {
             _ => {}
         }
 
+        // A window that shrank to zero below data already sent (the receiver ran out of room
+        // before the right edge it had advertised): what lies past it is no longer in flight
+        // (RFC 9293 MUST-34). It goes again when the window opens; until then the window is
+        // probed (MUST-35), not the data retransmitted on the timeout. Not smoltcp's.
+        let shrank = self.remote_win_len == 0
+            && self.remote_last_seq > self.local_seq_no
+            && !self.tx_buffer.is_empty()
+            && !self.timer.is_zero_window_probe();
+        if shrank {
+            self.remote_last_seq = self.local_seq_no;
+        }
+
         // start/stop the Zero Window Probe timer.
         if self.remote_win_len == 0
             && !self.tx_buffer.is_empty()
-            && (self.timer.is_idle() || ack_len > 0)
+            && (self.timer.is_idle() || ack_len > 0 || shrank)
         {
             let delay = self.rtte.retransmission_timeout();
             self.timer.set_for_zero_window_probe(cx.now, delay);
@@ -1806,7 +1974,7 @@ impl<'a> Tcb<'a> {
                 // No slot for this segment either way: drop it and answer with a duplicate
                 // ACK, as for any out-of-order segment.
                 self.rx_buffer.note_budget_drop();
-                return Some(self.ack_reply(ip_repr, repr));
+                return Some(self.ack_reply(cx.now, ip_repr, repr));
             }
         }
 
@@ -1852,7 +2020,7 @@ impl<'a> Tcb<'a> {
             // Note that we change the transmitter state here.
             // This is fine because smoltcp assumes that it can always transmit zero or one
             // packets for every packet it receives.
-            Some(self.ack_reply(ip_repr, repr))
+            Some(self.ack_reply(cx.now, ip_repr, repr))
         } else {
             None
         }
@@ -1869,8 +2037,9 @@ impl<'a> Tcb<'a> {
     /// Whether a segment occupying sequence space (SYN, data, FIN) may be sent now: window,
     /// congestion window and Nagle permitting.
     fn seq_to_transmit(&self, cx: &mut TcpContext<'_>) -> bool {
-        // Fast retransmits should always send, even if later congestion checks would disallow
-        if self.pending_fast_retransmit && !self.tx_buffer.is_empty() {
+        // Loss recovery's retransmissions go before new data (the congestion window was
+        // checked by `retransmission_due`) ...
+        if self.retransmission_due().is_some() {
             // ... once the device is done with the frame to resend.
             return !self.tx_blocked(None);
         }
@@ -1902,9 +2071,16 @@ impl<'a> Tcb<'a> {
         let max_send_seq =
             self.local_seq_no + core::cmp::min(self.remote_win_len, self.tx_buffer.len());
 
+        // Where the next new segment starts: past what the remote SACKed, if the last
+        // sequence number sent lies in it (see `dispatch`).
+        let next_seq = self
+            .recovery
+            .skip_sacked(self.remote_last_seq)
+            .unwrap_or(self.remote_last_seq);
+
         // Max amount of octets we can send.
-        let capped_send_seq = if max_send_seq >= self.remote_last_seq {
-            max_send_seq - self.remote_last_seq
+        let capped_send_seq = if max_send_seq >= next_seq {
+            max_send_seq - next_seq
         } else {
             0
         };
@@ -2065,25 +2241,39 @@ impl<'a> Tcb<'a> {
                 // to be sent again.
                 self.remote_last_seq = self.local_seq_no;
 
+                // Recovery ends; what the remote SACKed is skipped (see `Recovery::on_rto`).
+                self.recovery.on_rto();
+
                 // Inform RTTE, so that it can can handle RTO backoff
                 self.rtte.on_rto();
             } else {
-                // If a fast rentrasmit timer expired, we should resend only the earliest unAcked segment
+                // Three duplicate ACKs, or the SACK scoreboard, signalled a loss.
 
-                // Inform the congestion controller that we're doing a fast retransmit and should enter the fast recovery state
-                let in_flight = self.flight_size();
-                self.congestion_controller
-                    .inner_mut()
-                    .on_loss(cx.now, in_flight);
-
-                self.pending_fast_retransmit = true;
+                // A fast retransmit starts loss recovery (once per episode), and the
+                // congestion controller reduces its window.
+                if self.recovery.enter(self.local_seq_no, self.remote_last_seq) {
+                    let in_flight = self.flight_size();
+                    self.congestion_controller
+                        .inner_mut()
+                        .on_loss(cx.now, in_flight);
+                }
             }
 
             // Clear the `should_retransmit` state. If we can't retransmit right
             // now for whatever reason (like zero window), this avoids an
             // infinite polling loop where `poll_at` returns `Now` but `dispatch`
             // can't actually do anything.
-            self.timer.set_for_idle(cx.now, self.keep_alive);
+            //
+            // zcnet: after a fast retransmit, the retransmission timer keeps running (from
+            // now): data is still unacknowledged, and if recovery sends nothing (the
+            // device still has the frame, the window is full) and no ACK comes, only the
+            // timer recovers the connection.
+            match self.timer {
+                Timer::FastRetransmit => self
+                    .timer
+                    .set_for_retransmit(cx.now, self.rtte.retransmission_timeout()),
+                _ => self.timer.set_for_idle(cx.now, self.keep_alive),
+            }
 
             // Inform RTTE, so that it can avoid bogus measurements.
             self.rtte.on_retransmit();
@@ -2138,14 +2328,15 @@ impl<'a> Tcb<'a> {
             max_seg_size: None,
             sack_permitted: false,
             sack_ranges: [None, None, None],
-            timestamp: TcpTimestampRepr::generate_reply_with_tsval(
-                self.tsval_generator,
-                self.last_remote_tsval,
-            ),
+            timestamp: self
+                .tsval(cx.now)
+                .map(|tsval| TcpTimestampRepr::new(tsval, self.last_remote_tsval)),
             payload: &[],
         };
 
         let mut is_zero_window_probe = false;
+        // Whether the segment is loss recovery's retransmission of a hole.
+        let mut is_retransmission = false;
         // The payload when it is a send-buffer frame sent in place (then `repr.payload` is
         // empty and `zc_len` is the frame's length).
         let mut zc: Option<TxFrame> = None;
@@ -2200,10 +2391,14 @@ impl<'a> Tcb<'a> {
                 let local_mss = cx.ip_mtu - ip_repr.header_len() - TCP_HEADER_LEN;
                 let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
 
-                let offset = if self.pending_fast_retransmit {
-                    let size = effective_mss.min(self.tx_buffer.len());
-                    repr.seq_number = self.local_seq_no;
-                    match self.tx_buffer.locate(0, size) {
+                let offset = if let Some((seq, len)) = self.retransmission_due() {
+                    // Loss recovery sends a hole again (the frame itself when the hole
+                    // starts at its unacknowledged front).
+                    let offset = seq - self.local_seq_no;
+                    let size = effective_mss.min(len);
+                    repr.seq_number = seq;
+                    is_retransmission = true;
+                    match self.tx_buffer.locate(offset, size) {
                         Segment::Copy { index, off, len } => {
                             repr.payload = self.tx_buffer.bytes(index, off, len);
                         }
@@ -2213,11 +2408,15 @@ impl<'a> Tcb<'a> {
                         }
                         Segment::Busy => {}
                     }
-
-                    self.pending_fast_retransmit = false;
-
-                    0
+                    offset
                 } else {
+                    // After a timeout, sending resumes from the cumulative ACK: skip what the
+                    // remote SACKed.
+                    if let Some(end) = self.recovery.skip_sacked(self.remote_last_seq) {
+                        self.remote_last_seq = end;
+                        repr.seq_number = end;
+                    }
+
                     // Right edge of window, ie the max sequence number we're allowed to send.
                     let win_right_edge = self.local_seq_no + self.remote_win_len;
 
@@ -2330,6 +2529,11 @@ impl<'a> Tcb<'a> {
         // Sequence space the segment occupies (a payload sent in place is not in `repr`).
         let segment_len = repr.segment_len() + zc_len;
         let end = repr.seq_number + segment_len;
+        // Sequence space sent before, other than a probe or a keep-alive: a retransmission.
+        let resent = is_retransmission
+            || (!is_zero_window_probe
+                && !is_keep_alive
+                && self.sent_max.is_some_and(|max| repr.seq_number < max));
         if self.sent_max.is_none_or(|max| end > max) {
             self.sent_max = Some(end);
         }
@@ -2340,6 +2544,11 @@ impl<'a> Tcb<'a> {
 
         // Reset delayed-ack timer
         self.ack_delay_timer = AckDelayTimer::Idle;
+
+        if segment_len > 0 && resent {
+            self.recovery.retransmitted(end);
+            self.rtte.on_retransmit();
+        }
 
         // Leave the rest of the state intact if sending a zero-window probe.
         if is_zero_window_probe {
@@ -2445,3 +2654,43 @@ impl fmt::Write for Tcb<'_> {
 #[cfg(test)]
 #[path = "tests/mod.rs"]
 mod tests;
+
+/// Where a connection's TSval comes from (TCP timestamps, RFC 7323).
+#[derive(Debug, Clone, Copy)]
+enum TsvalSource {
+    /// The stack's clock in milliseconds plus `offset`, random per connection (RFC 7323
+    /// section 7.1: the peer learns nothing of our clock, and values do not repeat across
+    /// connections to the same port).
+    Clock {
+        /// Added to the clock's milliseconds.
+        offset: u32,
+    },
+    /// A fixed function (smoltcp's unit tests).
+    #[cfg(test)]
+    Fn(fn() -> u32),
+}
+
+impl TsvalSource {
+    /// The TSval to send at `now`.
+    fn tsval(self, now: Instant) -> u32 {
+        match self {
+            TsvalSource::Clock { offset } => (now.total_millis() as u32).wrapping_add(offset),
+            #[cfg(test)]
+            TsvalSource::Fn(f) => f(),
+        }
+    }
+
+    /// The time in milliseconds since a TSval of ours that the remote echoed, if it is one
+    /// (an RTT sample).
+    fn elapsed_ms(self, now: Instant, echoed: u32) -> Option<u32> {
+        match self {
+            TsvalSource::Clock { .. } => {
+                let elapsed = self.tsval(now).wrapping_sub(echoed);
+                // An echo from the future, or older than a minute: not a sample.
+                (elapsed <= 60_000).then_some(elapsed)
+            }
+            #[cfg(test)]
+            TsvalSource::Fn(_) => None,
+        }
+    }
+}

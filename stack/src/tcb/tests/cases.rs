@@ -4062,6 +4062,96 @@ fn test_fast_retransmit_after_triple_duplicate_ack() {
     });
 }
 
+/// zcnet: a SACK block as the ACK carries it, `[from, to)` bytes past `LOCAL_SEQ + 1`.
+fn sack_block(from: usize, to: usize) -> Option<(u32, u32)> {
+    Some(((LOCAL_SEQ + 1 + from).0 as u32, (LOCAL_SEQ + 1 + to).0 as u32))
+}
+
+/// zcnet: the remote's ACK of the bytes before `LOCAL_SEQ + 1 + to`, with SACK blocks.
+fn ack_with_sack(to: usize, sack: [Option<(u32, u32)>; 3]) -> TcpRepr<'static> {
+    TcpRepr {
+        seq_number: REMOTE_SEQ + 1,
+        ack_number: Some(LOCAL_SEQ + 1 + to),
+        sack_ranges: sack,
+        ..SEND_TEMPL
+    }
+}
+
+/// zcnet: our segment carrying `payload` at `LOCAL_SEQ + 1 + at`.
+fn data_at(at: usize, payload: &[u8]) -> TcpRepr<'_> {
+    TcpRepr {
+        seq_number: LOCAL_SEQ + 1 + at,
+        ack_number: Some(REMOTE_SEQ + 1),
+        payload,
+        ..RECV_TEMPL
+    }
+}
+
+/// zcnet: the eight 3-byte segments the tests below send.
+const EIGHT_SEGMENTS: &[u8; 24] = b"aaaBBBcccDDDeeeFFFgggHHH";
+
+/// zcnet: an established socket (with SACK or not) that sent [`EIGHT_SEGMENTS`], none
+/// acknowledged yet.
+fn socket_sent_eight_segments(sack: bool) -> TestSocket {
+    let mut s = socket_established();
+    s.remote_has_sack = sack;
+    s.remote_mss = 3;
+    // An ACK of nothing new: the duplicates counted later are of it.
+    send!(s, time 0, ack_with_sack(0, [None; 3]));
+    s.send_slice(EIGHT_SEGMENTS).unwrap();
+    for (i, chunk) in EIGHT_SEGMENTS.chunks(3).enumerate() {
+        recv!(s, time 1000, Ok(data_at(3 * i, chunk)));
+    }
+    recv_nothing!(s, time 1000);
+    s
+}
+
+/// zcnet: SACK-based recovery (RFC 6675) sends again exactly the segments the SACK blocks show
+/// missing (the first and the fourth), without waiting for duplicate ACKs, and nothing the
+/// remote holds.
+#[test]
+fn test_sack_recovery_retransmits_only_the_holes() {
+    let mut s = socket_sent_eight_segments(true);
+    // "aaa" and "DDD" lost; the remote holds 3..9 and 12..24.
+    send!(s, time 1050, ack_with_sack(0, [sack_block(3, 9), sack_block(12, 24), None]));
+    recv!(s, time 1050, [data_at(0, b"aaa"), data_at(9, b"DDD")]);
+    // Both arrive: everything is acknowledged, recovery is over.
+    send!(s, time 1060, ack_with_sack(24, [None; 3]));
+    assert!(!s.recovery.in_recovery());
+    assert_eq!(s.retransmissions(), 2);
+    recv_nothing!(s, time 1060);
+}
+
+/// zcnet: after a retransmission timeout the sender goes back to the first unacknowledged
+/// byte but skips what the remote SACKed: one segment goes again, not eight.
+#[test]
+fn test_retransmission_timeout_skips_sacked_data() {
+    let mut s = socket_sent_eight_segments(true);
+    // Only "aaa" is missing, but 21 SACKed bytes make it lost: recovery sends it again ...
+    send!(s, time 1050, ack_with_sack(0, [sack_block(3, 24), None, None]));
+    recv!(s, time 1050, [data_at(0, b"aaa")]);
+    // ... and that is lost too: the timeout sends it once more, and nothing after it.
+    let rto = s.rtte.retransmission_timeout().total_millis() as i64;
+    recv_nothing!(s, time 1050 + rto - 1);
+    recv!(s, time 1050 + rto, [data_at(0, b"aaa")]);
+}
+
+/// zcnet: without SACK, NewReno (RFC 6582): a partial ACK during recovery sends the next
+/// missing segment at once instead of waiting for three more duplicate ACKs or the timeout.
+#[test]
+fn test_newreno_partial_ack_retransmits_the_next_hole() {
+    let mut s = socket_sent_eight_segments(false);
+    for t in [1050, 1055, 1060] {
+        send!(s, time t, ack_with_sack(0, [None; 3]));
+    }
+    recv!(s, time 1100, [data_at(0, b"aaa")]);
+    // "DDD" was lost too: the ACK stops at it.
+    send!(s, time 1110, ack_with_sack(9, [None; 3]));
+    recv!(s, time 1110, [data_at(9, b"DDD")]);
+    send!(s, time 1120, ack_with_sack(24, [None; 3]));
+    assert!(!s.recovery.in_recovery());
+}
+
 #[test]
 fn test_fast_retransmit_duplicate_detection_with_data() {
     let mut s = socket_established();
@@ -5334,8 +5424,12 @@ fn test_zero_window_probe_not_capped_by_cwnd() {
     // the congestion window is exhausted: an empty probe occupies no
     // sequence space and elicits no reply, so the connection would stall
     // if the remote's window update got lost.
+    //
+    // zcnet: the window shrank to zero below the 2048 bytes in flight, so they are no longer
+    // in flight (RFC 9293 MUST-34) and the probe is the byte at the window's edge, the first
+    // unacknowledged one (smoltcp probes past the data in flight, at + 2048).
     recv!(s, time 110, Ok(TcpRepr {
-        seq_number: LOCAL_SEQ + 1 + 2048,
+        seq_number: LOCAL_SEQ + 1,
         ack_number: Some(REMOTE_SEQ + 1),
         payload: &data[..1],
         ..RECV_TEMPL
@@ -5447,6 +5541,128 @@ fn test_zero_window_probe_backoff_no_reply() {
             seq_number: LOCAL_SEQ + 1,
             ack_number: Some(REMOTE_SEQ + 1),
             payload: &b"a"[..],
+            ..RECV_TEMPL
+        }]
+    );
+}
+
+/// zcnet: a sender whose data lies past a window that shrank to zero probes the window (one
+/// byte at its edge, on the probe timer) instead of retransmitting the data on the timeout, and
+/// sends that data again once the window opens.
+#[test]
+fn test_zero_window_probe_when_the_window_shrinks_below_sent_data() {
+    let mut s = socket_established();
+    s.send_slice(b"abcdef123456").unwrap();
+    recv!(
+        s,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcdef123456"[..],
+            ..RECV_TEMPL
+        }]
+    );
+    // The peer takes six bytes, and its window shrinks to zero below the other six.
+    send!(
+        s,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            window_len: 0,
+            ..SEND_TEMPL
+        }
+    );
+    assert!(s.timer.is_zero_window_probe());
+    recv_nothing!(s, time 999);
+    recv!(
+        s,
+        time 1000,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"1"[..],
+            ..RECV_TEMPL
+        }]
+    );
+    // The window opens: the six bytes go again, at once.
+    send!(
+        s,
+        time 1100,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            window_len: 64,
+            ..SEND_TEMPL
+        }
+    );
+    recv!(
+        s,
+        time 1100,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"123456"[..],
+            ..RECV_TEMPL
+        }]
+    );
+}
+
+/// zcnet: once the application holds the whole slot budget, the window is zero, although the
+/// right edge advertised before lay further on (each small segment took a slot of the budget,
+/// which counts one MSS per slot); a probe at the edge is answered with the zero window, and a
+/// released segment opens the window again.
+#[test]
+fn test_window_shrinks_to_zero_when_the_slot_budget_is_spent() {
+    let mut s = socket_established();
+    let mut held = Vec::new();
+    for i in 0..MIN_SEGMENTS {
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 6 * i,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"abcdef"[..],
+                ..SEND_TEMPL
+            }
+        );
+        held.push(s.recv_segment().unwrap().expect("a segment"));
+        // Slots left: the 64 bytes; the last slot taken: nothing, although 40 bytes
+        // of the window advertised before remain.
+        let window = if i + 1 < MIN_SEGMENTS { 64 } else { 0 };
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 6 * (i + 1)),
+                window_len: window,
+                ..RECV_TEMPL
+            }]
+        );
+    }
+    let edge = REMOTE_SEQ + 1 + 6 * MIN_SEGMENTS;
+    send!(
+        s,
+        TcpRepr {
+            seq_number: edge,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"g"[..],
+            ..SEND_TEMPL
+        },
+        Some(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(edge),
+            window_len: 0,
+            ..RECV_TEMPL
+        })
+    );
+    drop(held.pop());
+    assert!(s.release_segment());
+    recv!(
+        s,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(edge),
+            window_len: 64,
             ..RECV_TEMPL
         }]
     );
@@ -6634,6 +6850,88 @@ fn test_set_get_congestion_control() {
 // =========================================================================================//
 // Timestamp tests
 // =========================================================================================//
+
+/// zcnet: an established connection with timestamps from the clock (offset 0: TSval is the
+/// time in milliseconds) whose TS.Recent is 100.
+fn socket_established_with_clock_timestamps() -> TestSocket {
+    let mut s = socket_established();
+    s.tsval_generator = Some(TsvalSource::Clock { offset: 0 });
+    s.last_remote_tsval = 100;
+    s
+}
+
+/// zcnet: the peer's segment carrying `payload` at `REMOTE_SEQ + 1 + at`, with TSval `tsval`.
+fn peer_data_ts(at: usize, payload: &[u8], tsval: u32) -> TcpRepr<'_> {
+    TcpRepr {
+        seq_number: REMOTE_SEQ + 1 + at,
+        ack_number: Some(LOCAL_SEQ + 1),
+        payload,
+        timestamp: Some(TcpTimestampRepr::new(tsval, 0)),
+        ..SEND_TEMPL
+    }
+}
+
+/// zcnet: our pure ACK of everything in order so far, with timestamps `(tsval, tsecr)`.
+fn our_ack_ts(tsval: u32, tsecr: u32) -> TcpRepr<'static> {
+    TcpRepr {
+        seq_number: LOCAL_SEQ + 1,
+        ack_number: Some(REMOTE_SEQ + 1),
+        timestamp: Some(TcpTimestampRepr::new(tsval, tsecr)),
+        ..RECV_TEMPL
+    }
+}
+
+/// zcnet: PAWS (RFC 7323 section 5): a data segment whose TSval is older than TS.Recent is
+/// acknowledged (echoing TS.Recent) and dropped; a newer one is taken and moves TS.Recent.
+#[test]
+fn test_paws_drops_an_old_duplicate() {
+    let mut s = socket_established_with_clock_timestamps();
+    send!(s, time 10, peer_data_ts(0, b"old", 90), Some(our_ack_ts(10, 100)));
+    assert!(s.rx_buffer.is_empty());
+    assert_eq!(s.last_remote_tsval, 100);
+    send!(s, time 20, peer_data_ts(0, b"new", 101));
+    assert_eq!(s.rx_buffer.len(), 3);
+    assert_eq!(s.last_remote_tsval, 101);
+}
+
+/// zcnet: an out-of-order segment does not move TS.Recent (RFC 7323 section 4.3: only a
+/// segment at the left edge of the window does), and its immediate ACK echoes TS.Recent.
+#[test]
+fn test_ts_recent_ignores_out_of_order_segments() {
+    let mut s = socket_established_with_clock_timestamps();
+    send!(s, time 10, peer_data_ts(3, b"def", 150), Some(our_ack_ts(10, 100)));
+    assert_eq!(s.last_remote_tsval, 100);
+}
+
+/// zcnet: with timestamps, the ACK's echoed TSval gives the RTT: sent at 1000 ms, echoed in an
+/// ACK at 1250 ms, a first sample of 250 ms.
+#[test]
+fn test_rtt_from_the_echoed_timestamp() {
+    let mut s = socket_established_with_clock_timestamps();
+    s.send_slice(b"abcdef").unwrap();
+    recv!(
+        s,
+        time 1000,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcdef"[..],
+            timestamp: Some(TcpTimestampRepr::new(1000, 100)),
+            ..RECV_TEMPL
+        }]
+    );
+    send!(
+        s,
+        time 1250,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            timestamp: Some(TcpTimestampRepr::new(120, 1000)),
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.rtte.smoothed_rtt(), 250);
+}
 
 #[test]
 fn test_tsval_established_connection() {

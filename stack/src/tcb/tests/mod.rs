@@ -23,7 +23,7 @@ use smoltcp::wire::{HardwareAddress, IpCidr, IpRepr};
 
 use super::*;
 use crate::tcb::context::TcpRand;
-use crate::tcb::recv::test_frame;
+use crate::tcb::recv::{test_frame, MIN_SEGMENTS};
 use crate::tcb::timer::CLOSE_DELAY;
 
 /// A device that never has a frame: only there to build an `Interface` (medium IP, MTU 1500,

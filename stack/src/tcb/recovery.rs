@@ -1,0 +1,293 @@
+//! Loss recovery: which unacknowledged bytes to send again, and when, between the first sign of
+//! a loss and the cumulative ACK that covers everything sent before it.
+//!
+//! * With SACK (RFC 2018, negotiated on the SYN): conservative SACK-based recovery, RFC 6675.
+//!   The [`Scoreboard`] holds what the remote reported; a hole is sent again once it counts as
+//!   lost, lowest first, each at most once per recovery episode; the bytes in flight (`pipe`)
+//!   leave out SACKed and lost bytes, so that the congestion window is spent on what is really
+//!   in the network.
+//! * Without SACK: NewReno (RFC 6582). The first unacknowledged segment is sent again when
+//!   recovery starts and after every partial ACK, until the ACK reaches the recovery point.
+//! * Recovery starts on the third duplicate ACK, or as soon as the scoreboard says the first
+//!   unacknowledged byte is lost (RFC 6675 section 5); it ends when the cumulative ACK reaches
+//!   the highest sequence number sent when it started (the recovery point).
+//! * A retransmission timeout ends recovery. The scoreboard survives the first timeout, so
+//!   that the bytes sent again from the cumulative ACK skip what the remote holds (Linux does
+//!   the same); a second timeout in a row clears it, in case the remote dropped data it had
+//!   SACKed (RFC 2018 allows it, and zcnet's own receiver does so when its pool runs dry).
+//!
+//! The connection (`socket.rs`) asks [`next_retransmission`](Recovery::next_retransmission)
+//! before sending new data, and reports each retransmission sent
+//! ([`retransmitted`](Recovery::retransmitted)).
+
+use smoltcp::wire::TcpSeqNumber;
+
+use super::sack::Scoreboard;
+
+/// A connection's loss recovery state (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Recovery {
+    /// What the remote SACKed past the cumulative ACK (empty when it does not SACK).
+    scoreboard: Scoreboard,
+    /// In recovery: the highest sequence number sent when it began (RFC 6675 `RecoveryPoint`).
+    point: Option<TcpSeqNumber>,
+    /// Bytes below this were sent again in this recovery (RFC 6675 `HighRxt`).
+    high_rxt: TcpSeqNumber,
+    /// Whether this recovery's first retransmission, which goes regardless of the congestion
+    /// window (RFC 6675 4.3), was sent.
+    first_sent: bool,
+    /// A retransmission timeout fired and no data was acknowledged since.
+    rto_unanswered: bool,
+    /// Segments sent again since the connection opened (timeouts included).
+    retransmissions: u32,
+}
+
+impl Recovery {
+    /// Back to the state of a new connection.
+    pub(crate) fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Whether a recovery episode is under way.
+    pub(crate) fn in_recovery(&self) -> bool {
+        self.point.is_some()
+    }
+
+    /// Segments sent again since the connection opened.
+    pub(crate) fn retransmissions(&self) -> u32 {
+        self.retransmissions
+    }
+
+    /// An acceptable ACK arrived: `una` is the cumulative ACK now, `sack` its SACK blocks (if
+    /// the remote SACKs), `snd_max` one past the highest sequence number sent, and `acked`
+    /// whether it acknowledged new data.
+    pub(crate) fn on_ack(
+        &mut self,
+        una: TcpSeqNumber,
+        sack: Option<&[Option<(u32, u32)>]>,
+        snd_max: TcpSeqNumber,
+        acked: bool,
+    ) {
+        match sack {
+            Some(blocks) => self.scoreboard.record(blocks, una, snd_max),
+            None => self.scoreboard.advance(una),
+        }
+        if acked {
+            self.rto_unanswered = false;
+        }
+        if self.point.is_some_and(|point| una >= point) {
+            self.point = None;
+        }
+    }
+
+    /// Whether the SACK scoreboard alone says the first unacknowledged byte `una` is lost, so
+    /// that recovery should start without waiting for a third duplicate ACK.
+    pub(crate) fn sack_says_lost(&self, una: TcpSeqNumber, mss: usize) -> bool {
+        !self.in_recovery() && self.scoreboard.is_lost(una, mss)
+    }
+
+    /// Starts a recovery episode (no-op during one): `una` the cumulative ACK, `snd_nxt` the
+    /// highest sequence number sent. Returns whether one started (the congestion controller
+    /// then reduces its window, once per episode).
+    pub(crate) fn enter(&mut self, una: TcpSeqNumber, snd_nxt: TcpSeqNumber) -> bool {
+        if self.in_recovery() || snd_nxt <= una {
+            return false;
+        }
+        self.point = Some(snd_nxt);
+        self.high_rxt = una;
+        self.first_sent = false;
+        true
+    }
+
+    /// A retransmission timeout fired: recovery ends (the sender goes back to the cumulative
+    /// ACK), and a second timeout in a row forgets the scoreboard.
+    pub(crate) fn on_rto(&mut self) {
+        self.point = None;
+        if self.rto_unanswered {
+            self.scoreboard.clear();
+        }
+        self.rto_unanswered = true;
+    }
+
+    /// The next bytes to send again, as `(start, most bytes)`, or `None`: the first hole at or
+    /// past what this recovery already sent again, if it counts as lost (the first
+    /// unacknowledged byte always does, RFC 6675 and RFC 6582 alike). `cwnd` is the congestion
+    /// window and `pipe` the bytes in flight ([`pipe`](Self::pipe)): after the first one, a
+    /// retransmission waits until the window has room.
+    pub(crate) fn next_retransmission(
+        &self,
+        una: TcpSeqNumber,
+        mss: usize,
+        cwnd: usize,
+        pipe: usize,
+    ) -> Option<(TcpSeqNumber, usize)> {
+        let point = self.point?;
+        if self.first_sent && pipe >= cwnd {
+            return None;
+        }
+        let from = self.high_rxt.max(una);
+        if from >= point {
+            return None;
+        }
+        match self.scoreboard.hole_from(una, from) {
+            Some((start, end)) if start < point => (start == una
+                || self.scoreboard.is_lost(start, mss))
+            .then(|| (start, end.min(point) - start)),
+            // No hole reported past `from`: NewReno's rule, the first unacknowledged segment.
+            _ => (from == una).then(|| (una, point - una)),
+        }
+    }
+
+    /// Bytes `[.., end)` were sent again (by recovery or after a timeout).
+    pub(crate) fn retransmitted(&mut self, end: TcpSeqNumber) {
+        if self.in_recovery() {
+            self.high_rxt = self.high_rxt.max(end);
+            self.first_sent = true;
+        }
+        self.retransmissions = self.retransmissions.saturating_add(1);
+    }
+
+    /// Bytes in the network (RFC 6675 `pipe`): those sent past `una` up to `snd_nxt`, less
+    /// those the remote SACKed and, during recovery, those in holes counted as lost and not
+    /// sent again yet.
+    pub(crate) fn pipe(&self, una: TcpSeqNumber, snd_nxt: TcpSeqNumber, mss: usize) -> usize {
+        if snd_nxt <= una {
+            return 0;
+        }
+        let mut pipe = (snd_nxt - una).saturating_sub(self.scoreboard.sacked_bytes());
+        if self.in_recovery() {
+            let from = self.high_rxt.max(una);
+            pipe = pipe.saturating_sub(self.scoreboard.lost_bytes(una, from, mss));
+        }
+        pipe
+    }
+
+    /// Where sending resumes if `seq` lies in a block the remote SACKed (after a timeout sends
+    /// again from the cumulative ACK): the block's end.
+    pub(crate) fn skip_sacked(&self, seq: TcpSeqNumber) -> Option<TcpSeqNumber> {
+        self.scoreboard.sacked_end(seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use super::*;
+
+    const MSS: usize = 100;
+
+    fn seq(n: i32) -> TcpSeqNumber {
+        TcpSeqNumber(n)
+    }
+
+    /// Ten segments 0..1000 in flight, the remote SACKing `blocks` with the ACK at `una`.
+    fn recovering(una: i32, blocks: &[(u32, u32)]) -> Recovery {
+        let mut r = Recovery::default();
+        let sack: std::vec::Vec<_> = blocks.iter().map(|&b| Some(b)).collect();
+        r.on_ack(seq(una), Some(&sack), seq(1000), false);
+        assert!(r.sack_says_lost(seq(una), MSS));
+        assert!(r.enter(seq(una), seq(1000)));
+        r
+    }
+
+    #[test]
+    fn sack_recovery_sends_each_lost_hole_once_lowest_first() {
+        // Segments 0 and 300 lost, the rest up to 700 SACKed.
+        let mut r = recovering(0, &[(100, 300), (400, 700)]);
+        assert_eq!(
+            r.next_retransmission(seq(0), MSS, usize::MAX, 0),
+            Some((seq(0), 100))
+        );
+        r.retransmitted(seq(100));
+        assert_eq!(
+            r.next_retransmission(seq(0), MSS, usize::MAX, 0),
+            Some((seq(300), 100))
+        );
+        r.retransmitted(seq(400));
+        // Nothing else is known lost (700..1000 may be in flight).
+        assert_eq!(r.next_retransmission(seq(0), MSS, usize::MAX, 0), None);
+        // The first hole is filled: the ACK jumps to 300; then to the point: recovery ends.
+        r.on_ack(seq(300), Some(&[Some((400, 700))]), seq(1000), true);
+        assert!(r.in_recovery());
+        r.on_ack(seq(1000), Some(&[]), seq(1000), true);
+        assert!(!r.in_recovery());
+        assert_eq!(r.retransmissions(), 2);
+    }
+
+    #[test]
+    fn pipe_leaves_out_sacked_and_lost_bytes() {
+        let mut r = recovering(0, &[(100, 300), (400, 700)]);
+        // 1000 sent, 500 SACKed, 200 lost and not sent again.
+        assert_eq!(r.pipe(seq(0), seq(1000), MSS), 300);
+        r.retransmitted(seq(100));
+        assert_eq!(r.pipe(seq(0), seq(1000), MSS), 400);
+        // After the first retransmission, a full window holds the next one back.
+        assert_eq!(r.next_retransmission(seq(0), MSS, 400, 400), None);
+        assert_eq!(
+            r.next_retransmission(seq(0), MSS, 500, 400),
+            Some((seq(300), 100))
+        );
+    }
+
+    #[test]
+    fn the_first_retransmission_ignores_the_congestion_window() {
+        let r = recovering(0, &[(100, 400)]);
+        assert_eq!(
+            r.next_retransmission(seq(0), MSS, 0, 1000),
+            Some((seq(0), 100))
+        );
+    }
+
+    #[test]
+    fn a_hole_not_yet_lost_waits() {
+        // 500 SACKed above 0 (lost), only 100 above 300: not lost yet.
+        let mut r = recovering(0, &[(100, 300), (400, 500), (600, 700)]);
+        r.retransmitted(seq(100));
+        // Three blocks above 0, two above 300, 200 bytes above 300 (not more than 2 MSS).
+        assert_eq!(r.next_retransmission(seq(0), MSS, usize::MAX, 0), None);
+        // One more block SACKed above: 300 is lost now.
+        r.on_ack(seq(0), Some(&[Some((800, 900))]), seq(1000), false);
+        assert_eq!(
+            r.next_retransmission(seq(0), MSS, usize::MAX, 0),
+            Some((seq(300), 100))
+        );
+    }
+
+    #[test]
+    fn newreno_sends_the_first_segment_after_each_partial_ack() {
+        let mut r = Recovery::default();
+        r.on_ack(seq(0), None, seq(1000), false);
+        assert!(r.enter(seq(0), seq(1000)));
+        // Already in recovery: no second episode (no second window reduction).
+        assert!(!r.enter(seq(0), seq(1000)));
+        assert_eq!(
+            r.next_retransmission(seq(0), MSS, usize::MAX, 0),
+            Some((seq(0), 1000))
+        );
+        r.retransmitted(seq(100));
+        assert_eq!(r.next_retransmission(seq(0), MSS, usize::MAX, 0), None);
+        // Partial ACK to 400 (300 was lost too): send it.
+        r.on_ack(seq(300), None, seq(1000), true);
+        assert_eq!(
+            r.next_retransmission(seq(300), MSS, usize::MAX, 0),
+            Some((seq(300), 700))
+        );
+    }
+
+    #[test]
+    fn a_second_timeout_in_a_row_forgets_the_scoreboard() {
+        let mut r = recovering(0, &[(100, 400)]);
+        r.on_rto();
+        assert!(!r.in_recovery());
+        assert_eq!(r.skip_sacked(seq(100)), Some(seq(400)));
+        r.on_rto();
+        assert_eq!(r.skip_sacked(seq(100)), None);
+        // An ACK of new data between two timeouts keeps it.
+        let mut r = recovering(0, &[(100, 400)]);
+        r.on_rto();
+        r.on_ack(seq(50), Some(&[]), seq(1000), true);
+        r.on_rto();
+        assert_eq!(r.skip_sacked(seq(100)), Some(seq(400)));
+    }
+}
