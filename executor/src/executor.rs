@@ -458,20 +458,20 @@ impl Executor {
     /// a task of the same executor, or while another thread runs it; the [`stats`](Self::stats)
     /// are exact only while one thread at a time runs the executor.
     pub fn run_until_idle(&'static self) -> u64 {
-        if !self.queue.has_tasks() && !self.timers_due() {
+        let mut batch = self.queue.take_tasks();
+        if batch.is_empty() && !self.timers_due() {
             return 0;
         }
         let _record = ThreadRecord(running::enter(self));
         let mut polls = 0;
         loop {
-            let (batch, notify) = self.queue.take_tasks();
-            self.notify(notify);
             for task in batch {
                 self.poll_task(task);
                 polls += 1;
             }
             self.fire_timers();
-            if !self.queue.has_tasks() && !self.timers_due() {
+            batch = self.queue.take_tasks();
+            if batch.is_empty() && !self.timers_due() {
                 self.polls.add_single_writer(polls);
                 return polls;
             }
@@ -546,7 +546,7 @@ impl Executor {
                 // go of it and do not use it again.
                 if unsafe { task.end_poll_pending() } {
                     // Woken during the poll: back in the queue, still held.
-                    self.enqueue(task);
+                    self.requeue(task);
                 }
             }
         }
@@ -664,6 +664,14 @@ impl Executor {
     /// The tick at or after `deadline` (deadlines round up, so a timer never fires early).
     pub(crate) fn deadline_tick(&self, deadline: Instant) -> u64 {
         deadline.as_nanos().div_ceil(self.tick_nanos)
+    }
+
+    /// [`enqueue`](Self::enqueue) for a task woken during its poll: out of line, so the common
+    /// end of a poll stays short.
+    #[cold]
+    #[inline(never)]
+    fn requeue(&self, task: TaskRef) {
+        self.enqueue(task);
     }
 
     /// Puts a task on the run queue and signals the platform if the executor sleeps.

@@ -41,6 +41,14 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
+    pub(crate) const EMPTY: Batch = Batch {
+        head: ptr::null_mut(),
+    };
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.head.is_null()
+    }
+
     /// The batch of the taken stack `newest` (newest first, flags stripped), reversed so that
     /// tasks run in the order they were woken.
     fn reversed(newest: *mut Header) -> Batch {
@@ -133,38 +141,22 @@ impl RunQueue {
         (Batch::reversed(taken.map_addr(|a| a & !FLAGS)), main)
     }
 
-    /// Takes every queued task (oldest first) for `run_until_idle`, which neither waits nor polls
-    /// `block_on`'s future: one swap, like [`take_all`](Self::take_all), and in the rare case
-    /// that it took a flag too, what the flag asks for is done again: MAIN_WOKEN is set back
-    /// (a `block_on` on the stack, or on another thread, still sees its wake), and a SLEEPING
-    /// flag taken means the caller must signal the platform (whoever clears SLEEPING signals).
-    pub(crate) fn take_tasks(&self) -> (Batch, Notify) {
+    /// Takes every queued task (oldest first) for `run_until_idle`, which neither waits nor
+    /// polls `block_on`'s future: the flags stay as they are (a `block_on` on the stack, or
+    /// another thread's loop, still sees its wake and its sleep). A load when nothing is queued,
+    /// else one compare-exchange.
+    pub(crate) fn take_tasks(&self) -> Batch {
         let mut cur = self.head.load(Relaxed);
-        let taken = loop {
+        loop {
             if cur.addr() & !FLAGS == 0 {
-                return (
-                    Batch {
-                        head: ptr::null_mut(),
-                    },
-                    Notify::None,
-                );
+                return Batch::EMPTY;
             }
             let flags = ptr::without_provenance_mut(cur.addr() & FLAGS);
             match self.head.compare_exchange_weak(cur, flags, AcqRel, Relaxed) {
-                Ok(_) => break cur.map_addr(|a| a & !FLAGS),
+                Ok(_) => return Batch::reversed(cur.map_addr(|a| a & !FLAGS)),
                 Err(actual) => cur = actual,
             }
-        };
-        let mut notify = Notify::None;
-        if taken.addr() & FLAGS != 0 {
-            if taken.addr() & SLEEPING != 0 {
-                notify = Notify::Signal;
-            }
-            if taken.addr() & MAIN_WOKEN != 0 && self.wake_main() == Notify::Signal {
-                notify = Notify::Signal;
-            }
         }
-        (Batch::reversed(taken.map_addr(|a| a & !FLAGS)), notify)
     }
 
     /// Marks the executor as going to sleep if the queue is empty and the main future not woken.
@@ -193,10 +185,5 @@ impl RunQueue {
     /// Whether a task is queued or the main future woken.
     pub(crate) fn has_work(&self) -> bool {
         self.head.load(Acquire).addr() & !SLEEPING != 0
-    }
-
-    /// Whether a task is queued (for `run_until_idle`). A load, no locked instruction.
-    pub(crate) fn has_tasks(&self) -> bool {
-        self.head.load(Relaxed).addr() & !FLAGS != 0
     }
 }

@@ -255,6 +255,7 @@ impl TaskRef {
     ///
     /// Only the executor, right after a poll of a task it holds that returned `Ready`; it must
     /// not use `self` afterwards.
+    #[inline(never)]
     pub(crate) unsafe fn complete(self) {
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
