@@ -134,17 +134,30 @@ impl RunQueue {
         }
     }
 
-    /// Takes every queued task (oldest first) and the MAIN_WOKEN flag.
+    /// Takes every queued task (oldest first) and the MAIN_WOKEN flag. A load when the word is
+    /// empty, else one compare-exchange (measured faster here than a swap).
     pub(crate) fn take_all(&self) -> (Batch, bool) {
-        let taken = self.head.swap(ptr::null_mut(), AcqRel);
-        let main = taken.addr() & MAIN_WOKEN != 0;
-        (Batch::reversed(taken.map_addr(|a| a & !FLAGS)), main)
+        let mut cur = self.head.load(Relaxed);
+        loop {
+            if cur.is_null() {
+                return (Batch::EMPTY, false);
+            }
+            match self
+                .head
+                .compare_exchange_weak(cur, ptr::null_mut(), AcqRel, Relaxed)
+            {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
+        let main = cur.addr() & MAIN_WOKEN != 0;
+        (Batch::reversed(cur.map_addr(|a| a & !FLAGS)), main)
     }
 
     /// Takes every queued task (oldest first) for `run_until_idle`, which neither waits nor
     /// polls `block_on`'s future: the flags stay as they are (a `block_on` on the stack, or
     /// another thread's loop, still sees its wake and its sleep). A load when nothing is queued,
-    /// else one compare-exchange.
+    /// else one compare-exchange (measured faster here than a swap).
     pub(crate) fn take_tasks(&self) -> Batch {
         let mut cur = self.head.load(Relaxed);
         loop {
