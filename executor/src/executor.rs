@@ -204,8 +204,8 @@ impl Drop for ThreadRecord {
 /// [`Executor::for_timers`]).
 ///
 /// * With `std`: a per-thread record of the executor whose loop (`run`, `block_on`,
-///   `run_until_idle`) the thread is inside; a nested loop of another executor saves and
-///   restores the outer one.
+///   `run_until_idle` once it found something to do) the thread is inside; a nested loop of
+///   another executor saves and restores the outer one.
 /// * Always: the process's *default* executor. An executor takes the role when it starts a loop
 ///   while the role is free or its holder is not running a loop, and keeps it after its loop
 ///   ends, until another executor takes it that way. So a program (or kernel) with one
