@@ -69,11 +69,10 @@
 //! * `ZCNET_KERNEL_NO_BUILD=1` uses the ELFs already in `target/kernel-bench/`.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use zcnet_benches::{median, Mode, Table};
@@ -358,21 +357,10 @@ impl Guest {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start QEMU: {e}"));
-        let (tx, lines) = channel();
-        for pipe in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+        let lines = zcnet_benches::line_channel(vec![
+            Box::new(child.stdout.take().unwrap()),
             Box::new(child.stderr.take().unwrap()),
-        ] {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
+        ]);
         let mut g = Guest {
             child,
             lines,
@@ -447,48 +435,11 @@ impl Drop for Guest {
 /// `limit`, or when it fails.
 fn in_netns(ns: &Netns, program: &str, args: &[String], limit: Duration) -> String {
     check_interrupted();
-    let mut child = ns
-        .command(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
+    let r = zcnet_benches::run_within(ns.command(program).args(args), limit, || {
+        INTERRUPTED.load(Ordering::SeqCst)
     });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for a client") {
-            break Some(st);
-        }
-        if Instant::now() >= deadline || INTERRUPTED.load(Ordering::SeqCst) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let stdout = out_reader.join().unwrap_or_default();
-    let stderr = err_reader.join().unwrap_or_default();
     check_interrupted();
-    match status {
-        Some(st) if st.success() => stdout,
-        Some(st) => panic!("{program} {args:?} failed ({st})\nstdout: {stdout}\nstderr: {stderr}"),
-        None => panic!(
-            "{program} {args:?} still running after {limit:?}; killed\nstdout: {stdout}\nstderr: {stderr}"
-        ),
-    }
+    r.unwrap_or_else(|e| panic!("{program} {args:?} {e}"))
 }
 
 // ---- measurements ---------------------------------------------------------------------------

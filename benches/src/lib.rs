@@ -5,9 +5,13 @@
 //! runs, and comparisons are ratios between rows measured in the same process, one after the
 //! other, never against numbers from another run.
 
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 pub mod embassy_clock;
+pub mod retx;
 pub mod svg;
 
 /// How much work a benchmark binary does.
@@ -47,6 +51,73 @@ impl Mode {
             Mode::Full => full,
             Mode::Quick => quick,
         }
+    }
+}
+
+/// Reads each of `pipes` (a child process's stdout, stderr) line by line on a thread of its
+/// own, into one channel; a pipe's thread ends at its end of stream or once the receiver is
+/// gone.
+pub fn line_channel(pipes: Vec<Box<dyn Read + Send>>) -> Receiver<String> {
+    let (tx, lines) = channel();
+    for pipe in pipes {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    lines
+}
+
+/// Runs `cmd` (stdin closed, stdout and stderr read as it runs) to completion: its stdout, or
+/// why not: it failed, or ran past `limit` or until `give_up` returned true (then it is killed).
+/// The error carries its exit status, stdout and stderr.
+pub fn run_within(
+    cmd: &mut Command,
+    limit: Duration,
+    give_up: impl Fn() -> bool,
+) -> Result<String, String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start: {e}"))?;
+    let read_all = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = pipe.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = read_all(Box::new(child.stdout.take().unwrap()));
+    let err = read_all(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) => {}
+            Err(e) => panic!("waiting for {cmd:?}: {e}"),
+        }
+        if Instant::now() >= deadline || give_up() {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    match status {
+        Some(st) if st.success() => Ok(stdout),
+        Some(st) => Err(format!("failed ({st})\nstdout: {stdout}\nstderr: {stderr}")),
+        None => Err(format!(
+            "still running after {limit:?}; killed\nstdout: {stdout}\nstderr: {stderr}"
+        )),
     }
 }
 

@@ -68,17 +68,19 @@ fn unique() -> (u32, usize) {
     (std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Runs `cmd` to completion; panics with its stderr if it fails.
-pub fn run(cmd: &mut Command) {
+/// Runs `cmd` to completion and returns its stdout; panics with its output if it fails.
+pub fn run(cmd: &mut Command) -> String {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     assert!(
         out.status.success(),
-        "{cmd:?} failed ({}): {}",
+        "{cmd:?} failed ({}): {}{}",
         out.status,
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A network namespace named `zc-<pid>-<n>`, deleted on drop.
@@ -90,9 +92,15 @@ pub struct Netns {
 impl Netns {
     /// Creates a fresh, uniquely named namespace with its loopback up.
     pub fn new() -> Netns {
+        Self::with_prefix("zc")
+    }
+
+    /// Like [`new`](Self::new), named `<prefix>-<pid>-<n>`: a test or benchmark with a prefix
+    /// of its own can find (and remove) namespaces an earlier, killed run of it left behind.
+    pub fn with_prefix(prefix: &str) -> Netns {
         require_root_and_tun();
         let (pid, n) = unique();
-        let name = format!("zc-{pid}-{n}");
+        let name = format!("{prefix}-{pid}-{n}");
         run(Command::new("ip").args(["netns", "add", &name]));
         let ns = Netns { name };
         ns.ip(&["link", "set", "lo", "up"]);
@@ -171,8 +179,17 @@ impl Drop for Netns {
 
 /// A name for a TAP interface, unique in this process and at most 15 bytes.
 pub fn tap_name() -> String {
+    if_name("zct")
+}
+
+/// A name for a network interface (a TAP, a veth end), `<prefix><pid>n<n>`, unique in this
+/// process. Panics if it would pass Linux's 15 bytes (a prefix of up to 4 bytes always fits a
+/// 7-digit pid and 999 names).
+pub fn if_name(prefix: &str) -> String {
     let (pid, n) = unique();
-    format!("zct{pid}n{n}")
+    let name = format!("{prefix}{pid}n{n}");
+    assert!(name.len() <= 15, "interface name {name} is too long");
+    name
 }
 
 /// A zcnet stack (10.77.0.2/24) over a TAP whose kernel side (10.77.0.1/24) lives in a fresh

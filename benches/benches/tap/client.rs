@@ -16,7 +16,7 @@ const CLIENT_BUF: usize = 256 * 1024;
 
 /// Connects to the stack, retrying for 10 s (the stack may still be resolving our MAC, or the
 /// link may have just come up).
-fn connect(port: u16) -> TcpStream {
+pub(crate) fn connect(port: u16) -> TcpStream {
     let addr = SocketAddr::from((ZCNET_ADDR, port));
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -157,6 +157,10 @@ pub fn main(mode: &str, args: &[String]) -> ! {
             }
             println!("result frames={n} ns={}", start.elapsed().as_nanos());
         }
+        // The loss benchmark's echo client: `echo <secs> <seed> <ifname>`.
+        "echo" => crate::echo::client(Duration::from_secs(num(0)), num(1), &args[2]),
+        // The Linux echo server of the loss benchmark's Linux <-> Linux path.
+        "echo-server" => crate::echo::server(),
         _ => panic!("unknown client mode {mode}"),
     }
     std::process::exit(0)

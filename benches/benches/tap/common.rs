@@ -1,4 +1,4 @@
-//! What the stack processes (one per peer) share: ports, the three server protocols, the HTTP
+//! What the stack processes (one per peer) share: ports, the four server protocols, the HTTP
 //! request parser, and the stats channel the parent reads CPU and wakeup counts through.
 
 use std::io::{BufRead, Write};
@@ -10,6 +10,8 @@ pub const SINK_PORT: u16 = 9000;
 /// Source: the client sends an 8-byte little-endian count, the server writes that many bytes,
 /// then waits for the client to close first (so the server never holds a TIME-WAIT socket).
 pub const SOURCE_PORT: u16 = 9001;
+/// Echo: the server writes back every byte it reads, until end of stream (or a reset).
+pub const ECHO_PORT: u16 = 9002;
 /// The HTTP/1.1 responder.
 pub const HTTP_PORT: u16 = 8080;
 /// Socket receive and send rings, the same on every socket of every peer.
@@ -123,6 +125,8 @@ pub enum Class {
     Http,
     /// The sink with room for 100+ idle connections.
     Idle,
+    /// Echo, a few sockets (the loss benchmark).
+    Echo,
 }
 
 impl Class {
@@ -132,6 +136,7 @@ impl Class {
             "bulk" => Class::Bulk,
             "http" => Class::Http,
             "idle" => Class::Idle,
+            "echo" => Class::Echo,
             _ => panic!("unknown class {s}"),
         }
     }
@@ -141,6 +146,7 @@ impl Class {
             Class::Bulk => "bulk",
             Class::Http => "http",
             Class::Idle => "idle",
+            Class::Echo => "echo",
         }
     }
     /// (port, server sockets) pairs: for smoltcp and embassy, the sockets each port gets
@@ -151,13 +157,14 @@ impl Class {
             Class::Bulk => &[(SINK_PORT, 2), (SOURCE_PORT, 2)],
             Class::Http => &[(HTTP_PORT, CONN_SOCKETS)],
             Class::Idle => &[(SINK_PORT, CONN_SOCKETS)],
+            Class::Echo => &[(ECHO_PORT, 2)],
         }
     }
 }
 
 /// Sockets per port for the HTTP and idle classes: 100 connections plus room for new ones.
 pub const CONN_SOCKETS: usize = 128;
-/// zcnet listener backlog for the bulk class (listening sockets kept armed per port).
+/// zcnet listener backlog for the bulk and echo classes (listening sockets kept armed per port).
 pub const ZC_BACKLOG_BULK: usize = 2;
 /// zcnet listener backlog for the HTTP and idle classes: a SYN that finds every listening
 /// socket busy is dropped (the client retries after 1 s), so bursts of new connections (wrk
@@ -191,6 +198,13 @@ async fn send_all<C: Conn>(c: &mut C, mut buf: &[u8]) -> bool {
 pub async fn serve_conn<C: Conn>(c: &mut C, port: u16, buf: &mut [u8]) {
     match port {
         SINK_PORT => while let Some(1..) = c.recv(buf).await {},
+        ECHO_PORT => {
+            while let Some(n @ 1..) = c.recv(buf).await {
+                if !send_all(c, &buf[..n]).await {
+                    return;
+                }
+            }
+        }
         SOURCE_PORT => {
             let mut got = 0;
             while got < 8 {

@@ -70,7 +70,7 @@ impl Conn for EmbConn<'_, '_> {
 /// Opens the TAP `tap`, serves `class`'s ports forever.
 pub fn serve(tap: &str, class: Class) -> ! {
     match class {
-        Class::Bulk => run::<4>(tap, class),
+        Class::Bulk | Class::Echo => run::<4>(tap, class),
         Class::Http | Class::Idle => run::<{ CONN_SOCKETS }>(tap, class),
     }
 }

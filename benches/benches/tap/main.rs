@@ -18,7 +18,7 @@
 //! inside the namespace (`ip netns exec <ns> <bench> --client ..`, plain `std::net` sockets),
 //! or `wrk` there. Nothing else on the machine is addressed. IPv6 is off in the namespaces
 //! (no router solicitations or MLD reports landing on an idle stack), and the namespace's
-//! client side keeps at most [`CLIENT_TIME_WAIT_CAP`] TIME-WAIT sockets (ports 1024-65535).
+//! client side keeps at most [`harness::CLIENT_TIME_WAIT_CAP`] TIME-WAIT sockets (ports 1024-65535).
 //! Without the cap wrk's `Connection: close` runs leave tens of thousands of client sockets in
 //! TIME-WAIT (60 s on Linux), and every `connect` then walks the ephemeral ports looking for a
 //! free one (`__inet_hash_connect`, measured at 7 ms per call with 35,000 of them): every peer
@@ -54,86 +54,27 @@
 //!
 //! Runs are interleaved peer by peer; every figure is a median over the runs.
 
+mod capture;
 mod client;
 mod common;
+mod echo;
 mod emb;
+mod harness;
 mod raw;
 mod smol;
 mod zc;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Class, LINUX_MAC, STACK_MAC};
-use zcnet_benches::{median, Mode, Table};
-use zcnet_tests::netns::{require_root_and_tun, tap_name, Netns, LINUX_ADDR, ZCNET_ADDR};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Peer {
-    Zcnet,
-    Smoltcp,
-    Embassy,
-    Raw,
-}
-
-/// TIME-WAIT sockets the Linux client's namespace keeps (`net.ipv4.tcp_max_tw_buckets`; a
-/// socket closing beyond it skips TIME-WAIT, counted as `TCPTimeWaitOverflow`). A
-/// `Connection: close` run opens 10,000-90,000 connections; with all of them in TIME-WAIT
-/// each further `connect` spends milliseconds searching the port range (see the module doc).
-/// What TIME-WAIT guards against, a stray segment of an old connection landing in a new one
-/// with the same ports, needs a network that delays or duplicates segments; the TAP link to
-/// the stack does neither, and the benchmark measures the stacks, not Linux's port search.
-const CLIENT_TIME_WAIT_CAP: u32 = 1024;
+use common::Class;
+use harness::{fmt_med, in_netns, kv, med, ratio, self_client, Kid, Med, Peer, Server};
+use zcnet_benches::{Mode, Table};
+use zcnet_tests::netns::{require_root_and_tun, tap_name, Netns, ZCNET_ADDR};
 
 const PEERS: [Peer; 3] = [Peer::Zcnet, Peer::Smoltcp, Peer::Embassy];
-
-impl Peer {
-    fn name(self) -> &'static str {
-        match self {
-            Peer::Zcnet => "zcnet",
-            Peer::Smoltcp => "smoltcp",
-            Peer::Embassy => "embassy",
-            Peer::Raw => "raw",
-        }
-    }
-    fn parse(s: &str) -> Peer {
-        match s {
-            "zcnet" => Peer::Zcnet,
-            "smoltcp" => Peer::Smoltcp,
-            "embassy" => Peer::Embassy,
-            "raw" => Peer::Raw,
-            _ => panic!("unknown peer {s}"),
-        }
-    }
-}
-
-fn mac(m: [u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-/// `key=value` from a line of `k=v` words.
-fn kv(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{key} in {line:?}: {e}"))
-}
-
-/// A stack process with its namespace; killed, and the namespace deleted, on drop.
-struct Server {
-    peer: Peer,
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-    netns: Netns,
-}
 
 /// One `stats` answer.
 #[derive(Clone, Copy, Debug)]
@@ -163,84 +104,15 @@ impl Stats {
 }
 
 impl Server {
+    /// Starts `peer` serving `class` on a fresh TAP whose kernel side goes into a fresh
+    /// namespace.
     fn start(peer: Peer, class: Class) -> Server {
-        let netns = Netns::new();
-        run_ok(netns.command("sh").args([
-            "-c",
-            "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6 && \
-             echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6 && \
-             echo '1024 65535' > /proc/sys/net/ipv4/ip_local_port_range",
-        ]));
-        run_ok(netns.command("sh").args([
-            "-c",
-            &format!("echo {CLIENT_TIME_WAIT_CAP} > /proc/sys/net/ipv4/tcp_max_tw_buckets"),
-        ]));
-        let tap = tap_name();
-        let mut child = Command::new(std::env::current_exe().expect("own path"))
-            .args(["--serve", peer.name(), class.name(), &tap])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn the stack process");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut s = Server {
-            peer,
-            child,
-            stdin,
-            lines,
-            netns,
-        };
-        let first = s.line(Duration::from_secs(20));
-        assert_eq!(first, "ready", "{} did not start", peer.name());
-        run_ok(Command::new("ip").args(["link", "set", "dev", &tap, "address", &mac(LINUX_MAC)]));
-        s.netns.adopt(&tap, &format!("{LINUX_ADDR}/24"));
-        if peer == Peer::Raw {
-            s.netns.ip(&[
-                "neigh",
-                "replace",
-                &ZCNET_ADDR.to_string(),
-                "lladdr",
-                &mac(STACK_MAC),
-                "dev",
-                &tap,
-                "nud",
-                "permanent",
-            ]);
-        }
-        s
+        Self::start_in(peer, class, Netns::new(), tap_name())
     }
 
-    fn line(&mut self, limit: Duration) -> String {
-        match self.lines.recv_timeout(limit) {
-            Ok(l) => l,
-            Err(e) => panic!(
-                "{}: no answer within {limit:?} ({e}); exited: {:?}",
-                self.peer.name(),
-                self.child.try_wait()
-            ),
-        }
-    }
-
-    fn send(&mut self, cmd: &str) {
-        writeln!(self.stdin, "{cmd}").expect("write to the stack process");
-        self.stdin.flush().unwrap();
-    }
-
+    /// The stack process's counters now.
     fn stats(&mut self) -> Stats {
-        self.send("stats");
-        let l = self.line(Duration::from_secs(10));
-        assert!(l.starts_with("stats "), "unexpected {l:?}");
+        let l = self.stats_line();
         Stats {
             cpu_ns: kv(&l, "cpu_ns"),
             csw: kv(&l, "vcsw") + kv(&l, "ivcsw"),
@@ -250,114 +122,6 @@ impl Server {
             requests: kv(&l, "requests"),
         }
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        // Then `netns` drops: the namespace and the TAP in it go away.
-    }
-}
-
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A child process killed on drop.
-struct Kid(Child);
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// Runs `program args` in `netns` to completion within `limit`; returns its stdout.
-fn in_netns(netns: &Netns, program: &str, args: &[String], limit: Duration) -> String {
-    let mut kid = Kid(netns
-        .command(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}")));
-    let mut out = kid.0.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut out, &mut s);
-        s
-    });
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = kid.0.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{program} {args:?} in {} still running after {limit:?}",
-            netns.name()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let stdout = reader.join().unwrap();
-    let mut stderr = String::new();
-    if let Some(mut e) = kid.0.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-    }
-    assert!(
-        status.success(),
-        "{program} {args:?} failed ({status})\nstdout: {stdout}\nstderr: {stderr}"
-    );
-    stdout
-}
-
-fn self_client(netns: &Netns, args: &[&str], limit: Duration) -> String {
-    let exe = std::env::current_exe().expect("own path");
-    let mut a = vec!["--client".to_string()];
-    a.extend(args.iter().map(|s| s.to_string()));
-    let out = in_netns(netns, exe.to_str().expect("utf-8 path"), &a, limit);
-    out.lines()
-        .find(|l| l.starts_with("result "))
-        .unwrap_or_else(|| panic!("client {args:?} printed no result: {out}"))
-        .to_string()
-}
-
-// ---- measurements ---------------------------------------------------------------------------
-
-/// Median (min–max) of a list.
-#[derive(Clone, Copy, Debug)]
-struct Med {
-    med: f64,
-    min: f64,
-    max: f64,
-}
-
-fn med(v: &[f64]) -> Med {
-    let mut w = v.to_vec();
-    Med {
-        med: median(&mut w),
-        min: v.iter().copied().fold(f64::INFINITY, f64::min),
-        max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    }
-}
-
-fn fmt_med(m: Med, digits: usize) -> String {
-    format!("{:.d$} ({:.d$}–{:.d$})", m.med, m.min, m.max, d = digits)
 }
 
 /// Per-run samples keyed by (workload, peer, metric).
@@ -610,10 +374,6 @@ fn idle(plan: &Plan, s: &mut Samples) {
 }
 
 // ---- report ---------------------------------------------------------------------------------
-
-fn ratio(a: f64, b: f64) -> String {
-    format!("{:.2}x", a / b)
-}
 
 fn report(plan: &Plan, mode: Mode, s: &Samples) {
     let z = Peer::Zcnet;
@@ -909,22 +669,7 @@ fn charts(plan: &Plan, s: &Samples) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--client") {
-        client::main(&args[i + 1], &args[i + 2..]);
-    }
-    if let Some(i) = args.iter().position(|a| a == "--serve") {
-        let (peer, class, tap) = (
-            Peer::parse(&args[i + 1]),
-            Class::parse(&args[i + 2]),
-            &args[i + 3],
-        );
-        match peer {
-            Peer::Zcnet => zc::serve(tap, class),
-            Peer::Smoltcp => smol::serve(tap, class),
-            Peer::Embassy => emb::serve(tap, class),
-            Peer::Raw => raw::serve(tap),
-        }
-    }
+    harness::run_child_role(&args);
     require_root_and_tun();
     assert!(
         Command::new("wrk").arg("--version").output().is_ok(),

@@ -13,8 +13,8 @@ use smoltcp::wire::{EthernetAddress, IpCidr};
 use zcnet_tests::netns::ZCNET_ADDR;
 
 use crate::common::{
-    self, parse_request, Class, APP_BUF, HTTP_PORT, PATTERN, RESPONSE_CLOSE, RESPONSE_KEEP,
-    SINK_PORT, SOCK_BUF, SOURCE_PORT, STACK_MAC,
+    self, parse_request, Class, APP_BUF, ECHO_PORT, HTTP_PORT, PATTERN, RESPONSE_CLOSE,
+    RESPONSE_KEEP, SINK_PORT, SOCK_BUF, SOURCE_PORT, STACK_MAC,
 };
 
 /// What one socket's connection is doing.
@@ -92,6 +92,19 @@ fn service(s: &mut tcp::Socket, slot: &mut Slot) {
                 }
             }
         }
+        // What fits in the send ring is read and written back at once, so nothing waits in
+        // the application between polls.
+        ECHO_PORT => {
+            while s.can_recv() && s.can_send() {
+                let room = (s.send_capacity() - s.send_queue()).min(slot.buf.len());
+                let n = s.recv_slice(&mut slot.buf[..room]).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                let sent = s.send_slice(&slot.buf[..n]).unwrap_or(0);
+                assert_eq!(sent, n, "the send ring had room for {room} bytes");
+            }
+        }
         SOURCE_PORT => loop {
             match slot.phase {
                 Phase::Reading => {
@@ -162,8 +175,9 @@ fn service(s: &mut tcp::Socket, slot: &mut Slot) {
         }
         _ => unreachable!(),
     }
-    // The client's FIN: we have read everything it sent; close our half.
-    if !s.may_recv() && s.may_send() && !matches!(slot.phase, Phase::Writing(1..)) {
+    // The client's FIN, and everything it sent read: close our half.
+    if !s.may_recv() && !s.can_recv() && s.may_send() && !matches!(slot.phase, Phase::Writing(1..))
+    {
         s.close();
     }
 }

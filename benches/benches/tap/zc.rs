@@ -50,7 +50,7 @@ fn buffers() -> Option<TcpBuffers> {
 pub fn serve(tap: &str, class: Class) -> ! {
     match class {
         // Listening sockets plus the active connection and one closing, per port.
-        Class::Bulk => run::<8>(tap, class),
+        Class::Bulk | Class::Echo => run::<8>(tap, class),
         Class::Http | Class::Idle => run::<{ ZC_CONN_SOCKETS }>(tap, class),
     }
 }
@@ -82,7 +82,7 @@ fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
     let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
     runner.spawn(exec.spawner());
     for &(port, _) in class.ports() {
-        let backlog = if class == Class::Bulk {
+        let backlog = if matches!(class, Class::Bulk | Class::Echo) {
             ZC_BACKLOG_BULK
         } else {
             ZC_BACKLOG_CONN
