@@ -5,6 +5,7 @@
 //! ```text
 //! cargo bench -p zcnet-benches --bench executor            # full run (BENCHMARKS.md)
 //! cargo bench -p zcnet-benches --bench executor -- --quick # CI smoke run
+//! ZCNET_EXEC_ONLY=wake+poll, cargo bench ...                # only the workloads so named
 //! ```
 //!
 //! Workloads, each reported as the median ns per round trip over several runs (interleaved run
@@ -393,7 +394,12 @@ fn main() {
     header.extend(["embassy / zcnet static", "LocalPool / zcnet Box"]);
     let mut table = Table::new(&header);
 
+    // `ZCNET_EXEC_ONLY=<text>`: only the workloads whose name contains it (for profiling one).
+    let only = std::env::var("ZCNET_EXEC_ONLY").ok();
     for (name, mut benches) in workloads {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
         // Warm-up, unmeasured.
         for b in benches.iter_mut().flatten() {
             black_box(b(ops / 10));

@@ -1,5 +1,6 @@
 //! Stack benchmark: TCP bulk throughput and 1 KiB / 1 KiB request-response rate, zcnet beside
-//! plain smoltcp 0.14, measured in the same run and reported as ratios.
+//! plain smoltcp 0.14 and beside embassy-net 0.9.1, measured in the same run and reported as
+//! ratios.
 //!
 //! ```text
 //! cargo bench -p zcnet-benches --bench stack            # full run (BENCHMARKS.md)
@@ -48,7 +49,16 @@
 //!   capabilities: a 1514-byte MTU (`Loopback` says 65535, which would let smoltcp send 64 KiB
 //!   segments) and software checksums on both ways (`Loopback` says "ignored", while zcnet's
 //!   wire offers no offload, so zcnet's smoltcp computes and verifies every checksum).
-//! * Same smoltcp build: cargo builds one smoltcp for both sides (features unify; the
+//! * **embassy-net** (module `emb`): the async peer users pick today, as they run it: two
+//!   embassy-net stacks, each with its `Runner` task, and a client and a server task on
+//!   embassy-executor 0.10's raw executor, over an in-memory link that lends its frame buffers
+//!   (the TX token's buffer is the receiver's RX buffer: no copy, no allocation per frame),
+//!   virtual time through the crate's embassy-time driver. embassy-net runs its own smoltcp
+//!   0.13 (the only one it supports), so this pair is not the same protocol code; its sockets
+//!   have the same 16 KiB rings, Nagle off for req/resp, and the same two APIs (`read` /
+//!   `write`, `read_with` / `write_with`). Its copies happen inside its socket calls, where
+//!   the copy ledger cannot see them: its copy counts are not reported.
+//! * Same smoltcp build for zcnet and plain smoltcp: cargo builds one smoltcp for both sides (features unify; the
 //!   package's smoltcp dependency adds only `alloc` and, for the TAP benchmark, `std` with
 //!   `phy-tuntap_interface`, none of which changes the protocol code either side runs).
 //! * Same socket buffers: 16 KiB receive and 16 KiB send rings on every socket (the size the
@@ -66,7 +76,8 @@
 //!   sockets (what smoltcp's examples do); each zcnet stack gets a table of exactly the one
 //!   socket it uses ([`ZC_SOCKETS`], via [`zcnet_tests::net::pair_sized_with`]), so both sides walk
 //!   two sockets per round of egress work.
-//! * Interleaved: zcnet and smoltcp alternate run by run (A B A B ..); every figure is a median.
+//! * Interleaved: zcnet, smoltcp and embassy-net alternate run by run (A B C A B C ..); every
+//!   figure is a median.
 //!   Each run builds fresh stacks (zcnet) or a fresh interface (smoltcp), untimed. The ratio is
 //!   the median of the run-by-run ratios (zcnet's run `i` over smoltcp's run `i`, which ran
 //!   right after it), shown with their range: the shared machine has slow and fast phases of
@@ -76,7 +87,8 @@
 //! `ZCNET_STACK_ONLY=bulk` or `ZCNET_STACK_ONLY=rr` runs one workload alone (for profilers:
 //! `zc_run` and `smol_run` are never inlined, so `valgrind --tool=callgrind
 //! --toggle-collect='*block_on*'` collects zcnet's connection alone, setup excluded), and
-//! `ZCNET_STACK_SIDE=zcnet` or `ZCNET_STACK_SIDE=smoltcp` runs one side alone and prints its
+//! `ZCNET_STACK_SIDE=zcnet`, `ZCNET_STACK_SIDE=smoltcp` or `ZCNET_STACK_SIDE=embassy` runs one
+//! side alone and prints its
 //! median rate without ratios (for a sampling profiler such as `perf record -e cpu-clock`).
 //! `ZCNET_STACK_MSG=<bytes>` (1 to 65536) changes the request and response size of req/resp
 //! from 1 KiB: a gap that stays the same in nanoseconds per round trip from 16 bytes to 1 KiB
@@ -127,6 +139,9 @@ use zcnet_tests::net::{pair_sized_with, ADDR};
 /// Socket slots per zcnet stack: the one socket each side uses (see "Same socket table").
 const ZC_SOCKETS: usize = 1;
 use zcnet_tests::wire::{Delivery, Faults};
+
+#[path = "stack/emb.rs"]
+mod emb;
 
 // ---- counting allocator -------------------------------------------------------------------
 
@@ -251,6 +266,13 @@ impl Marks {
     }
 }
 
+/// What an in-place reader or writer takes of a `len`-byte slice when it wants `want` bytes:
+/// `(consumed, returned)`, as `read_with` / `write_with` closures answer on every side.
+fn up_to(want: usize, len: usize) -> (usize, usize) {
+    let k = len.min(want);
+    (k, k)
+}
+
 /// The application's source data for the copying writers.
 fn app_source() -> Vec<u8> {
     (0..APP_CHUNK).map(|i| (i * 7 + 3) as u8).collect()
@@ -317,13 +339,10 @@ async fn zc_read_exact(s: &mut TcpSocket, buf: &mut [u8], api: Api) {
             Api::Copy => s.read(&mut buf[got..]).await.expect("read"),
             Api::InPlace => {
                 let want = buf.len() - got;
-                s.read_with(|d| {
-                    let k = d.len().min(want);
-                    (k, k)
-                })
-                .await
-                .expect("read_with")
-                .unwrap_or(0)
+                s.read_with(|d| up_to(want, d.len()))
+                    .await
+                    .expect("read_with")
+                    .unwrap_or(0)
             }
         };
         assert!(n > 0, "end of stream");
@@ -338,10 +357,7 @@ async fn zc_write_all(s: &mut TcpSocket, src: &[u8], api: Api) {
             let mut left = src.len();
             while left > 0 {
                 let n = s
-                    .write_with(|space| {
-                        let k = space.len().min(left);
-                        (k, k)
-                    })
+                    .write_with(|space| up_to(left, space.len()))
                     .await
                     .expect("write_with");
                 left -= n;
@@ -694,7 +710,7 @@ fn run_rate(work: Workload, r: &Run) -> f64 {
     }
 }
 
-/// zcnet / smoltcp as the median of the run-by-run ratios, with their (min, max): run `i` of
+/// zcnet / a peer as the median of the run-by-run ratios, with their (min, max): run `i` of
 /// each side ran back to back, so a slow phase of the shared machine that spans the pair
 /// cancels out, where the medians of the two sides could come from different phases.
 fn paired_ratio(work: Workload, zc: &[Run], sm: &[Run]) -> (f64, f64, f64) {
@@ -745,6 +761,8 @@ fn msg_size() -> usize {
 }
 
 fn main() {
+    // The embassy-net side runs on virtual time (before any embassy code runs).
+    zcnet_benches::embassy_clock::use_virtual_time();
     let mode = Mode::from_env();
     let runs = mode.pick(9, 3);
     let bulk = Workload::Bulk(mode.pick(64, 2) * MIB);
@@ -756,7 +774,9 @@ fn main() {
         "unit",
         "zcnet (min–max)",
         "smoltcp (min–max)",
+        "embassy-net (min–max)",
         "zcnet / smoltcp (min–max)",
+        "zcnet / embassy-net (min–max)",
     ]);
     let mut costs = Table::new(&[
         "workload",
@@ -764,18 +784,22 @@ fn main() {
         "per",
         "zcnet polls",
         "smoltcp polls",
+        "embassy-net polls",
         "zcnet frames",
         "smoltcp frames",
+        "embassy-net frames",
         "zcnet copies (bytes)",
         "smoltcp copies (bytes)",
         "zcnet allocs",
         "smoltcp allocs",
+        "embassy-net allocs",
     ]);
     let mut verdicts = Vec::new();
     // For profiling one workload alone: ZCNET_STACK_ONLY=bulk or ZCNET_STACK_ONLY=rr.
     let only = std::env::var("ZCNET_STACK_ONLY").unwrap_or_default();
-    // And one side alone: ZCNET_STACK_SIDE=zcnet or ZCNET_STACK_SIDE=smoltcp (no ratios then).
+    // And one side alone: ZCNET_STACK_SIDE=zcnet, smoltcp or embassy (no ratios then).
     let side = std::env::var("ZCNET_STACK_SIDE").unwrap_or_default();
+    let runs_side = |name: &str| side.is_empty() || side == name;
     let works: Vec<Workload> = [bulk, rr]
         .into_iter()
         .filter(|w| match only.as_str() {
@@ -787,33 +811,45 @@ fn main() {
     for work in works {
         for api in [Api::Copy, Api::InPlace] {
             // One counting run per side first (also a warm-up): the copy ledger counts in it.
-            // The timed runs then run with the ledger paused, on both sides alike (see
-            // "Per-operation costs").
-            let counted_zc = (side != "smoltcp").then(|| zc_run(work, api));
-            let counted_sm = (side != "zcnet").then(|| smol_run(work, api, 0));
+            // The timed runs then run with the ledger paused, on all sides alike (see
+            // "Per-operation costs"). embassy-net copies inside its own socket calls, which
+            // the ledger cannot see: its copy counts are not reported.
+            let counted_zc = runs_side("zcnet").then(|| zc_run(work, api));
+            let counted_sm = runs_side("smoltcp").then(|| smol_run(work, api, 0));
+            if runs_side("embassy") {
+                emb::emb_run(work, api);
+            }
             LEDGER.set_counting(false);
-            let (mut zc, mut sm) = (Vec::new(), Vec::new());
+            let (mut zc, mut sm, mut em) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..runs {
-                if side != "smoltcp" {
+                if runs_side("zcnet") {
                     zc.push(zc_run(work, api));
                 }
-                if side != "zcnet" {
+                if runs_side("smoltcp") {
                     sm.push(smol_run(work, api, 0));
+                }
+                if runs_side("embassy") {
+                    em.push(emb::emb_run(work, api));
                 }
             }
             LEDGER.set_counting(true);
-            if zc.is_empty() || sm.is_empty() {
+            if !side.is_empty() {
                 // One side alone (profiling): print it and go on.
-                let (who, r) = if zc.is_empty() {
-                    ("smoltcp", &sm)
-                } else {
-                    ("zcnet", &zc)
+                let r = [(&zc, "zcnet"), (&sm, "smoltcp"), (&em, "embassy-net")]
+                    .into_iter()
+                    .find(|(r, _)| !r.is_empty());
+                let Some((r, who)) = r else {
+                    panic!("ZCNET_STACK_SIDE must be zcnet, smoltcp or embassy, not {side:?}")
                 };
                 let s = summarize(work, r);
                 println!("{who}: {:.0} ({:.0}–{:.0})", s.rate.0, s.rate.1, s.rate.2);
                 continue;
             }
-            let (mut z, mut s) = (summarize(work, &zc), summarize(work, &sm));
+            let (mut z, mut s, e) = (
+                summarize(work, &zc),
+                summarize(work, &sm),
+                summarize(work, &em),
+            );
             for (sum, counted) in [(&mut z, counted_zc), (&mut s, counted_sm)] {
                 let counted = counted.expect("both sides ran");
                 sum.copy_calls = counted.copy_calls as f64 / ops(work);
@@ -830,15 +866,19 @@ fn main() {
                     (format!("req/resp {size}, {n}"), "round trips/s", "request")
                 }
             };
-            let (ratio, ratio_lo, ratio_hi) = paired_ratio(work, &zc, &sm);
+            let vs_smoltcp = paired_ratio(work, &zc, &sm);
+            let vs_embassy = paired_ratio(work, &zc, &em);
             let fmt_rate = |r: (f64, f64, f64)| format!("{:.0} ({:.0}–{:.0})", r.0, r.1, r.2);
+            let fmt_ratio = |r: (f64, f64, f64)| format!("{:.2}x ({:.2}–{:.2})", r.0, r.1, r.2);
             rates.row(vec![
                 name.clone(),
                 api.name().into(),
                 unit.into(),
                 fmt_rate(z.rate),
                 fmt_rate(s.rate),
-                format!("{ratio:.2}x ({ratio_lo:.2}–{ratio_hi:.2})"),
+                fmt_rate(e.rate),
+                fmt_ratio(vs_smoltcp),
+                fmt_ratio(vs_embassy),
             ]);
             let copies = |s: &Summary| format!("{:.1} ({:.0})", s.copy_calls, s.copy_bytes);
             costs.row(vec![
@@ -847,20 +887,26 @@ fn main() {
                 per.into(),
                 format!("{:.1}", z.polls),
                 format!("{:.1}", s.polls),
+                format!("{:.1}", e.polls),
                 format!("{:.1}", z.frames),
                 format!("{:.1}", s.frames),
+                format!("{:.1}", e.frames),
                 copies(&z),
                 copies(&s),
                 format!("{:.1}", z.allocs),
                 format!("{:.1}", s.allocs),
+                format!("{:.1}", e.allocs),
             ]);
-            verdicts.push((name, api, ratio));
+            verdicts.push((name, api, vs_smoltcp.0, vs_embassy.0));
         }
     }
 
+    if !side.is_empty() {
+        return;
+    }
     println!(
-        "zcnet vs plain smoltcp 0.14 over an in-memory link ({}): {runs} runs each, interleaved; \
-         medians; {} KiB socket rings; virtual time on both sides",
+        "zcnet vs plain smoltcp 0.14 and embassy-net 0.9.1 over in-memory links ({}): {runs} \
+         runs each, interleaved; medians; {} KiB socket rings; virtual time on all sides",
         mode.label(),
         RX_RING / 1024
     );
@@ -869,16 +915,22 @@ fn main() {
     println!();
     print!("{}", costs.to_markdown());
     println!();
-    for (name, api, r) in verdicts {
-        let verdict = if r >= 1.2 {
+    for (name, api, vs_smoltcp, vs_embassy) in verdicts {
+        let verdict = if vs_smoltcp >= 1.2 {
             "meets 1.0 and 1.2"
-        } else if r >= 1.0 {
+        } else if vs_smoltcp >= 1.0 {
             "meets 1.0, MISSES 1.2"
         } else {
             "MISSES 1.0 and 1.2"
         };
+        let verdict_emb = if vs_embassy >= 1.3 {
+            "meets 1.3"
+        } else {
+            "MISSES 1.3"
+        };
         println!(
-            "{name}, {}: zcnet / smoltcp = {r:.2}x ({verdict})",
+            "{name}, {}: zcnet / smoltcp = {vs_smoltcp:.2}x ({verdict}); \
+             zcnet / embassy-net = {vs_embassy:.2}x ({verdict_emb})",
             api.name()
         );
     }

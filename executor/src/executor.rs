@@ -2,8 +2,9 @@
 //!
 //! # Ground rules
 //!
-//! * One thread runs an executor at a time (`run`, `block_on` or `run_until_idle`); wakers may be
-//!   woken from any thread or interrupt handler.
+//! * One thread runs an executor's loop at a time (`run` or `block_on`: they wait on the
+//!   platform); wakers may be woken from any thread or interrupt handler. `run_until_idle` never
+//!   waits and needs no such claim: a task's QUEUED bit makes one thread at a time poll it.
 //! * The run loop: take the whole run queue, poll each task once, fire due timers, and when there
 //!   is nothing left, ask the platform to wait until the wheel's next deadline. It never spins:
 //!   with no task ready and no timer pending it waits with no deadline at all.
@@ -18,7 +19,7 @@ use core::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 use core::time::Duration;
 
 use crate::platform::{Instant, Platform};
-use crate::run_queue::{Notify, RunQueue};
+use crate::run_queue::{Batch, Notify, RunQueue};
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering::*};
 use crate::task::{header_from_waker, task_waker, JoinHandle, SpawnError, TaskRef, TaskStorage};
 use crate::time::wheel::Wheel;
@@ -52,7 +53,9 @@ impl Timers {
     }
 }
 
-/// Counters an executor keeps ([`Executor::stats`]).
+/// Counters an executor keeps ([`Executor::stats`]). Bumped with plain loads and stores by the
+/// thread running the executor (no locked instruction); exact while one thread at a time runs
+/// it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExecutorStats {
     /// Task polls (and polls of `block_on`'s future).
@@ -83,9 +86,10 @@ impl Counter {
     }
     /// Adds `n` with a plain load and store: no locked instruction on the hot path.
     ///
-    /// Only for counters written by the thread running the loop (one at a time, see
-    /// `Executor::enter`): with a single writer no increment can be lost, and readers on other
-    /// threads still see a value that was current at some point.
+    /// Only for counters written by the thread running the executor: with a single writer no
+    /// increment can be lost, and readers on other threads still see a value that was current
+    /// at some point. (`run_until_idle` on two threads at once may lose increments: the counters
+    /// are statistics, nothing synchronises through them.)
     fn add_single_writer(&self, n: u64) {
         use core::sync::atomic::Ordering::Relaxed;
         self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
@@ -121,7 +125,7 @@ pub struct Executor {
     pub(crate) timers: Mutex<Timers>,
     platform: &'static dyn Platform,
     tick_nanos: u64,
-    /// Set while a thread runs the loop (one at a time).
+    /// Set while a thread runs the loop (`run`, `block_on`: one at a time).
     running: AtomicBool,
     /// A lower bound on the wheel's next expiration, as the expiration tick's start in
     /// nanoseconds (`tick × tick_nanos`, saturating; `u64::MAX`: no timer armed). Nanoseconds,
@@ -139,11 +143,11 @@ pub struct Executor {
     /// Turns in a row that found work (no wait), for [`Self::poll_events_now_and_then`].
     /// Written only by the thread running the loop; outside loom's model like the counters.
     busy_turns: core::sync::atomic::AtomicU32,
-    /// Written only by the thread running the loop (`add_single_writer`).
+    /// Written by the thread running the executor (`add_single_writer`).
     polls: Counter,
-    /// Written only by the thread running the loop (`add_single_writer`).
+    /// Written by the thread running the executor (`add_single_writer`).
     waits: Counter,
-    /// Written only by the thread running the loop (`add_single_writer`).
+    /// Written by the thread running the executor (`add_single_writer`).
     timers_fired: Counter,
     /// Written by any waking thread (`add`).
     signals: Counter,
@@ -177,13 +181,22 @@ fn main_drop(_: *const ()) {}
 /// loop ends (also by unwinding).
 struct RunningGuard {
     exec: &'static Executor,
-    outer: running::Outer,
+    _record: ThreadRecord,
 }
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
-        running::leave(self.outer);
         self.exec.running.store(false, Release);
+    }
+}
+
+/// Restores this thread's record in [`running`] when `run_until_idle` or a loop ends (also by
+/// unwinding).
+struct ThreadRecord(running::Outer);
+
+impl Drop for ThreadRecord {
+    fn drop(&mut self) {
+        running::leave(self.0);
     }
 }
 
@@ -191,8 +204,8 @@ impl Drop for RunningGuard {
 /// [`Executor::for_timers`]).
 ///
 /// * With `std`: a per-thread record of the executor whose loop (`run`, `block_on`,
-///   `run_until_idle`) the thread is inside; a nested loop of another executor saves and
-///   restores the outer one.
+///   `run_until_idle` once it found something to do) the thread is inside; a nested loop of
+///   another executor saves and restores the outer one.
 /// * Always: the process's *default* executor. An executor takes the role when it starts a loop
 ///   while the role is free or its holder is not running a loop, and keeps it after its loop
 ///   ends, until another executor takes it that way. So a program (or kernel) with one
@@ -419,7 +432,7 @@ impl Executor {
                     return v;
                 }
             }
-            main_woken = self.turn(true);
+            main_woken = self.turn();
         }
     }
 
@@ -428,19 +441,41 @@ impl Executor {
     pub fn run(&'static self) -> ! {
         let _running = self.enter();
         loop {
-            self.turn(true);
+            self.turn();
         }
     }
 
     /// Polls every ready task and fires every due timer, repeatedly, until nothing is ready;
-    /// never waits. For tests. Returns the number of task polls it made.
+    /// never waits, and never polls a `block_on` future (its wakes stay for it). For tests, and
+    /// for integrators that drive the executor from a loop of their own. Returns the number of
+    /// task polls it made.
+    ///
+    /// A call that finds no task queued and no timer due returns at once, having read two words
+    /// (and the clock only if a timer is armed). Unlike [`run`](Self::run) and
+    /// [`block_on`](Self::block_on) it does not claim the executor: it never waits on the
+    /// platform, which is what only one thread may do, and a task is polled by one thread at a
+    /// time whoever runs it (the task's QUEUED bit, see `task`). So it may be called from inside
+    /// a task of the same executor, or while another thread runs it; the [`stats`](Self::stats)
+    /// are exact only while one thread at a time runs the executor.
     pub fn run_until_idle(&'static self) -> u64 {
-        let _running = self.enter();
-        let before = self.polls.get();
-        while self.queue.has_work() || self.timers_due() {
-            self.turn(false);
+        let mut batch = self.queue.take_tasks();
+        if batch.is_empty() && !self.timers_due() {
+            return 0;
         }
-        self.polls.get() - before
+        let _record = ThreadRecord(running::enter(self));
+        let mut polls = 0;
+        loop {
+            for task in batch {
+                self.poll_task(task);
+                polls += 1;
+            }
+            self.fire_timers();
+            batch = self.queue.take_tasks();
+            if batch.is_empty() && !self.timers_due() {
+                self.polls.add_single_writer(polls);
+                return polls;
+            }
+        }
     }
 
     fn enter(&'static self) -> RunningGuard {
@@ -452,22 +487,18 @@ impl Executor {
         );
         RunningGuard {
             exec: self,
-            outer: running::enter(self),
+            _record: ThreadRecord(running::enter(self)),
         }
     }
 
     /// One turn of the loop: run the queued tasks, fire timers, and wait if there is nothing to
-    /// do (when `may_wait`). Returns whether `block_on`'s future was woken.
-    fn turn(&'static self, may_wait: bool) -> bool {
+    /// do. Returns whether `block_on`'s future was woken.
+    fn turn(&'static self) -> bool {
         let (batch, mut main_woken) = self.queue.take_all();
-        for task in batch {
-            self.poll_task(task);
-        }
+        self.poll_batch(batch);
         self.fire_timers();
-        if main_woken || self.queue.has_work() || !may_wait {
-            if may_wait {
-                self.poll_events_now_and_then();
-            }
+        if main_woken || self.queue.has_work() {
+            self.poll_events_now_and_then();
             return main_woken;
         }
         self.busy_turns.store(0, Relaxed);
@@ -486,30 +517,36 @@ impl Executor {
         self.timers.lock().sleeping_until = None;
         let (batch, woken) = self.queue.take_all();
         main_woken |= woken;
-        for task in batch {
-            self.poll_task(task);
-        }
+        self.poll_batch(batch);
         main_woken
     }
 
+    /// Polls every task of `batch` and counts the polls.
+    fn poll_batch(&self, batch: Batch) {
+        let mut polls = 0;
+        for task in batch {
+            self.poll_task(task);
+            polls += 1;
+        }
+        self.polls.add_single_writer(polls);
+    }
+
+    /// Polls a task taken from the run queue. The caller counts the poll in `polls`.
     fn poll_task(&self, task: TaskRef) {
         task.start_poll();
-        self.polls.add_single_writer(1);
         let waker = task_waker(task);
         let mut cx = Context::from_waker(&waker);
-        // SAFETY: we hold the queue's reference and just set RUNNING.
+        // SAFETY: we took the task from the run queue: we hold it (QUEUED) until the end of
+        // the poll.
         match unsafe { task.poll(&mut cx) } {
-            Poll::Ready(()) => {
-                task.complete();
-                // SAFETY: the queue's reference, given back once.
-                unsafe { task.ref_dec() };
-            }
+            // SAFETY: we hold the task and its poll returned `Ready`; not used again.
+            Poll::Ready(()) => unsafe { task.complete() },
             Poll::Pending => {
-                // SAFETY: we hold the queue's reference and the poll just returned `Pending`;
-                // on `false` the reference is given back and `task` is not used again.
+                // SAFETY: we hold the task and its poll returned `Pending`; on `false` we let
+                // go of it and do not use it again.
                 if unsafe { task.end_poll_pending() } {
-                    // Woken during the poll: back in the queue, keeping the queue's reference.
-                    self.enqueue(task);
+                    // Woken during the poll: back in the queue, still held.
+                    self.requeue(task);
                 }
             }
         }
@@ -517,12 +554,18 @@ impl Executor {
 
     /// Moves due timers to the pending list and wakes them, in batches, outside the lock.
     fn fire_timers(&self) {
-        let now = self.now().as_nanos();
-        // `now < tick × tick_nanos` exactly when `now / tick_nanos < tick`.
-        if now < self.next_due.load(Acquire) {
-            // Nothing can be due: no lock, no wheel walk (most turns).
-            return;
+        if let Some(now) = self.clock_if_timer_due() {
+            self.fire_timers_at(now);
         }
+        // Else nothing can be due: no lock, no wheel walk (most turns), and with no timer
+        // armed not even a clock read.
+    }
+
+    /// [`fire_timers`](Self::fire_timers) once the clock (`now`, in nanoseconds) has reached
+    /// `next_due`. Out of line: the loop's hot path stays small (its wake batch alone is half a
+    /// kilobyte of stack).
+    #[inline(never)]
+    fn fire_timers_at(&self, now: u64) {
         let mut timers = self.timers.lock();
         timers.wheel.advance(now / self.tick_nanos);
         // Nothing due: return before building (and dropping) a batch.
@@ -599,22 +642,36 @@ impl Executor {
         self.reset_next_due(timers);
     }
 
-    fn timers_due(&self) -> bool {
-        let now = self.now_tick();
-        self.timers
-            .lock()
-            .wheel
-            .next_expiration()
-            .is_some_and(|t| t <= now)
+    /// The clock in nanoseconds if a timer may be due now (the clock has reached `next_due`),
+    /// else `None`. Reads the clock only when a timer is armed; takes no lock.
+    fn clock_if_timer_due(&self) -> Option<u64> {
+        let due = self.next_due.load(Acquire);
+        if due == u64::MAX {
+            return None;
+        }
+        // `now < tick × tick_nanos` exactly when `now / tick_nanos < tick`.
+        let now = self.now().as_nanos();
+        (now >= due).then_some(now)
     }
 
-    fn now_tick(&self) -> u64 {
-        self.now().as_nanos() / self.tick_nanos
+    /// Whether a timer may be due (see [`clock_if_timer_due`](Self::clock_if_timer_due)): a
+    /// lower bound can make this `true` once more than needed, after a cancellation, until
+    /// `fire_timers` has looked at the wheel.
+    fn timers_due(&self) -> bool {
+        self.clock_if_timer_due().is_some()
     }
 
     /// The tick at or after `deadline` (deadlines round up, so a timer never fires early).
     pub(crate) fn deadline_tick(&self, deadline: Instant) -> u64 {
         deadline.as_nanos().div_ceil(self.tick_nanos)
+    }
+
+    /// [`enqueue`](Self::enqueue) for a task woken during its poll: out of line, so the common
+    /// end of a poll stays short.
+    #[cold]
+    #[inline(never)]
+    fn requeue(&self, task: TaskRef) {
+        self.enqueue(task);
     }
 
     /// Puts a task on the run queue and signals the platform if the executor sleeps.

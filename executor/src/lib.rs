@@ -17,8 +17,9 @@
 //! * [`Executor`]: single-threaded run loop; wakers work from any thread or interrupt handler.
 //!   Tasks live in `static` [`TaskStorage`] slots or, with `alloc`, in boxes; [`JoinHandle`]s
 //!   yield their output; [`Executor::block_on`], [`Executor::run`], [`Executor::run_until_idle`].
-//! * The run queue is an intrusive lock-free stack taken whole by the executor; a SCHEDULED bit
-//!   keeps a task queued at most once, and a wake during a poll re-queues it after the poll.
+//! * The run queue is an intrusive lock-free stack taken whole by the executor; a QUEUED bit
+//!   keeps a task queued at most once and is the executor's hold on it (no reference count is
+//!   touched by a wake or a poll), and a wake during a poll re-queues it after the poll.
 //! * [`Platform`]: the integrator's clock, wait and signal. With `std`, [`linux::LinuxPlatform`]
 //!   serves all three with one `epoll_wait` and also dispatches fd readiness.
 //! * [`time`]: [`time::sleep`], [`time::sleep_until`], [`time::timeout`], [`time::interval`] on a

@@ -246,30 +246,36 @@ fn two_concurrent_wakers_enqueue_once() {
 /// the future held; no double free, which would corrupt loom's Arc tracking).
 #[test]
 fn last_reference_dropped_while_waking() {
-    loom::model(|| {
-        let m = Model::new();
-        let slot: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
-        let s = slot.clone();
-        let keep = Arc::new(());
-        let h = m.exec.spawner().spawn(poll_fn(move |cx| {
-            let _ = &keep;
-            *s.lock().unwrap() = Some(cx.waker().clone());
-            Poll::Ready(())
-        }));
-        drop(h);
-        let s2 = slot.clone();
-        let t = thread::spawn(move || loop {
-            let w = s2.lock().unwrap().take();
-            match w {
-                Some(w) => return w.wake(),
-                None => thread::yield_now(),
-            }
-        });
-        m.exec.run_until_idle();
-        t.join().unwrap();
-        // Whatever the interleaving, the waker clone is gone now, so is the task.
-        assert!(slot.lock().unwrap().is_none());
+    loom::model(|| last_waker_elsewhere(Poll::Ready(()), Waker::wake));
+}
+
+/// A detached task whose one poll returns `ready` and leaves a clone of its waker, which another
+/// thread takes and hands to `last` (wake it, or drop it) while the executor runs the poll. The
+/// task must be freed exactly once whatever the interleaving: a leak of the Arc its future
+/// holds, or a double free (which corrupts loom's Arc tracking), fails the model.
+fn last_waker_elsewhere(ready: Poll<()>, last: fn(Waker)) {
+    let m = Model::new();
+    let slot: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+    let s = slot.clone();
+    let keep = Arc::new(());
+    let h = m.exec.spawner().spawn(poll_fn(move |cx| {
+        let _ = &keep;
+        *s.lock().unwrap() = Some(cx.waker().clone());
+        ready
+    }));
+    drop(h);
+    let s2 = slot.clone();
+    let t = thread::spawn(move || loop {
+        let w = s2.lock().unwrap().take();
+        match w {
+            Some(w) => return last(w),
+            None => thread::yield_now(),
+        }
     });
+    m.exec.run_until_idle();
+    t.join().unwrap();
+    // Whatever the interleaving, the waker clone is gone now, so is the task.
+    assert!(slot.lock().unwrap().is_none());
 }
 
 /// A timer firing races the `Sleep` being dropped on another thread: the entry is unlinked
@@ -452,5 +458,33 @@ fn earlier_timer_inserted_while_the_executor_sleeps() {
         });
         let sleep = t.join().unwrap();
         drop(sleep);
+    });
+}
+
+/// The last waker of a detached, pending task is dropped on another thread while the executor
+/// polls the task (its hold, QUEUED, is the only thing keeping it alive): whichever lets go
+/// last frees it, exactly once (a leak of the Arc the future holds, or a double free, fails).
+#[test]
+fn last_waker_dropped_while_the_task_is_polled() {
+    loom::model(|| last_waker_elsewhere(Poll::Pending, drop));
+}
+
+/// A join handle with a registered waker is dropped on another thread while the executor
+/// completes its task: the executor keeps the task while it wakes the join waker, the output
+/// is dropped exactly once (by the handle, which saw it complete, or by the executor, which
+/// saw the handle gone) and the task is freed exactly once.
+#[test]
+fn join_handle_dropped_while_its_task_completes() {
+    loom::model(|| {
+        let m = Model::new();
+        let mut h = m.exec.spawner().spawn(async { Arc::new(()) });
+        let (woken, w) = flag();
+        assert!(Pin::new(&mut h)
+            .poll(&mut Context::from_waker(&w))
+            .is_pending());
+        let t = thread::spawn(move || drop(h));
+        m.exec.run_until_idle();
+        t.join().unwrap();
+        assert!(woken.0.load(std::sync::atomic::Ordering::SeqCst) <= 1);
     });
 }

@@ -40,6 +40,30 @@ pub(crate) struct Batch {
     head: *mut Header,
 }
 
+impl Batch {
+    pub(crate) const EMPTY: Batch = Batch {
+        head: ptr::null_mut(),
+    };
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.head.is_null()
+    }
+
+    /// The batch of the taken stack `newest` (newest first, flags stripped), reversed so that
+    /// tasks run in the order they were woken.
+    fn reversed(newest: *mut Header) -> Batch {
+        let mut rest = newest;
+        let mut reversed: *mut Header = ptr::null_mut();
+        while let Some(node) = ptr::NonNull::new(rest) {
+            let task = TaskRef(node);
+            rest = task.header().next.load(Relaxed);
+            task.header().next.store(reversed, Relaxed);
+            reversed = node.as_ptr();
+        }
+        Batch { head: reversed }
+    }
+}
+
 impl Iterator for Batch {
     type Item = TaskRef;
 
@@ -66,7 +90,8 @@ impl RunQueue {
         }
     }
 
-    /// Pushes a task whose SCHEDULED bit the caller just set (so it is in no queue). Lock-free.
+    /// Pushes a task whose QUEUED bit the caller just set, or that the executor holds and
+    /// took out of the queue (so it is in no queue). Lock-free.
     pub(crate) fn push(&self, task: TaskRef) -> Notify {
         let node = task.0.as_ptr();
         let mut cur = self.head.load(Relaxed);
@@ -109,20 +134,42 @@ impl RunQueue {
         }
     }
 
-    /// Takes every queued task (oldest first) and the MAIN_WOKEN flag.
+    /// Takes every queued task (oldest first) and the MAIN_WOKEN flag. A load when the word is
+    /// empty, else one compare-exchange (measured faster here than a swap).
     pub(crate) fn take_all(&self) -> (Batch, bool) {
-        let taken = self.head.swap(ptr::null_mut(), AcqRel);
-        let main = taken.addr() & MAIN_WOKEN != 0;
-        // The stack is newest first; reverse it so tasks run in the order they were woken.
-        let mut rest = taken.map_addr(|a| a & !FLAGS);
-        let mut reversed: *mut Header = ptr::null_mut();
-        while let Some(node) = ptr::NonNull::new(rest) {
-            let task = TaskRef(node);
-            rest = task.header().next.load(Relaxed);
-            task.header().next.store(reversed, Relaxed);
-            reversed = node.as_ptr();
+        let mut cur = self.head.load(Relaxed);
+        loop {
+            if cur.is_null() {
+                return (Batch::EMPTY, false);
+            }
+            match self
+                .head
+                .compare_exchange_weak(cur, ptr::null_mut(), AcqRel, Relaxed)
+            {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
         }
-        (Batch { head: reversed }, main)
+        let main = cur.addr() & MAIN_WOKEN != 0;
+        (Batch::reversed(cur.map_addr(|a| a & !FLAGS)), main)
+    }
+
+    /// Takes every queued task (oldest first) for `run_until_idle`, which neither waits nor
+    /// polls `block_on`'s future: the flags stay as they are (a `block_on` on the stack, or
+    /// another thread's loop, still sees its wake and its sleep). A load when nothing is queued,
+    /// else one compare-exchange (measured faster here than a swap).
+    pub(crate) fn take_tasks(&self) -> Batch {
+        let mut cur = self.head.load(Relaxed);
+        loop {
+            if cur.addr() & !FLAGS == 0 {
+                return Batch::EMPTY;
+            }
+            let flags = ptr::without_provenance_mut(cur.addr() & FLAGS);
+            match self.head.compare_exchange_weak(cur, flags, AcqRel, Relaxed) {
+                Ok(_) => return Batch::reversed(cur.map_addr(|a| a & !FLAGS)),
+                Err(actual) => cur = actual,
+            }
+        }
     }
 
     /// Marks the executor as going to sleep if the queue is empty and the main future not woken.
@@ -148,7 +195,7 @@ impl RunQueue {
         );
     }
 
-    /// Whether a task is queued or the main future woken (for `run_until_idle`).
+    /// Whether a task is queued or the main future woken.
     pub(crate) fn has_work(&self) -> bool {
         self.head.load(Acquire).addr() & !SLEEPING != 0
     }

@@ -6,7 +6,7 @@ use core::marker::PhantomData;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 
-use super::raw::{TaskRef, COMPLETE, JOIN_INTEREST, JOIN_WAKER};
+use super::raw::{TaskRef, COMPLETE, JOIN_WAKER};
 use crate::sync::Ordering::*;
 
 /// Awaits the output of a spawned task. Dropping it detaches the task (it keeps running; its
@@ -117,13 +117,7 @@ impl<T> Future for JoinHandle<T> {
 
 impl<T> Drop for JoinHandle<T> {
     fn drop(&mut self) {
-        let prev = self.task.header().state.fetch_and(!JOIN_INTEREST, AcqRel);
-        if prev & COMPLETE != 0 {
-            // The executor saw JOIN_INTEREST when it completed the task and left the output to us.
-            // SAFETY: after COMPLETE the join handle has exclusive use of the stage.
-            unsafe { (self.task.header().vtable.drop_stage)(self.task.0) };
-        }
         // SAFETY: the join handle's reference, given back once.
-        unsafe { self.task.ref_dec() };
+        unsafe { self.task.drop_join_handle() };
     }
 }

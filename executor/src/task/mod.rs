@@ -8,22 +8,32 @@
 //! word, `Header::state`:
 //!
 //! ```text
-//!  | reference count (bits 6..) | JOIN_WAKER | JOIN_INTEREST | COMPLETE | RUNNING | SCHEDULED |
+//!  | reference count (bits 6..) | JOIN_WAKER | JOIN_INTEREST | COMPLETE | NOTIFIED | QUEUED |
 //! ```
 //!
-//! * **SCHEDULED**: the task is in the run queue, or will be put there when its current poll
-//!   ends. Set by the first wake after a poll started; cleared by the executor as it starts a poll.
-//!   So a task is queued at most once, and a wake during a poll re-queues it after the poll.
-//! * **RUNNING**: the executor is polling the future; only it touches the stage then.
+//! * **QUEUED**: the executor holds the task: it is in the run queue, or being polled. Set by
+//!   the wake that finds it clear (that wake pushes the task) and at spawn; cleared by the
+//!   executor at the end of a poll that no wake interrupted, and at completion. So a task is in
+//!   the queue at most once, and only the executor polls it while it is set. While set, the
+//!   executor's hold keeps the task alive even with no reference left.
+//! * **NOTIFIED**: a wake arrived while the task was QUEUED. One that arrives before the poll
+//!   starts is covered by that poll (the executor clears it as the poll starts); one that
+//!   arrives during the poll makes the executor queue the task again after it.
 //! * **COMPLETE**: the future returned `Ready` and its output is in the stage (or was dropped).
 //!   After COMPLETE the executor never touches the stage again; the join handle owns it.
 //! * **JOIN_INTEREST**: a [`JoinHandle`] exists. If it is gone when the task completes, the
 //!   executor drops the output at once.
 //! * **JOIN_WAKER**: the join handle stored a waker in `Header::join_waker`. While set, only the
 //!   executor (on completion) reads it; while clear and not COMPLETE, only the join handle writes.
-//! * **References**: each `Waker`, the `JoinHandle`, and the run queue (while SCHEDULED) hold one.
-//!   The last one to go deallocates: a boxed task is freed, a static slot becomes free for reuse.
-//!   A pending task that nothing can wake any more is dropped at that point too.
+//! * **References**: each `Waker` and the `JoinHandle` hold one; the executor's hold is QUEUED,
+//!   not a count, so a wake and a poll touch no count. Whoever leaves the task with no
+//!   reference and QUEUED clear deallocates it: a boxed task is freed, a static slot becomes
+//!   free for reuse. A pending task that nothing can wake any more is dropped at that point
+//!   too.
+//!
+//! Locked instructions on the hot path: a wake of an idle task is one compare-exchange and a
+//! push; the executor's poll is a load at its start and one compare-exchange at its end. A wake
+//! of a task already queued and notified is a load.
 
 mod join;
 mod raw;

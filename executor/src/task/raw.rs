@@ -9,13 +9,23 @@ use core::task::{Context, Poll, Waker};
 use crate::executor::Core;
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering::*};
 
-pub(crate) const SCHEDULED: usize = 1 << 0;
-pub(crate) const RUNNING: usize = 1 << 1;
+pub(crate) const QUEUED: usize = 1 << 0;
+pub(crate) const NOTIFIED: usize = 1 << 1;
 pub(crate) const COMPLETE: usize = 1 << 2;
 pub(crate) const JOIN_INTEREST: usize = 1 << 3;
 pub(crate) const JOIN_WAKER: usize = 1 << 4;
 const REF_SHIFT: u32 = 6;
 pub(crate) const REF_ONE: usize = 1 << REF_SHIFT;
+
+/// The executor holds the task: QUEUED, or (for an instant at the end of a poll, see
+/// [`TaskRef::end_poll_pending`]) NOTIFIED alone.
+const HELD: usize = QUEUED | NOTIFIED;
+
+/// Whether a state word says the task is unreachable: no reference left and the executor not
+/// holding it. Whoever makes this true frees the task.
+fn unreachable(state: usize) -> bool {
+    state < REF_ONE && state & HELD == 0
+}
 
 /// What a task is doing: its future, then its output, then nothing.
 pub(crate) enum Stage<F: Future> {
@@ -59,8 +69,8 @@ pub(crate) struct Header {
 impl Header {
     pub(crate) fn new(vtable: &'static TaskVTable, core: &'static Core, stage: *mut ()) -> Self {
         Self {
-            // Two references: the run queue (the task starts scheduled) and the join handle.
-            state: AtomicUsize::new(SCHEDULED | JOIN_INTEREST | (2 * REF_ONE)),
+            // Queued (the spawner pushes it), with one reference: the join handle's.
+            state: AtomicUsize::new(QUEUED | JOIN_INTEREST | REF_ONE),
             next: AtomicPtr::new(core::ptr::null_mut()),
             vtable,
             core,
@@ -100,7 +110,18 @@ impl TaskRef {
         );
     }
 
-    /// Drops a reference; the last one deallocates the task.
+    /// Frees the task's memory (and whatever its stage still holds).
+    ///
+    /// # Safety
+    ///
+    /// The caller made the state [`unreachable`]: nobody else can reach the task.
+    unsafe fn dealloc(self) {
+        // SAFETY: per the precondition.
+        unsafe { (self.header().vtable.dealloc)(self.0) };
+    }
+
+    /// Drops a reference (a waker or the join handle); frees the task if that made it
+    /// unreachable. One locked instruction.
     ///
     /// # Safety
     ///
@@ -108,31 +129,32 @@ impl TaskRef {
     pub(crate) unsafe fn ref_dec(self) {
         let prev = self.header().state.fetch_sub(REF_ONE, AcqRel);
         debug_assert!(prev >= REF_ONE, "task reference count underflow");
-        if prev >> REF_SHIFT == 1 {
-            // SAFETY: that was the last reference: nobody else can reach the task.
-            unsafe { (self.header().vtable.dealloc)(self.0) };
+        if unreachable(prev - REF_ONE) {
+            // SAFETY: no reference is left and the executor does not hold the task (neither
+            // QUEUED nor NOTIFIED is set, and only a wake, which needs a reference, sets them).
+            unsafe { self.dealloc() };
         }
     }
 
-    /// Schedules the task unless it is complete or already scheduled. Runs on any thread or in an
-    /// interrupt handler: one compare-exchange, plus a lock-free push when it enqueues.
+    /// Schedules the task unless it is complete; a task the executor holds (QUEUED) is marked
+    /// NOTIFIED instead of being queued again. Runs on any thread or in an interrupt handler:
+    /// no locked instruction when a poll is due anyway (NOTIFIED) or the task is complete, else
+    /// one compare-exchange, plus a lock-free push when it enqueues.
     pub(crate) fn wake_by_ref(self) {
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
         loop {
-            if cur & (COMPLETE | SCHEDULED) != 0 {
+            if cur & (COMPLETE | NOTIFIED) != 0 {
                 return;
             }
-            // While RUNNING, SCHEDULED alone tells the executor to re-queue after the poll.
-            let enqueue = cur & RUNNING == 0;
-            let next = if enqueue {
-                (cur | SCHEDULED) + REF_ONE
+            let next = if cur & QUEUED != 0 {
+                cur | NOTIFIED
             } else {
-                cur | SCHEDULED
+                cur | QUEUED
             };
             match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
                 Ok(_) => {
-                    if enqueue {
+                    if cur & QUEUED == 0 {
                         self.core().enqueue(self);
                     }
                     return;
@@ -142,78 +164,171 @@ impl TaskRef {
         }
     }
 
-    /// The executor starts a poll: SCHEDULED → RUNNING.
-    pub(crate) fn start_poll(self) {
-        let state = &self.header().state;
-        let mut cur = state.load(Acquire);
-        loop {
-            debug_assert!(cur & SCHEDULED != 0 && cur & (RUNNING | COMPLETE) == 0);
-            let next = (cur & !SCHEDULED) | RUNNING;
-            match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
-                Ok(_) => return,
-                Err(actual) => cur = actual,
-            }
-        }
-    }
-
-    /// The poll returned `Pending`: RUNNING is cleared, and in the same atomic step the queue's
-    /// reference the executor holds is either kept or given back.
-    ///
-    /// Returns `true` if a wake arrived during the poll (SCHEDULED is set): the caller then
-    /// re-queues the task with the queue's reference it still holds. Returns `false` otherwise:
-    /// the reference is gone (and the task freed if it was the last one).
-    ///
-    /// One compare-exchange instead of a clear followed by a decrement: this runs once per task
-    /// poll, and a locked instruction is the most expensive thing in it.
+    /// [`wake_by_ref`](Self::wake_by_ref) and [`ref_dec`](Self::ref_dec) in one
+    /// compare-exchange (a waker woken by value).
     ///
     /// # Safety
     ///
-    /// Only the executor, right after a poll that returned `Pending`, holding the queue's
-    /// reference; on `false` it must not use `self` again.
-    pub(crate) unsafe fn end_poll_pending(self) -> bool {
+    /// The caller owns one reference and does not use `self` afterwards.
+    pub(crate) unsafe fn wake_and_release(self) {
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
         loop {
-            let requeue = cur & SCHEDULED != 0;
-            let next = if requeue {
-                cur & !RUNNING
+            debug_assert!(cur >= REF_ONE, "task reference count underflow");
+            let enqueue = cur & (HELD | COMPLETE) == 0;
+            let next = if cur & (COMPLETE | NOTIFIED) != 0 {
+                cur
+            } else if cur & QUEUED != 0 {
+                cur | NOTIFIED
             } else {
-                debug_assert!(cur >= REF_ONE, "task reference count underflow");
-                (cur & !RUNNING) - REF_ONE
-            };
+                cur | QUEUED
+            } - REF_ONE;
             match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
                 Ok(_) => {
-                    if !requeue && cur >> REF_SHIFT == 1 {
-                        // SAFETY: that was the last reference: nobody else can reach the task.
-                        unsafe { (self.header().vtable.dealloc)(self.0) };
+                    if enqueue {
+                        // QUEUED keeps the task alive for the executor.
+                        self.core().enqueue(self);
+                    } else if unreachable(next) {
+                        // SAFETY: complete, not held and that was the last reference.
+                        unsafe { self.dealloc() };
                     }
-                    return requeue;
+                    return;
                 }
                 Err(actual) => cur = actual,
             }
         }
     }
 
-    /// The poll returned `Ready` (output stored): sets COMPLETE, delivers the output to the join
-    /// handle or drops it, and wakes the join handle's waker.
-    pub(crate) fn complete(self) {
+    /// The executor starts a poll of a task it took from the run queue (QUEUED, which it keeps
+    /// through the poll). A wake that arrived while the task was queued is covered by this
+    /// poll: its NOTIFIED is cleared. Usually no locked instruction at all (a load).
+    pub(crate) fn start_poll(self) {
         let state = &self.header().state;
-        let prev = state.fetch_update(AcqRel, Acquire, |cur| {
-            Some((cur & !(RUNNING | SCHEDULED)) | COMPLETE)
-        });
-        let prev = match prev {
-            Ok(p) | Err(p) => p,
-        };
-        if prev & JOIN_INTEREST == 0 {
-            // SAFETY: no join handle exists (JOIN_INTEREST was clear when COMPLETE was set, and
-            // it is never set again), so nobody else touches the stage.
-            unsafe { (self.header().vtable.drop_stage)(self.0) };
-        } else if prev & JOIN_WAKER != 0 {
-            // SAFETY: JOIN_WAKER was set when we set COMPLETE: the join handle no longer writes
-            // the waker (it only writes while JOIN_WAKER is clear and the task not complete).
-            let waker = unsafe { &*self.header().join_waker.get() };
-            if let Some(w) = waker {
-                w.wake_by_ref();
+        let cur = state.load(Acquire);
+        debug_assert!(
+            cur & QUEUED != 0 && cur & COMPLETE == 0,
+            "zcnet-executor: polled a task that is not queued, or complete"
+        );
+        if cur & NOTIFIED != 0 {
+            state.fetch_and(!NOTIFIED, AcqRel);
+        }
+    }
+
+    /// The poll returned `Pending`. If a wake arrived during it (NOTIFIED), the executor keeps
+    /// the task and must queue it again: returns `true`. Otherwise QUEUED is cleared, so the
+    /// next wake queues it, and the task is freed if nothing can reach it any more: returns
+    /// `false`.
+    ///
+    /// One locked subtraction, with no load before it and no retry loop: it clears QUEUED
+    /// whatever the state, and only if NOTIFIED was set (a wake during the poll) a second
+    /// instruction turns the NOTIFIED-alone state it left into QUEUED again. In between the
+    /// task is still held: wakers see NOTIFIED and leave it alone, and nobody frees it.
+    ///
+    /// # Safety
+    ///
+    /// Only the executor, right after a poll of a task it holds that returned `Pending`; on
+    /// `false` it must not use `self` again.
+    pub(crate) unsafe fn end_poll_pending(self) -> bool {
+        let state = &self.header().state;
+        let prev = state.fetch_sub(QUEUED, AcqRel);
+        debug_assert!(
+            prev & QUEUED != 0,
+            "zcnet-executor: ended a poll it did not hold"
+        );
+        if prev & NOTIFIED != 0 {
+            // NOTIFIED alone → QUEUED alone: still held, back to the run queue.
+            state.fetch_xor(QUEUED | NOTIFIED, AcqRel);
+            return true;
+        }
+        if unreachable(prev - QUEUED) {
+            // SAFETY: no reference left, and we just let go of the task.
+            unsafe { self.dealloc() };
+        }
+        false
+    }
+
+    /// The poll returned `Ready` (output stored): sets COMPLETE, delivers the output to the join
+    /// handle or drops it, wakes the join handle's waker, and lets go of the task (freeing it
+    /// when nothing else refers to it). One compare-exchange, two when a join waker is set.
+    ///
+    /// # Safety
+    ///
+    /// Only the executor, right after a poll of a task it holds that returned `Ready`; it must
+    /// not use `self` afterwards.
+    #[inline(never)]
+    pub(crate) unsafe fn complete(self) {
+        let state = &self.header().state;
+        let mut cur = state.load(Acquire);
+        let mut output_dropped = false;
+        loop {
+            if cur & JOIN_INTEREST == 0 && !output_dropped {
+                // SAFETY: no join handle exists (JOIN_INTEREST is never set again), and the
+                // executor, holding the task, is the only one touching the stage.
+                unsafe { (self.header().vtable.drop_stage)(self.0) };
+                output_dropped = true;
+            }
+            let join_waker = cur & JOIN_WAKER != 0;
+            // With a join waker to wake, the executor keeps the task (QUEUED) until it has
+            // woken it: the join handle may free the task as soon as it sees COMPLETE.
+            let next = if join_waker {
+                cur | COMPLETE
+            } else {
+                (cur | COMPLETE) & !HELD
+            };
+            match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
+                Ok(_) if join_waker => break,
+                Ok(_) => {
+                    if unreachable(next) {
+                        // SAFETY: no reference left, and we just let go of the task.
+                        unsafe { self.dealloc() };
+                    }
+                    return;
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+        // SAFETY: JOIN_WAKER was set when we set COMPLETE: the join handle no longer writes
+        // the waker (it only writes while JOIN_WAKER is clear and the task not complete).
+        let waker = unsafe { &*self.header().join_waker.get() };
+        if let Some(w) = waker {
+            w.wake_by_ref();
+        }
+        let prev = state.fetch_and(!HELD, AcqRel);
+        if unreachable(prev & !HELD) {
+            // SAFETY: no reference left, and we just let go of the task.
+            unsafe { self.dealloc() };
+        }
+    }
+
+    /// The join handle goes: clears JOIN_INTEREST and drops its reference in one
+    /// compare-exchange, after dropping the output if the task completed first.
+    ///
+    /// # Safety
+    ///
+    /// Only the task's join handle, once; it must not use `self` afterwards.
+    pub(crate) unsafe fn drop_join_handle(self) {
+        let state = &self.header().state;
+        let mut cur = state.load(Acquire);
+        let mut output_dropped = false;
+        loop {
+            if cur & COMPLETE != 0 && !output_dropped {
+                // SAFETY: the executor saw JOIN_INTEREST when it completed the task and left
+                // the output to us; after COMPLETE the join handle has exclusive use of the
+                // stage, and our reference keeps the task alive until the exchange below.
+                unsafe { (self.header().vtable.drop_stage)(self.0) };
+                output_dropped = true;
+            }
+            let next = (cur & !JOIN_INTEREST) - REF_ONE;
+            match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
+                Ok(_) => {
+                    if unreachable(next) {
+                        // SAFETY: that was the last reference and the executor does not hold
+                        // the task.
+                        unsafe { self.dealloc() };
+                    }
+                    return;
+                }
+                Err(actual) => cur = actual,
             }
         }
     }
@@ -224,7 +339,8 @@ impl TaskRef {
     ///
     /// Only the executor, between `start_poll` and the end of the poll.
     pub(crate) unsafe fn poll(self, cx: &mut Context<'_>) -> Poll<()> {
-        // SAFETY: RUNNING is set by the caller, which gives it exclusive use of the stage.
+        // SAFETY: the caller holds the task (QUEUED, taken from the run queue, where a task is
+        // at most once), which gives it exclusive use of the stage.
         unsafe { (self.header().vtable.poll)(self.0, cx) }
     }
 }
@@ -233,7 +349,7 @@ impl TaskRef {
 ///
 /// # Safety
 ///
-/// `header.stage` points to a live `Stage<F>`, and the caller holds RUNNING.
+/// `header.stage` points to a live `Stage<F>`, and the caller is the executor polling the task.
 pub(crate) unsafe fn poll_stage<F: Future>(
     header: NonNull<Header>,
     cx: &mut Context<'_>,

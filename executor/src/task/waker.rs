@@ -19,10 +19,8 @@ unsafe fn clone(data: *const ()) -> RawWaker {
 }
 
 unsafe fn wake(data: *const ()) {
-    let t = task(data);
-    t.wake_by_ref();
     // SAFETY: `wake` consumes the waker, and with it one reference.
-    unsafe { t.ref_dec() };
+    unsafe { task(data).wake_and_release() };
 }
 
 unsafe fn wake_by_ref(data: *const ()) {
@@ -34,8 +32,8 @@ unsafe fn drop_waker(data: *const ()) {
     unsafe { task(data).ref_dec() };
 }
 
-/// A waker for `task` that borrows a reference the caller holds (the executor's, during a poll):
-/// it must not outlive that reference, and is never dropped (clones count their own).
+/// A waker for `task` that borrows the executor's hold on it (QUEUED, during a poll): it must
+/// not outlive the poll, and is never dropped (clones count their own references).
 pub(crate) fn task_waker(task: TaskRef) -> ManuallyDrop<Waker> {
     // SAFETY: the vtable's functions uphold the RawWaker contract for a header pointer: clone
     // adds a reference, wake/drop release one, all thread-safe through the state word.

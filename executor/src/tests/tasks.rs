@@ -280,3 +280,49 @@ fn a_join_handle_survives_a_waker_whose_clone_panics() {
     assert_eq!(c.load(SeqCst), 1);
     assert_eq!(exec.block_on(h), 1);
 }
+
+/// Wakes that reach a task already queued (before its poll starts) are covered by that one
+/// poll: no second poll follows.
+#[test]
+fn wakes_while_queued_cost_one_poll() {
+    let (_, exec) = virtual_executor();
+    let gate: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+    let g = gate.clone();
+    let polls = Arc::new(AtomicUsize::new(0));
+    let p = polls.clone();
+    let h = exec.spawner().spawn(core::future::poll_fn(move |cx| {
+        p.fetch_add(1, SeqCst);
+        *g.lock().unwrap() = Some(cx.waker().clone());
+        Poll::<()>::Pending
+    }));
+    exec.run_until_idle();
+    assert_eq!(polls.load(SeqCst), 1);
+    let w = gate.lock().unwrap().clone().unwrap();
+    w.wake_by_ref();
+    w.wake_by_ref();
+    let by_value = w.clone();
+    by_value.wake();
+    exec.run_until_idle();
+    assert_eq!(polls.load(SeqCst), 2, "three wakes while queued, one poll");
+    drop(h);
+}
+
+/// `run_until_idle` called from inside a task of the same executor polls the other ready
+/// tasks (the caller, being polled, is not polled again) and returns.
+#[test]
+fn run_until_idle_inside_a_task_runs_the_others() {
+    let (_, exec) = virtual_executor();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let spawner = exec.spawner();
+    let outer = exec.spawner().spawn(async move {
+        let inner = spawner.spawn(async move {
+            r.fetch_add(1, SeqCst);
+        });
+        assert_eq!(exec.run_until_idle(), 1, "the inner task alone");
+        assert!(inner.is_finished());
+    });
+    exec.run_until_idle();
+    assert!(outer.is_finished());
+    assert_eq!(ran.load(SeqCst), 1);
+}

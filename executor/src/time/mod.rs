@@ -13,8 +13,8 @@
 //!    polling thread is running, so wrapped wakers inside a task behave as if unwrapped;
 //! 3. otherwise (no `std`, or a thread that runs no zcnet executor: a foreign executor), the
 //!    process's *default* executor: an executor takes that role when it starts a loop (`run`,
-//!    `block_on`, `run_until_idle`) while the role is free or its holder is not running a
-//!    loop, and keeps it after its loop ends. A program or kernel with one executor always
+//!    `block_on`, or a `run_until_idle` that found a task or a due timer) while the role is
+//!    free or its holder is not running a loop, and keeps it after its loop ends. A program or kernel with one executor always
 //!    gets that one; with several, the one that took the role last. Its timers wake whatever
 //!    waker was registered, on any thread.
 //!
