@@ -1046,7 +1046,8 @@ impl<'a> Tcb<'a> {
     /// The bytes loss recovery wants sent again now, as `(start, most bytes)` (see
     /// [`Recovery::next_retransmission`]).
     fn retransmission_due(&self) -> Option<(TcpSeqNumber, usize)> {
-        if self.tx_buffer.is_empty() {
+        // Asked on every poll and dispatch: outside recovery, answer before computing `pipe`.
+        if self.tx_buffer.is_empty() || !self.recovery.in_recovery() {
             return None;
         }
         self.recovery.next_retransmission(
