@@ -26,6 +26,12 @@ pub(super) trait Controller {
     /// Returns the number of bytes that can be sent.
     fn window(&self) -> usize;
 
+    /// The slow-start threshold in bytes, `None` while there is none (no congestion control,
+    /// or before the first loss ends the initial slow start).
+    fn ssthresh(&self) -> Option<usize> {
+        None
+    }
+
     /// Set the remote window size.
     fn set_remote_window(&mut self, _remote_window: usize) {}
 
