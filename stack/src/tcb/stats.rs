@@ -59,10 +59,12 @@ impl Counters {
 /// reads them: counters since the connection started and its current state, round-trip time
 /// estimate and windows (after Linux's `struct tcp_info`).
 ///
-/// The counters describe the socket's current connection, or its last one once closed: they
-/// stay readable after the close (TIME-WAIT's end included) and start from zero when the
-/// socket connects or listens again. Counters are exact, not sampled: the connection updates
-/// them as it sends and receives, under the stack lock.
+/// The counters and the RTT estimate describe the socket's current connection, or its last
+/// one once it closed: they stay readable after the close (past TIME-WAIT too) and start from
+/// zero when the socket connects or listens again. The MSS, the windows and the
+/// unacknowledged bytes are the connection's while it lasts; once it is gone, a closed
+/// socket's. Counters are exact, not sampled: the connection updates them as it sends and
+/// receives, under the stack lock.
 ///
 /// Payload bytes are TCP payload only (no headers); SYN and FIN occupy sequence space but no
 /// payload. Segments are all of them, pure ACKs and RSTs included.
