@@ -78,18 +78,22 @@ fn assert_transfer_counted(a: &TcpStats, b: &TcpStats, len: usize) {
     let len = len as u64;
     assert_eq!(a.state, TcpState::Established, "{a:?}");
     assert_eq!(
-        (a.bytes_sent, a.bytes_acked, a.unacked),
+        (a.counters.bytes_sent, a.counters.bytes_acked, a.unacked),
         (len, len, 0),
         "{a:?}"
     );
-    assert_eq!((a.bytes_received, b.bytes_sent), (0, 0), "{a:?} {b:?}");
-    assert_eq!(b.bytes_received, len, "{b:?}");
+    assert_eq!(
+        (a.counters.bytes_received, b.counters.bytes_sent),
+        (0, 0),
+        "{a:?} {b:?}"
+    );
+    assert_eq!(b.counters.bytes_received, len, "{b:?}");
     assert_eq!(a.mss, MSS, "{a:?}");
     // At least one full segment per MSS of payload, and the SYN.
     let least = len.div_ceil(MSS as u64) + 1;
-    assert!(a.segments_sent >= least, "{a:?}");
+    assert!(a.counters.segments_sent >= least, "{a:?}");
     // B answered: the SYN-ACK and at least one ACK (one per batch of segments at most).
-    assert!(b.segments_sent >= 2, "{b:?}");
+    assert!(b.counters.segments_sent >= 2, "{b:?}");
     assert!(a.srtt.is_some() && a.min_rtt.is_some(), "{a:?}");
     assert!(a.rto >= Duration::from_secs(1), "{a:?}");
 }
@@ -105,18 +109,31 @@ fn a_clean_transfer_counts_every_byte_and_segment_once() {
     eprintln!("A: {a:?}\nB: {b:?}");
     assert_transfer_counted(&a, &b, len);
     assert_eq!(
-        (a.bytes_retransmitted, a.retransmitted_segments),
+        (
+            a.counters.bytes_retransmitted,
+            a.counters.retransmitted_segments
+        ),
         (0, 0),
         "{a:?}"
     );
-    assert_eq!((a.fast_recoveries, a.timeouts), (0, 0), "{a:?}");
-    assert_eq!(a.segments_sent, b.segments_received, "A → B");
-    assert_eq!(b.segments_sent, a.segments_received, "B → A");
+    assert_eq!(
+        (a.counters.fast_recoveries, a.counters.timeouts),
+        (0, 0),
+        "{a:?}"
+    );
+    assert_eq!(
+        a.counters.segments_sent, b.counters.segments_received,
+        "A → B"
+    );
+    assert_eq!(
+        b.counters.segments_sent, a.counters.segments_received,
+        "B → A"
+    );
     // Every TCP segment A sent crossed the wire; its only other frames are ARP and IPv6
     // neighbour discovery, a handful.
     let wire = p.ends[0].tx_stats();
     assert!(
-        wire.sent >= a.segments_sent && wire.sent - a.segments_sent < 10,
+        wire.sent >= a.counters.segments_sent && wire.sent - a.counters.segments_sent < 10,
         "{wire:?} {a:?}"
     );
     // No delay on the wire: RTT samples of 0 ms.
@@ -124,7 +141,7 @@ fn a_clean_transfer_counts_every_byte_and_segment_once() {
     // The halves read the same connection.
     let (rd, wr) = b_sock.split();
     assert_eq!(rd.stats(), wr.stats());
-    assert_eq!(rd.stats().bytes_received, len as u64);
+    assert_eq!(rd.stats().counters.bytes_received, len as u64);
 }
 
 /// 1 MB from A to B over a wire that loses 5% of frames each way: still exactly 1 MB sent for
@@ -143,16 +160,22 @@ fn a_lossy_transfer_counts_retransmissions() {
     eprintln!("A: {a:?}\nB: {b:?}\nframes A's side of the wire lost: {lost}");
     assert!(lost > 0);
     assert_transfer_counted(&a, &b, len);
-    assert!(a.retransmitted_segments > 0, "{a:?}");
-    assert!(a.bytes_retransmitted > 0, "{a:?}");
+    assert!(a.counters.retransmitted_segments > 0, "{a:?}");
+    assert!(a.counters.bytes_retransmitted > 0, "{a:?}");
     // A retransmission carries at most one segment's payload.
     assert!(
-        a.bytes_retransmitted <= a.retransmitted_segments * MSS as u64,
+        a.counters.bytes_retransmitted <= a.counters.retransmitted_segments * MSS as u64,
         "{a:?}"
     );
-    assert!(a.fast_recoveries + a.timeouts > 0, "{a:?}");
+    assert!(
+        a.counters.fast_recoveries + a.counters.timeouts > 0,
+        "{a:?}"
+    );
     // What the wire lost never reached B.
-    assert!(b.segments_received < a.segments_sent, "{a:?} {b:?}");
+    assert!(
+        b.counters.segments_received < a.counters.segments_sent,
+        "{a:?} {b:?}"
+    );
 }
 
 /// A writes 1000 bytes while its side of the wire is cut for 2.5 s: the retransmission timer
@@ -190,14 +213,18 @@ fn a_cut_wire_shows_two_timeouts() {
     let b = p.exec.block_on(server).stats();
     let (before, a) = a;
     eprintln!("A before: {before:?}\nA: {a:?}\nB: {b:?}");
-    assert_eq!(before.timeouts, 0, "{before:?}");
+    assert_eq!(before.counters.timeouts, 0, "{before:?}");
     assert_eq!(before.rto, Duration::from_secs(1), "{before:?}");
-    assert_eq!((a.bytes_sent, a.bytes_acked), (1000, 1000), "{a:?}");
-    assert_eq!(a.timeouts, 2, "{a:?}");
-    assert_eq!(a.retransmitted_segments, 2, "{a:?}");
-    assert_eq!(a.bytes_retransmitted, 2000, "{a:?}");
-    assert_eq!(a.fast_recoveries, 0, "{a:?}");
-    assert_eq!(b.bytes_received, 1000, "{b:?}");
+    assert_eq!(
+        (a.counters.bytes_sent, a.counters.bytes_acked),
+        (1000, 1000),
+        "{a:?}"
+    );
+    assert_eq!(a.counters.timeouts, 2, "{a:?}");
+    assert_eq!(a.counters.retransmitted_segments, 2, "{a:?}");
+    assert_eq!(a.counters.bytes_retransmitted, 2000, "{a:?}");
+    assert_eq!(a.counters.fast_recoveries, 0, "{a:?}");
+    assert_eq!(b.counters.bytes_received, 1000, "{b:?}");
 }
 
 /// Over a wire that delays every frame by 25 ms each way, 20 request/response exchanges of
@@ -241,8 +268,16 @@ fn rtt_estimates_follow_the_wire_delay() {
     let b = p.exec.block_on(server).stats();
     eprintln!("A: {a:?}\nB: {b:?}");
     let total = (ROUNDS * 100) as u64;
-    assert_eq!((a.bytes_sent, a.bytes_received), (total, total), "{a:?}");
-    assert_eq!((b.bytes_sent, b.bytes_received), (total, total), "{b:?}");
+    assert_eq!(
+        (a.counters.bytes_sent, a.counters.bytes_received),
+        (total, total),
+        "{a:?}"
+    );
+    assert_eq!(
+        (b.counters.bytes_sent, b.counters.bytes_received),
+        (total, total),
+        "{b:?}"
+    );
     let ms = Duration::from_millis;
     assert_eq!((a.min_rtt, a.srtt), (Some(ms(50)), Some(ms(50))), "{a:?}");
     // Twenty-one equal samples: the variance has decayed from the first sample's 25 ms
@@ -304,20 +339,29 @@ fn counters_outlive_the_close_and_restart_with_the_next_connection() {
     p.exec.block_on(server);
     eprintln!("first: {first:?}\nafter TIME-WAIT: {after_time_wait:?}\nsecond: {second:?}");
     assert_eq!(first.state, TcpState::TimeWait, "{first:?}");
-    assert_eq!((first.bytes_sent, first.bytes_acked), (10_000, 10_000));
+    assert_eq!(
+        (first.counters.bytes_sent, first.counters.bytes_acked),
+        (10_000, 10_000)
+    );
     assert_eq!(after_time_wait.state, TcpState::Closed);
     assert_eq!(
-        (after_time_wait.bytes_sent, after_time_wait.segments_sent),
-        (first.bytes_sent, first.segments_sent)
+        (
+            after_time_wait.counters.bytes_sent,
+            after_time_wait.counters.segments_sent
+        ),
+        (first.counters.bytes_sent, first.counters.segments_sent)
     );
     assert_eq!(after_time_wait.srtt, first.srtt);
     assert_eq!(second.state, TcpState::Established);
     assert_eq!(
-        (second.bytes_sent, second.bytes_acked),
+        (second.counters.bytes_sent, second.counters.bytes_acked),
         (0, 0),
         "{second:?}"
     );
     // The new handshake: our SYN and the SYN-ACK (our ACK of it may not have gone yet).
-    assert_eq!(second.segments_received, 1, "{second:?}");
-    assert!((1..=2).contains(&second.segments_sent), "{second:?}");
+    assert_eq!(second.counters.segments_received, 1, "{second:?}");
+    assert!(
+        (1..=2).contains(&second.counters.segments_sent),
+        "{second:?}"
+    );
 }

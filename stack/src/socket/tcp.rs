@@ -76,7 +76,7 @@ pub use super::tcp_listener::{TcpListener, HANDSHAKE_TIMEOUT, MAX_BACKLOG};
 pub use crate::tcb::congestion::CongestionControl;
 /// The state of a TCP connection (RFC 793).
 pub use crate::tcb::state::State as TcpState;
-pub use crate::tcb::stats::TcpStats;
+pub use crate::tcb::stats::{TcpCounters, TcpStats};
 
 /// Why a TCP operation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,7 +24,7 @@ use super::recv::{RecvBuffer, RxDrops};
 use super::rtt::RttEstimator;
 use super::send::{Segment, SendBuffer};
 use super::state::State;
-use super::stats::{millis, Counters, TcpStats};
+use super::stats::{millis, TcpCounters, TcpStats};
 use super::timer::{AckDelayTimer, Timer, ACK_DELAY_DEFAULT};
 use super::waker::WakerRegistration;
 
@@ -159,7 +159,7 @@ pub(crate) struct Tcb<'a> {
     local_mss: Option<usize>,
 
     /// This connection's statistics counters ([`stats`](Self::stats)). Not smoltcp's.
-    counters: Counters,
+    counters: TcpCounters,
 }
 
 /// The remote's MSS until it announces one (RFC 1122).
@@ -233,7 +233,7 @@ impl<'a> Tcb<'a> {
             synack_paused: false,
             sent_max: None,
             local_mss: None,
-            counters: Counters::default(),
+            counters: TcpCounters::default(),
         }
     }
 
@@ -585,26 +585,21 @@ impl<'a> Tcb<'a> {
     fn start(&mut self) {
         self.reset();
         self.rtte = RttEstimator::default();
-        self.counters = Counters::default();
+        self.counters = TcpCounters::default();
     }
 
     /// This connection's statistics now (see [`TcpStats`]).
     pub(crate) fn stats(&self) -> TcpStats {
-        let c = &self.counters;
         let estimate = self.rtte.estimate();
         let cc = self.congestion_controller.inner();
         let cwnd = cc.window();
         TcpStats {
             state: self.state,
-            bytes_sent: c.bytes_sent,
-            bytes_retransmitted: c.bytes_retransmitted,
-            bytes_received: c.bytes_received,
-            bytes_acked: c.bytes_acked,
-            segments_sent: c.segments_sent,
-            segments_received: c.segments_received,
-            retransmitted_segments: u64::from(self.retransmissions()),
-            fast_recoveries: c.fast_recoveries,
-            timeouts: c.timeouts,
+            counters: TcpCounters {
+                // Loss recovery counts the segments it sends again.
+                retransmitted_segments: u64::from(self.retransmissions()),
+                ..self.counters
+            },
             srtt: estimate.map(|(srtt, _)| millis(srtt)),
             rttvar: estimate.map(|(_, rttvar)| millis(rttvar)),
             min_rtt: self.rtte.min_rtt().map(millis),
@@ -1666,7 +1661,7 @@ impl<'a> Tcb<'a> {
                 self.tuple = None;
                 self.set_state(State::Listen);
                 // The handshake that failed is no connection to report.
-                self.counters = Counters::default();
+                self.counters = TcpCounters::default();
                 return None;
             }
 

@@ -1,5 +1,5 @@
-//! Per-connection statistics: the counters a connection keeps as it works ([`Counters`]) and
-//! what the application reads ([`TcpStats`], from `TcpSocket::stats`).
+//! Per-connection statistics: the counters a connection keeps as it works ([`TcpCounters`])
+//! and what the application reads ([`TcpStats`], from `TcpSocket::stats`).
 
 use core::time::Duration;
 
@@ -7,30 +7,67 @@ use smoltcp::wire::TcpSeqNumber;
 
 use super::state::State;
 
-/// A connection's counters, updated where the connection already does the work: a few integer
-/// additions per segment, no atomics (the connection is only reached under the stack lock).
-/// Zeroed when the connection starts (`listen`, `connect`).
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Counters {
-    /// See [`TcpStats::bytes_sent`].
-    pub(crate) bytes_sent: u64,
-    /// See [`TcpStats::bytes_retransmitted`].
-    pub(crate) bytes_retransmitted: u64,
-    /// See [`TcpStats::bytes_received`].
-    pub(crate) bytes_received: u64,
-    /// See [`TcpStats::bytes_acked`].
-    pub(crate) bytes_acked: u64,
-    /// See [`TcpStats::segments_sent`].
-    pub(crate) segments_sent: u64,
-    /// See [`TcpStats::segments_received`].
-    pub(crate) segments_received: u64,
-    /// See [`TcpStats::fast_recoveries`].
-    pub(crate) fast_recoveries: u64,
-    /// See [`TcpStats::timeouts`].
-    pub(crate) timeouts: u64,
+/// What a TCP connection counted since it started (part of [`TcpStats`]), after the
+/// counters of Linux's `struct tcp_info`.
+///
+/// The connection updates them where it already does the work: a few integer additions per
+/// segment, under the stack lock, so they are exact. They start from zero when the socket
+/// connects or listens.
+///
+/// Payload bytes are TCP payload only (no headers); SYN and FIN occupy sequence space but no
+/// payload. Segments are all of them, pure ACKs and RSTs included.
+///
+/// [`add`](Self::add) sums the counters of several connections (an application's totals).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TcpCounters {
+    /// Payload bytes sent for the first time (Linux counts retransmissions in its
+    /// `tcpi_bytes_sent`; here they are [`bytes_retransmitted`](Self::bytes_retransmitted)).
+    /// A transfer of N bytes sends N, however many are lost on the way.
+    pub bytes_sent: u64,
+    /// Payload bytes sent again: loss recovery's retransmissions and what went again after a
+    /// retransmission timeout (Linux's `tcpi_bytes_retrans`). Zero-window probes and
+    /// keep-alives are not counted.
+    pub bytes_retransmitted: u64,
+    /// Payload bytes received in order: the bytes that became readable (Linux's
+    /// `tcpi_bytes_received`). Duplicates are not counted, nor out-of-order data until the
+    /// hole before it fills.
+    pub bytes_received: u64,
+    /// Payload bytes the peer acknowledged (Linux's `tcpi_bytes_acked`).
+    pub bytes_acked: u64,
+    /// Segments sent: data, pure ACKs, window updates, SYN, FIN, RST, probes and keep-alives,
+    /// retransmissions included (Linux's `tcpi_segs_out`).
+    pub segments_sent: u64,
+    /// Segments received that this connection processed, whatever their fate (data, pure
+    /// ACKs, duplicates, segments outside the window; Linux's `tcpi_segs_in`).
+    pub segments_received: u64,
+    /// Segments sent again (Linux's `tcpi_total_retrans`): the holes loss recovery filled
+    /// (fast retransmit, SACK-based recovery, NewReno's partial ACKs) and what went again
+    /// after a retransmission timeout. Zero-window probes and keep-alives are not counted.
+    pub retransmitted_segments: u64,
+    /// Loss recovery episodes: started on the third duplicate ACK or when the peer's SACK
+    /// blocks showed a loss, each ending when everything sent before it is acknowledged or
+    /// at a timeout.
+    pub fast_recoveries: u64,
+    /// Retransmission timeouts: times the retransmission timer expired and sending went back
+    /// to the first unacknowledged byte (a SYN resent on its timer included).
+    pub timeouts: u64,
 }
 
-impl Counters {
+impl TcpCounters {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &TcpCounters) {
+        self.bytes_sent += other.bytes_sent;
+        self.bytes_retransmitted += other.bytes_retransmitted;
+        self.bytes_received += other.bytes_received;
+        self.bytes_acked += other.bytes_acked;
+        self.segments_sent += other.segments_sent;
+        self.segments_received += other.segments_received;
+        self.retransmitted_segments += other.retransmitted_segments;
+        self.fast_recoveries += other.fast_recoveries;
+        self.timeouts += other.timeouts;
+    }
+
     /// A segment went out whose payload (`payload` bytes, a keep-alive's fake byte not
     /// counted) starts at `seq`; `sent_max` is one past the highest sequence number sent
     /// before it, and `resent` whether the connection counts it as a retransmission (a
@@ -56,54 +93,21 @@ impl Counters {
 }
 
 /// One TCP connection's statistics, as [`TcpSocket::stats`](crate::tcp::TcpSocket::stats)
-/// reads them: counters since the connection started and its current state, round-trip time
+/// reads them: what it counted since it started, and its current state, round-trip time
 /// estimate and windows (after Linux's `struct tcp_info`).
 ///
 /// The counters and the RTT estimate describe the socket's current connection, or its last
 /// one once it closed: they stay readable after the close (past TIME-WAIT too) and start from
 /// zero when the socket connects or listens again. The MSS, the windows and the
 /// unacknowledged bytes are the connection's while it lasts; once it is gone, a closed
-/// socket's. Counters are exact, not sampled: the connection updates them as it sends and
-/// receives, under the stack lock.
-///
-/// Payload bytes are TCP payload only (no headers); SYN and FIN occupy sequence space but no
-/// payload. Segments are all of them, pure ACKs and RSTs included.
+/// socket's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TcpStats {
     /// The connection state.
     pub state: State,
-    /// Payload bytes sent for the first time (Linux counts retransmissions in its
-    /// `tcpi_bytes_sent`; here they are [`bytes_retransmitted`](Self::bytes_retransmitted)).
-    /// A transfer of N bytes sends N, however many are lost on the way.
-    pub bytes_sent: u64,
-    /// Payload bytes sent again: loss recovery's retransmissions and what went again after a
-    /// retransmission timeout (Linux's `tcpi_bytes_retrans`). Zero-window probes and
-    /// keep-alives are not counted.
-    pub bytes_retransmitted: u64,
-    /// Payload bytes received in order: the bytes that became readable (Linux's
-    /// `tcpi_bytes_received`). Duplicates are not counted, nor out-of-order data until the
-    /// hole before it fills.
-    pub bytes_received: u64,
-    /// Payload bytes the peer acknowledged (Linux's `tcpi_bytes_acked`).
-    pub bytes_acked: u64,
-    /// Segments sent: data, pure ACKs, window updates, SYN, FIN, RST, probes and keep-alives,
-    /// retransmissions included (Linux's `tcpi_segs_out`).
-    pub segments_sent: u64,
-    /// Segments received that this connection processed, whatever their fate (data,
-    /// pure ACKs, duplicates, segments outside the window; Linux's `tcpi_segs_in`).
-    pub segments_received: u64,
-    /// Segments sent again (Linux's `tcpi_total_retrans`): the holes loss recovery filled
-    /// (fast retransmit, SACK-based recovery, NewReno's partial ACKs) and what went again
-    /// after a retransmission timeout. Zero-window probes and keep-alives are not counted.
-    pub retransmitted_segments: u64,
-    /// Loss recovery episodes: started on the third duplicate ACK or when the peer's SACK
-    /// blocks showed a loss, each ending when everything sent before it is acknowledged or
-    /// at a timeout.
-    pub fast_recoveries: u64,
-    /// Retransmission timeouts: times the retransmission timer expired and sending went back
-    /// to the first unacknowledged byte (a SYN resent on its timer included).
-    pub timeouts: u64,
+    /// Bytes and segments each way, retransmissions, recoveries and timeouts.
+    pub counters: TcpCounters,
     /// The smoothed round-trip time (RFC 6298 SRTT), `None` before the first measurement
     /// and after three timeouts in a row discarded the estimate. Millisecond resolution
     /// (measured with TCP timestamps when both ends use them, else by timing one segment per
