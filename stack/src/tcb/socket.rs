@@ -1363,9 +1363,9 @@ impl<'a> Tcb<'a> {
     /// copies the payload into its ring.
     ///
     /// Returns the segment to send back right away, if any (an RST, a challenge ACK, the ACK
-    /// of out-of-order data); other answers wait for [`dispatch`](Self::dispatch). Both count
-    /// in the connection's statistics (the caller sends the answer without fail: it reserved
-    /// a frame for it).
+    /// of out-of-order data); other answers wait for [`dispatch`](Self::dispatch). The segment
+    /// and the answer count in the connection's statistics (the caller sends the answer: it
+    /// reserved a frame for it before).
     pub(crate) fn process(
         &mut self,
         cx: &mut TcpContext<'_>,
