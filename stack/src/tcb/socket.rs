@@ -238,6 +238,19 @@ impl<'a> Tcb<'a> {
         self.tsval_generator = generator.map(TsvalSource::Fn);
     }
 
+    /// The least retransmission timeout an RTT measurement may give (see
+    /// [`DEFAULT_MIN_RTO_MS`](super::rtt::DEFAULT_MIN_RTO_MS)); the timeout before the first
+    /// measurement stays 1 s. Applies at once and to later connections.
+    pub(crate) fn set_min_rto(&mut self, min_rto: Duration) {
+        self.rtte
+            .set_min_rto(u32::try_from(min_rto.total_millis()).unwrap_or(u32::MAX));
+    }
+
+    /// The least retransmission timeout an RTT measurement may give.
+    pub(crate) fn min_rto(&self) -> Duration {
+        Duration::from_millis(u64::from(self.rtte.min_rto()))
+    }
+
     /// Whether connections opened from now on offer TCP timestamps (RFC 7323): TSval is the
     /// stack's clock in milliseconds plus a random offset per connection; RTT samples come
     /// from the echoed TSecr; segments older than the last one in order are rejected (PAWS).
@@ -547,7 +560,7 @@ impl<'a> Tcb<'a> {
 
         self.state = State::Closed;
         self.timer = Timer::new();
-        self.rtte = RttEstimator::default();
+        self.rtte = RttEstimator::with_min_rto(self.rtte.min_rto());
         self.assembler = Assembler::new();
         self.tx_buffer.clear();
         self.rx_buffer.clear();
