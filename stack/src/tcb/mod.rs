@@ -68,6 +68,7 @@
 pub(crate) mod congestion;
 pub(crate) mod context;
 pub(crate) mod error;
+mod rack;
 mod recovery;
 pub(crate) mod recv;
 mod rtt;

@@ -138,6 +138,18 @@ impl Recovery {
         }
     }
 
+    /// Whether the remote SACKed all of `[start, end)`.
+    pub(crate) fn is_sacked(&self, start: TcpSeqNumber, end: TcpSeqNumber) -> bool {
+        self.scoreboard.sacked_end(start).is_some_and(|e| e >= end)
+    }
+
+    /// Whether the congestion window lets another retransmission go (the first of an episode
+    /// always may, RFC 6675 4.3); `cwnd` and `pipe` as for
+    /// [`next_retransmission`](Self::next_retransmission).
+    pub(crate) fn may_retransmit(&self, cwnd: usize, pipe: usize) -> bool {
+        !self.first_sent || pipe < cwnd
+    }
+
     /// Bytes `[.., end)` were sent again (by recovery or after a timeout).
     pub(crate) fn retransmitted(&mut self, end: TcpSeqNumber) {
         if self.in_recovery() {

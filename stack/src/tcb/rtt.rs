@@ -93,6 +93,11 @@ impl RttEstimator {
         Duration::from_millis(u64::from(self.rto))
     }
 
+    /// Whether an RTT was measured (since the last reset of the measurements).
+    pub(crate) fn has_measurement(&self) -> bool {
+        self.have_measurement
+    }
+
     /// The smoothed RTT in milliseconds, 0 before the first measurement.
     pub(crate) fn smoothed_rtt(&self) -> u32 {
         if self.have_measurement {
