@@ -188,11 +188,12 @@ fn stats_page_shows_stack_tap_and_ledger_counters() {
     // 1500-byte MTU: 1460 payload bytes, 1448 with timestamps (Linux offers them).
     let mss = num(&["connection", "mss"]);
     assert!(mss == 1448 || mss == 1460, "{out}");
-    // The handshake's ACK timed the SYN-ACK: an RTT far below the RTO's 1 s floor.
+    // The handshake's ACK timed the SYN-ACK: a local RTT, well under a second; the RTO at
+    // least the default floor, 200 ms.
     let srtt = num(&["connection", "srtt_us"]);
     assert!(num(&["connection", "min_rtt_us"]) <= srtt, "{out}");
     assert!(srtt < 1_000_000, "{out}");
-    assert!(num(&["connection", "rto_us"]) >= 1_000_000, "{out}");
+    assert!(num(&["connection", "rto_us"]) >= 200_000, "{out}");
     assert!(j.path(&["connection", "cwnd"]).is_some(), "{out}");
 }
 

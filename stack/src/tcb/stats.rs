@@ -25,9 +25,9 @@ pub struct TcpCounters {
     /// `tcpi_bytes_sent`; here they are [`bytes_retransmitted`](Self::bytes_retransmitted)).
     /// A transfer of N bytes sends N, however many are lost on the way.
     pub bytes_sent: u64,
-    /// Payload bytes sent again: loss recovery's retransmissions and what went again after a
-    /// retransmission timeout (Linux's `tcpi_bytes_retrans`). Zero-window probes and
-    /// keep-alives are not counted.
+    /// Payload bytes sent again: loss recovery's retransmissions, tail loss probes and what
+    /// went again after a retransmission timeout (Linux's `tcpi_bytes_retrans`). Zero-window
+    /// probes and keep-alives are not counted.
     pub bytes_retransmitted: u64,
     /// Payload bytes received in order: the bytes that became readable (Linux's
     /// `tcpi_bytes_received`). Duplicates are not counted, nor out-of-order data until the
@@ -41,13 +41,14 @@ pub struct TcpCounters {
     /// Segments received that this connection processed, whatever their fate (data, pure
     /// ACKs, duplicates, segments outside the window; Linux's `tcpi_segs_in`).
     pub segments_received: u64,
-    /// Segments sent again (Linux's `tcpi_total_retrans`): the holes loss recovery filled
-    /// (fast retransmit, SACK-based recovery, NewReno's partial ACKs) and what went again
-    /// after a retransmission timeout. Zero-window probes and keep-alives are not counted.
+    /// Segments sent again (Linux's `tcpi_total_retrans`): what loss recovery sent again (fast
+    /// retransmit, SACK-based recovery and RACK, NewReno's partial ACKs), tail loss probes of
+    /// data sent before, and what went again after a retransmission timeout. Zero-window
+    /// probes and keep-alives are not counted.
     pub retransmitted_segments: u64,
-    /// Loss recovery episodes: started on the third duplicate ACK or when the peer's SACK
-    /// blocks showed a loss, each ending when everything sent before it is acknowledged or
-    /// at a timeout.
+    /// Loss recovery episodes: started on the third duplicate ACK, or when the peer's SACK
+    /// blocks or RACK's timing showed a loss; each ends when everything sent before it is
+    /// acknowledged, or at a timeout.
     pub fast_recoveries: u64,
     /// Retransmission timeouts: times the retransmission timer expired and sending went back
     /// to the first unacknowledged byte (a SYN resent on its timer included).
@@ -118,8 +119,9 @@ pub struct TcpStats {
     /// The smallest round-trip time measured in this connection, `None` before the first
     /// measurement.
     pub min_rtt: Option<Duration>,
-    /// The retransmission timeout now: `srtt + 4 * rttvar` within 1 s and 60 s, doubled by
-    /// each timeout (1 s before the first measurement).
+    /// The retransmission timeout now: `srtt + 4 * rttvar`, at least the socket's minimum
+    /// ([`TcpSocket::set_min_rto`](crate::tcp::TcpSocket::set_min_rto), 200 ms by default) and
+    /// at most 60 s, doubled by each timeout (1 s before the first measurement).
     pub rto: Duration,
     /// The congestion window in bytes, `None` without congestion control (the default: only
     /// the peer's window limits what is in flight; see

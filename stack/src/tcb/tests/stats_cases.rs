@@ -114,10 +114,12 @@ fn test_stats_count_a_retransmission_timeout() {
     assert_eq!((st.srtt, st.rttvar, st.min_rtt), (None, None, None));
 }
 
-/// The RTT estimate follows RFC 6298 from the segments timed: 50 ms, then 10 ms.
+/// The RTT estimate follows RFC 6298 from the segments timed: 50 ms, then 10 ms; the RTO is
+/// SRTT + 4 RTTVAR (above a 100 ms floor).
 #[test]
 fn test_stats_show_the_rtt_estimate() {
     let mut s = socket_established();
+    s.set_min_rto(Duration::from_millis(100));
     s.send_slice(b"abc").unwrap();
     recv!(s, time 1000, [data_at(0, b"abc")]);
     send!(s, time 1050, remote_data(0, 3, b""));
@@ -125,7 +127,7 @@ fn test_stats_show_the_rtt_estimate() {
     assert_eq!(st.srtt, Some(ms(50)));
     assert_eq!(st.rttvar, Some(ms(25)));
     assert_eq!(st.min_rtt, Some(ms(50)));
-    assert_eq!(st.rto, ms(1000));
+    assert_eq!(st.rto, ms(50 + 4 * 25));
 
     s.send_slice(b"def").unwrap();
     recv!(s, time 2000, [data_at(3, b"def")]);
@@ -135,6 +137,7 @@ fn test_stats_show_the_rtt_estimate() {
     assert_eq!(st.srtt, Some(ms(45)));
     assert_eq!(st.rttvar, Some(ms(29)));
     assert_eq!(st.min_rtt, Some(ms(10)));
+    assert_eq!(st.rto, ms(45 + 4 * 29));
 }
 
 /// With a congestion controller, its window and, after a loss, its slow-start threshold.
