@@ -715,9 +715,9 @@ pub fn stats_json(
 }
 
 /// One connection's [`TcpStats`] as JSON: `state` (as RFC 793 names it, `"ESTABLISHED"`), the
-/// counters named as [`TcpCounters`]' fields, the RTT estimate in microseconds (`srtt_us`, `rttvar_us`,
-/// `min_rtt_us`, `rto_us`; `null` before a measurement), and `cwnd`, `ssthresh` (bytes, `null`
-/// without congestion control), `mss`, `unacked` and `peer_window` (bytes).
+/// counters named as [`TcpCounters`]' fields, the RTT estimate in microseconds (`srtt_us`,
+/// `rttvar_us`, `min_rtt_us`, `rto_us`; `null` before a measurement), and `cwnd`, `ssthresh`
+/// (bytes, `null` without congestion control), `mss`, `unacked` and `peer_window` (bytes).
 pub fn tcp_stats_json(s: &TcpStats) -> Json {
     let micros = |d: Option<Duration>| {
         d.map_or(Json::Null, |d| {

@@ -24,14 +24,19 @@ fn remote_data(at: usize, acked: usize, payload: &[u8]) -> TcpRepr<'_> {
 fn test_stats_count_bytes_and_segments_each_way() {
     let mut s = socket_established();
     let st = s.stats();
-    assert_eq!((st.counters.segments_sent, st.counters.segments_received, st.counters.bytes_sent), (0, 0, 0));
+    let c = st.counters;
+    assert_eq!(
+        (c.segments_sent, c.segments_received, c.bytes_sent),
+        (0, 0, 0)
+    );
     assert_eq!(st.state, State::Established);
 
     s.send_slice(b"abcdef").unwrap();
     recv!(s, [data_at(0, b"abcdef")]);
     let st = s.stats();
-    assert_eq!((st.counters.bytes_sent, st.counters.bytes_acked, st.unacked), (6, 0, 6));
-    assert_eq!((st.counters.segments_sent, st.counters.segments_received), (1, 0));
+    let c = st.counters;
+    assert_eq!((c.bytes_sent, c.bytes_acked, st.unacked), (6, 0, 6));
+    assert_eq!((c.segments_sent, c.segments_received), (1, 0));
 
     // The remote acknowledges the six bytes and sends four; our ACK answers them.
     send!(s, remote_data(0, 6, b"wxyz"));
@@ -45,11 +50,12 @@ fn test_stats_count_bytes_and_segments_each_way() {
         }]
     );
     let st = s.stats();
-    assert_eq!((st.counters.bytes_sent, st.counters.bytes_acked, st.unacked), (6, 6, 0));
-    assert_eq!(st.counters.bytes_received, 4);
-    assert_eq!((st.counters.segments_sent, st.counters.segments_received), (2, 1));
-    assert_eq!((st.counters.bytes_retransmitted, st.counters.retransmitted_segments), (0, 0));
-    assert_eq!((st.counters.fast_recoveries, st.counters.timeouts), (0, 0));
+    let c = st.counters;
+    assert_eq!((c.bytes_sent, c.bytes_acked, st.unacked), (6, 6, 0));
+    assert_eq!(c.bytes_received, 4);
+    assert_eq!((c.segments_sent, c.segments_received), (2, 1));
+    assert_eq!((c.bytes_retransmitted, c.retransmitted_segments), (0, 0));
+    assert_eq!((c.fast_recoveries, c.timeouts), (0, 0));
     assert_eq!(st.peer_window, 256);
     // No timestamps, the remote's default MSS (smaller than ours).
     assert_eq!(st.mss, 536);
@@ -65,16 +71,28 @@ fn test_stats_count_in_order_bytes_only() {
     let now = Instant::from_millis(0);
     assert!(send(&mut s, now, &remote_data(3, 0, b"def")).is_some());
     let st = s.stats();
-    assert_eq!((st.counters.bytes_received, st.counters.segments_received, st.counters.segments_sent), (0, 1, 1));
+    let c = st.counters;
+    assert_eq!(
+        (c.bytes_received, c.segments_received, c.segments_sent),
+        (0, 1, 1)
+    );
 
     assert!(send(&mut s, now, &remote_data(0, 0, b"abc")).is_some());
     let st = s.stats();
-    assert_eq!((st.counters.bytes_received, st.counters.segments_received, st.counters.segments_sent), (6, 2, 2));
+    let c = st.counters;
+    assert_eq!(
+        (c.bytes_received, c.segments_received, c.segments_sent),
+        (6, 2, 2)
+    );
 
     // "abc" again, now left of the window: acknowledged at once, nothing more received.
     assert!(send(&mut s, now, &remote_data(0, 0, b"abc")).is_some());
     let st = s.stats();
-    assert_eq!((st.counters.bytes_received, st.counters.segments_received, st.counters.segments_sent), (6, 3, 3));
+    let c = st.counters;
+    assert_eq!(
+        (c.bytes_received, c.segments_received, c.segments_sent),
+        (6, 3, 3)
+    );
 }
 
 /// SACK-based recovery (as in `test_sack_recovery_retransmits_only_the_holes`): one episode,
@@ -86,10 +104,17 @@ fn test_stats_count_a_recovery_episode() {
     recv!(s, time 1050, [data_at(0, b"aaa"), data_at(9, b"DDD")]);
     send!(s, time 1060, ack_with_sack(24, [None; 3]));
     let st = s.stats();
-    assert_eq!((st.counters.bytes_sent, st.counters.bytes_retransmitted, st.counters.bytes_acked), (24, 6, 24));
-    assert_eq!((st.counters.retransmitted_segments, st.counters.fast_recoveries, st.counters.timeouts), (2, 1, 0));
+    let c = st.counters;
+    assert_eq!(
+        (c.bytes_sent, c.bytes_retransmitted, c.bytes_acked),
+        (24, 6, 24)
+    );
+    assert_eq!(
+        (c.retransmitted_segments, c.fast_recoveries, c.timeouts),
+        (2, 1, 0)
+    );
     // Eight segments and two again; the first ACK (before the data), the SACK and the last.
-    assert_eq!((st.counters.segments_sent, st.counters.segments_received), (10, 3));
+    assert_eq!((c.segments_sent, c.segments_received), (10, 3));
 }
 
 /// A retransmission timeout (as in `test_data_retransmit_bursts`): counted once, both
@@ -106,9 +131,13 @@ fn test_stats_count_a_retransmission_timeout() {
     recv!(s, time 1000, Ok(data_at(0, b"abcdef")));
     recv!(s, time 1500, Ok(data_at(6, b"012345")));
     let st = s.stats();
-    assert_eq!((st.counters.bytes_sent, st.counters.bytes_retransmitted), (12, 12));
-    assert_eq!((st.counters.retransmitted_segments, st.counters.timeouts, st.counters.fast_recoveries), (2, 1, 0));
-    assert_eq!(st.counters.segments_sent, 4);
+    let c = st.counters;
+    assert_eq!((c.bytes_sent, c.bytes_retransmitted), (12, 12));
+    assert_eq!(
+        (c.retransmitted_segments, c.timeouts, c.fast_recoveries),
+        (2, 1, 0)
+    );
+    assert_eq!(c.segments_sent, 4);
     assert_eq!(st.rto, ms(2000));
     // Nothing was ever acknowledged: no measurement.
     assert_eq!((st.srtt, st.rttvar, st.min_rtt), (None, None, None));
@@ -152,7 +181,8 @@ fn test_stats_show_the_congestion_window() {
     recv!(s, time 0, [data_at(0, b"abc")]);
     recv!(s, time 1000, [data_at(0, b"abc")]);
     let st = s.stats();
-    assert_eq!(st.counters.timeouts, 1);
+    let c = st.counters;
+    assert_eq!(c.timeouts, 1);
     assert!(st.ssthresh.is_some(), "{st:?}");
 }
 
@@ -173,14 +203,16 @@ fn test_stats_survive_the_close_until_the_socket_listens() {
     let mut s = socket_after_a_round_trip();
     s.reset();
     let st = s.stats();
+    let c = st.counters;
     assert_eq!(st.state, State::Closed);
-    assert_eq!((st.counters.bytes_sent, st.counters.bytes_acked, st.counters.segments_sent), (3, 3, 1));
+    assert_eq!((c.bytes_sent, c.bytes_acked, c.segments_sent), (3, 3, 1));
     assert_eq!(st.srtt, Some(ms(50)));
 
     s.listen(LISTEN_END).unwrap();
     let st = s.stats();
+    let c = st.counters;
     assert_eq!(st.state, State::Listen);
-    assert_eq!((st.counters.bytes_sent, st.counters.bytes_acked, st.counters.segments_sent), (0, 0, 0));
+    assert_eq!((c.bytes_sent, c.bytes_acked, c.segments_sent), (0, 0, 0));
     assert_eq!((st.srtt, st.min_rtt), (None, None));
 
     // A SYN counts for the connection it starts ...
@@ -205,8 +237,9 @@ fn test_stats_survive_the_close_until_the_socket_listens() {
         }
     );
     let st = s.stats();
+    let c = st.counters;
     assert_eq!(st.state, State::Listen);
-    assert_eq!((st.counters.segments_received, st.counters.segments_sent), (0, 0));
+    assert_eq!((c.segments_received, c.segments_sent), (0, 0));
 }
 
 /// Connecting again starts the counters and the estimate from zero too.
@@ -218,8 +251,9 @@ fn test_stats_start_afresh_on_connect() {
         .connect(&mut s.cx, REMOTE_END, LOCAL_END.port)
         .unwrap();
     let st = s.stats();
+    let c = st.counters;
     assert_eq!(st.state, State::SynSent);
-    assert_eq!((st.counters.bytes_sent, st.counters.bytes_acked, st.counters.segments_sent), (0, 0, 0));
+    assert_eq!((c.bytes_sent, c.bytes_acked, c.segments_sent), (0, 0, 0));
     assert_eq!((st.srtt, st.min_rtt), (None, None));
 }
 
@@ -228,8 +262,14 @@ fn test_stats_start_afresh_on_connect() {
 fn test_stats_counters_add_up() {
     let one = socket_after_a_round_trip().stats().counters;
     let mut two = socket_sent_eight_segments(false).stats().counters;
-    assert_eq!((one.bytes_sent, one.bytes_acked, one.segments_received), (3, 3, 1));
-    assert_eq!((two.bytes_sent, two.bytes_acked, two.segments_received), (24, 0, 1));
+    assert_eq!(
+        (one.bytes_sent, one.bytes_acked, one.segments_received),
+        (3, 3, 1)
+    );
+    assert_eq!(
+        (two.bytes_sent, two.bytes_acked, two.segments_received),
+        (24, 0, 1)
+    );
     two.add(&one);
     assert_eq!((two.bytes_sent, two.bytes_acked), (27, 3));
     assert_eq!((two.segments_sent, two.segments_received), (9, 2));
