@@ -262,12 +262,13 @@ impl Rack {
         newly
     }
 
-    /// The first segment deemed lost and not sent again since, as `(start, bytes)`.
-    pub(crate) fn next_lost(&self) -> Option<(TcpSeqNumber, usize)> {
+    /// The first segment deemed lost and not sent again since, as `(start, bytes)`, from the
+    /// cumulative ACK `una` on.
+    pub(crate) fn next_lost(&self, una: TcpSeqNumber) -> Option<(TcpSeqNumber, usize)> {
         self.log
             .iter()
-            .find(|s| s.lost)
-            .map(|s| (s.start, s.end - s.start))
+            .find(|s| s.lost && s.end > una)
+            .map(|s| from_una(s, una))
     }
 
     /// (Re)arms the tail loss probe after new data was sent or an ACK brought news at `now`,
@@ -315,16 +316,20 @@ impl Rack {
     /// not SACKed: everything lost was sent again and nothing answered for two round trips,
     /// so the retransmission at the left edge was probably lost too, and with nothing sent
     /// after it (the send queue full of data waiting on that hole) no delivery would show it.
-    pub(crate) fn probe(&self, in_recovery: bool) -> Option<(TcpSeqNumber, usize)> {
+    pub(crate) fn probe(
+        &self,
+        una: TcpSeqNumber,
+        in_recovery: bool,
+    ) -> Option<(TcpSeqNumber, usize)> {
         if self.probe != Probe::Due {
             return None;
         }
         let s = if in_recovery {
-            self.log.iter().find(|s| !s.sacked)
+            self.log.iter().find(|s| !s.sacked && s.end > una)
         } else {
             self.log.back().filter(|s| !s.sacked)
         };
-        s.map(|s| (s.start, s.end - s.start))
+        s.filter(|s| s.end > una).map(|s| from_una(s, una))
     }
 
     /// The probe went out, or there was none to send: no other until an ACK brings news.
@@ -351,6 +356,13 @@ impl Rack {
             (a, b) => a.or(b),
         }
     }
+}
+
+/// `s`'s sequence space from `una` on (the log is trimmed to the cumulative ACK as ACKs come;
+/// this keeps a caller's offset arithmetic safe regardless). `s.end > una`.
+fn from_una(s: &Sent, una: TcpSeqNumber) -> (TcpSeqNumber, usize) {
+    let start = s.start.max(una);
+    (start, s.end - start)
 }
 
 #[cfg(test)]
@@ -388,13 +400,13 @@ mod tests {
         assert!(!r.detect(ms(13)));
         assert_eq!(r.poll_at(), Some(Instant::from_micros(13_500)));
         assert!(r.detect(Instant::from_micros(13_500)));
-        assert_eq!(r.next_lost(), Some((seq(100), 100)));
+        assert_eq!(r.next_lost(seq(0)), Some((seq(100), 100)));
         assert!(r.detect(ms(15)));
         // Sent again: no longer lost; the next is.
         r.on_send(seq(100), seq(200), ms(15));
-        assert_eq!(r.next_lost(), Some((seq(200), 100)));
+        assert_eq!(r.next_lost(seq(0)), Some((seq(200), 100)));
         r.on_send(seq(200), seq(300), ms(15));
-        assert_eq!(r.next_lost(), None);
+        assert_eq!(r.next_lost(seq(0)), None);
     }
 
     #[test]
@@ -402,13 +414,25 @@ mod tests {
         let mut r = sent(3);
         r.on_ack(seq(0), ms(10), sacked(&[(100, 300)]));
         assert!(r.detect(ms(20)));
-        assert_eq!(r.next_lost(), Some((seq(0), 100)));
+        assert_eq!(r.next_lost(seq(0)), Some((seq(0), 100)));
         r.on_send(seq(0), seq(100), ms(20));
         // New data sent after the retransmission is SACKed: the retransmission is lost too.
         r.on_send(seq(300), seq(400), ms(21));
         r.on_ack(seq(0), ms(31), sacked(&[(100, 400)]));
         assert!(r.detect(ms(40)));
-        assert_eq!(r.next_lost(), Some((seq(0), 100)));
+        assert_eq!(r.next_lost(seq(0)), Some((seq(0), 100)));
+    }
+
+    #[test]
+    fn what_it_names_to_send_starts_at_the_cumulative_ack() {
+        let mut r = sent(3);
+        r.on_ack(seq(0), ms(10), sacked(&[(200, 300)]));
+        assert!(r.detect(ms(20)));
+        assert_eq!(r.next_lost(seq(50)), Some((seq(50), 50)));
+        assert_eq!(r.next_lost(seq(200)), None);
+        r.arm_probe(ms(20), Duration::ZERO, false, None);
+        assert!(r.probe_fires(ms(30)));
+        assert_eq!(r.probe(seq(150), true), Some((seq(150), 50)));
     }
 
     #[test]
@@ -417,7 +441,7 @@ mod tests {
         // Only the first is acked: the others may be in flight.
         r.on_ack(seq(100), ms(10), sacked(&[]));
         assert!(!r.detect(ms(1000)));
-        assert_eq!(r.next_lost(), None);
+        assert_eq!(r.next_lost(seq(0)), None);
         assert_eq!(r.poll_at(), None);
     }
 
@@ -438,11 +462,11 @@ mod tests {
         assert_eq!(r.poll_at(), Some(ms(12)));
         assert!(!r.probe_fires(ms(11)));
         assert!(r.probe_fires(ms(12)));
-        assert_eq!(r.probe(false), Some((seq(200), 100)));
+        assert_eq!(r.probe(seq(0), false), Some((seq(200), 100)));
         // In recovery, the left edge.
-        assert_eq!(r.probe(true), Some((seq(0), 100)));
+        assert_eq!(r.probe(seq(0), true), Some((seq(0), 100)));
         r.probe_sent();
-        assert_eq!(r.probe(false), None);
+        assert_eq!(r.probe(seq(0), false), None);
         // One probe, then the retransmission timer: not re-armed until an ACK has news.
         r.arm_probe(ms(13), Duration::from_millis(5), false, Some(ms(202)));
         assert_eq!(r.poll_at(), None);
@@ -471,6 +495,6 @@ mod tests {
         assert_eq!(last.xmit, ms(i64::from(LOG_LEN as i32 + 2)));
         r.clear_flight();
         assert!(r.log.is_empty());
-        assert_eq!(r.next_lost(), None);
+        assert_eq!(r.next_lost(seq(0)), None);
     }
 }

@@ -1109,7 +1109,10 @@ impl<'a> Tcb<'a> {
             return None;
         }
         // A due loss probe (regardless of the congestion window, see `Rack::probe`).
-        if let Some(probe) = self.rack.probe(self.recovery.in_recovery()) {
+        if let Some(probe) = self
+            .rack
+            .probe(self.local_seq_no, self.recovery.in_recovery())
+        {
             return Some(probe);
         }
         // Asked on every poll and dispatch: outside recovery, answer before computing `pipe`.
@@ -1119,7 +1122,7 @@ impl<'a> Tcb<'a> {
         let cwnd = self.congestion_controller.inner().window();
         let pipe = self.pipe();
         // What RACK found lost (a lost retransmission among it) before the next hole.
-        if let Some(lost) = self.rack.next_lost() {
+        if let Some(lost) = self.rack.next_lost(self.local_seq_no) {
             return self.recovery.may_retransmit(cwnd, pipe).then_some(lost);
         }
         self.recovery
@@ -2363,7 +2366,10 @@ impl<'a> Tcb<'a> {
                 self.timer.set_for_fast_retransmit();
             }
             if self.rack.probe_fires(cx.now)
-                && self.rack.probe(self.recovery.in_recovery()).is_none()
+                && self
+                    .rack
+                    .probe(self.local_seq_no, self.recovery.in_recovery())
+                    .is_none()
             {
                 self.rack.probe_sent();
             }
