@@ -26,12 +26,6 @@ pub(super) trait Controller {
     /// Returns the number of bytes that can be sent.
     fn window(&self) -> usize;
 
-    /// The slow-start threshold in bytes, `None` while there is none (no congestion control,
-    /// or before the first loss ends the initial slow start).
-    fn ssthresh(&self) -> Option<usize> {
-        None
-    }
-
     /// Set the remote window size.
     fn set_remote_window(&mut self, _remote_window: usize) {}
 
@@ -47,6 +41,13 @@ pub(super) trait Controller {
 
     /// Fired after an inferred loss via three duplicate acks.
     fn on_loss(&mut self, _now: Instant, _in_flight: usize) {}
+
+    /// The slow-start threshold, the window the controller aims for after a loss; `None`
+    /// without congestion control (then loss recovery sends as the window allows, without
+    /// proportional rate reduction).
+    fn ssthresh(&self) -> Option<usize> {
+        None
+    }
 
     /// Fired at the start of each dispatch.
     fn pre_transmit(&mut self, _now: Instant) {}

@@ -624,7 +624,8 @@ impl<'a> Tcb<'a> {
             min_rtt: self.rtte.min_rtt().map(millis),
             rto: self.rtte.retransmission_timeout().into(),
             cwnd: (cwnd != usize::MAX).then_some(cwnd),
-            ssthresh: cc.ssthresh(),
+            // A controller's threshold is unbounded until the first loss.
+            ssthresh: cc.ssthresh().filter(|&t| t != usize::MAX),
             mss: self.data_mss(),
             unacked: self
                 .sent_max
@@ -1119,14 +1120,13 @@ impl<'a> Tcb<'a> {
         if !self.recovery.in_recovery() {
             return None;
         }
-        let cwnd = self.congestion_controller.inner().window();
-        let pipe = self.pipe();
+        let room = self.cwnd_remaining();
         // What RACK found lost (a lost retransmission among it) before the next hole.
         if let Some(lost) = self.rack.next_lost(self.local_seq_no) {
-            return self.recovery.may_retransmit(cwnd, pipe).then_some(lost);
+            return self.recovery.may_retransmit(room).then_some(lost);
         }
         self.recovery
-            .next_retransmission(self.local_seq_no, self.remote_mss, cwnd, pipe)
+            .next_retransmission(self.local_seq_no, self.remote_mss, room)
     }
 
     /// (Re)arms the loss probe (RACK-TLP, with a SACKing remote) for the data in flight, from
@@ -1176,12 +1176,18 @@ impl<'a> Tcb<'a> {
         self.remote_last_seq - self.local_seq_no
     }
 
-    /// What the congestion window still allows in flight (counted as [`pipe`](Self::pipe)).
+    /// What the congestion window still allows to send now: the window less the bytes in
+    /// flight ([`pipe`](Self::pipe)), or during recovery under a congestion controller,
+    /// proportional rate reduction's quota ([`Recovery::send_quota`]).
     fn cwnd_remaining(&self) -> usize {
-        self.congestion_controller
-            .inner()
-            .window()
-            .saturating_sub(self.pipe())
+        let cc = self.congestion_controller.inner();
+        let pipe = self.pipe();
+        match cc.ssthresh() {
+            Some(ssthresh) if self.recovery.in_recovery() => {
+                self.recovery.send_quota(pipe, ssthresh, self.remote_mss)
+            }
+            _ => cc.window().saturating_sub(pipe),
+        }
     }
 
     /// One past the highest sequence number sent so far in this connection (`None` before the
@@ -2711,6 +2717,9 @@ impl<'a> Tcb<'a> {
         if segment_len > 0 && resent {
             self.recovery.retransmitted(end);
             self.rtte.on_retransmit();
+        }
+        if segment_len > 0 && !is_zero_window_probe && !is_keep_alive {
+            self.recovery.on_sent(segment_len);
         }
         if segment_len > 0 && self.remote_has_sack && !is_zero_window_probe && !is_keep_alive {
             self.rack.on_send(repr.seq_number, end, cx.now);

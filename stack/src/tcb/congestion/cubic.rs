@@ -96,7 +96,7 @@ impl Controller for Cubic {
     }
 
     fn ssthresh(&self) -> Option<usize> {
-        (self.ssthresh != usize::MAX).then_some(self.ssthresh)
+        Some(self.ssthresh)
     }
 
     fn on_ack(&mut self, now: Instant, len: usize, in_flight: usize, rtt: &RttEstimator) {

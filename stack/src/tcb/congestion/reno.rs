@@ -48,7 +48,7 @@ impl Controller for Reno {
     }
 
     fn ssthresh(&self) -> Option<usize> {
-        (self.ssthresh != usize::MAX).then_some(self.ssthresh)
+        Some(self.ssthresh)
     }
 
     fn on_ack(&mut self, _now: Instant, len: usize, _in_flight: usize, _rtt: &RttEstimator) {
