@@ -1105,19 +1105,28 @@ impl<'a> Tcb<'a> {
 
     /// The bytes loss recovery wants sent again now, as `(start, most bytes)` (see
     /// [`Recovery::next_retransmission`]).
+    #[inline]
     fn retransmission_due(&self) -> Option<(TcpSeqNumber, usize)> {
+        // Asked a dozen times per round trip (polls, dispatches, the blocked-frame check): the
+        // common answer inline, the rest out of line.
+        if !self.recovery.in_recovery() && !self.rack.probe_is_due() {
+            return None;
+        }
+        self.retransmission_or_probe()
+    }
+
+    /// [`retransmission_due`](Self::retransmission_due) in recovery or with a probe due.
+    #[inline(never)]
+    fn retransmission_or_probe(&self) -> Option<(TcpSeqNumber, usize)> {
+        let in_recovery = self.recovery.in_recovery();
         if self.tx_buffer.is_empty() {
             return None;
         }
         // A due loss probe (regardless of the congestion window, see `Rack::probe`).
-        if let Some(probe) = self
-            .rack
-            .probe(self.local_seq_no, self.recovery.in_recovery())
-        {
+        if let Some(probe) = self.rack.probe(self.local_seq_no, in_recovery) {
             return Some(probe);
         }
-        // Asked on every poll and dispatch: outside recovery, answer before computing `pipe`.
-        if !self.recovery.in_recovery() {
+        if !in_recovery {
             return None;
         }
         let room = self.cwnd_remaining();
@@ -1181,12 +1190,17 @@ impl<'a> Tcb<'a> {
     /// proportional rate reduction's quota ([`Recovery::send_quota`]).
     fn cwnd_remaining(&self) -> usize {
         let cc = self.congestion_controller.inner();
+        let window = cc.window();
+        // No congestion control: nothing to subtract from (and `pipe` not worth computing).
+        if window == usize::MAX {
+            return usize::MAX;
+        }
         let pipe = self.pipe();
         match cc.ssthresh() {
             Some(ssthresh) if self.recovery.in_recovery() => {
                 self.recovery.send_quota(pipe, ssthresh, self.remote_mss)
             }
-            _ => cc.window().saturating_sub(pipe),
+            _ => window.saturating_sub(pipe),
         }
     }
 
