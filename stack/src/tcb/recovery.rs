@@ -202,6 +202,11 @@ impl Recovery {
         }
     }
 
+    /// Whether the remote SACKed anything past the cumulative ACK.
+    pub(crate) fn has_sacked(&self) -> bool {
+        self.scoreboard.sacked_bytes() > 0
+    }
+
     /// Whether the remote SACKed all of `[start, end)`.
     pub(crate) fn is_sacked(&self, start: TcpSeqNumber, end: TcpSeqNumber) -> bool {
         self.scoreboard.sacked_end(start).is_some_and(|e| e >= end)

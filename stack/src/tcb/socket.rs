@@ -1188,6 +1188,7 @@ impl<'a> Tcb<'a> {
     /// What the congestion window still allows to send now: the window less the bytes in
     /// flight ([`pipe`](Self::pipe)), or during recovery under a congestion controller,
     /// proportional rate reduction's quota ([`Recovery::send_quota`]).
+    #[inline]
     fn cwnd_remaining(&self) -> usize {
         let cc = self.congestion_controller.inner();
         let window = cc.window();
@@ -2008,9 +2009,10 @@ impl<'a> Tcb<'a> {
             // duplicate ACKs); outside recovery that starts one.
             if self.remote_has_sack {
                 let recovery = &self.recovery;
-                let news = self
-                    .rack
-                    .on_ack(self.local_seq_no, cx.now, |s, e| recovery.is_sacked(s, e));
+                let sacked = recovery
+                    .has_sacked()
+                    .then_some(|s, e| recovery.is_sacked(s, e));
+                let news = self.rack.on_ack(self.local_seq_no, cx.now, sacked);
                 if news {
                     if self.rack.detect(cx.now)
                         && !self.recovery.in_recovery()
