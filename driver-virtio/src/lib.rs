@@ -51,6 +51,10 @@
 #![no_std]
 #![deny(missing_docs)]
 
+// First: the logging macros are used by the modules below.
+#[macro_use]
+mod logging;
+
 mod irq;
 mod net;
 mod shared;

@@ -81,10 +81,16 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+// First: the logging macros are used by the modules below.
+#[macro_use]
+mod logging;
+
 mod autoconf;
 mod backlog;
 mod config;
 mod device;
+#[cfg(any(feature = "log", feature = "defmt"))]
+mod events;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

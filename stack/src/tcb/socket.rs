@@ -1108,6 +1108,7 @@ impl<'a> Tcb<'a> {
 
     /// Move to `state`, waking both wakers.
     fn set_state(&mut self, state: State) {
+        event!(tcp_state(self, state));
         self.state = state;
 
         // Wake all tasks waiting. Even if we haven't received/sent data, this
@@ -1607,6 +1608,7 @@ impl<'a> Tcb<'a> {
 
             // RSTs in any other state close the socket.
             (_, TcpControl::Rst) => {
+                event!(tcp_reset(self));
                 self.set_state(State::Closed);
                 self.tuple = None;
                 return None;
@@ -2206,6 +2208,7 @@ impl<'a> Tcb<'a> {
         // an RST packet with the now-invalid source IP.
         if !cx.addrs.has_ip_addr(tuple.local.addr) {
             // The source IP address is no longer available: close the connection.
+            event!(tcp_address_gone(self));
             self.reset();
             return Ok(());
         }
@@ -2226,6 +2229,7 @@ impl<'a> Tcb<'a> {
         // Check if any state needs to be changed because of a timer.
         if self.timed_out(cx.now) {
             // If a timeout expires, we should abort the connection.
+            event!(tcp_timed_out(self));
             self.set_state(State::Closed);
         } else if self.timer.should_retransmit(cx.now) {
             if let Timer::Retransmit { .. } = self.timer {
