@@ -25,6 +25,12 @@
 //! such as a `SOCK_SEQPACKET` socketpair end, which is how `tests/eagain.rs` makes writes hit
 //! `EAGAIN`).
 //!
+//! Feature `log`: the driver logs through the [`log`](https://docs.rs/log) crate (target
+//! `zcnet_tap`): the interface opened (info), a failed read (error), a failed write and a
+//! frame larger than a pool slot (warn), refused and dropped frames and the link changes it
+//! observes (debug), a write that would block (trace). Nothing per frame that goes through;
+//! without the feature no logging code is compiled.
+//!
 //! The interface's kernel side can be moved into another network namespace after opening
 //! (`ip link set <name> netns <ns>`); the fd keeps working, and [`Tap::link_state`] follows the
 //! interface into its namespace.

@@ -2,9 +2,9 @@
 //! seconds since the logger was installed, the level and the target. Needs the `std` feature.
 //!
 //! ```text
-//!    0.004 INFO  zcnet_tap: TAP zcdemo0: opened, MTU 1500, hardware address 02-7a-63-00-00-01
-//!    0.004 INFO  zcnet_stack: stack created: hardware address 02-7a-63-00-00-01, IP MTU 1500
-//!    1.273 DEBUG zcnet_stack::tcp: TCP 10.77.0.2:7 -> 10.77.0.1:40812: accepted
+//!     0.002 INFO  zcnet_tap: TAP zcdemo0: opened, MTU 1500, hardware address 02:7a:63:00:00:01
+//!     0.035 INFO  zcnet_stack: stack created: hardware address 02-7a-63-00-00-01, IP MTU 1500
+//!     2.104 DEBUG zcnet_stack::tcp: TCP 10.77.0.2:7 -> 10.77.0.1:46298: accepted by the application
 //! ```
 //!
 //! The programs install it with [`init`] from their `-v` count ([`level_for`]): warnings and

@@ -1,17 +1,26 @@
-//! What the stack logs, in which words and at which level (features `log` and `defmt`; the
-//! crate's other modules reach these functions through `event!`, see `logging.rs`, so without a
-//! logging feature neither this module nor its calls are compiled).
+//! What the stack logs, in which words and at which level (features `log` and `defmt`). The
+//! crate's other modules reach these functions through `event!` (`logging.rs`), so without a
+//! logging feature neither this module nor its calls are compiled.
 //!
-//! | level | events |
-//! |---|---|
-//! | error | — |
-//! | warn | link down; DHCPv4 lease lost; frames dropped for exhaustion or a driver refusal (`backlog_full`, `datagram_queue_full`, `tx_too_long`, `tx_headroom`, `tx_driver`) and a listener that could not re-arm, on the 1st, 2nd, 4th, 8th, ... occurrence (debug otherwise) |
-//! | info | stack created (hardware address, MTU, addresses); link up; DHCPv4 lease acquired or changed, discovery restarted; SLAAC addresses added and removed |
-//! | debug | TCP connections: connecting, established, accepted by the application, peer closed, closed, reset by peer, refused, timed out, aborted, dropped with their local address; every other dropped frame with its reason (except below); a TIME-WAIT connection evicted; DHCPv4's DNS servers; SLAAC updates |
-//! | trace | TCP state changes that are none of the above; frames dropped as `not_for_us` or `unsupported` (ordinary on a shared LAN) |
+//! | level | events | `log` target |
+//! |---|---|---|
+//! | warn | link down | `zcnet_stack::link` |
+//! | warn | DHCPv4 lease lost | `zcnet_stack::dhcp` |
+//! | warn, on the 1st, 2nd, 4th, 8th, ... time (else debug) | frames dropped for exhaustion or a driver's refusal (`backlog_full`, `datagram_queue_full`, `tx_too_long`, `tx_headroom`, `tx_driver`); a listener that could not re-arm | `zcnet_stack::drop`, `zcnet_stack::tcp` |
+//! | info | stack created: hardware address, IP MTU, addresses | `zcnet_stack` |
+//! | info | link up | `zcnet_stack::link` |
+//! | info | DHCPv4 lease acquired or changed, discovery restarted when the link returns | `zcnet_stack::dhcp` |
+//! | info | SLAAC address added or removed | `zcnet_stack::slaac` |
+//! | debug | TCP connecting, established, accepted by the application, peer closed its side, closed, reset by the peer, refused, timed out, connect timed out, aborted, dropped because its local address went away; a TIME-WAIT connection evicted | `zcnet_stack::tcp` |
+//! | debug | every other dropped frame with its reason and count ([`DropReason::name`]) | `zcnet_stack::drop` |
+//! | debug | DHCPv4's DNS servers; a router advertisement applied | `zcnet_stack::dhcp`, `zcnet_stack::slaac` |
+//! | trace | TCP state changes not listed above | `zcnet_stack::tcp` |
+//! | trace | frames dropped as `not_for_us` or `unsupported` (ordinary on a shared LAN) | `zcnet_stack::drop` |
 //!
-//! Nothing is logged for frames that go through: the happy path of ingress and egress has no
-//! log call at any level (a `--pcap` capture shows every frame instead).
+//! Nothing is logged for frames that go through: ingress's and egress's happy path has no log
+//! call at any level (a `--pcap` capture shows every frame instead). A TCP line names the
+//! connection from this stack's side: `TCP 10.0.0.1:49262 -> 10.0.0.2:7: established (our
+//! connect)`.
 //!
 //! Messages are logged where the event happens, with the stack's state lock held: a logger must
 //! not call into the stack.

@@ -62,8 +62,9 @@
 //!   new data gives an RTT sample from its TSecr; PAWS drops segments older than TS.Recent;
 //!   TS.Recent moves only with segments at the left edge of the window, and an out-of-order
 //!   segment's ACK echoes it (smoltcp echoes every segment's TSval).
-//! * No logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
-//!   explained something).
+//! * Logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
+//!   explained something); with the stack's `log` or `defmt` feature a connection's state
+//!   changes, resets and timeouts are logged through `event!` (`events.rs`).
 
 pub(crate) mod congestion;
 pub(crate) mod context;
