@@ -157,16 +157,17 @@ pub(crate) fn tcp_accepted(tcb: &Tcb<'_>) {
     tcp!(debug, tcb, "accepted by the application");
 }
 
-/// Whether going from `before` to `after` (`before < after`) passed 1, 2, 4, 8, ...: how
-/// repeated warnings are thinned out.
+/// Whether counting from `before` up to `after` passed 1, 2, 4, 8, ...: how repeated warnings
+/// are thinned out.
 fn crosses_power_of_two(before: u64, after: u64) -> bool {
-    before == 0 || after.ilog2() > before.ilog2()
+    // `checked_ilog2` of 0 is `None`, below every `Some`.
+    after.checked_ilog2() > before.checked_ilog2()
 }
 
 /// A [`TcpListener`](crate::tcp::TcpListener) on `port` could not replace a listening socket;
 /// `total` such failures so far.
 pub(crate) fn listener_rearm_failed(port: u16, total: u64) {
-    if crosses_power_of_two(total - 1, total) {
+    if crosses_power_of_two(total.wrapping_sub(1), total) {
         warn!(
             target: TCP,
             "TCP listener on port {}: no socket slot or buffers for a listening socket ({} times so far); it retries",
@@ -198,7 +199,7 @@ pub(crate) fn frames_dropped(reason: DropReason, n: u64, total: u64) {
         | DropReason::TxTooLong
         | DropReason::TxHeadroom
         | DropReason::TxDriver
-            if crosses_power_of_two(total - n, total) =>
+            if crosses_power_of_two(total.wrapping_sub(n), total) =>
         {
             warn!(
                 target: DROP,
@@ -301,4 +302,22 @@ pub(crate) fn slaac_changed(seen: &mut IpAddrs, now: &[IpCidr]) {
         }
     }
     *seen = IpAddrs::of(now);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::crosses_power_of_two;
+
+    #[test]
+    fn warnings_thin_out_at_powers_of_two() {
+        let mut warned = (1..=100u64).filter(|&n| crosses_power_of_two(n - 1, n));
+        for expected in [1, 2, 4, 8, 16, 32, 64] {
+            assert_eq!(warned.next(), Some(expected));
+        }
+        assert_eq!(warned.next(), None);
+        // Several at once: one warning when the batch passes a power of two.
+        assert!(crosses_power_of_two(0, 3));
+        assert!(crosses_power_of_two(5, 9));
+        assert!(!crosses_power_of_two(9, 15));
+    }
 }

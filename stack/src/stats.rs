@@ -237,7 +237,10 @@ impl Counters {
     /// released the state lock, so a locked read-modify-write (rare: only when re-arming fails).
     /// Logged (with a logging feature) with the listener's `port`.
     pub(crate) fn listener_rearm_failure(&self, _port: u16) {
-        let _total = self.listener_rearm_failures.fetch_add(1, Relaxed) + 1;
+        let _total = self
+            .listener_rearm_failures
+            .fetch_add(1, Relaxed)
+            .wrapping_add(1);
         event!(listener_rearm_failed(_port, _total));
     }
     pub(crate) fn time_wait_eviction(&self) {
