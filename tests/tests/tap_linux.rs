@@ -1,5 +1,6 @@
 //! zcnet against the Linux kernel's own stack, over a TAP whose kernel side lives in a network
-//! namespace each test creates (see `zcnet_tests::netns`): ping, TCP both ways, UDP, link state.
+//! namespace each test creates (see `zcnet_tests::netns`): ping, TCP both ways, TIME-WAIT port
+//! reuse by a Linux client, UDP, link state.
 //! Needs root and /dev/net/tun (fails, never skips, without them), plus `ping` and `python3`.
 //! Traffic goes only to addresses inside the test's own namespace.
 
@@ -144,6 +145,78 @@ print("echoed", got, "bytes, sha256", h.hexdigest())
         .expect("server finished");
     assert_eq!(echoed, 10 * 1024 * 1024);
     eprintln!("10 MB echoed in {:?}", started.elapsed());
+}
+
+/// A Linux client that closes first (leaving its side in TIME-WAIT for 60 s) may connect again
+/// from the same port a second later, because zcnet negotiates TCP timestamps: Linux reuses a
+/// TIME-WAIT port for a new connection (`tcp_tw_reuse=1`) only when that connection carried
+/// them. With four local ports, the second round of four connections fails with
+/// "Cannot assign requested address" without timestamps.
+#[test]
+fn a_linux_client_reuses_its_time_wait_ports_thanks_to_timestamps() {
+    let net = TapNet::new(1500);
+    for setting in [
+        "net.ipv4.tcp_tw_reuse=1",
+        "net.ipv4.ip_local_port_range=40000 40003",
+    ] {
+        zcnet_tests::netns::run(net.netns.command("sysctl").args(["-w", setting]));
+    }
+    let stack = net.stack;
+    let mut listener =
+        TcpListener::bind(stack, 7, 2, || Some(TcpBuffers::with_capacity(4096, 4096)))
+            .expect("listen on port 7");
+    // Reads each connection to its end, then closes: the client's FIN comes first.
+    net.exec.spawner().spawn(async move {
+        loop {
+            let mut s = listener.accept().await;
+            let mut buf = [0u8; 512];
+            while let Ok(n) = s.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+            s.close();
+            let _ = timeout(Duration::from_secs(5), s.closed()).await;
+        }
+    });
+    let script = format!(
+        r#"
+import socket, subprocess, sys, time
+def time_wait():
+    out = subprocess.run(["ss", "-tan", "state", "time-wait"], capture_output=True, text=True).stdout
+    return sum(1 for l in out.splitlines() if "{ZCNET_ADDR}:7" in l)
+def one():
+    s = socket.create_connection(("{ZCNET_ADDR}", 7), timeout=5)
+    port = s.getsockname()[1]
+    s.sendall(b"x" * 100)
+    s.shutdown(socket.SHUT_WR)
+    while s.recv(1024):
+        pass
+    s.close()
+    return port
+first = [one() for _ in range(4)]
+deadline = time.time() + 5
+while time_wait() < 4 and time.time() < deadline:
+    time.sleep(0.05)
+print("time-wait", time_wait())
+# Linux reuses a TIME-WAIT port whose last timestamp is more than a second old.
+time.sleep(1.5)
+second = []
+for _ in range(4):
+    try:
+        second.append(one())
+    except OSError as e:
+        print("connect failed:", e)
+        sys.exit(1)
+print("first", sorted(first), "second", sorted(second))
+print("reused", len(set(first) & set(second)))
+"#
+    );
+    let mut client = python(&net, &script);
+    let (status, out, err) = net.exec.block_on(client.wait(CHILD_LIMIT));
+    assert_success("python TIME-WAIT client", status, &out, &err);
+    assert!(out.contains("time-wait 4"), "{out}");
+    assert!(out.contains("reused 4"), "{out}");
 }
 
 /// zcnet as a TCP client of a Linux (python) server in the namespace: 2 MB up, the server's

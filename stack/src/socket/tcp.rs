@@ -774,6 +774,20 @@ impl TcpSocket {
         self.with(|s, _| s.set_timestamps(enabled))
     }
 
+    /// The least retransmission timeout this socket's RTT measurements may give (default
+    /// 200 ms, Linux's floor; RFC 6298 suggests 1 s). Before the first measurement the timeout
+    /// is 1 s whatever this says. A lower floor recovers sooner from a loss nothing else
+    /// detects (a lost retransmission, the last segment of a burst); too low for the path, and
+    /// a delayed ACK is taken for a loss and data is sent twice.
+    pub fn set_min_rto(&mut self, min_rto: core::time::Duration) {
+        self.with(|s, _| s.set_min_rto(to_smol(min_rto)))
+    }
+
+    /// The least retransmission timeout ([`set_min_rto`](Self::set_min_rto)).
+    pub fn min_rto(&self) -> core::time::Duration {
+        self.with(|s, _| core::time::Duration::from_millis(s.min_rto().total_millis()))
+    }
+
     /// Chooses the congestion control algorithm: [`CongestionControl::None`] (the default:
     /// only the peer's window limits what is in flight), [`CongestionControl::Reno`] or
     /// [`CongestionControl::Cubic`] (which uses `f64` arithmetic). Takes effect at once, with a

@@ -56,6 +56,13 @@
 //!   the scoreboard before three duplicate ACKs; a timeout's go-back skips what the peer
 //!   SACKed; the retransmission timer keeps running after a fast retransmit. Our ACKs carry up
 //!   to three SACK blocks (smoltcp's, one).
+//! * Time-based loss detection and loss probes, RACK-TLP (RFC 8985, [`rack`]), with a peer
+//!   that SACKs: a segment is lost once one sent after it was delivered and a round trip has
+//!   passed (this finds lost retransmissions and losses too near the tail for three duplicate
+//!   ACKs); two round trips without an ACK send a probe. smoltcp has neither.
+//! * The retransmission timeout computed from RTT measurements is at least 200 ms (Linux's
+//!   floor), settable per socket; smoltcp's, RFC 6298's, is 1 s. The timeout before the first
+//!   measurement stays 1 s.
 //! * TCP timestamps (RFC 7323) are on unless the application turns them off, and used when
 //!   the peer offers them: TSval is the stack's clock in milliseconds plus a random offset per
 //!   connection (smoltcp's is a global `fn() -> u32` the application supplies); every ACK of
@@ -69,6 +76,7 @@
 pub(crate) mod congestion;
 pub(crate) mod context;
 pub(crate) mod error;
+mod rack;
 mod recovery;
 pub(crate) mod recv;
 mod rtt;

@@ -18,7 +18,10 @@
 //!
 //! The connection (`socket.rs`) asks [`next_retransmission`](Recovery::next_retransmission)
 //! before sending new data, and reports each retransmission sent
-//! ([`retransmitted`](Recovery::retransmitted)).
+//! ([`retransmitted`](Recovery::retransmitted)). With a peer that SACKs, what RACK
+//! ([`rack`](super::rack)) deems lost goes first, within the same congestion window: RACK also
+//! finds a retransmission that was lost, which a hole sent once per episode never would, and
+//! starts recovery when it finds a loss outside one.
 
 use smoltcp::wire::TcpSeqNumber;
 
@@ -136,6 +139,18 @@ impl Recovery {
             // No hole reported past `from`: NewReno's rule, the first unacknowledged segment.
             _ => (from == una).then(|| (una, point - una)),
         }
+    }
+
+    /// Whether the remote SACKed all of `[start, end)`.
+    pub(crate) fn is_sacked(&self, start: TcpSeqNumber, end: TcpSeqNumber) -> bool {
+        self.scoreboard.sacked_end(start).is_some_and(|e| e >= end)
+    }
+
+    /// Whether the congestion window lets another retransmission go (the first of an episode
+    /// always may, RFC 6675 4.3); `cwnd` and `pipe` as for
+    /// [`next_retransmission`](Self::next_retransmission).
+    pub(crate) fn may_retransmit(&self, cwnd: usize, pipe: usize) -> bool {
+        !self.first_sent || pipe < cwnd
     }
 
     /// Bytes `[.., end)` were sent again (by recovery or after a timeout).

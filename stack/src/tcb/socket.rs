@@ -19,6 +19,7 @@ use zcnet_buffer::{RxFrame, TxFrame};
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
 use super::error::{ConnectError, ListenError, RecvError, SendError};
+use super::rack::Rack;
 use super::recovery::Recovery;
 use super::recv::{RecvBuffer, RxDrops};
 use super::rtt::RttEstimator;
@@ -116,6 +117,9 @@ pub(crate) struct Tcb<'a> {
     /// smoltcp's (smoltcp sends only the first unacknowledged segment again on the third
     /// duplicate ACK).
     recovery: Recovery,
+    /// Time-based loss detection and the tail loss probe (RACK-TLP), used when the remote
+    /// SACKs. Not smoltcp's.
+    rack: Rack,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -216,6 +220,7 @@ impl<'a> Tcb<'a> {
             local_rx_last_seq: None,
             local_rx_dup_acks: 0,
             recovery: Recovery::default(),
+            rack: Rack::default(),
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
@@ -236,6 +241,19 @@ impl<'a> Tcb<'a> {
     #[cfg(test)]
     pub(crate) fn set_tsval_generator(&mut self, generator: Option<fn() -> u32>) {
         self.tsval_generator = generator.map(TsvalSource::Fn);
+    }
+
+    /// The least retransmission timeout an RTT measurement may give (see
+    /// [`DEFAULT_MIN_RTO_MS`](super::rtt::DEFAULT_MIN_RTO_MS)); the timeout before the first
+    /// measurement stays 1 s. Applies at once and to later connections.
+    pub(crate) fn set_min_rto(&mut self, min_rto: Duration) {
+        self.rtte
+            .set_min_rto(u32::try_from(min_rto.total_millis()).unwrap_or(u32::MAX));
+    }
+
+    /// The least retransmission timeout an RTT measurement may give.
+    pub(crate) fn min_rto(&self) -> Duration {
+        Duration::from_millis(u64::from(self.rtte.min_rto()))
     }
 
     /// Whether connections opened from now on offer TCP timestamps (RFC 7323): TSval is the
@@ -547,7 +565,7 @@ impl<'a> Tcb<'a> {
 
         self.state = State::Closed;
         self.timer = Timer::new();
-        self.rtte = RttEstimator::default();
+        self.rtte = RttEstimator::with_min_rto(self.rtte.min_rto());
         self.assembler = Assembler::new();
         self.tx_buffer.clear();
         self.rx_buffer.clear();
@@ -568,6 +586,7 @@ impl<'a> Tcb<'a> {
         self.challenge_ack_timer = Instant::from_secs(0);
         self.sent_max = None;
         self.recovery.reset();
+        self.rack.reset();
         self.local_rx_dup_acks = 0;
         self.local_rx_last_ack = None;
 
@@ -1046,16 +1065,41 @@ impl<'a> Tcb<'a> {
     /// The bytes loss recovery wants sent again now, as `(start, most bytes)` (see
     /// [`Recovery::next_retransmission`]).
     fn retransmission_due(&self) -> Option<(TcpSeqNumber, usize)> {
-        // Asked on every poll and dispatch: outside recovery, answer before computing `pipe`.
-        if self.tx_buffer.is_empty() || !self.recovery.in_recovery() {
+        if self.tx_buffer.is_empty() {
             return None;
         }
-        self.recovery.next_retransmission(
-            self.local_seq_no,
-            self.remote_mss,
-            self.congestion_controller.inner().window(),
-            self.pipe(),
-        )
+        // A due loss probe (regardless of the congestion window, see `Rack::probe`).
+        if let Some(probe) = self
+            .rack
+            .probe(self.local_seq_no, self.recovery.in_recovery())
+        {
+            return Some(probe);
+        }
+        // Asked on every poll and dispatch: outside recovery, answer before computing `pipe`.
+        if !self.recovery.in_recovery() {
+            return None;
+        }
+        let cwnd = self.congestion_controller.inner().window();
+        let pipe = self.pipe();
+        // What RACK found lost (a lost retransmission among it) before the next hole.
+        if let Some(lost) = self.rack.next_lost(self.local_seq_no) {
+            return self.recovery.may_retransmit(cwnd, pipe).then_some(lost);
+        }
+        self.recovery
+            .next_retransmission(self.local_seq_no, self.remote_mss, cwnd, pipe)
+    }
+
+    /// (Re)arms the loss probe (RACK-TLP, with a SACKing remote) for the data in flight, from
+    /// the smoothed RTT and the retransmission timer.
+    fn arm_probe(&mut self, now: Instant) {
+        // Without an RTT measured, the probe timeout would be the initial RTO (RFC 8985 7.2).
+        if !self.remote_has_sack || self.flight_size() == 0 || !self.rtte.has_measurement() {
+            return;
+        }
+        let srtt = Duration::from_millis(u64::from(self.rtte.smoothed_rtt()));
+        let one_segment = self.flight_size() <= self.remote_mss;
+        self.rack
+            .arm_probe(now, srtt, one_segment, self.timer.retransmit_at());
     }
 
     /// Bytes in the network: sent and not acknowledged, less what the remote SACKed and what
@@ -1792,6 +1836,8 @@ impl<'a> Tcb<'a> {
             self.tx_waker.wake();
         }
 
+        // An ACK that told RACK of a delivery (the tail loss probe is then armed again).
+        let mut rack_news = false;
         if let Some(ack_number) = repr.ack_number {
             // TODO: When flow control is implemented,
             // refractor the following block within that implementation
@@ -1877,6 +1923,25 @@ impl<'a> Tcb<'a> {
             {
                 self.timer.set_for_fast_retransmit();
             }
+
+            // RACK: a delivery of data sent later than some unacknowledged segment may show
+            // that segment lost (a lost retransmission, a loss too near the tail for three
+            // duplicate ACKs); outside recovery that starts one.
+            if self.remote_has_sack {
+                let recovery = &self.recovery;
+                let news = self
+                    .rack
+                    .on_ack(self.local_seq_no, cx.now, |s, e| recovery.is_sacked(s, e));
+                if news {
+                    if self.rack.detect(cx.now)
+                        && !self.recovery.in_recovery()
+                        && !matches!(self.timer, Timer::FastRetransmit)
+                    {
+                        self.timer.set_for_fast_retransmit();
+                    }
+                    rack_news = true;
+                }
+            }
         }
 
         // TS.Recent, the TSval we echo, follows segments that reach the left edge of the
@@ -1909,6 +1974,9 @@ impl<'a> Tcb<'a> {
             }
             _ => {}
         }
+        if rack_news && !ack_all {
+            self.arm_probe(cx.now);
+        }
 
         // A window that shrank to zero below data already sent (the receiver ran out of room
         // before the right edge it had advertised): what lies past it is no longer in flight
@@ -1920,6 +1988,7 @@ impl<'a> Tcb<'a> {
             && !self.timer.is_zero_window_probe();
         if shrank {
             self.remote_last_seq = self.local_seq_no;
+            self.rack.clear_flight();
         }
 
         // start/stop the Zero Window Probe timer.
@@ -2226,6 +2295,27 @@ impl<'a> Tcb<'a> {
 
         self.congestion_controller.inner_mut().pre_transmit(cx.now);
 
+        // RACK's reordering timer: segments not yet deemed lost may be now (outside recovery,
+        // that starts one); the tail loss probe's timer makes a probe due (a due probe with
+        // nothing to send, the last segment SACKed, is done with).
+        if self.remote_has_sack {
+            if self.rack.reorder_fires(cx.now)
+                && self.rack.detect(cx.now)
+                && !self.recovery.in_recovery()
+                && !matches!(self.timer, Timer::FastRetransmit)
+            {
+                self.timer.set_for_fast_retransmit();
+            }
+            if self.rack.probe_fires(cx.now)
+                && self
+                    .rack
+                    .probe(self.local_seq_no, self.recovery.in_recovery())
+                    .is_none()
+            {
+                self.rack.probe_sent();
+            }
+        }
+
         // Check if any state needs to be changed because of a timer.
         if self.timed_out(cx.now) {
             // If a timeout expires, we should abort the connection.
@@ -2248,6 +2338,7 @@ impl<'a> Tcb<'a> {
 
                 // Recovery ends; what the remote SACKed is skipped (see `Recovery::on_rto`).
                 self.recovery.on_rto();
+                self.rack.clear_flight();
 
                 // Inform RTTE, so that it can can handle RTO backoff
                 self.rtte.on_rto();
@@ -2554,6 +2645,13 @@ impl<'a> Tcb<'a> {
             self.recovery.retransmitted(end);
             self.rtte.on_retransmit();
         }
+        if segment_len > 0 && self.remote_has_sack && !is_zero_window_probe && !is_keep_alive {
+            self.rack.on_send(repr.seq_number, end, cx.now);
+            if is_retransmission {
+                // A due probe goes first (`retransmission_due`): this was it.
+                self.rack.probe_sent();
+            }
+        }
 
         // Leave the rest of the state intact if sending a zero-window probe.
         if is_zero_window_probe {
@@ -2587,6 +2685,11 @@ impl<'a> Tcb<'a> {
             // so that it will expire after RTO seconds.
             let rto = self.rtte.retransmission_timeout();
             self.timer.set_for_retransmit(cx.now, rto);
+        }
+
+        // Data in flight: the loss probe goes if no ACK comes for two round trips.
+        if segment_len > 0 {
+            self.arm_probe(cx.now);
         }
 
         if self.state == State::Closed {
@@ -2635,11 +2738,19 @@ impl<'a> Tcb<'a> {
                 (_, _) => PollAt::Ingress,
             };
 
+            // RACK's reordering and probe timers.
+            let rack_poll_at = self.rack.poll_at().map_or(PollAt::Ingress, PollAt::Time);
+
             // We wait for the earliest of our timers to fire.
-            *[self.timer.poll_at(), timeout_poll_at, delayed_ack_poll_at]
-                .iter()
-                .min()
-                .unwrap_or(&PollAt::Ingress)
+            *[
+                self.timer.poll_at(),
+                timeout_poll_at,
+                delayed_ack_poll_at,
+                rack_poll_at,
+            ]
+            .iter()
+            .min()
+            .unwrap_or(&PollAt::Ingress)
         }
     }
 }

@@ -169,6 +169,14 @@ impl Timer {
         matches!(self, Timer::ZeroWindowProbe { .. })
     }
 
+    /// When the retransmission timer expires, if it runs.
+    pub(crate) fn retransmit_at(&self) -> Option<Instant> {
+        match *self {
+            Timer::Retransmit { expires_at } => Some(expires_at),
+            _ => None,
+        }
+    }
+
     /// Whether a retransmission (timeout or fast) is pending.
     pub(crate) fn is_retransmit(&self) -> bool {
         matches!(self, Timer::Retransmit { .. } | Timer::FastRetransmit)

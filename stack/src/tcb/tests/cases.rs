@@ -4136,6 +4136,70 @@ fn test_retransmission_timeout_skips_sacked_data() {
     recv!(s, time 1050 + rto, [data_at(0, b"aaa")]);
 }
 
+/// zcnet: RACK-TLP's tail loss probe. The last two segments are lost: no duplicate ACK
+/// comes, and two round trips after the last ACK the last segment goes again; its ACK (SACKing
+/// it) shows RACK that the one before it, sent earlier, is lost: sent again long before the
+/// retransmission timeout.
+#[test]
+fn test_tail_loss_probe_and_rack_recover_a_lost_tail() {
+    let mut s = socket_sent_eight_segments(true);
+    s.rtte.sample(50);
+    // All but "gggHHH" arrive.
+    send!(s, time 1050, ack_with_sack(18, [None; 3]));
+    let rto_at = s.timer.retransmit_at().unwrap().total_millis();
+    // Two smoothed RTTs after the ACK, sooner than the timeout.
+    assert_eq!(s.rack.poll_at(), Some(Instant::from_millis(1150)));
+    assert!(rto_at > 1150);
+    recv_nothing!(s, time 1149);
+    recv!(s, time 1150, [data_at(21, b"HHH")]);
+    // One probe: nothing more until an ACK.
+    recv_nothing!(s, time 1200);
+    send!(s, time 1210, ack_with_sack(18, [sack_block(21, 24), None, None]));
+    recv!(s, time 1210, [data_at(18, b"ggg")]);
+    assert!(1210 < rto_at);
+    send!(s, time 1260, ack_with_sack(24, [None; 3]));
+    assert!(!s.recovery.in_recovery());
+}
+
+/// zcnet: RACK finds a lost retransmission: new data sent after it is SACKed while it is not,
+/// and once a round trip (and the reordering window) has passed since it was sent, it goes a
+/// third time, without a timeout. RFC 6675 alone sends a hole once per recovery.
+#[test]
+fn test_rack_resends_a_lost_retransmission() {
+    let mut s = socket_sent_eight_segments(true);
+    s.rtte.sample(50);
+    send!(s, time 1050, ack_with_sack(0, [sack_block(3, 9), sack_block(12, 24), None]));
+    recv!(s, time 1050, [data_at(0, b"aaa"), data_at(9, b"DDD")]);
+    s.send_slice(b"iii").unwrap();
+    recv!(s, time 1060, [data_at(24, b"iii")]);
+    // "DDD" and "iii" arrive, the second "aaa" does not.
+    send!(s, time 1120, ack_with_sack(0, [sack_block(3, 27), None, None]));
+    // Lost once 1050 + RACK's RTT (60, of "iii") + a quarter of the least RTT (50) passed.
+    assert_eq!(s.rack.poll_at(), Some(Instant::from_micros(1_122_500)));
+    recv_nothing!(s, time 1122);
+    recv!(s, time 1123, [data_at(0, b"aaa")]);
+    send!(s, time 1180, ack_with_sack(27, [None; 3]));
+    assert!(!s.recovery.in_recovery());
+}
+
+/// zcnet: during recovery, when nothing answers for two round trips after the holes were sent
+/// again, the loss probe sends the left edge again (the send queue may hold nothing new to
+/// show RACK a lost retransmission); one probe, then the retransmission timeout.
+#[test]
+fn test_loss_probe_in_recovery_resends_the_left_edge() {
+    let mut s = socket_sent_eight_segments(true);
+    s.rtte.sample(50);
+    send!(s, time 1050, ack_with_sack(0, [sack_block(3, 24), None, None]));
+    recv!(s, time 1050, [data_at(0, b"aaa")]);
+    let rto_at = s.timer.retransmit_at().unwrap().total_millis();
+    assert_eq!(rto_at, 1250);
+    recv_nothing!(s, time 1149);
+    recv!(s, time 1150, [data_at(0, b"aaa")]);
+    recv_nothing!(s, time 1249);
+    recv!(s, time 1250, [data_at(0, b"aaa")]);
+    recv_nothing!(s, time 1251);
+}
+
 /// zcnet: without SACK, NewReno (RFC 6582): a partial ACK during recovery sends the next
 /// missing segment at once instead of waiting for three more duplicate ACKs or the timeout.
 #[test]
