@@ -311,6 +311,11 @@ impl Rack {
         self.probe == Probe::Due
     }
 
+    /// Whether a probe is due (its timer fired and it was not sent yet).
+    pub(crate) fn probe_is_due(&self) -> bool {
+        self.probe == Probe::Due
+    }
+
     /// The probe to send, if one is due. Outside recovery the last segment sent, unless the
     /// remote SACKed it (RFC 8985's probe). During recovery (`in_recovery`) the first segment
     /// not SACKed: everything lost was sent again and nothing answered for two round trips,
