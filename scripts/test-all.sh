@@ -4,8 +4,9 @@
 #   bash scripts/test-all.sh          # everything
 #   QUICK_LOOM=1 bash scripts/test-all.sh   # loom with fewer preemptions (faster local runs)
 #
-# Steps: formatting, clippy (warnings are errors), the example kernel (examples/qemu-kernel, its
-# own cargo project: fmt, clippy, release build), unit + integration + doc tests (among them the
+# Steps: formatting, clippy (warnings are errors; also the logging features: none, log, defmt),
+# the example kernel (examples/qemu-kernel, its own cargo project: fmt, clippy, release build),
+# unit + integration + doc tests (among them the
 # kernel booted under QEMU, tests/tests/qemu_kernel.rs), the loom models (release build with
 # debug assertions, own target dir, LOOM_MAX_PREEMPTIONS=3), an AddressSanitizer run of the
 # unsafe-heavy crates (without the QEMU tests), the fuzz targets (tests/fuzz, 45 s each),
@@ -20,6 +21,15 @@ cargo fmt --all -- --check
 
 step "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
+
+step "logging features: the stack and the drivers without one, with log, with defmt (clippy)"
+# The workspace run above has zcnet-stack's and zcnet-tap's `log` on (the examples enable it);
+# these cover each crate without a logging feature (the macros must expand to nothing without
+# warnings), zcnet-virtio with `log`, and `defmt` (which only embedded targets use).
+cargo clippy -p zcnet-stack -p zcnet-virtio -p zcnet-tap --all-targets -- -D warnings
+cargo clippy -p zcnet-stack -p zcnet-virtio --all-targets \
+    --features zcnet-stack/log,zcnet-virtio/log -- -D warnings
+cargo clippy -p zcnet-stack -p zcnet-virtio --features zcnet-stack/defmt,zcnet-virtio/defmt -- -D warnings
 
 step "library crates build without std or alloc (the no_std configuration kernels use)"
 cargo check -p zcnet-buffer -p zcnet-executor -p zcnet-stack --no-default-features

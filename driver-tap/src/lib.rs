@@ -25,6 +25,12 @@
 //! such as a `SOCK_SEQPACKET` socketpair end, which is how `tests/eagain.rs` makes writes hit
 //! `EAGAIN`).
 //!
+//! Feature `log`: the driver logs through the [`log`](https://docs.rs/log) crate (target
+//! `zcnet_tap`): the interface opened (info), a failed read (error), a failed write and a
+//! frame larger than a pool slot (warn), refused and dropped frames and the link changes it
+//! observes (debug), a write that would block (trace). Nothing per frame that goes through;
+//! without the feature no logging code is compiled.
+//!
 //! The interface's kernel side can be moved into another network namespace after opening
 //! (`ip link set <name> netns <ns>`); the fd keeps working, and [`Tap::link_state`] follows the
 //! interface into its namespace.
@@ -42,6 +48,10 @@
 //! ```
 
 #![deny(missing_docs)]
+
+// First: the logging macros are used below.
+#[macro_use]
+mod logging;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -506,6 +516,12 @@ impl Tap {
         let reg = platform
             .register(fd.as_raw_fd())
             .map_err(|e| TapError::io("epoll registration", e))?;
+        info!(
+            "TAP {}: opened, MTU {}, hardware address {}",
+            name,
+            config.mtu,
+            HardwareAddress::Ethernet(config.mac)
+        );
         Ok(Tap {
             reg,
             fd,
@@ -613,6 +629,11 @@ impl Tap {
     /// Records the link state just seen and wakes a `poll_link_state` waiter on a change.
     fn observe_link(&mut self, state: LinkState) {
         if state != self.link {
+            debug!(
+                "TAP {}: link {}",
+                self.name,
+                if state == LinkState::Up { "up" } else { "down" }
+            );
             self.link = state;
             if let Some(w) = self.link_waker.take() {
                 w.wake();
@@ -652,9 +673,11 @@ impl Tap {
         bump(&self.counters.tx_errors, 1);
         if e.raw_os_error() == Some(libc::EIO) {
             // The kernel refuses frames while the interface is down.
+            debug!("TAP {}: write refused: the interface is down", self.name);
             self.observe_link(LinkState::Down);
             TxError::LinkDown
         } else {
+            warn!("TAP {}: write failed: {}", self.name, e);
             TxError::Device
         }
     }
@@ -699,7 +722,8 @@ impl Driver for Tap {
                         self.observe_link(LinkState::Up);
                         return Poll::Ready(frame);
                     }
-                    Err(_) => {
+                    Err(_e) => {
+                        debug!("TAP {}: frame of {} bytes dropped: {}", self.name, n, _e);
                         bump(&self.counters.rx_errors, 1);
                         continue;
                     }
@@ -717,11 +741,19 @@ impl Driver for Tap {
                 Some(libc::EAGAIN) => self.reg.clear_readable(ev),
                 // One frame lost (larger than a slot: the kernel drops it); read on.
                 Some(libc::EFAULT) | Some(libc::EINVAL) | Some(libc::EMSGSIZE) => {
+                    warn!(
+                        "TAP {}: a frame larger than a pool slot was lost: {}",
+                        self.name, e
+                    );
                     bump(&self.counters.rx_errors, 1);
                 }
                 // The device is gone or broken (EBADFD after its namespace was deleted): count
                 // it and wait for the next readiness event rather than spin.
                 _ => {
+                    error!(
+                        "TAP {}: read failed: {}; waiting for the next readiness event",
+                        self.name, e
+                    );
                     bump(&self.counters.rx_errors, 1);
                     self.reg.clear_readable(ev);
                 }
@@ -772,6 +804,12 @@ impl Driver for Tap {
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
         let max = self.mtu + ETHERNET_HEADER_LEN;
         if frame.len() > max {
+            debug!(
+                "TAP {}: frame of {} bytes refused: over {}",
+                self.name,
+                frame.len(),
+                max
+            );
             bump(&self.counters.tx_errors, 1);
             return Err(TxError::TooLong {
                 len: frame.len(),
@@ -782,6 +820,7 @@ impl Driver for Tap {
         if !self.tx_queue.is_empty() {
             // Keep the order: behind the frames already waiting for the fd.
             if self.tx_queue.len() >= TX_QUEUE {
+                debug!("TAP {}: frame refused: the write queue is full", self.name);
                 bump(&self.counters.tx_queue_full, 1);
                 return Err(TxError::Device);
             }
@@ -792,6 +831,7 @@ impl Driver for Tap {
             // Written: the kernel has the bytes; `frame` drops and its slot is free again.
             Ok(()) => Ok(()),
             Err(e) if is_would_block(&e) => {
+                trace!("TAP {}: write would block: frame queued", self.name);
                 bump(&self.counters.tx_would_block, 1);
                 self.tx_queue.push_back(frame);
                 Ok(())

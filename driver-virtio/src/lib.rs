@@ -47,9 +47,23 @@
 //!    interrupt (MSI-X `msix_config` vector) goes to [`VirtioIrq::handle_config_interrupt`].
 //!
 //! `examples/qemu-kernel/` in the repository is a complete x86_64 kernel doing all three.
+//!
+//! ## Features
+//!
+//! * `log`: the driver logs through the [`log`](https://docs.rs/log) crate (target
+//!   `zcnet_virtio::net`): its set-up (info), a device that broke the queue protocol (error),
+//!   an RX queue left empty by a dry pool and an unreadable link status (warn), refused and
+//!   dropped frames and link status reads (debug). Nothing per frame that goes through, and
+//!   nothing in the interrupt handlers ([`VirtioIrq`]'s methods stay lock-free).
+//! * `defmt`: the same through [`defmt`](https://docs.rs/defmt). Exclusive with `log`; without
+//!   either no logging code is compiled.
 
 #![no_std]
 #![deny(missing_docs)]
+
+// First: the logging macros are used by the modules below.
+#[macro_use]
+mod logging;
 
 mod irq;
 mod net;

@@ -217,6 +217,12 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         }
         check_dma_mapping::<H>(pool, rx_offset)?;
 
+        info!(
+            "virtio-net: {} entries per queue, {}-byte virtio-net header, {} pool slots",
+            QUEUE,
+            header_len,
+            pool.slot_count()
+        );
         let mut rx_slots = Vec::new();
         let mut tx_frames = Vec::new();
         for _ in 0..QUEUE {
@@ -251,6 +257,9 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     pub fn with_link_status<X: Transport + Send>(mut self, transport: SharedTransport<X>) -> Self {
         let source = transport.link_source();
         self.link = source.offers_status().then_some(source);
+        if self.link.is_none() {
+            info!("virtio-net: the device reports no link status: the link is taken as up");
+        }
         self
     }
 
@@ -274,8 +283,12 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         &self.irq.counters
     }
 
-    /// Stops using the device after it broke the queue protocol.
-    fn fail(&mut self) {
+    /// Stops using the device after it broke the queue protocol (`what` it did).
+    fn fail(&mut self, what: &'static str) {
+        error!(
+            "virtio-net: {}: the device broke the queue protocol; the driver stops using it",
+            what
+        );
         self.broken = true;
         Counters::bump(&self.counters().device_errors);
     }
@@ -290,6 +303,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
                     Poll::Ready(slot) => slot,
                     Poll::Pending => {
                         if self.rx_posted == 0 && !self.starved {
+                            warn!("virtio-net: RX queue empty: the pool has no free slot");
                             self.starved = true;
                             Counters::bump(&self.counters().rx_starved);
                         }
@@ -323,14 +337,14 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
                     // A token out of range or already in use: virtio-drivers and the device
                     // disagree with our bookkeeping. The device may write this slot: keep it.
                     core::mem::forget(slot);
-                    self.fail();
+                    self.fail("RX token out of range or in use");
                 }
             },
             Err(_) => {
                 // The queue has no free descriptor although we track fewer than QUEUE posted
                 // buffers: bookkeeping and device disagree. The slot was not handed over.
                 drop(slot);
-                self.fail();
+                self.fail("no free RX descriptor");
             }
         }
     }
@@ -340,7 +354,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     fn complete_rx(&mut self, token: u16) -> Option<RxFrame> {
         let index = usize::from(token);
         let Some(mut slot) = self.rx_slots.get_mut(index).and_then(Option::take) else {
-            self.fail();
+            self.fail("RX completion for a token not posted");
             return None;
         };
         let offset = self.rx_offset;
@@ -355,6 +369,11 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             Ok((header, len)) => {
                 self.rx_posted -= 1;
                 if len > self.max_frame_len() {
+                    debug!(
+                        "virtio-net: received frame of {} bytes dropped: over {}",
+                        len,
+                        self.max_frame_len()
+                    );
                     Counters::bump(&counters.rx_oversize);
                     return None;
                 }
@@ -365,6 +384,10 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
                         Some(frame)
                     }
                     Err(_) => {
+                        debug!(
+                            "virtio-net: received frame of {} bytes dropped: over the slot",
+                            len
+                        );
                         Counters::bump(&counters.rx_oversize);
                         None
                     }
@@ -373,13 +396,14 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             Err(virtio_drivers::Error::IoError) => {
                 // Popped, but shorter than the virtio-net header.
                 self.rx_posted -= 1;
+                debug!("virtio-net: received buffer shorter than the virtio-net header dropped");
                 Counters::bump(&counters.rx_runt);
                 None
             }
             Err(_) => {
                 // Not popped: the device still owns the buffer. Keep the slot where it was.
                 self.rx_slots[index] = Some(slot);
-                self.fail();
+                self.fail("RX completion not popped");
                 None
             }
         }
@@ -393,7 +417,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             };
             let index = usize::from(token);
             let Some(frame) = self.tx_frames.get_mut(index).and_then(Option::take) else {
-                self.fail();
+                self.fail("TX completion for a token not queued");
                 break;
             };
             // SAFETY: `frame` is the buffer queued under `token` (the `tx_frames` invariant),
@@ -405,7 +429,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
                 }
                 Err(_) => {
                     self.tx_frames[index] = Some(frame);
-                    self.fail();
+                    self.fail("TX completion not popped");
                 }
             }
         }
@@ -513,6 +537,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         let len = frame.len();
         let max = self.max_frame_len();
         if len > max {
+            debug!("virtio-net: frame of {} bytes refused: over {}", len, max);
             Counters::bump(&counters.tx_too_long);
             return Err(TxError::TooLong { len, max });
         }
@@ -522,11 +547,13 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         if self.tx_in_flight >= QUEUE {
             self.reclaim_tx();
             if self.tx_in_flight >= QUEUE {
+                debug!("virtio-net: frame refused: TX queue full");
                 Counters::bump(&counters.tx_queue_full);
                 return Err(TxError::Device);
             }
         }
         let Ok(header) = frame.push_header(self.header_len) else {
+            debug!("virtio-net: frame refused: no headroom for the virtio-net header");
             Counters::bump(&counters.tx_no_headroom);
             return Err(TxError::NoHeadroom);
         };
@@ -552,14 +579,14 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
                 _ => {
                     // The device may read this frame: keep its slot out of the pool.
                     core::mem::forget(frame);
-                    self.fail();
+                    self.fail("TX token out of range or in use");
                     Err(TxError::Device)
                 }
             },
             Err(_) => {
                 // Not queued (no free descriptor although fewer than QUEUE are in flight).
                 drop(frame);
-                self.fail();
+                self.fail("no free TX descriptor");
                 Err(TxError::Device)
             }
         }
@@ -587,8 +614,18 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         // Registered before the read: a change after it raises an interrupt that wakes `cx`.
         self.irq.link.register(cx.waker());
         match source.link_up() {
-            Some(false) => LinkState::Down,
-            Some(true) | None => LinkState::Up,
+            Some(false) => {
+                debug!("virtio-net: link status: down");
+                LinkState::Down
+            }
+            Some(true) => {
+                debug!("virtio-net: link status: up");
+                LinkState::Up
+            }
+            None => {
+                warn!("virtio-net: link status unreadable: taken as up");
+                LinkState::Up
+            }
         }
     }
 }

@@ -28,7 +28,9 @@
 //! * `std` (default): the Linux side. The `demo` module (TAP and network-namespace setup, and
 //!   the hooks filled in for Linux), `stack_demo` (two stacks over an in-memory wire: what
 //!   `cargo run -p zcnet-examples --bin demo` shows), the programs in `src/bin/` and
-//!   `getrusage` as iperf3's CPU clock. The programs are driven by `demo`; the integration tests
+//!   `getrusage` as iperf3's CPU clock, and `logger`, the programs' stderr logger: they log the
+//!   stack's and the TAP driver's events (zcnet-stack's and zcnet-tap's `log` feature, which
+//!   `std` turns on) with `-v`, `-vv`, `-vvv`. The programs are driven by `demo`; the integration tests
 //!   (`tests/tests/tap_examples.rs`) run the same servers in-process against the Linux stack
 //!   in a test-made namespace.
 //! * Without it (`default-features = false`) the crate is `#![no_std]` and needs only a global
@@ -48,6 +50,8 @@ pub mod http;
 pub mod iperf3;
 pub mod json;
 pub mod limit;
+#[cfg(feature = "std")]
+pub mod logger;
 #[cfg(feature = "std")]
 pub mod stack_demo;
 #[cfg(feature = "std")]

@@ -19,6 +19,9 @@
 //! `sudo ip netns exec zcnet-demo target/release/http --attach` (the TAP belongs to the user
 //! the script names, so the program itself may then run unprivileged through `sudo -u`).
 //!
+//! With `-v` (`-vv`, `-vvv`) the stack's and the TAP driver's log lines go to stderr at a finer
+//! level ([`logger`](crate::logger)); without it, only warnings and errors.
+//!
 //! With `--pcap FILE` the TAP driver is wrapped in a [`Capture`]: every frame zcnet receives or
 //! sends is written to FILE in pcap format (wall-clock timestamps, nanosecond resolution), for
 //! `tcpdump -r FILE` or Wireshark. The file is flushed at least every second while frames come,
@@ -78,6 +81,9 @@ pub struct Options {
     pub attach: bool,
     /// Write every frame zcnet receives or sends to this file in pcap format (`--pcap`).
     pub pcap: Option<PathBuf>,
+    /// How many `-v` (`-v`, `-vv`, `-vvv`, `--verbose`): the level of the log lines the stack
+    /// and the TAP driver print to stderr ([`logger::level_for`](crate::logger::level_for)).
+    pub verbosity: u8,
 }
 
 impl Default for Options {
@@ -88,6 +94,7 @@ impl Default for Options {
             mtu: 1500,
             attach: false,
             pcap: None,
+            verbosity: 0,
         }
     }
 }
@@ -97,21 +104,26 @@ impl Options {
     pub fn usage(program: &str, what: &str) -> String {
         format!(
             "{program}: {what}\n\n\
-             usage: sudo {program} [--netns NAME] [--tap NAME] [--mtu N] [--pcap FILE]\n\
-             \x20      sudo ip netns exec NAME {program} --attach [--tap NAME] [--mtu N] [--pcap FILE]\n\n\
+             usage: sudo {program} [--netns NAME] [--tap NAME] [--mtu N] [--pcap FILE] [-v|-vv|-vvv]\n\
+             \x20      sudo ip netns exec NAME {program} --attach [--tap NAME] [--mtu N] [--pcap FILE] [-v...]\n\n\
              Without --attach (needs root): creates network namespace NAME (default {NETNS}) if\n\
              missing, opens TAP NAME (default {TAP}) and moves its kernel side into it as\n\
              {LINUX_ADDR}/24; zcnet is {ZCNET_ADDR}. Ctrl-C removes what it created.\n\
              With --attach: opens the existing TAP made by scripts/netns-up.sh; run the program\n\
              inside that namespace.\n\
              With --pcap FILE: writes every frame zcnet receives or sends to FILE (created or\n\
-             truncated) in pcap format, for `tcpdump -r FILE` or Wireshark.\n"
+             truncated) in pcap format, for `tcpdump -r FILE` or Wireshark.\n\
+             Log lines go to stderr: warnings and errors; with -v also link, address and\n\
+             interface events; -vv TCP connections and dropped frames; -vvv every TCP state\n\
+             change.\n"
         )
     }
 
     /// Parses `args` (without the program name). `Err` holds a message for the user.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
         let mut o = Options::default();
+        let mut args: Vec<String> = args.into_iter().collect();
+        o.verbosity = crate::logger::take_verbosity(&mut args);
         let mut args = args.into_iter();
         while let Some(a) = args.next() {
             let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -246,6 +258,7 @@ impl Demo {
     /// the capture file (with `--pcap`), sets up the namespace and TAP (unless `--attach`), and
     /// starts the stack (over the TAP wrapped in a [`Capture`] with `--pcap`).
     pub fn start(options: Options) -> Result<Demo, String> {
+        crate::logger::init(options.verbosity);
         let signals = block_exit_signals()?;
         if !options.attach {
             // SAFETY: geteuid has no preconditions.
@@ -448,7 +461,8 @@ mod tests {
     fn options() {
         assert_eq!(parse(&[]).unwrap(), Options::default());
         let o = parse(&[
-            "--netns", "n1", "--tap", "t1", "--mtu", "9000", "--attach", "--pcap", "x.pcap",
+            "--netns", "n1", "--tap", "t1", "-v", "--mtu", "9000", "--attach", "--pcap", "x.pcap",
+            "-vv",
         ])
         .unwrap();
         assert_eq!(
@@ -459,6 +473,7 @@ mod tests {
                 mtu: 9000,
                 attach: true,
                 pcap: Some("x.pcap".into()),
+                verbosity: 3,
             }
         );
         assert!(parse(&["--mtu"]).is_err());

@@ -84,6 +84,22 @@ pub struct IpAddrs {
 }
 
 impl IpAddrs {
+    /// No addresses.
+    const EMPTY: IpAddrs = IpAddrs {
+        addrs: [IpCidr::Ipv4(Ipv4Cidr::new(Ipv4Address::UNSPECIFIED, 0)); MAX_ADDRS],
+        len: 0,
+    };
+
+    /// A copy of the first [`MAX_ADDRS`] of `addrs`.
+    pub(crate) fn of(addrs: &[IpCidr]) -> Self {
+        let mut out = Self::EMPTY;
+        for (slot, a) in out.addrs.iter_mut().zip(addrs) {
+            *slot = *a;
+            out.len += 1;
+        }
+        out
+    }
+
     /// All addresses, IPv4 and IPv6.
     pub fn as_slice(&self) -> &[IpCidr] {
         &self.addrs[..self.len]
@@ -148,6 +164,9 @@ pub(crate) struct Autoconf {
     /// Bumped on every applied change.
     generation: u32,
     waiters: WaitList<MAX_CONFIG_WAITERS>,
+    /// The addresses SLAAC changes were last logged against (`events::slaac_changed`).
+    #[cfg(any(feature = "log", feature = "defmt"))]
+    logged_addrs: IpAddrs,
 }
 
 impl Autoconf {
@@ -167,6 +186,8 @@ impl Autoconf {
         ra_seen: false,
         generation: 0,
         waiters: WaitList::new(),
+        #[cfg(any(feature = "log", feature = "defmt"))]
+        logged_addrs: IpAddrs::EMPTY,
     };
 
     fn register(&mut self, waker: &Waker) {
@@ -186,6 +207,7 @@ impl Autoconf {
 /// address). Static addresses and SLAAC are left alone.
 pub(crate) fn restart_dhcp(st: &mut State) {
     if let Some(handle) = st.autoconf.dhcp {
+        event!(dhcp_restarted());
         st.sockets.get_mut::<dhcpv4::Socket>(handle).reset();
     }
 }
@@ -235,6 +257,8 @@ pub(crate) fn setup(st: &mut State, config: &Config) -> Result<Autoconf, StackEr
         ra_seen: false,
         generation: 0,
         waiters: WaitList::new(),
+        #[cfg(any(feature = "log", feature = "defmt"))]
+        logged_addrs: IpAddrs::of(st.iface.ip_addrs()),
     })
 }
 
@@ -322,17 +346,20 @@ fn after_poll(st: &mut State, now: SmolInstant, counters: &Counters) {
                     dns,
                     dns_len,
                 };
+                event!(dhcp_configured(auto.lease.as_ref(), &lease));
                 set_ipv4(iface, Some(lease.address), lease.router);
                 gateway = lease.router;
                 auto.lease = Some(lease);
                 changed = true;
             }
             // (Also reported once at start, with nothing configured yet: not a change.)
-            Some(dhcpv4::Event::Deconfigured) if auto.lease.take().is_some() => {
-                set_ipv4(iface, None, None);
-                changed = true;
+            Some(dhcpv4::Event::Deconfigured) => {
+                if let Some(_lost) = auto.lease.take() {
+                    event!(dhcp_lost(&_lost));
+                    set_ipv4(iface, None, None);
+                    changed = true;
+                }
             }
-            Some(dhcpv4::Event::Deconfigured) => {}
         }
     }
     if st.autoconf.slaac {
@@ -341,6 +368,10 @@ fn after_poll(st: &mut State, now: SmolInstant, counters: &Counters) {
             st.autoconf.slaac_seen = at;
             // Only an advertisement gives smoltcp something to sync: discovery is over.
             st.autoconf.ra_seen = true;
+            event!(slaac_changed(
+                &mut st.autoconf.logged_addrs,
+                st.iface.ip_addrs()
+            ));
             changed = true;
         }
     }
@@ -407,17 +438,7 @@ impl Stack {
     /// The interface's addresses now: IPv4 (static or leased), the IPv6 link-local address,
     /// static IPv6, and SLAAC's.
     pub fn ip_addrs(&self) -> IpAddrs {
-        self.with(|st| {
-            let mut out = IpAddrs {
-                addrs: [IpCidr::Ipv4(Ipv4Cidr::new(Ipv4Address::UNSPECIFIED, 0)); MAX_ADDRS],
-                len: 0,
-            };
-            for (slot, a) in out.addrs.iter_mut().zip(st.iface.ip_addrs()) {
-                *slot = *a;
-                out.len += 1;
-            }
-            out
-        })
+        self.with(|st| IpAddrs::of(st.iface.ip_addrs()))
     }
 
     /// Waits until the stack has an IPv4 address (at once if it has one) and returns the

@@ -71,6 +71,19 @@
 //! sockets' as `SocketToApp` / `AppToSocket`, smoltcp's UDP copies as `StackRx` / `Emit`,
 //! attributed when the application consumes or queues the bytes.
 //!
+//! # Features
+//!
+//! * `alloc`: resources, buffers and the [`Runner`]'s tasks on the heap
+//!   (`StackResources::leak`, the `with_capacity` constructors, `Runner::spawn`).
+//! * `log`: the stack logs its events through the [`log`](https://docs.rs/log) crate:
+//!   TCP connections (opened, established, accepted, closed, reset, refused, timed out,
+//!   aborted), dropped frames with their [`DropReason`], DHCPv4 and SLAAC changes, link
+//!   changes; nothing for frames that go through. The README's "Logging" section has the levels
+//!   and targets. Install any `log` logger; it runs with the stack's lock held, so it must not
+//!   call into the stack.
+//! * `defmt`: the same events through [`defmt`](https://docs.rs/defmt), for embedded targets.
+//!   `log` and `defmt` are exclusive; without either no logging code is compiled.
+//!
 //! Tests: `tests/tests/stack_*.rs` over an in-memory wire with fault injection (zero copy is
 //! proven there by payload addresses checked against the driver's slots), `tap_*.rs` against
 //! Linux, `qemu_kernel.rs` in the example kernel; speed against plain smoltcp in BENCHMARKS.md
@@ -81,10 +94,16 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+// First: the logging macros are used by the modules below.
+#[macro_use]
+mod logging;
+
 mod autoconf;
 mod backlog;
 mod config;
 mod device;
+#[cfg(any(feature = "log", feature = "defmt"))]
+mod events;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

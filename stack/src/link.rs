@@ -146,6 +146,7 @@ fn step(stack: Stack, cx: &mut Context<'_>, ask: bool) -> Poll<()> {
 }
 
 fn apply(st: &mut State, state: LinkState, counters: &Counters) {
+    event!(link_changed(state));
     st.link.state = state;
     match state {
         LinkState::Down => counters.link_down(),

@@ -746,6 +746,7 @@ impl Stack {
                 .map_err(|_| StackError::TooManyRoutes)?;
         }
         state.autoconf = crate::autoconf::setup(&mut state, &config)?;
+        event!(stack_created(&state));
         let inner = StackInner {
             state: SpinMutex::new(state),
             counters,

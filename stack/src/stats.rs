@@ -179,9 +179,12 @@ pub(crate) struct Counters {
     link_downs: AtomicU64,
 }
 
-/// Adds one to a counter whose writers are serialised by the state lock (see [`Counters`]).
-fn bump(c: &AtomicU64) {
-    c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+/// Adds one to a counter whose writers are serialised by the state lock (see [`Counters`]);
+/// returns the new count.
+fn bump(c: &AtomicU64) -> u64 {
+    let n = c.load(Relaxed).wrapping_add(1);
+    c.store(n, Relaxed);
+    n
 }
 
 impl Counters {
@@ -232,20 +235,30 @@ impl Counters {
     }
     /// The one exception to the ground rule above: bumped by `TcpListener::accept` after it
     /// released the state lock, so a locked read-modify-write (rare: only when re-arming fails).
-    pub(crate) fn listener_rearm_failure(&self) {
-        self.listener_rearm_failures.fetch_add(1, Relaxed);
+    /// Logged (with a logging feature) with the listener's `port`.
+    pub(crate) fn listener_rearm_failure(&self, _port: u16) {
+        let _total = self
+            .listener_rearm_failures
+            .fetch_add(1, Relaxed)
+            .wrapping_add(1);
+        event!(listener_rearm_failed(_port, _total));
     }
     pub(crate) fn time_wait_eviction(&self) {
-        bump(&self.time_wait_evictions);
+        let _total = bump(&self.time_wait_evictions);
+        event!(time_wait_evicted(_total));
     }
+    /// One drop for `reason`, logged with a logging feature (`events::frames_dropped`).
     pub(crate) fn drop(&self, reason: DropReason) {
-        bump(&self.drops[reason as usize]);
+        let _total = bump(&self.drops[reason as usize]);
+        event!(frames_dropped(reason, 1, _total));
     }
     /// `n` drops for `reason` (nothing when `n` is 0).
     pub(crate) fn drop_n(&self, reason: DropReason, n: u64) {
         if n > 0 {
             let c = &self.drops[reason as usize];
-            c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+            let total = c.load(Relaxed).wrapping_add(n);
+            c.store(total, Relaxed);
+            event!(frames_dropped(reason, n, total));
         }
     }
     /// The driver refused a frame: counted as [`DropReason::LinkDown`] or

@@ -8,6 +8,8 @@
 //! * [`clock::VirtualClock`]: simulated time, so timeout-heavy tests run at CPU speed.
 //! * [`net::pair`] / [`net::pair_on`]: two stacks over a wire, ready to use; [`net::pair_with`] /
 //!   [`net::pair_on_with`] let the test adjust each stack's configuration.
+//! * [`cable::cable_pair`]: two stacks over a wire with a cable the test can pull (the link
+//!   goes down and up).
 //! * [`wire`]: two drivers linked back to back in memory, with seeded fault injection, so two
 //!   stacks can talk inside one process: [`zcnet_buffer::sim::wire`] with its delays on the
 //!   executor's timers.
@@ -18,13 +20,17 @@
 //!   every hand-off and completion per slot, and a wire pair built with it.
 //! * [`netns`]: a network namespace holding the kernel side of a TAP that zcnet drives, so zcnet
 //!   talks to the real Linux stack (needs root and `/dev/net/tun`).
+//! * [`log_capture::LogCapture`]: records what the stack logs (its `log` feature) on the
+//!   test's thread, for assertions on the log lines.
 //! * [`audit::assert_slots_back`]: the pool audit a test ends with (every slot back), also as
 //!   [`net::Pair::assert_slots_back`] and [`netns::TapNet::assert_slots_back`].
 //! * [`qemu`]: the example kernel (`examples/qemu-kernel/`) built once and booted under QEMU,
 //!   with its serial log collected, bounded waits, and QEMU killed on drop.
 
 pub mod audit;
+pub mod cable;
 pub mod clock;
+pub mod log_capture;
 pub mod net;
 pub mod netns;
 pub mod qemu;

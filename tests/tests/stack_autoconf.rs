@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use log::Level;
 use zcnet_executor::time::{sleep, timeout};
 use zcnet_executor::Executor;
 use zcnet_stack::dns::{DnsError, DnsKind, DnsSocket};
@@ -14,6 +15,7 @@ use zcnet_stack::{
     StaticV6,
 };
 use zcnet_tests::clock::VirtualClock;
+use zcnet_tests::log_capture::LogCapture;
 use zcnet_tests::net::{pair_on_with, pair_with, Pair, ADDR};
 use zcnet_tests::wire::Faults;
 
@@ -263,6 +265,7 @@ fn dhcp_client_gets_address_route_and_dns_then_udp_works() {
 /// rebinds (broadcast), and when the lease ends it loses the address and the route.
 #[test]
 fn dhcp_lease_is_lost_when_the_server_stops_renewing() {
+    let records = LogCapture::start();
     let (p, log) = dhcp_pair(60, 1);
     let [a, _b] = p.stacks;
     let exec = p.exec;
@@ -297,6 +300,15 @@ fn dhcp_lease_is_lost_when_the_server_stops_renewing() {
         "renew and rebind REQUESTs from the leased address, unanswered: {log:?}"
     );
     assert_eq!(a.stats().config_changes, 2, "configured, then deconfigured");
+    // What the stack logged (its `log` feature): the lease at info, its loss as a warning.
+    let dhcp = "zcnet_stack::dhcp";
+    records.expect(
+        Level::Info,
+        dhcp,
+        "DHCPv4: leased 10.0.0.50/24 from server 10.0.0.2, router 10.0.0.254",
+    );
+    records.expect(Level::Debug, dhcp, "DHCPv4: DNS server 10.0.0.53");
+    records.expect(Level::Warn, dhcp, "DHCPv4: lease of 10.0.0.50/24 lost");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -410,6 +422,7 @@ fn slaac_address_from_a_router_advertisement_carries_udp() {
     let prefix = Ipv6Address::new(0xfd00, 1, 0, 0, 0, 0, 0, 0);
     let b_addr = Ipv6Address::new(0xfd00, 1, 0, 0, 0, 0, 0, 2);
     let a_slaac = Ipv6Address::new(0xfd00, 1, 0, 0, 0, 0x00ff, 0xfe00, 0x0001);
+    let records = LogCapture::start();
     let p = pair_with(Faults::default(), 64, |i, c| {
         if i == 0 {
             c.slaac = true;
@@ -463,6 +476,14 @@ fn slaac_address_from_a_router_advertisement_carries_udp() {
         "B saw A's SLAAC address"
     );
     assert!(a.stats().config_changes >= 1);
+    // What the stack logged (its `log` feature): the link-local address when it was created,
+    // the SLAAC address when the advertisement was applied.
+    records.expect(Level::Info, "zcnet_stack", "address fe80::ff:fe00:1/64");
+    records.expect(
+        Level::Info,
+        "zcnet_stack::slaac",
+        "SLAAC: address fd00:1::ff:fe00:1/64 added",
+    );
 }
 
 /// SLAAC on with no router on the link: the stack sends its three router solicitations, four

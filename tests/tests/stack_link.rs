@@ -1,126 +1,20 @@
-//! The link state: two stacks over the in-memory wire with a "cable" that can be pulled. While
+//! The link state: two stacks over the in-memory wire with a "cable" that can be pulled
+//! (`zcnet_tests::cable`). While
 //! it is out the drivers refuse to transmit (`TxError::LinkDown`) and deliver nothing, as a
 //! NIC without carrier does. The stacks must notice (only when the driver says so), hold what
 //! they would send, tell the application, and carry on where they stopped once the cable is
 //! back: no TCP byte lost.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use zcnet_buffer::{
-    Capabilities, Driver, FramePool, HardwareAddress, LinkState, PoolConfig, RxFrame, TxError,
-    TxFrame, WakerCell,
-};
-use zcnet_executor::linux::LinuxPlatform;
+use zcnet_buffer::{LinkState, TxError};
 use zcnet_executor::time::{sleep, timeout};
-use zcnet_executor::Executor;
 use zcnet_stack::datagram::{DatagramError, DatagramQueue, DatagramSocket};
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
-use zcnet_stack::{DropReason, IpEndpoint, Stack, StackResources};
-use zcnet_tests::net::{side_config, ADDR};
-use zcnet_tests::wire::{wire_pair, Faults, WireEnd};
-
-/// The cable between the two ends: plugged in or not, and each end's link waker.
-struct Cable {
-    plugged: AtomicBool,
-    wakers: [WakerCell; 2],
-    /// `poll_link_state` calls per end: the stack must ask only when told to.
-    link_polls: [AtomicUsize; 2],
-}
-
-impl Cable {
-    fn set(&self, plugged: bool) {
-        self.plugged.store(plugged, Ordering::SeqCst);
-        for w in &self.wakers {
-            w.wake();
-        }
-    }
-
-    fn up(&self) -> bool {
-        self.plugged.load(Ordering::SeqCst)
-    }
-}
-
-/// A wire end behind the cable.
-struct Plugged {
-    end: WireEnd,
-    cable: &'static Cable,
-    side: usize,
-}
-
-impl Driver for Plugged {
-    fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
-        loop {
-            match self.end.poll_receive(cx) {
-                // No carrier: what was on the wire is lost (its slot returns to the pool).
-                Poll::Ready(frame) if !self.cable.up() => drop(frame),
-                other => return other,
-            }
-        }
-    }
-    fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
-        self.end.poll_transmit_frame(cx)
-    }
-    fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
-        if !self.cable.up() {
-            return Err(TxError::LinkDown);
-        }
-        self.end.transmit(frame)
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.end.capabilities()
-    }
-    fn hardware_address(&self) -> HardwareAddress {
-        self.end.hardware_address()
-    }
-    fn poll_link_state(&mut self, cx: &mut Context<'_>) -> LinkState {
-        self.cable.link_polls[self.side].fetch_add(1, Ordering::SeqCst);
-        self.cable.wakers[self.side].register(cx.waker());
-        if self.cable.up() {
-            LinkState::Up
-        } else {
-            LinkState::Down
-        }
-    }
-}
-
-struct Setup {
-    exec: &'static Executor,
-    stacks: [Stack; 2],
-    cable: &'static Cable,
-    pools: [&'static FramePool; 2],
-}
-
-fn setup() -> Setup {
-    let exec = Executor::leak(LinuxPlatform::leak().expect("epoll"));
-    let pools = [
-        FramePool::leak(PoolConfig::new(256)).expect("pool"),
-        FramePool::leak(PoolConfig::new(256)).expect("pool"),
-    ];
-    let cable: &'static Cable = Box::leak(Box::new(Cable {
-        plugged: AtomicBool::new(true),
-        wakers: [WakerCell::new(), WakerCell::new()],
-        link_polls: [AtomicUsize::new(0), AtomicUsize::new(0)],
-    }));
-    let (a, b) = wire_pair(exec, pools, Faults::default());
-    let mut stacks = Vec::new();
-    for (side, end) in [a, b].into_iter().enumerate() {
-        let driver: &'static mut Plugged = Box::leak(Box::new(Plugged { end, cable, side }));
-        let resources: &'static StackResources<16> = StackResources::leak();
-        let config = side_config(side, 0x4c1 + side as u64);
-        let (stack, runner) =
-            Stack::new(exec, pools[side], driver, config, resources).expect("stack");
-        runner.spawn(exec.spawner());
-        stacks.push(stack);
-    }
-    Setup {
-        exec,
-        stacks: [stacks[0], stacks[1]],
-        cable,
-        pools,
-    }
-}
+use zcnet_stack::{DropReason, IpEndpoint};
+use zcnet_tests::cable::cable_pair;
+use zcnet_tests::net::ADDR;
 
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
     (0..len as u32)
@@ -130,7 +24,7 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
 
 #[test]
 fn a_pulled_cable_holds_tcp_data_and_tells_the_application_then_resumes() {
-    let s = setup();
+    let s = cable_pair();
     let [a, b] = s.stacks;
     let cable = s.cable;
     let first = pattern(200_000, 1);
@@ -226,7 +120,7 @@ fn a_pulled_cable_holds_tcp_data_and_tells_the_application_then_resumes() {
 
 #[test]
 fn a_link_that_stays_down_is_asked_again_every_second() {
-    let s = setup();
+    let s = cable_pair();
     let a = s.stacks[0];
     let cable = s.cable;
     s.exec.block_on(async move {

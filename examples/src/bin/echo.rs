@@ -5,6 +5,7 @@
 //! cargo build --release -p zcnet-examples && sudo target/release/echo
 //! echo hello | sudo ip netns exec zcnet-demo nc -N 10.77.0.2 7
 //! sudo target/release/echo --pcap echo.pcap   # also records every frame: tcpdump -r echo.pcap
+//! sudo target/release/echo -vv   # logs connections and dropped frames to stderr (-v: less, -vvv: more)
 //! ```
 
 use std::process::ExitCode;

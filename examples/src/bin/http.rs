@@ -5,6 +5,7 @@
 //! cargo build --release -p zcnet-examples && sudo target/release/http
 //! sudo ip netns exec zcnet-demo curl http://10.77.0.2/stats
 //! sudo target/release/http --pcap http.pcap   # also records every frame: tcpdump -r http.pcap
+//! sudo target/release/http -vv   # logs connections and dropped frames to stderr (-v: less, -vvv: more)
 //! ```
 
 use std::process::ExitCode;

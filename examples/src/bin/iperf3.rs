@@ -7,6 +7,7 @@
 //! sudo ip netns exec zcnet-demo iperf3 -c 10.77.0.2 -R       # zcnet sends
 //! sudo ip netns exec zcnet-demo iperf3 -c 10.77.0.2 -P 4     # four parallel streams
 //! sudo target/release/iperf3 --pcap iperf3.pcap   # also records every frame: tcpdump -r iperf3.pcap
+//! sudo target/release/iperf3 -vv   # logs connections and dropped frames to stderr (-v: less, -vvv: more)
 //! ```
 
 use std::process::ExitCode;

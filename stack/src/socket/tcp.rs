@@ -564,6 +564,7 @@ impl TcpSocket {
             Ok(r) => r,
             Err(_) => {
                 self.with(|s, st| {
+                    event!(tcp_connect_timed_out(s));
                     st.meta.set_cause(CloseCause::TimedOut);
                     s.abort();
                     st.signal_egress();
@@ -710,6 +711,7 @@ impl TcpSocket {
     /// Resets the connection at once (RST); later operations fail with [`TcpError::Aborted`].
     pub fn abort(&mut self) {
         self.with(|s, st| {
+            event!(tcp_aborted(s));
             st.meta.set_cause(CloseCause::Aborted);
             s.abort();
             st.signal_egress();

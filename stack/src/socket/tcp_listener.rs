@@ -110,7 +110,8 @@ impl TcpListener {
     /// [`arm`](Self::arm) for a replacement: a failure is counted, and retried later.
     fn rearm(&mut self, i: usize) {
         if self.arm(i).is_err() {
-            self.stack.inner.counters.listener_rearm_failure();
+            let port = self.endpoint.port;
+            self.stack.inner.counters.listener_rearm_failure(port);
         }
     }
 
@@ -162,6 +163,7 @@ impl TcpListener {
                         // Established, or already closing: hand it out either way, without
                         // the listener's handshake timeout.
                         _ => {
+                            event!(tcp_accepted(s));
                             s.set_timeout(None);
                             st.meta.set_connected();
                             true

@@ -77,8 +77,9 @@
 //!   estimate and the windows. They and the RTT estimator start afresh when a connection
 //!   starts (`listen`, `connect`), not when one ends (smoltcp resets its estimator in
 //!   `reset`), so they still describe a connection after it closed.
-//! * No logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
-//!   explained something).
+//! * Logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
+//!   explained something); with the stack's `log` or `defmt` feature a connection's state
+//!   changes, resets and timeouts are logged through `event!` (`events.rs`).
 
 pub(crate) mod congestion;
 pub(crate) mod context;

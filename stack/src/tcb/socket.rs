@@ -1213,6 +1213,7 @@ impl<'a> Tcb<'a> {
 
     /// Move to `state`, waking both wakers.
     fn set_state(&mut self, state: State) {
+        event!(tcp_state(self, state));
         self.state = state;
 
         // Wake all tasks waiting. Even if we haven't received/sent data, this
@@ -1732,6 +1733,7 @@ impl<'a> Tcb<'a> {
 
             // RSTs in any other state close the socket.
             (_, TcpControl::Rst) => {
+                event!(tcp_reset(self));
                 self.set_state(State::Closed);
                 self.tuple = None;
                 return None;
@@ -2359,6 +2361,7 @@ impl<'a> Tcb<'a> {
         // an RST packet with the now-invalid source IP.
         if !cx.addrs.has_ip_addr(tuple.local.addr) {
             // The source IP address is no longer available: close the connection.
+            event!(tcp_address_gone(self));
             self.reset();
             return Ok(());
         }
@@ -2400,6 +2403,7 @@ impl<'a> Tcb<'a> {
         // Check if any state needs to be changed because of a timer.
         if self.timed_out(cx.now) {
             // If a timeout expires, we should abort the connection.
+            event!(tcp_timed_out(self));
             self.set_state(State::Closed);
         } else if self.timer.should_retransmit(cx.now) {
             if let Timer::Retransmit { .. } = self.timer {
