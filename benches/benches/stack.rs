@@ -90,7 +90,8 @@
 //! `ZCNET_STACK_SIDE=zcnet`, `ZCNET_STACK_SIDE=smoltcp` or `ZCNET_STACK_SIDE=embassy` runs one
 //! side alone and prints its
 //! median rate without ratios (for a sampling profiler such as `perf record -e cpu-clock`).
-//! `ZCNET_STACK_MSG=<bytes>` (1 to 65536) changes the request and response size of req/resp
+//! `ZCNET_STACK_TIMESTAMPS=0` runs zcnet without TCP timestamps (plain smoltcp and embassy-net
+//! run without them). `ZCNET_STACK_MSG=<bytes>` (1 to 65536) changes the request and response size of req/resp
 //! from 1 KiB: a gap that stays the same in nanoseconds per round trip from 16 bytes to 1 KiB
 //! is per-packet cost (scheduling, the device, smoltcp's bookkeeping), not per-byte cost
 //! (copies, checksums, caches).
@@ -296,10 +297,21 @@ fn zc_buffers() -> TcpBuffers {
     TcpBuffers::with_capacity(RX_RING, TX_RING)
 }
 
+/// A zcnet socket with the benchmark's rings; TCP timestamps as zcnet's default (on) unless
+/// `ZCNET_STACK_TIMESTAMPS=0` (to measure what they cost; plain smoltcp and embassy-net run
+/// without them).
+fn zc_socket(stack: Stack) -> TcpSocket {
+    let mut s = TcpSocket::new(stack, zc_buffers()).expect("socket");
+    if std::env::var_os("ZCNET_STACK_TIMESTAMPS").is_some_and(|v| v == "0") {
+        s.set_timestamps(false);
+    }
+    s
+}
+
 /// The zcnet server: accepts, then for bulk reads until `total` bytes are in, for req/resp
 /// answers `n` requests. Returns the marks taken when its part of the timed work ended.
 async fn zc_server(b: Stack, stacks: [Stack; 2], work: Workload, api: Api) -> Marks {
-    let mut s = TcpSocket::new(b, zc_buffers()).expect("socket");
+    let mut s = zc_socket(b);
     s.accept(PORT).await.expect("accept");
     let mut buf = vec![0u8; APP_CHUNK];
     match work {
@@ -377,7 +389,7 @@ fn zc_run(work: Workload, api: Api) -> Run {
     let [a, b] = stacks;
     let server = exec.spawner().spawn(zc_server(b, stacks, work, api));
     exec.block_on(async move {
-        let mut c = TcpSocket::new(a, zc_buffers()).expect("socket");
+        let mut c = zc_socket(a);
         // Let the server task run (and listen) before the SYN goes out.
         sleep(Duration::from_millis(1)).await;
         c.connect(IpEndpoint::new(ADDR[1].into(), PORT))

@@ -1,14 +1,16 @@
 //! 10 MB each way over one TCP connection, both directions at once (split halves), across a
 //! wire that loses 5%, reorders 5%, duplicates 1% and corrupts 1% of frames: both streams
 //! arrive byte-exact (SHA-256), and once both sockets are closed and dropped and the stacks
-//! have run out their connections, every slot of both pools is back (the pool audit).
+//! have run out their connections, every slot of both pools is back (the pool audit). Once
+//! with each congestion control: none (the default), Reno and CUBIC (whose loss recovery
+//! sends at proportional rate reduction's pace).
 
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use zcnet_executor::time::timeout;
 use zcnet_executor::Executor;
-use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
+use zcnet_stack::tcp::{CongestionControl, TcpBuffers, TcpSocket};
 use zcnet_stack::{IpEndpoint, Stack};
 use zcnet_tests::clock::VirtualClock;
 use zcnet_tests::net::{pair_on, ADDR};
@@ -86,12 +88,28 @@ async fn futures_join<A: std::future::Future, B: std::future::Future>(
     .await
 }
 
-fn buffers(stack: Stack) -> TcpSocket {
-    TcpSocket::new(stack, TcpBuffers::with_capacity(65536, 65536)).unwrap()
+fn socket(stack: Stack, cc: CongestionControl) -> TcpSocket {
+    let mut s = TcpSocket::new(stack, TcpBuffers::with_capacity(65536, 65536)).unwrap();
+    s.set_congestion_control(cc);
+    s
 }
 
 #[test]
 fn ten_megabytes_each_way_byte_exact_under_loss_reorder_duplication_and_corruption() {
+    ten_megabytes_each_way(CongestionControl::None);
+}
+
+#[test]
+fn the_same_with_reno() {
+    ten_megabytes_each_way(CongestionControl::Reno);
+}
+
+#[test]
+fn the_same_with_cubic() {
+    ten_megabytes_each_way(CongestionControl::Cubic);
+}
+
+fn ten_megabytes_each_way(cc: CongestionControl) {
     let faults = Faults {
         seed: 0x5eed,
         loss: 0.05,
@@ -110,13 +128,13 @@ fn ten_megabytes_each_way_byte_exact_under_loss_reorder_duplication_and_corrupti
         Sha256::digest(&b_data).into(),
     );
     let server = p.exec.spawner().spawn(async move {
-        let mut s = buffers(b);
+        let mut s = socket(b, cc);
         s.accept(8000).await.unwrap();
         exchange(s, b_data).await
     });
     let started = p.exec.now();
     let client = p.exec.block_on(async move {
-        let mut c = buffers(a);
+        let mut c = socket(a, cc);
         c.connect_timeout(
             IpEndpoint::new(ADDR[1].into(), 8000),
             Duration::from_secs(10),
@@ -129,7 +147,7 @@ fn ten_megabytes_each_way_byte_exact_under_loss_reorder_duplication_and_corrupti
     });
     let server = p.exec.block_on(server);
     eprintln!(
-        "10 MB each way under faults: {} ms simulated",
+        "10 MB each way under faults, {cc:?}: {} ms simulated",
         (p.exec.now() - started).as_millis()
     );
     // Both sockets are dropped (`exchange` consumed them) after shutting down and reading the

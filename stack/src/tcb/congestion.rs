@@ -42,6 +42,13 @@ pub(super) trait Controller {
     /// Fired after an inferred loss via three duplicate acks.
     fn on_loss(&mut self, _now: Instant, _in_flight: usize) {}
 
+    /// The slow-start threshold, the window the controller aims for after a loss; `None`
+    /// without congestion control (then loss recovery sends as the window allows, without
+    /// proportional rate reduction).
+    fn ssthresh(&self) -> Option<usize> {
+        None
+    }
+
     /// Fired at the start of each dispatch.
     fn pre_transmit(&mut self, _now: Instant) {}
 

@@ -55,7 +55,9 @@
 //!   `pipe`), or as NewReno (RFC 6582) when the peer does not SACK; recovery may start from
 //!   the scoreboard before three duplicate ACKs; a timeout's go-back skips what the peer
 //!   SACKed; the retransmission timer keeps running after a fast retransmit. Our ACKs carry up
-//!   to three SACK blocks (smoltcp's, one).
+//!   to three SACK blocks (smoltcp's, one). Under Reno or CUBIC, what recovery sends follows
+//!   proportional rate reduction (RFC 6937) instead of the inflated window of RFC 5681's fast
+//!   recovery.
 //! * Time-based loss detection and loss probes, RACK-TLP (RFC 8985, [`rack`]), with a peer
 //!   that SACKs: a segment is lost once one sent after it was delivered and a round trip has
 //!   passed (this finds lost retransmissions and losses too near the tail for three duplicate

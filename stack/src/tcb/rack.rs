@@ -81,6 +81,11 @@ pub(crate) struct Rack {
     reorder_at: Option<Instant>,
     /// The tail loss probe.
     probe: Probe,
+    /// Some logged segment was SACKed or sent again: only then can one be sent before the
+    /// most recent delivery and still be unacknowledged (segments go out in sequence order
+    /// otherwise, and cumulative ACKs deliver them in that order), so only then has
+    /// [`detect`](Self::detect) anything to look at. Cleared with the log.
+    irregular: bool,
 }
 
 /// Where the tail loss probe stands.
@@ -105,6 +110,7 @@ impl Default for Rack {
             min_rtt: None,
             reorder_at: None,
             probe: Probe::Idle,
+            irregular: false,
         }
     }
 }
@@ -123,6 +129,7 @@ impl Rack {
         self.latest = None;
         self.reorder_at = None;
         self.probe = Probe::Idle;
+        self.irregular = false;
     }
 
     /// `[start, end)` was sent at `now`: appended if it is new sequence space, otherwise the
@@ -155,6 +162,7 @@ impl Rack {
                 return;
             }
         }
+        self.irregular = true;
         for s in self.log.iter_mut() {
             if s.start < end && start < s.end {
                 s.xmit = now;
@@ -171,13 +179,14 @@ impl Rack {
     }
 
     /// An ACK arrived at `now`: `una` is the cumulative ACK and `sacked(start, end)` says
-    /// whether the remote SACKed all of `[start, end)`. Updates the most recent delivery
-    /// (RFC 8985 section 6.2, steps 1–3) and returns whether it moved (news to detect from).
+    /// whether the remote SACKed all of `[start, end)` (`None`: nothing is SACKed). Updates
+    /// the most recent delivery (RFC 8985 section 6.2, steps 1–3) and returns whether it moved
+    /// (news to detect from).
     pub(crate) fn on_ack(
         &mut self,
         una: TcpSeqNumber,
         now: Instant,
-        sacked: impl Fn(TcpSeqNumber, TcpSeqNumber) -> bool,
+        sacked: Option<impl Fn(TcpSeqNumber, TcpSeqNumber) -> bool>,
     ) -> bool {
         let mut moved = false;
         while let Some(front) = self.log.front_mut() {
@@ -192,16 +201,22 @@ impl Rack {
                 break;
             }
         }
-        let mut newly = heapless::Vec::<Sent, LOG_LEN>::new();
-        for s in self.log.iter_mut().filter(|s| !s.sacked) {
-            if sacked(s.start, s.end) {
-                s.sacked = true;
-                s.lost = false;
-                let _ = newly.push(*s);
-            }
+        if self.log.is_empty() {
+            self.irregular = false;
         }
-        for s in &newly {
-            moved |= self.delivered(s, now);
+        if let Some(sacked) = sacked {
+            let mut newly = heapless::Vec::<Sent, LOG_LEN>::new();
+            for s in self.log.iter_mut().filter(|s| !s.sacked) {
+                if sacked(s.start, s.end) {
+                    s.sacked = true;
+                    s.lost = false;
+                    let _ = newly.push(*s);
+                }
+            }
+            self.irregular |= !newly.is_empty();
+            for s in &newly {
+                moved |= self.delivered(s, now);
+            }
         }
         if moved {
             // The remote answered: no probe until the next send or ACK arms one.
@@ -239,7 +254,7 @@ impl Rack {
     /// segment was newly marked lost.
     pub(crate) fn detect(&mut self, now: Instant) -> bool {
         self.reorder_at = None;
-        let Some((latest_xmit, latest_end)) = self.latest else {
+        let Some((latest_xmit, latest_end)) = self.latest.filter(|_| self.irregular) else {
             return false;
         };
         let wait = self.rtt + self.reo_wnd();
@@ -308,6 +323,11 @@ impl Rack {
                 self.probe = Probe::Due;
             }
         }
+        self.probe == Probe::Due
+    }
+
+    /// Whether a probe is due (its timer fired and it was not sent yet).
+    pub(crate) fn probe_is_due(&self) -> bool {
         self.probe == Probe::Due
     }
 
@@ -386,8 +406,8 @@ mod tests {
         r
     }
 
-    fn sacked(blocks: &[(i32, i32)]) -> impl Fn(TcpSeqNumber, TcpSeqNumber) -> bool + '_ {
-        move |s, e| blocks.iter().any(|&(a, b)| seq(a) <= s && e <= seq(b))
+    fn sacked(blocks: &[(i32, i32)]) -> Option<impl Fn(TcpSeqNumber, TcpSeqNumber) -> bool + '_> {
+        Some(move |s, e| blocks.iter().any(|&(a, b)| seq(a) <= s && e <= seq(b)))
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //! * Recovery starts on the third duplicate ACK, or as soon as the scoreboard says the first
 //!   unacknowledged byte is lost (RFC 6675 section 5); it ends when the cumulative ACK reaches
 //!   the highest sequence number sent when it started (the recovery point).
+//! * Under a congestion controller (Reno, CUBIC), how much recovery may send follows
+//!   proportional rate reduction (RFC 6937, [`send_quota`](Recovery::send_quota)): in
+//!   proportion to what the remote reports delivered, down to the controller's slow-start
+//!   threshold. Without one, the peer's window alone limits it.
 //! * A retransmission timeout ends recovery. The scoreboard survives the first timeout, so
 //!   that the bytes sent again from the cumulative ACK skip what the remote holds (Linux does
 //!   the same); a second timeout in a row clears it, in case the remote dropped data it had
@@ -41,6 +45,17 @@ pub(crate) struct Recovery {
     first_sent: bool,
     /// A retransmission timeout fired and no data was acknowledged since.
     rto_unanswered: bool,
+    /// The cumulative ACK at the last [`on_ack`](Self::on_ack).
+    una: TcpSeqNumber,
+    /// Bytes the last ACK reported delivered: newly cumulatively acknowledged plus newly
+    /// SACKed (RFC 6937 `DeliveredData`).
+    delivered: usize,
+    /// PRR (RFC 6937), during recovery: bytes delivered since it began (`prr_delivered`)...
+    prr_delivered: usize,
+    /// ... bytes sent since it began (`prr_out`) ...
+    prr_out: usize,
+    /// ... and the bytes in flight when it began (`RecoverFS`).
+    recover_fs: usize,
     /// Segments sent again since the connection opened (timeouts included).
     retransmissions: u32,
 }
@@ -71,9 +86,18 @@ impl Recovery {
         snd_max: TcpSeqNumber,
         acked: bool,
     ) {
+        let sacked_before = self.scoreboard.sacked_bytes();
         match sack {
             Some(blocks) => self.scoreboard.record(blocks, una, snd_max),
             None => self.scoreboard.advance(una),
+        }
+        // DeliveredData: the ACK's advance plus the change in SACKed bytes (which falls by
+        // what the advance covered of them).
+        let advance = if una > self.una { una - self.una } else { 0 };
+        self.una = una;
+        self.delivered = (advance + self.scoreboard.sacked_bytes()).saturating_sub(sacked_before);
+        if self.in_recovery() {
+            self.prr_delivered += self.delivered;
         }
         if acked {
             self.rto_unanswered = false;
@@ -99,7 +123,45 @@ impl Recovery {
         self.point = Some(snd_nxt);
         self.high_rxt = una;
         self.first_sent = false;
+        // PRR: the ACK that started it counts as delivered within it.
+        self.prr_delivered = self.delivered;
+        self.prr_out = 0;
+        self.recover_fs = snd_nxt - una;
         true
+    }
+
+    /// `len` bytes of sequence space were sent (new data or again): counted against PRR's
+    /// quota during recovery.
+    pub(crate) fn on_sent(&mut self, len: usize) {
+        if self.in_recovery() {
+            self.prr_out += len;
+        }
+    }
+
+    /// Proportional rate reduction (RFC 6937), during recovery: how many bytes may be sent
+    /// now, with `pipe` the bytes in flight, `ssthresh` the congestion controller's slow-start
+    /// threshold (its target window) and `mss` the segment size. Above `ssthresh`, sending
+    /// follows delivery in the proportion `ssthresh / RecoverFS`, so the window comes down to
+    /// `ssthresh` smoothly over one round trip instead of stopping until half the flight
+    /// drained (rounded up to whole segments); below it, slow start back up to it, at most
+    /// one segment more than was delivered (PRR-SSRB).
+    pub(crate) fn send_quota(&self, pipe: usize, ssthresh: usize, mss: usize) -> usize {
+        if pipe > ssthresh {
+            let target = (self.prr_delivered as u64 * ssthresh as u64)
+                .div_ceil(self.recover_fs.max(1) as u64);
+            let quota = usize::try_from(target)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(self.prr_out);
+            // Whole segments, as Linux counts: a share of a segment sends the segment.
+            quota.div_ceil(mss.max(1)).saturating_mul(mss)
+        } else {
+            let limit = self
+                .prr_delivered
+                .saturating_sub(self.prr_out)
+                .max(self.delivered)
+                + mss;
+            (ssthresh - pipe).min(limit)
+        }
     }
 
     /// A retransmission timeout fired: recovery ends (the sender goes back to the cumulative
@@ -114,18 +176,17 @@ impl Recovery {
 
     /// The next bytes to send again, as `(start, most bytes)`, or `None`: the first hole at or
     /// past what this recovery already sent again, if it counts as lost (the first
-    /// unacknowledged byte always does, RFC 6675 and RFC 6582 alike). `cwnd` is the congestion
-    /// window and `pipe` the bytes in flight ([`pipe`](Self::pipe)): after the first one, a
-    /// retransmission waits until the window has room.
+    /// unacknowledged byte always does, RFC 6675 and RFC 6582 alike). `room` is what the
+    /// congestion window allows to send now (`cwnd - pipe`, or PRR's [`send_quota`]
+    /// (Self::send_quota)): after the first one, a retransmission waits until it is not 0.
     pub(crate) fn next_retransmission(
         &self,
         una: TcpSeqNumber,
         mss: usize,
-        cwnd: usize,
-        pipe: usize,
+        room: usize,
     ) -> Option<(TcpSeqNumber, usize)> {
         let point = self.point?;
-        if self.first_sent && pipe >= cwnd {
+        if !self.may_retransmit(room) {
             return None;
         }
         let from = self.high_rxt.max(una);
@@ -141,16 +202,21 @@ impl Recovery {
         }
     }
 
+    /// Whether the remote SACKed anything past the cumulative ACK.
+    pub(crate) fn has_sacked(&self) -> bool {
+        self.scoreboard.sacked_bytes() > 0
+    }
+
     /// Whether the remote SACKed all of `[start, end)`.
     pub(crate) fn is_sacked(&self, start: TcpSeqNumber, end: TcpSeqNumber) -> bool {
         self.scoreboard.sacked_end(start).is_some_and(|e| e >= end)
     }
 
     /// Whether the congestion window lets another retransmission go (the first of an episode
-    /// always may, RFC 6675 4.3); `cwnd` and `pipe` as for
+    /// always may, RFC 6675 4.3); `room` as for
     /// [`next_retransmission`](Self::next_retransmission).
-    pub(crate) fn may_retransmit(&self, cwnd: usize, pipe: usize) -> bool {
-        !self.first_sent || pipe < cwnd
+    pub(crate) fn may_retransmit(&self, room: usize) -> bool {
+        !self.first_sent || room > 0
     }
 
     /// Bytes `[.., end)` were sent again (by recovery or after a timeout).
@@ -211,17 +277,17 @@ mod tests {
         // Segments 0 and 300 lost, the rest up to 700 SACKed.
         let mut r = recovering(0, &[(100, 300), (400, 700)]);
         assert_eq!(
-            r.next_retransmission(seq(0), MSS, usize::MAX, 0),
+            r.next_retransmission(seq(0), MSS, usize::MAX),
             Some((seq(0), 100))
         );
         r.retransmitted(seq(100));
         assert_eq!(
-            r.next_retransmission(seq(0), MSS, usize::MAX, 0),
+            r.next_retransmission(seq(0), MSS, usize::MAX),
             Some((seq(300), 100))
         );
         r.retransmitted(seq(400));
         // Nothing else is known lost (700..1000 may be in flight).
-        assert_eq!(r.next_retransmission(seq(0), MSS, usize::MAX, 0), None);
+        assert_eq!(r.next_retransmission(seq(0), MSS, usize::MAX), None);
         // The first hole is filled: the ACK jumps to 300; then to the point: recovery ends.
         r.on_ack(seq(300), Some(&[Some((400, 700))]), seq(1000), true);
         assert!(r.in_recovery());
@@ -238,9 +304,9 @@ mod tests {
         r.retransmitted(seq(100));
         assert_eq!(r.pipe(seq(0), seq(1000), MSS), 400);
         // After the first retransmission, a full window holds the next one back.
-        assert_eq!(r.next_retransmission(seq(0), MSS, 400, 400), None);
+        assert_eq!(r.next_retransmission(seq(0), MSS, 0), None);
         assert_eq!(
-            r.next_retransmission(seq(0), MSS, 500, 400),
+            r.next_retransmission(seq(0), MSS, 100),
             Some((seq(300), 100))
         );
     }
@@ -248,10 +314,7 @@ mod tests {
     #[test]
     fn the_first_retransmission_ignores_the_congestion_window() {
         let r = recovering(0, &[(100, 400)]);
-        assert_eq!(
-            r.next_retransmission(seq(0), MSS, 0, 1000),
-            Some((seq(0), 100))
-        );
+        assert_eq!(r.next_retransmission(seq(0), MSS, 0), Some((seq(0), 100)));
     }
 
     #[test]
@@ -260,11 +323,11 @@ mod tests {
         let mut r = recovering(0, &[(100, 300), (400, 500), (600, 700)]);
         r.retransmitted(seq(100));
         // Three blocks above 0, two above 300, 200 bytes above 300 (not more than 2 MSS).
-        assert_eq!(r.next_retransmission(seq(0), MSS, usize::MAX, 0), None);
+        assert_eq!(r.next_retransmission(seq(0), MSS, usize::MAX), None);
         // One more block SACKed above: 300 is lost now.
         r.on_ack(seq(0), Some(&[Some((800, 900))]), seq(1000), false);
         assert_eq!(
-            r.next_retransmission(seq(0), MSS, usize::MAX, 0),
+            r.next_retransmission(seq(0), MSS, usize::MAX),
             Some((seq(300), 100))
         );
     }
@@ -277,17 +340,60 @@ mod tests {
         // Already in recovery: no second episode (no second window reduction).
         assert!(!r.enter(seq(0), seq(1000)));
         assert_eq!(
-            r.next_retransmission(seq(0), MSS, usize::MAX, 0),
+            r.next_retransmission(seq(0), MSS, usize::MAX),
             Some((seq(0), 1000))
         );
         r.retransmitted(seq(100));
-        assert_eq!(r.next_retransmission(seq(0), MSS, usize::MAX, 0), None);
+        assert_eq!(r.next_retransmission(seq(0), MSS, usize::MAX), None);
         // Partial ACK to 400 (300 was lost too): send it.
         r.on_ack(seq(300), None, seq(1000), true);
         assert_eq!(
-            r.next_retransmission(seq(300), MSS, usize::MAX, 0),
+            r.next_retransmission(seq(300), MSS, usize::MAX),
             Some((seq(300), 700))
         );
+    }
+
+    #[test]
+    fn prr_sends_one_segment_for_every_two_delivered_down_to_half_the_flight() {
+        // Twenty segments in flight, the first lost; the controller halves: ssthresh 1000.
+        let mut r = Recovery::default();
+        r.on_ack(seq(0), Some(&[]), seq(2000), false);
+        r.on_ack(seq(0), Some(&[Some((100, 200))]), seq(2000), false);
+        assert!(r.enter(seq(0), seq(2000)));
+        let ssthresh = 1000;
+        let mut snd_nxt = 2000;
+        let mut sent_per_ack = std::vec::Vec::new();
+        for i in 2..12 {
+            let pipe = r.pipe(seq(0), seq(snd_nxt), MSS);
+            assert!(pipe > ssthresh);
+            let quota = r.send_quota(pipe, ssthresh, MSS);
+            sent_per_ack.push(quota / MSS);
+            // New data goes out.
+            r.on_sent(quota);
+            snd_nxt += quota as i32;
+            // The next ACK SACKs one more of the first flight's segments.
+            let block = Some((100, 100 * i + 100));
+            r.on_ack(seq(0), Some(&[block]), seq(snd_nxt), false);
+        }
+        assert_eq!(sent_per_ack, [1, 0, 1, 0, 1, 0, 1, 0, 1, 0]);
+    }
+
+    #[test]
+    fn prr_below_ssthresh_slow_starts_back_at_most_a_segment_past_delivery() {
+        let mut r = Recovery::default();
+        r.on_ack(seq(0), Some(&[]), seq(1000), false);
+        r.on_ack(seq(0), Some(&[Some((500, 1000))]), seq(1000), false);
+        assert!(r.enter(seq(0), seq(1000)));
+        // 500 delivered by the entering ACK, 500 lost: pipe 0 (nothing sent again yet).
+        let pipe = r.pipe(seq(0), seq(1000), MSS);
+        assert_eq!(pipe, 0);
+        // Far below ssthresh: delivered plus one segment, not the whole gap to ssthresh.
+        assert_eq!(r.send_quota(pipe, 2000, MSS), 600);
+        r.on_sent(600);
+        // Nothing delivered since: the last ACK's delivery plus one segment.
+        assert_eq!(r.send_quota(600, 2000, MSS), 600);
+        // Close to ssthresh: the gap.
+        assert_eq!(r.send_quota(1950, 2000, MSS), 50);
     }
 
     #[test]

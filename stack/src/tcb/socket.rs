@@ -1064,29 +1064,37 @@ impl<'a> Tcb<'a> {
 
     /// The bytes loss recovery wants sent again now, as `(start, most bytes)` (see
     /// [`Recovery::next_retransmission`]).
+    #[inline]
     fn retransmission_due(&self) -> Option<(TcpSeqNumber, usize)> {
+        // Asked a dozen times per round trip (polls, dispatches, the blocked-frame check): the
+        // common answer inline, the rest out of line.
+        if !self.recovery.in_recovery() && !self.rack.probe_is_due() {
+            return None;
+        }
+        self.retransmission_or_probe()
+    }
+
+    /// [`retransmission_due`](Self::retransmission_due) in recovery or with a probe due.
+    #[inline(never)]
+    fn retransmission_or_probe(&self) -> Option<(TcpSeqNumber, usize)> {
+        let in_recovery = self.recovery.in_recovery();
         if self.tx_buffer.is_empty() {
             return None;
         }
         // A due loss probe (regardless of the congestion window, see `Rack::probe`).
-        if let Some(probe) = self
-            .rack
-            .probe(self.local_seq_no, self.recovery.in_recovery())
-        {
+        if let Some(probe) = self.rack.probe(self.local_seq_no, in_recovery) {
             return Some(probe);
         }
-        // Asked on every poll and dispatch: outside recovery, answer before computing `pipe`.
-        if !self.recovery.in_recovery() {
+        if !in_recovery {
             return None;
         }
-        let cwnd = self.congestion_controller.inner().window();
-        let pipe = self.pipe();
+        let room = self.cwnd_remaining();
         // What RACK found lost (a lost retransmission among it) before the next hole.
         if let Some(lost) = self.rack.next_lost(self.local_seq_no) {
-            return self.recovery.may_retransmit(cwnd, pipe).then_some(lost);
+            return self.recovery.may_retransmit(room).then_some(lost);
         }
         self.recovery
-            .next_retransmission(self.local_seq_no, self.remote_mss, cwnd, pipe)
+            .next_retransmission(self.local_seq_no, self.remote_mss, room)
     }
 
     /// (Re)arms the loss probe (RACK-TLP, with a SACKing remote) for the data in flight, from
@@ -1136,12 +1144,24 @@ impl<'a> Tcb<'a> {
         self.remote_last_seq - self.local_seq_no
     }
 
-    /// What the congestion window still allows in flight (counted as [`pipe`](Self::pipe)).
+    /// What the congestion window still allows to send now: the window less the bytes in
+    /// flight ([`pipe`](Self::pipe)), or during recovery under a congestion controller,
+    /// proportional rate reduction's quota ([`Recovery::send_quota`]).
+    #[inline]
     fn cwnd_remaining(&self) -> usize {
-        self.congestion_controller
-            .inner()
-            .window()
-            .saturating_sub(self.pipe())
+        let cc = self.congestion_controller.inner();
+        let window = cc.window();
+        // No congestion control: nothing to subtract from (and `pipe` not worth computing).
+        if window == usize::MAX {
+            return usize::MAX;
+        }
+        let pipe = self.pipe();
+        match cc.ssthresh() {
+            Some(ssthresh) if self.recovery.in_recovery() => {
+                self.recovery.send_quota(pipe, ssthresh, self.remote_mss)
+            }
+            _ => window.saturating_sub(pipe),
+        }
     }
 
     /// One past the highest sequence number sent so far in this connection (`None` before the
@@ -1927,9 +1947,10 @@ impl<'a> Tcb<'a> {
             // duplicate ACKs); outside recovery that starts one.
             if self.remote_has_sack {
                 let recovery = &self.recovery;
-                let news = self
-                    .rack
-                    .on_ack(self.local_seq_no, cx.now, |s, e| recovery.is_sacked(s, e));
+                let sacked = recovery
+                    .has_sacked()
+                    .then_some(|s, e| recovery.is_sacked(s, e));
+                let news = self.rack.on_ack(self.local_seq_no, cx.now, sacked);
                 if news {
                     if self.rack.detect(cx.now)
                         && !self.recovery.in_recovery()
@@ -2640,6 +2661,9 @@ impl<'a> Tcb<'a> {
         if segment_len > 0 && resent {
             self.recovery.retransmitted(end);
             self.rtte.on_retransmit();
+        }
+        if segment_len > 0 && !is_zero_window_probe && !is_keep_alive {
+            self.recovery.on_sent(segment_len);
         }
         if segment_len > 0 && self.remote_has_sack && !is_zero_window_probe && !is_keep_alive {
             self.rack.on_send(repr.seq_number, end, cx.now);

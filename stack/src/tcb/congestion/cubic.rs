@@ -95,6 +95,10 @@ impl Controller for Cubic {
         self.cwnd
     }
 
+    fn ssthresh(&self) -> Option<usize> {
+        Some(self.ssthresh)
+    }
+
     fn on_ack(&mut self, now: Instant, len: usize, in_flight: usize, rtt: &RttEstimator) {
         let segment = len.min(self.mss);
 
