@@ -8,8 +8,11 @@
 //!
 //! `/stats` shows the stack's counters ([`Stack::stats`]), the driver's counters (when the
 //! server was given a [`DriverStats`] hook), the frame pool's occupancy, the copy ledger
-//! ([`LEDGER`]), this server's own counters, and any further sections the caller adds through
-//! an [`ExtraStats`] hook. See [`stats_json`] for the document's shape.
+//! ([`LEDGER`]), this server's own counters with the TCP totals of the connections it has
+//! finished serving ([`TcpTotals`]), the TCP statistics of the connection the request came on
+//! ([`TcpSocket::stats`]: its RTT, bytes, segments, retransmissions), and any further
+//! sections the caller adds through an [`ExtraStats`] hook. See [`stats_json`] for the
+//! document's shape.
 //!
 //! Robustness: the request head is bounded ([`MAX_HEAD`], else `431`), a body is read and
 //! discarded only up to [`MAX_BODY`] (else `413`), malformed requests get `400`, unknown paths
@@ -31,7 +34,7 @@ use zcnet_buffer::ledger::{CopySite, LEDGER};
 use zcnet_buffer::LinkState;
 use zcnet_executor::time::timeout;
 use zcnet_executor::Spawner;
-use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
+use zcnet_stack::tcp::{TcpBuffers, TcpCounters, TcpListener, TcpSocket, TcpStats};
 use zcnet_stack::{DropReason, Never, Stack, StackError};
 
 use crate::json::{object, Json};
@@ -55,7 +58,7 @@ pub const INDEX_HTML: &str = "<!doctype html>
 <p>This page came from a no_std, event-driven TCP/IP stack (smoltcp inside, driven by an
 ingress and an egress task) running in user space over a Linux TAP device.</p>
 <p>Live counters: <a href=\"/stats\">/stats</a> (stack, TAP driver, frame pool, copy ledger,
-this server).</p>
+this server, and the TCP statistics of your connection).</p>
 </body>
 </html>
 ";
@@ -259,6 +262,48 @@ struct Counters {
     status_2xx: AtomicU64,
     status_4xx: AtomicU64,
     status_5xx: AtomicU64,
+    closed: spin::Mutex<TcpTotals>,
+}
+
+/// The TCP counters of the connections the server has finished serving, summed (what
+/// `/stats` shows as `http.closed`): a fixed set of sums, however many connections there were.
+///
+/// A connection counts once its task is done with it: the client closed it, asked to close
+/// it, sent something unparseable, or stayed idle past the timeout. The socket then finishes
+/// closing in the background, so bytes of a last response still queued then are not in
+/// `bytes_sent`, nor the FIN exchange in the segment counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpTotals {
+    /// Connections counted.
+    pub connections: u64,
+    /// Their counters ([`TcpStats::counters`]), summed.
+    pub counters: TcpCounters,
+}
+
+impl TcpTotals {
+    /// Adds one connection.
+    pub fn add(&mut self, s: &TcpStats) {
+        self.connections += 1;
+        self.counters.add(&s.counters);
+    }
+}
+
+/// TCP counters as JSON members, named as [`TcpCounters`]' fields.
+fn counters_json(c: &TcpCounters) -> Vec<(String, Json)> {
+    [
+        ("bytes_sent", c.bytes_sent),
+        ("bytes_retransmitted", c.bytes_retransmitted),
+        ("bytes_received", c.bytes_received),
+        ("bytes_acked", c.bytes_acked),
+        ("segments_sent", c.segments_sent),
+        ("segments_received", c.segments_received),
+        ("retransmitted_segments", c.retransmitted_segments),
+        ("fast_recoveries", c.fast_recoveries),
+        ("timeouts", c.timeouts),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into()))
+    .collect()
 }
 
 /// The server's own counters; clone it to read them while the server runs.
@@ -278,6 +323,8 @@ pub struct HttpStatsSnapshot {
     pub status_4xx: u64,
     /// Responses with a 5xx status.
     pub status_5xx: u64,
+    /// TCP totals of the connections the server has finished serving.
+    pub closed: TcpTotals,
 }
 
 impl HttpStats {
@@ -290,6 +337,7 @@ impl HttpStats {
             status_2xx: c.status_2xx.load(Relaxed),
             status_4xx: c.status_4xx.load(Relaxed),
             status_5xx: c.status_5xx.load(Relaxed),
+            closed: *c.closed.lock(),
         }
     }
 
@@ -350,7 +398,11 @@ impl HttpServer {
             self.shared.stats.0.connections.fetch_add(1, Relaxed);
             let shared = self.shared.clone();
             spawner.spawn(async move {
-                serve_connection(sock, &shared).await;
+                let mut sock = sock;
+                serve_connection(&mut sock, &shared).await;
+                shared.stats.0.closed.lock().add(&sock.stats());
+                // Dropping the socket sends what is queued, then FIN.
+                drop(sock);
                 drop(permit);
             });
         }
@@ -556,8 +608,11 @@ pub fn error_body(status: u16) -> Vec<u8> {
 /// * the driver's section, named and rendered by `driver` (absent without one);
 /// * `"pool"`: the frame pool's slots by state and its exhaustion counts;
 /// * `"copy_ledger"`: copies and bytes per [`CopySite`] and `"user_space_total"`;
-/// * `"http"`: this server's counters, with `active` as its connections being served
-///   (`null` without `http`);
+/// * `"http"`: this server's counters, with `active` as its connections being served and
+///   `closed` the TCP totals of those it finished serving ([`TcpTotals`]) (`null` without
+///   `http`);
+/// * `"connection"`: the TCP statistics of the connection the request came on, `conn`
+///   ([`tcp_stats_json`]; `null` without one);
 /// * then each member `extra` renders, in order.
 pub fn stats_json(
     stack: &Stack,
@@ -565,6 +620,7 @@ pub fn stats_json(
     extra: Option<&ExtraStats>,
     http: Option<&HttpStats>,
     active: usize,
+    conn: Option<&TcpStats>,
 ) -> Json {
     let s = stack.stats();
     let drops = Json::Obj(
@@ -634,6 +690,11 @@ pub fn stats_json(
             ("status_2xx", h.status_2xx.into()),
             ("status_4xx", h.status_4xx.into()),
             ("status_5xx", h.status_5xx.into()),
+            ("closed", {
+                let mut closed = vec![("connections".to_string(), h.closed.connections.into())];
+                closed.extend(counters_json(&h.closed.counters));
+                Json::Obj(closed)
+            }),
         ])
     });
     let mut doc = vec![("stack".to_string(), stack_j)];
@@ -643,14 +704,48 @@ pub fn stats_json(
     doc.push(("pool".to_string(), pool_j));
     doc.push(("copy_ledger".to_string(), Json::Obj(ledger)));
     doc.push(("http".to_string(), http_j));
+    doc.push((
+        "connection".to_string(),
+        conn.map_or(Json::Null, tcp_stats_json),
+    ));
     if let Some(e) = extra {
         doc.extend(e.render());
     }
     Json::Obj(doc)
 }
 
-/// Chooses the response for a well-formed request: (status, content type, body).
-fn route(req: &Request<'_>, shared: &Shared) -> (u16, &'static str, Vec<u8>) {
+/// One connection's [`TcpStats`] as JSON: `state` (as RFC 793 names it, `"ESTABLISHED"`), the
+/// counters named as [`TcpCounters`]' fields, the RTT estimate in microseconds (`srtt_us`,
+/// `rttvar_us`, `min_rtt_us`, `rto_us`; `null` before a measurement), and `cwnd`, `ssthresh`
+/// (bytes, `null` without congestion control), `mss`, `unacked` and `peer_window` (bytes).
+pub fn tcp_stats_json(s: &TcpStats) -> Json {
+    let micros = |d: Option<Duration>| {
+        d.map_or(Json::Null, |d| {
+            u64::try_from(d.as_micros()).unwrap_or(u64::MAX).into()
+        })
+    };
+    let bytes = |n: Option<usize>| n.map_or(Json::Null, |n| (n as u64).into());
+    let mut m = vec![("state".to_string(), s.state.to_string().as_str().into())];
+    m.extend(counters_json(&s.counters));
+    m.extend(
+        [
+            ("srtt_us", micros(s.srtt)),
+            ("rttvar_us", micros(s.rttvar)),
+            ("min_rtt_us", micros(s.min_rtt)),
+            ("rto_us", micros(Some(s.rto))),
+            ("cwnd", bytes(s.cwnd)),
+            ("ssthresh", bytes(s.ssthresh)),
+            ("mss", bytes(Some(s.mss))),
+            ("unacked", bytes(Some(s.unacked))),
+            ("peer_window", bytes(Some(s.peer_window))),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    Json::Obj(m)
+}
+
+/// Chooses the response for a well-formed request on `sock`: (status, content type, body).
+fn route(req: &Request<'_>, shared: &Shared, sock: &TcpSocket) -> (u16, &'static str, Vec<u8>) {
     if req.method != "GET" && req.method != "HEAD" {
         return (405, "text/plain", error_body(405));
     }
@@ -667,6 +762,7 @@ fn route(req: &Request<'_>, shared: &Shared) -> (u16, &'static str, Vec<u8>) {
                 shared.config.extra_stats.as_ref(),
                 Some(&shared.stats),
                 shared.limit.active(),
+                Some(&sock.stats()),
             )
             .to_compact()
             .into_bytes();
@@ -684,7 +780,7 @@ fn route(req: &Request<'_>, shared: &Shared) -> (u16, &'static str, Vec<u8>) {
 
 /// Serves one connection until the client closes it, asks to close it, sends something
 /// unparseable, or idles past the timeout.
-async fn serve_connection(mut sock: TcpSocket, shared: &Shared) {
+async fn serve_connection(sock: &mut TcpSocket, shared: &Shared) {
     let idle = shared.config.idle_timeout;
     let mut buf = vec![0u8; MAX_HEAD];
     let mut filled = 0usize;
@@ -715,7 +811,7 @@ async fn serve_connection(mut sock: TcpSocket, shared: &Shared) {
                 (status, out, false, 0)
             }
             Ok(req) => {
-                let (status, ctype, body) = route(&req, shared);
+                let (status, ctype, body) = route(&req, shared, sock);
                 let head_only = req.method == "HEAD";
                 let out = response(status, ctype, &body, req.keep_alive, head_only);
                 (status, out, req.keep_alive, req.content_length)
@@ -747,7 +843,6 @@ async fn serve_connection(mut sock: TcpSocket, shared: &Shared) {
             return;
         }
         if !keep_alive {
-            // Dropping the socket sends what is queued, then FIN.
             return;
         }
         // 4. Keep pipelined bytes for the next request.
@@ -864,7 +959,8 @@ mod tests {
     }
 
     /// The hooks' sections sit where [`stats_json`] says: the driver's after `"stack"`, the
-    /// extra ones at the end; without hooks, neither.
+    /// extra ones at the end; without hooks, neither. `"connection"` is always there, `null`
+    /// without a connection.
     #[cfg(feature = "std")]
     #[test]
     fn stats_json_places_the_hooks_sections() {
@@ -882,7 +978,7 @@ mod tests {
                 other => panic!("not an object: {other:?}"),
             }
         };
-        let j = stats_json(&p.stacks[0], Some(&driver), Some(&extra), None, 0);
+        let j = stats_json(&p.stacks[0], Some(&driver), Some(&extra), None, 0, None);
         assert_eq!(
             names(&j),
             [
@@ -891,10 +987,12 @@ mod tests {
                 "pool",
                 "copy_ledger",
                 "http",
+                "connection",
                 "kernel",
                 "build"
             ]
         );
+        assert_eq!(j.get("connection"), Some(&Json::Null));
         assert_eq!(
             j.path(&["nic", "rx_frames"]).and_then(Json::as_u64),
             Some(7)
@@ -904,9 +1002,32 @@ mod tests {
             Some(3)
         );
         assert_eq!(j.get("http"), Some(&Json::Null));
-        let j = stats_json(&p.stacks[0], None, None, Some(&HttpStats::default()), 2);
-        assert_eq!(names(&j), ["stack", "pool", "copy_ledger", "http"]);
+        let sock = TcpSocket::new(p.stacks[0], TcpBuffers::with_capacity(4096, 4096)).unwrap();
+        let conn = sock.stats();
+        let j = stats_json(
+            &p.stacks[0],
+            None,
+            None,
+            Some(&HttpStats::default()),
+            2,
+            Some(&conn),
+        );
+        assert_eq!(
+            names(&j),
+            ["stack", "pool", "copy_ledger", "http", "connection"]
+        );
         assert_eq!(j.path(&["http", "active"]).and_then(Json::as_u64), Some(2));
+        assert_eq!(
+            j.path(&["http", "closed", "connections"])
+                .and_then(Json::as_u64),
+            Some(0)
+        );
+        // A socket that never connected: closed, nothing counted, no RTT measured yet.
+        let c = j.get("connection").unwrap();
+        assert_eq!(c.get("state").and_then(Json::as_str), Some("CLOSED"));
+        assert_eq!(c.get("segments_sent").and_then(Json::as_u64), Some(0));
+        assert_eq!(c.get("srtt_us"), Some(&Json::Null));
+        assert_eq!(c.get("rto_us").and_then(Json::as_u64), Some(1_000_000));
     }
 
     #[test]

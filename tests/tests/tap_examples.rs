@@ -8,7 +8,7 @@ use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use zcnet_examples::echo::{EchoConfig, EchoServer};
-use zcnet_examples::http::{HttpConfig, HttpServer, INDEX_HTML};
+use zcnet_examples::http::{response, HttpConfig, HttpServer, HttpStats, INDEX_HTML};
 use zcnet_examples::iperf3::{Iperf3Config, Iperf3Server, Iperf3Stats};
 use zcnet_examples::json::{self, Json};
 use zcnet_examples::tap_setup::tap_driver_stats;
@@ -43,7 +43,7 @@ fn run_in_ns(net: &TapNet, program: &str, args: &[&str]) -> (ExitStatus, String,
     net.exec.block_on(child.wait(CHILD_LIMIT))
 }
 
-fn http_server(net: &TapNet) -> zcnet_examples::http::HttpStats {
+fn http_server(net: &TapNet) -> HttpStats {
     let config = HttpConfig {
         backlog: 4,
         max_connections: 8,
@@ -54,6 +54,38 @@ fn http_server(net: &TapNet) -> zcnet_examples::http::HttpStats {
     let stats = server.stats();
     net.exec.spawner().spawn(server.run(net.exec.spawner()));
     stats
+}
+
+/// Waits (up to 20 s) until the server has finished serving `n` connections, and returns its
+/// counters then.
+fn wait_for_closed(
+    net: &TapNet,
+    stats: &HttpStats,
+    n: u64,
+) -> zcnet_examples::http::HttpStatsSnapshot {
+    net.exec.block_on(async {
+        for _ in 0..400 {
+            if stats.get().closed.connections >= n {
+                break;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let s = stats.get();
+    assert_eq!(s.closed.connections, n, "{s:?}");
+    s
+}
+
+/// The response the server sends for `/` on a keep-alive connection.
+fn index_response_len() -> u64 {
+    let r = response(
+        200,
+        "text/html; charset=utf-8",
+        INDEX_HTML.as_bytes(),
+        true,
+        false,
+    );
+    r.len() as u64
 }
 
 /// `curl http://10.77.0.2/`: status 200 and the page byte-exact; then a HEAD, a 404 and a 405.
@@ -106,7 +138,9 @@ fn curl_gets_the_http_example_page_byte_exact() {
 }
 
 /// `/stats` is JSON with the stack's, the TAP's and the copy ledger's counters, and they count
-/// the traffic that got it there.
+/// the traffic that got it there; its `connection` section is the TCP statistics of curl's
+/// connection as the request found it: established, the request received, nothing sent yet but
+/// the SYN-ACK, an RTT measured on the handshake.
 #[test]
 fn stats_page_shows_stack_tap_and_ledger_counters() {
     require_tool("curl", "curl");
@@ -132,11 +166,41 @@ fn stats_page_shows_stack_tap_and_ledger_counters() {
     assert!(num(&["copy_ledger", "socket->app", "bytes"]) > 0, "{out}");
     assert_eq!(num(&["http", "requests"]), 1, "{out}");
     assert_eq!(num(&["http", "connections"]), 1, "{out}");
+    assert_eq!(num(&["http", "closed", "connections"]), 0, "{out}");
     assert!(num(&["pool", "slots"]) > 0, "{out}");
+    assert_eq!(
+        j.path(&["connection", "state"]).and_then(Json::as_str),
+        Some("ESTABLISHED"),
+        "{out}"
+    );
+    // The SYN and the request (the handshake's ACK may ride on it); the SYN-ACK.
+    assert!(num(&["connection", "segments_received"]) >= 2, "{out}");
+    assert!(num(&["connection", "segments_sent"]) >= 1, "{out}");
+    let request = num(&["connection", "bytes_received"]);
+    assert!(
+        request > 0 && request <= zcnet_examples::http::MAX_HEAD as u64,
+        "{out}"
+    );
+    // Nothing written yet: the response is what this document is part of.
+    assert_eq!(num(&["connection", "bytes_sent"]), 0, "{out}");
+    assert_eq!(num(&["connection", "bytes_acked"]), 0, "{out}");
+    assert_eq!(num(&["connection", "retransmitted_segments"]), 0, "{out}");
+    // 1500-byte MTU: 1460 payload bytes, 1448 with timestamps (Linux offers them).
+    let mss = num(&["connection", "mss"]);
+    assert!(mss == 1448 || mss == 1460, "{out}");
+    // The handshake's ACK timed the SYN-ACK: a local RTT, well under a second; the RTO at
+    // least the default floor, 200 ms.
+    let srtt = num(&["connection", "srtt_us"]);
+    assert!(num(&["connection", "min_rtt_us"]) <= srtt, "{out}");
+    assert!(srtt < 1_000_000, "{out}");
+    assert!(num(&["connection", "rto_us"]) >= 200_000, "{out}");
+    assert!(j.path(&["connection", "cwnd"]).is_some(), "{out}");
 }
 
 /// curl fetching two URLs reuses one connection (keep-alive): it says so, and the server
-/// accepted one connection for two requests.
+/// accepted one connection for two requests. The second is `/stats`: its `connection`
+/// section counts the first response sent and acknowledged, byte for byte; once curl has
+/// closed, the server's totals of closed connections count both responses.
 #[test]
 fn curl_reuses_one_connection_for_two_requests() {
     require_tool("curl", "curl");
@@ -147,26 +211,35 @@ fn curl_reuses_one_connection_for_two_requests() {
     let (status, out, err) = run_in_ns(
         &net,
         "curl",
-        &[
-            "-sSv",
-            "--max-time",
-            "20",
-            "-o",
-            "/dev/null",
-            "-o",
-            "/dev/null",
-            &a,
-            &b,
-        ],
+        &["-sSv", "--max-time", "20", "-o", "/dev/null", &a, &b],
     );
     assert_success("curl two URLs", status, &out, &err);
+    let j = json::parse(out.as_bytes()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let num = |path: &[&str]| {
+        j.path(path)
+            .and_then(Json::as_u64)
+            .unwrap_or_else(|| panic!("no number at {path:?} in {out}"))
+    };
+    let first = index_response_len();
+    assert_eq!(num(&["connection", "bytes_sent"]), first, "{out}");
+    assert_eq!(num(&["connection", "bytes_acked"]), first, "{out}");
+    assert!(num(&["connection", "segments_received"]) >= 3, "{out}");
     assert!(
         err.contains("Re-using existing connection"),
         "curl did not reuse the connection:\n{err}"
     );
     assert_eq!(err.matches("< HTTP/1.1 200 OK").count(), 2, "{err}");
-    let s = stats.get();
+    let s = wait_for_closed(&net, &stats, 1);
     assert_eq!((s.connections, s.requests), (1, 2), "{s:?}");
+    let second = response(200, "application/json", out.as_bytes(), true, false).len() as u64;
+    assert_eq!(s.closed.counters.bytes_sent, first + second, "{s:?}");
+    assert_eq!(s.closed.counters.bytes_acked, first + second, "{s:?}");
+    // Both requests had arrived when `/stats` was answered.
+    assert_eq!(
+        s.closed.counters.bytes_received,
+        num(&["connection", "bytes_received"]),
+        "{s:?}"
+    );
 }
 
 /// 40 clients at once (python threads, each with three keep-alive requests, against a backlog
@@ -226,9 +299,15 @@ print(raw(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"))
         ],
         "{out}"
     );
-    let s = stats.get();
+    let s = wait_for_closed(&net, &stats, 44);
     assert_eq!(s.connections, 44, "{s:?}");
     assert_eq!(s.status_2xx, 121, "{s:?}");
+    // The 40 clients read their three pages each before closing: all sent when counted.
+    assert!(
+        s.closed.counters.bytes_sent >= 120 * index_response_len(),
+        "{s:?}"
+    );
+    assert!(s.closed.counters.segments_received >= 44 * 2, "{s:?}");
 }
 
 /// TCP echo: `python3` sends 1 MB and reads it back byte-exact; UDP echo: 50 datagrams.

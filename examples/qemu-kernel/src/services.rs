@@ -10,7 +10,7 @@
 //! | — | ping: the stack answers by itself |
 //!
 //! `/stats` is the HTTP server's document (stack, `"virtio"` driver counters, pool, copy ledger,
-//! server) plus two kernel sections: `"copies"`, every `memcpy` and `memmove` call and byte in
+//! server, the asking connection's TCP statistics) plus two kernel sections: `"copies"`, every `memcpy` and `memmove` call and byte in
 //! the kernel (`libc.rs`; smoltcp's copies included), and `"kernel"`, wakeups from `hlt` by
 //! cause, uptime and busy time, heap use, and how the NIC interrupts.
 

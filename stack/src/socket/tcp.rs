@@ -76,6 +76,7 @@ pub use super::tcp_listener::{TcpListener, HANDSHAKE_TIMEOUT, MAX_BACKLOG};
 pub use crate::tcb::congestion::CongestionControl;
 /// The state of a TCP connection (RFC 793).
 pub use crate::tcb::state::State as TcpState;
+pub use crate::tcb::stats::{TcpCounters, TcpStats};
 
 /// Why a TCP operation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -439,6 +440,10 @@ impl Conn {
         })
     }
 
+    fn stats(self) -> TcpStats {
+        self.with(|s, _| s.stats())
+    }
+
     pub(crate) fn read_ready(self) -> bool {
         self.with(|s, _| {
             s.can_recv()
@@ -492,11 +497,11 @@ impl TcpSocket {
         self.with(|s, _| s.remote_endpoint())
     }
 
-    /// Segments this connection sent again: holes loss recovery filled (fast retransmit,
-    /// SACK-based recovery, NewReno's partial ACKs) and segments resent after a
-    /// retransmission timeout. Zero-window probes and keep-alives are not counted.
-    pub fn retransmissions(&self) -> u32 {
-        self.with(|s, _| s.retransmissions())
+    /// The connection's statistics: bytes and segments sent and received, retransmissions,
+    /// round-trip time, windows (see [`TcpStats`], which also says when the counters start
+    /// from zero). A snapshot, taken under the stack lock.
+    pub fn stats(&self) -> TcpStats {
+        self.conn.stats()
     }
 
     /// Connects to `remote` from an ephemeral port and waits until established.
@@ -803,6 +808,11 @@ pub struct TcpReader<'a> {
 }
 
 impl TcpReader<'_> {
+    /// Like [`TcpSocket::stats`].
+    pub fn stats(&self) -> TcpStats {
+        self.conn.stats()
+    }
+
     /// Like [`TcpSocket::read`].
     pub async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TcpError> {
         self.conn.read(buf).await
@@ -916,6 +926,11 @@ pub struct TcpWriter<'a> {
 }
 
 impl TcpWriter<'_> {
+    /// Like [`TcpSocket::stats`].
+    pub fn stats(&self) -> TcpStats {
+        self.conn.stats()
+    }
+
     /// Like [`TcpSocket::write`].
     pub async fn write(&mut self, buf: &[u8]) -> Result<usize, TcpError> {
         self.conn.write(buf).await

@@ -71,6 +71,12 @@
 //!   new data gives an RTT sample from its TSecr; PAWS drops segments older than TS.Recent;
 //!   TS.Recent moves only with segments at the left edge of the window, and an out-of-order
 //!   segment's ACK echoes it (smoltcp echoes every segment's TSval).
+//! * Statistics ([`stats`]): each connection counts the bytes and segments it sends and
+//!   receives, its retransmissions, recovery episodes and timeouts where it does that work,
+//!   and its RTT estimator keeps the smallest sample; `TcpSocket::stats` reads them with the
+//!   estimate and the windows. They and the RTT estimator start afresh when a connection
+//!   starts (`listen`, `connect`), not when one ends (smoltcp resets its estimator in
+//!   `reset`), so they still describe a connection after it closed.
 //! * No logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
 //!   explained something).
 
@@ -85,5 +91,6 @@ mod sack;
 pub(crate) mod send;
 pub(crate) mod socket;
 pub(crate) mod state;
+pub(crate) mod stats;
 mod timer;
 mod waker;

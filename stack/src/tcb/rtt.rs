@@ -44,6 +44,8 @@ pub(crate) struct RttEstimator {
     max_seq_sent: Option<TcpSeqNumber>,
     /// Timeouts since the last measurement.
     rto_count: u8,
+    /// The smallest measurement so far (kept when three timeouts discard the estimate).
+    min_rtt: Option<u32>,
     /// The least RTO a measurement may give, in milliseconds (`<=` [`RTTE_MAX_RTO`]).
     min_rto: u32,
 }
@@ -58,6 +60,7 @@ impl Default for RttEstimator {
             timestamp: None,
             max_seq_sent: None,
             rto_count: 0,
+            min_rtt: None,
             min_rto: DEFAULT_MIN_RTO_MS,
         }
     }
@@ -107,8 +110,20 @@ impl RttEstimator {
         }
     }
 
+    /// The smoothed RTT and the RTT variance in milliseconds, `None` before the first
+    /// measurement and after three timeouts in a row discarded the estimate.
+    pub(crate) fn estimate(&self) -> Option<(u32, u32)> {
+        self.have_measurement.then_some((self.srtt, self.rttvar))
+    }
+
+    /// The smallest measurement so far in milliseconds, `None` before the first.
+    pub(crate) fn min_rtt(&self) -> Option<u32> {
+        self.min_rtt
+    }
+
     /// Take one RTT measurement, in milliseconds.
     pub(super) fn sample(&mut self, new_rtt: u32) {
+        self.min_rtt = Some(self.min_rtt.map_or(new_rtt, |min| min.min(new_rtt)));
         if self.have_measurement {
             // RFC 6298 (2.3) When a subsequent RTT measurement R' is made, a host MUST set (...)
             let diff = (self.srtt as i32 - new_rtt as i32).unsigned_abs();

@@ -25,6 +25,7 @@ use super::recv::{RecvBuffer, RxDrops};
 use super::rtt::RttEstimator;
 use super::send::{Segment, SendBuffer};
 use super::state::State;
+use super::stats::{millis, TcpCounters, TcpStats};
 use super::timer::{AckDelayTimer, Timer, ACK_DELAY_DEFAULT};
 use super::waker::WakerRegistration;
 
@@ -160,6 +161,9 @@ pub(crate) struct Tcb<'a> {
     /// Our MSS (IP MTU less IP and TCP headers) as `dispatch` last computed it (`None` before):
     /// frames of the send buffer are sized from it. Not smoltcp's.
     local_mss: Option<usize>,
+
+    /// This connection's statistics counters ([`stats`](Self::stats)). Not smoltcp's.
+    counters: TcpCounters,
 }
 
 /// The remote's MSS until it announces one (RFC 1122).
@@ -234,6 +238,7 @@ impl<'a> Tcb<'a> {
             synack_paused: false,
             sent_max: None,
             local_mss: None,
+            counters: TcpCounters::default(),
         }
     }
 
@@ -559,13 +564,14 @@ impl<'a> Tcb<'a> {
         self.state
     }
 
-    /// Back to a fresh closed connection (options kept), waking both wakers.
+    /// Back to a fresh closed connection (options kept), waking both wakers. The RTT
+    /// estimator and the statistics counters stay, for [`stats`](Self::stats) to report the
+    /// connection that ended, until the next one starts ([`start`](Self::start)).
     fn reset(&mut self) {
         let rx_cap_log2 = usize::BITS as usize - self.rx_buffer.capacity().leading_zeros() as usize;
 
         self.state = State::Closed;
         self.timer = Timer::new();
-        self.rtte = RttEstimator::with_min_rto(self.rtte.min_rto());
         self.assembler = Assembler::new();
         self.tx_buffer.clear();
         self.rx_buffer.clear();
@@ -592,6 +598,41 @@ impl<'a> Tcb<'a> {
 
         self.rx_waker.wake();
         self.tx_waker.wake();
+    }
+
+    /// [`reset`](Self::reset) for a new connection: a fresh RTT estimator and statistics too.
+    fn start(&mut self) {
+        self.reset();
+        self.rtte = RttEstimator::with_min_rto(self.rtte.min_rto());
+        self.counters = TcpCounters::default();
+    }
+
+    /// This connection's statistics now (see [`TcpStats`]).
+    pub(crate) fn stats(&self) -> TcpStats {
+        let estimate = self.rtte.estimate();
+        let cc = self.congestion_controller.inner();
+        let cwnd = cc.window();
+        TcpStats {
+            state: self.state,
+            counters: TcpCounters {
+                // Loss recovery counts the segments it sends again.
+                retransmitted_segments: u64::from(self.retransmissions()),
+                ..self.counters
+            },
+            srtt: estimate.map(|(srtt, _)| millis(srtt)),
+            rttvar: estimate.map(|(_, rttvar)| millis(rttvar)),
+            min_rtt: self.rtte.min_rtt().map(millis),
+            rto: self.rtte.retransmission_timeout().into(),
+            cwnd: (cwnd != usize::MAX).then_some(cwnd),
+            // A controller's threshold is unbounded until the first loss.
+            ssthresh: cc.ssthresh().filter(|&t| t != usize::MAX),
+            mss: self.data_mss(),
+            unacked: self
+                .sent_max
+                .filter(|&max| max > self.local_seq_no)
+                .map_or(0, |max| max - self.local_seq_no),
+            peer_window: self.remote_win_len,
+        }
     }
 
     /// Start listening on the given endpoint.
@@ -624,7 +665,7 @@ impl<'a> Tcb<'a> {
             }
         }
 
-        self.reset();
+        self.start();
         self.listen_endpoint = local_endpoint;
         self.tuple = None;
         self.set_state(State::Listen);
@@ -686,7 +727,7 @@ impl<'a> Tcb<'a> {
             return Err(ConnectError::Unaddressable);
         }
 
-        self.reset();
+        self.start();
         self.arm_timestamps(cx);
         self.tuple = Some(Tuple {
             local: local_endpoint,
@@ -1387,8 +1428,26 @@ impl<'a> Tcb<'a> {
     /// copies the payload into its ring.
     ///
     /// Returns the segment to send back right away, if any (an RST, a challenge ACK, the ACK
-    /// of out-of-order data); other answers wait for [`dispatch`](Self::dispatch).
+    /// of out-of-order data); other answers wait for [`dispatch`](Self::dispatch). The segment
+    /// and the answer count in the connection's statistics (the caller sends the answer: it
+    /// reserved a frame for it before).
     pub(crate) fn process(
+        &mut self,
+        cx: &mut TcpContext<'_>,
+        ip_repr: &IpRepr,
+        repr: &TcpRepr,
+        payload: Option<RxFrame>,
+    ) -> Option<(IpRepr, TcpRepr<'static>)> {
+        self.counters.segments_received += 1;
+        let reply = self.process_segment(cx, ip_repr, repr, payload);
+        if reply.is_some() {
+            self.counters.segments_sent += 1;
+        }
+        reply
+    }
+
+    /// [`process`](Self::process) but for the statistics: smoltcp's `process`.
+    fn process_segment(
         &mut self,
         cx: &mut TcpContext<'_>,
         ip_repr: &IpRepr,
@@ -1666,6 +1725,8 @@ impl<'a> Tcb<'a> {
             (State::SynReceived, TcpControl::Rst) if self.listen_endpoint.port != 0 => {
                 self.tuple = None;
                 self.set_state(State::Listen);
+                // The handshake that failed is no connection to report.
+                self.counters = TcpCounters::default();
                 return None;
             }
 
@@ -1849,6 +1910,7 @@ impl<'a> Tcb<'a> {
             // Dequeue acknowledged octets.
             debug_assert!(self.tx_buffer.len() >= ack_len);
             self.tx_buffer.dequeue(ack_len);
+            self.counters.bytes_acked += ack_len as u64;
 
             // There's new room available in tx_buffer, wake the waiting task if any.
             self.tx_waker.wake();
@@ -2080,6 +2142,7 @@ impl<'a> Tcb<'a> {
 
         // Queue the frame, and make the contiguous data octets readable.
         self.rx_buffer.accept(payload_offset, frame, contig_len);
+        self.counters.bytes_received += contig_len as u64;
 
         if contig_len != 0 {
             // There's new data in rx_buffer, notify waiting task if any.
@@ -2359,12 +2422,14 @@ impl<'a> Tcb<'a> {
 
                 // Inform RTTE, so that it can can handle RTO backoff
                 self.rtte.on_rto();
+                self.counters.timeouts += 1;
             } else {
                 // Three duplicate ACKs, or the SACK scoreboard, signalled a loss.
 
                 // A fast retransmit starts loss recovery (once per episode), and the
                 // congestion controller reduces its window.
                 if self.recovery.enter(self.local_seq_no, self.remote_last_seq) {
+                    self.counters.fast_recoveries += 1;
                     let in_flight = self.flight_size();
                     self.congestion_controller
                         .inner_mut()
@@ -2647,6 +2712,13 @@ impl<'a> Tcb<'a> {
             || (!is_zero_window_probe
                 && !is_keep_alive
                 && self.sent_max.is_some_and(|max| repr.seq_number < max));
+        let payload_len = if is_keep_alive {
+            0
+        } else {
+            repr.payload.len() + zc_len
+        };
+        self.counters
+            .on_send(repr.seq_number, payload_len, self.sent_max, resent);
         if self.sent_max.is_none_or(|max| end > max) {
             self.sent_max = Some(end);
         }

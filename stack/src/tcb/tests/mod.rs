@@ -9,6 +9,9 @@
 //! frame is shown in the `TcpRepr` the cases compare, and
 //! feature-gated tests always run (Reno, CUBIC, `pause_synack`). Dropped: the
 //! segmentation-offload test (no segmentation offload here).
+//!
+//! zcnet's own cases follow smoltcp's in `cases.rs` (marked `zcnet:`), and those of the
+//! connection's statistics are in `stats_cases.rs`, included the same way.
 
 extern crate std;
 
@@ -135,6 +138,7 @@ mod v4 {
     };
 
     include!("cases.rs");
+    include!("stats_cases.rs");
 }
 
 /// The cases over IPv6.
@@ -160,4 +164,5 @@ mod v6 {
     };
 
     include!("cases.rs");
+    include!("stats_cases.rs");
 }
