@@ -6,9 +6,10 @@
 #
 # Steps: formatting, clippy (warnings are errors; also the logging features: none, log, defmt),
 # the example kernel (examples/qemu-kernel, its own cargo project: fmt, clippy, release build),
-# unit + integration + doc tests (among them the
-# kernel booted under QEMU, tests/tests/qemu_kernel.rs), the loom models (release build with
-# debug assertions, own target dir, LOOM_MAX_PREEMPTIONS=3), an AddressSanitizer run of the
+# unit + integration + doc tests (among them the kernel booted under QEMU,
+# tests/tests/qemu_kernel.rs), the soak test's short form (40 s of HTTP, TCP and UDP echo and
+# ping over a TAP, tests/tests/soak), the loom models (release build with debug assertions,
+# own target dir, LOOM_MAX_PREEMPTIONS=3), an AddressSanitizer run of the
 # unsafe-heavy crates (without the QEMU tests), the fuzz targets (tests/fuzz, 45 s each),
 # benchmark smoke runs, and the README's demo.
 set -euo pipefail
@@ -54,6 +55,13 @@ step "example kernel (examples/qemu-kernel): fmt, clippy (zcnet and the smoltcp 
 
 step "unit, integration and doc tests"
 cargo test --workspace
+
+step "soak, short form (tests/tests/soak: HTTP, TCP and UDP echo and ping over a TAP, 40 s)"
+# Root, /dev/net/tun, wrk, python3, ping, curl, ss. Ignored by `cargo test --workspace` (and the
+# ASan run) so it runs once, here, on the debug build of the step above: its debug assertions
+# check every slot-state transition of the pool. Its full form (10 minutes, release) and
+# figures: RELIABILITY.md, "Soak".
+cargo test -p zcnet-tests --test soak -- --ignored --nocapture
 
 step "loom models (zcnet-buffer, zcnet-executor)"
 preemptions=3

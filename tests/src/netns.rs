@@ -220,7 +220,14 @@ pub fn slot_size_for(mtu: usize) -> usize {
 impl TapNet {
     /// Builds the namespace, the TAP (MTU `mtu` on both sides), and the stack.
     pub fn new(mtu: usize) -> TapNet {
-        Self::build(
+        Self::with_sockets::<SOCKETS>(mtu)
+    }
+
+    /// Like [`new`](Self::new), with a socket table of `N` slots instead of [`SOCKETS`]: for a
+    /// test that holds more connections at once (the soak test's 100 `wrk` clients, its
+    /// listeners' backlogs and the connections in TIME-WAIT).
+    pub fn with_sockets<const N: usize>(mtu: usize) -> TapNet {
+        Self::build::<N>(
             mtu,
             |netns, tap| netns.adopt(tap, &format!("{LINUX_ADDR}/24")),
             |_| {},
@@ -234,7 +241,7 @@ impl TapNet {
     /// [`ZCNET_ADDR`]/24, no IPv6). For example, `Ipv4Config::Dhcp` with a DHCP server in the
     /// namespace, or a static IPv6 address.
     pub fn with(mtu: usize, linux_addrs: &[&str], configure: impl FnOnce(&mut Config)) -> TapNet {
-        Self::build(
+        Self::build::<SOCKETS>(
             mtu,
             |netns, tap| netns.adopt_with(tap, linux_addrs),
             configure,
@@ -242,8 +249,8 @@ impl TapNet {
     }
 
     /// The namespace, the TAP (its kernel side moved in by `adopt`), and the stack (static
-    /// [`ZCNET_ADDR`]/24, then `configure`).
-    fn build(
+    /// [`ZCNET_ADDR`]/24, then `configure`) with `N` socket slots.
+    fn build<const N: usize>(
         mtu: usize,
         adopt: impl FnOnce(&Netns, &str),
         configure: impl FnOnce(&mut Config),
@@ -261,7 +268,7 @@ impl TapNet {
             .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
         let tap_stats = tap.stats_handle();
         adopt(&netns, &tap_name);
-        let resources: &'static StackResources<SOCKETS> = StackResources::leak();
+        let resources: &'static StackResources<N> = StackResources::leak();
         let mut config = Config {
             ipv4: Ipv4Config::Static(StaticV4 {
                 address: Ipv4Cidr::new(ZCNET_ADDR, 24),
