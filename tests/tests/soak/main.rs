@@ -101,8 +101,8 @@ const WARMUP_PERCENT: u64 = 20;
 /// How much the heap's live bytes may grow after warm-up. What may rightly differ from one
 /// sample to the next is bounded by the clients: the tasks and buffers of the connections being
 /// opened or closed at that moment (4 `Connection: close` and 4 echo connections: some
-/// 110 KiB at most). Any leak of a byte per request or 64 bytes per connection passes it in the
-/// short form (RELIABILITY.md, "Soak", has the arithmetic and the measured figures).
+/// 110 KiB at most). A leak of 2 bytes per request or 100 bytes per connection passes it in
+/// the short form (RELIABILITY.md, "Soak", has the arithmetic and the measured figures).
 const HEAP_SLACK_KIB: u64 = 512;
 /// How much the RSS may grow after warm-up: the heap's slack, and as much again for the
 /// allocator's own pages.
