@@ -51,7 +51,10 @@ pub const MAX_CONFIG_WAITERS: usize = 4;
 pub struct Dhcpv4Lease {
     /// The leased address and the subnet's prefix length.
     pub address: Ipv4Cidr,
-    /// The router the server named; the stack's default IPv4 route goes through it.
+    /// The router the server named; the stack's default IPv4 route goes through it. A router
+    /// outside `address`'s subnet (a /32 lease with a gateway) is made on-link: the interface
+    /// takes the address with the prefix shortened until it holds the router (what
+    /// [`Stack::ipv4_config`] reports), since a router off-link could never be reached.
     pub router: Option<Ipv4Address>,
     /// The server that granted the lease (its server identifier).
     pub server: Ipv4Address,
@@ -391,6 +394,7 @@ fn set_ipv4(
     address: Option<Ipv4Cidr>,
     router: Option<Ipv4Address>,
 ) {
+    let address = address.map(|a| on_link_with(a, router));
     iface.update_ip_addrs(|addrs| {
         addrs.retain(|a| !matches!(a, IpCidr::Ipv4(_)));
         if let Some(a) = address {
@@ -404,6 +408,24 @@ fn set_ipv4(
         // Room: the default IPv4 route was just removed.
         let _ = routes.add_default_ipv4_route(r);
     }
+}
+
+/// `address` with its prefix shortened, if need be, until `router` is inside it.
+///
+/// A lease may name a router outside its subnet (a /32 lease with a gateway, as some clouds
+/// hand out). smoltcp learns a neighbour's MAC only from ARP of an on-link sender, so such a
+/// router could never be resolved and nothing off-link (replies to a ping from the router
+/// included) would ever be sent. With the prefix widened to the smallest one that holds both,
+/// the router is on-link.
+fn on_link_with(address: Ipv4Cidr, router: Option<Ipv4Address>) -> Ipv4Cidr {
+    let Some(router) = router else {
+        return address;
+    };
+    if address.contains_addr(&router) {
+        return address;
+    }
+    let common = (address.address().to_bits() ^ router.to_bits()).leading_zeros() as u8;
+    Ipv4Cidr::new(address.address(), common.min(address.prefix_len()))
 }
 
 fn ipv4_settings(st: &mut State) -> Option<Ipv4Settings> {

@@ -93,8 +93,27 @@ fn parse_client(msg: &[u8]) -> Option<(u8, [u8; 4], [u8; 16])> {
     Some((kind?, xid, chaddr))
 }
 
-/// An OFFER or ACK for `LEASED`/24 with router, DNS server and lease time.
-fn server_reply(kind: u8, xid: [u8; 4], chaddr: [u8; 16], lease_secs: u32) -> Vec<u8> {
+/// What the server grants: `LEASED` with this subnet mask and router.
+#[derive(Clone, Copy)]
+struct Terms {
+    lease_secs: u32,
+    mask: [u8; 4],
+    router: Ipv4Address,
+}
+
+impl Terms {
+    /// `LEASED`/24 via `ROUTER` for `lease_secs`.
+    fn usual(lease_secs: u32) -> Self {
+        Terms {
+            lease_secs,
+            mask: [255, 255, 255, 0],
+            router: ROUTER,
+        }
+    }
+}
+
+/// An OFFER or ACK for `LEASED` on `terms`, with DNS server.
+fn server_reply(kind: u8, xid: [u8; 4], chaddr: [u8; 16], terms: Terms) -> Vec<u8> {
     let mut m = vec![0u8; 240];
     m[0] = 2; // BOOTREPLY
     m[1] = 1; // Ethernet
@@ -110,9 +129,9 @@ fn server_reply(kind: u8, xid: [u8; 4], chaddr: [u8; 16], lease_secs: u32) -> Ve
     };
     opt(53, &[kind]);
     opt(54, &ADDR[1].octets()); // server identifier
-    opt(51, &lease_secs.to_be_bytes());
-    opt(1, &[255, 255, 255, 0]);
-    opt(3, &ROUTER.octets());
+    opt(51, &terms.lease_secs.to_be_bytes());
+    opt(1, &terms.mask);
+    opt(3, &terms.router.octets());
     opt(6, &DNS.octets());
     m.push(255);
     m
@@ -120,7 +139,7 @@ fn server_reply(kind: u8, xid: [u8; 4], chaddr: [u8; 16], lease_secs: u32) -> Ve
 
 /// Serves `s` forever: OFFERs every DISCOVER, ACKs the first `acks` REQUESTs and ignores the
 /// rest (a server that stops renewing). Every message is recorded in `log`.
-async fn dhcp_server(s: UdpSocket, lease_secs: u32, mut acks: usize, log: Arc<Mutex<Vec<Seen>>>) {
+async fn dhcp_server(s: UdpSocket, terms: Terms, mut acks: usize, log: Arc<Mutex<Vec<Seen>>>) {
     let mut buf = [0u8; 1024];
     loop {
         let Ok((n, from)) = s.recv_from(&mut buf).await else {
@@ -143,7 +162,7 @@ async fn dhcp_server(s: UdpSocket, lease_secs: u32, mut acks: usize, log: Arc<Mu
             answered: answer.is_some(),
         });
         if let Some(reply) = answer {
-            let reply = server_reply(reply, xid, chaddr, lease_secs);
+            let reply = server_reply(reply, xid, chaddr, terms);
             // The client has no address yet: answer to the broadcast address.
             let to = IpEndpoint::new(Ipv4Address::BROADCAST.into(), 68);
             s.send_to(&reply, to).await.unwrap();
@@ -153,6 +172,11 @@ async fn dhcp_server(s: UdpSocket, lease_secs: u32, mut acks: usize, log: Arc<Mu
 
 /// A pair on simulated time where A is a DHCP client and B (10.0.0.2) runs the server.
 fn dhcp_pair(lease_secs: u32, acks: usize) -> (Pair, Arc<Mutex<Vec<Seen>>>) {
+    dhcp_pair_on(Terms::usual(lease_secs), acks)
+}
+
+/// [`dhcp_pair`] granting `terms`.
+fn dhcp_pair_on(terms: Terms, acks: usize) -> (Pair, Arc<Mutex<Vec<Seen>>>) {
     let p = pair_on_with(
         Executor::leak(VirtualClock::leak()),
         Faults::default(),
@@ -169,7 +193,7 @@ fn dhcp_pair(lease_secs: u32, acks: usize) -> (Pair, Arc<Mutex<Vec<Seen>>>) {
     drop(
         p.exec
             .spawner()
-            .spawn(dhcp_server(server, lease_secs, acks, log.clone())),
+            .spawn(dhcp_server(server, terms, acks, log.clone())),
     );
     (p, log)
 }
@@ -259,6 +283,53 @@ fn dhcp_client_gets_address_route_and_dns_then_udp_works() {
         "broadcast DISCOVER and REQUEST from 0.0.0.0 reached B's port-67 socket: {log:?}"
     );
     assert_eq!(a.stats().config_changes, 1);
+}
+
+/// A /32 lease whose router (B itself) lies outside it, as some clouds hand out: the client
+/// makes the router on-link (the prefix shortened until it holds it) so that it can resolve
+/// it, and traffic both ways works. With the /32 taken as it is, smoltcp ignored B's ARP
+/// answers (an off-link sender) and A could not send anything.
+#[test]
+fn dhcp_lease_with_an_off_link_router_makes_the_router_reachable() {
+    let terms = Terms {
+        lease_secs: 3600,
+        mask: [255; 4],
+        router: ADDR[1],
+    };
+    let (p, _log) = dhcp_pair_on(terms, usize::MAX);
+    let [a, b] = p.stacks;
+    let echo = p.exec.spawner().spawn(echo_once(udp(b, 7)));
+    let (settings, reply) = p.exec.block_on(async move {
+        let settings = timeout(Duration::from_secs(60), a.wait_ipv4())
+            .await
+            .expect("leased within a simulated minute");
+        let s = udp(a, 5000);
+        let reply = timeout(
+            Duration::from_secs(10),
+            ask(
+                &s,
+                IpEndpoint::new(ADDR[1].into(), 7),
+                b"via an off-link router",
+            ),
+        )
+        .await
+        .expect("the router answers");
+        (settings, reply)
+    });
+    assert_eq!(
+        a.dhcp_lease().expect("lease").address,
+        Ipv4Cidr::new(LEASED, 32),
+        "the lease as granted"
+    );
+    // 10.0.0.50 and 10.0.0.2 share their first 26 bits.
+    assert_eq!(settings.address, Ipv4Cidr::new(LEASED, 26), "in effect");
+    assert_eq!(settings.gateway, Some(ADDR[1]));
+    assert_eq!(reply.0, b"via an off-link router".to_vec());
+    assert_eq!(
+        p.exec.block_on(echo),
+        IpEndpoint::new(LEASED.into(), 5000),
+        "B saw the leased address"
+    );
 }
 
 /// The server grants a 60 s lease and then ignores renewals: the client renews (unicast),
