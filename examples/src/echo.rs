@@ -28,8 +28,12 @@
 
 use alloc::sync::Arc;
 use alloc::vec;
+use core::future::Future;
+use core::pin::pin;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use core::time::Duration;
+
+use futures_util::future::select;
 
 use zcnet_executor::time::timeout;
 use zcnet_executor::Spawner;
@@ -139,6 +143,7 @@ enum UdpSock {
 /// Bound TCP and UDP echo sockets; [`run`](Self::run) serves forever.
 #[derive(Debug)]
 pub struct EchoServer {
+    stack: Stack,
     listener: TcpListener,
     udp: UdpSock,
     config: EchoConfig,
@@ -166,6 +171,7 @@ impl EchoServer {
             )?),
         };
         Ok(EchoServer {
+            stack,
             listener,
             udp,
             config,
@@ -178,9 +184,11 @@ impl EchoServer {
         self.stats.clone()
     }
 
-    /// Serves forever: the UDP echo in its own task, TCP connections one task each.
-    pub async fn run(self, spawner: Spawner) -> Never {
+    /// Serves until the stack shuts down: the UDP echo in its own task (which ends then too),
+    /// TCP connections one task each (which end as their connections fail).
+    pub async fn run(self, spawner: Spawner) {
         let EchoServer {
+            stack,
             mut listener,
             udp,
             config,
@@ -188,12 +196,19 @@ impl EchoServer {
         } = self;
         let udp_stats = stats.clone();
         match udp {
-            UdpSock::Copying(udp) => spawner.spawn(udp_echo(udp, udp_stats)),
-            UdpSock::ZeroCopy(udp) => spawner.spawn(udp_echo_zero_copy(udp, udp_stats)),
+            UdpSock::Copying(udp) => {
+                spawner.spawn(until_shut_down(stack, udp_echo(udp, udp_stats)))
+            }
+            UdpSock::ZeroCopy(udp) => {
+                spawner.spawn(until_shut_down(stack, udp_echo_zero_copy(udp, udp_stats)))
+            }
         };
         let limit = ConnLimit::new(config.max_connections);
         loop {
-            let sock = listener.accept().await;
+            // Fails only once the stack is shut down.
+            let Ok(sock) = listener.accept().await else {
+                return;
+            };
             let permit = limit.acquire().await;
             stats.0.tcp_connections.fetch_add(1, Relaxed);
             let stats = stats.clone();
@@ -204,6 +219,14 @@ impl EchoServer {
             });
         }
     }
+}
+
+/// Runs `task` until it ends or `stack` shuts down (a datagram receive waits through a
+/// shutdown: nothing fails it).
+async fn until_shut_down(stack: Stack, task: impl Future<Output = Never>) {
+    let task = pin!(task);
+    let stop = pin!(stack.wait_shut_down());
+    let _ = select(task, stop).await;
 }
 
 async fn tcp_echo(mut sock: TcpSocket, idle: Duration, stats: &EchoStats) {

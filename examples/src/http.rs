@@ -35,7 +35,7 @@ use zcnet_buffer::LinkState;
 use zcnet_executor::time::timeout;
 use zcnet_executor::Spawner;
 use zcnet_stack::tcp::{TcpBuffers, TcpCounters, TcpListener, TcpSocket, TcpStats};
-use zcnet_stack::{DropReason, Never, Stack, StackError};
+use zcnet_stack::{DropReason, Stack, StackError};
 
 use crate::json::{object, Json};
 use crate::limit::ConnLimit;
@@ -389,11 +389,14 @@ impl HttpServer {
         self.shared.stats.clone()
     }
 
-    /// Accepts connections forever, each served by its own task on `spawner` (at most
-    /// `max_connections` at once).
-    pub async fn run(mut self, spawner: Spawner) -> Never {
+    /// Accepts connections until the stack shuts down, each served by its own task on
+    /// `spawner` (at most `max_connections` at once).
+    pub async fn run(mut self, spawner: Spawner) {
         loop {
-            let sock = self.listener.accept().await;
+            // Fails only once the stack is shut down.
+            let Ok(sock) = self.listener.accept().await else {
+                return;
+            };
             let permit = self.shared.limit.acquire().await;
             self.shared.stats.0.connections.fetch_add(1, Relaxed);
             let shared = self.shared.clone();

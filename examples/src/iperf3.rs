@@ -130,7 +130,7 @@ use zcnet_executor::time::{sleep, sleep_until, timeout};
 use zcnet_executor::{Executor, Instant, Spawner};
 use zcnet_stack::datagram::{DatagramError, DatagramQueue, DatagramSocket};
 use zcnet_stack::tcp::{TcpBuffers, TcpError, TcpListener, TcpSocket};
-use zcnet_stack::{IpAddress, IpEndpoint, Never, Stack, StackError};
+use zcnet_stack::{IpAddress, IpEndpoint, Stack, StackError};
 
 use crate::json::{self, object, Json};
 
@@ -594,12 +594,15 @@ impl Iperf3Server {
         self.shared.stats.clone()
     }
 
-    /// Accepts connections forever: a control connection starts a test in its own task; while
-    /// that test waits for its streams, connections are handed to it; otherwise a connection
-    /// during a test is answered ACCESS_DENIED and closed.
-    pub async fn run(mut self, spawner: Spawner) -> Never {
+    /// Accepts connections until the stack shuts down: a control connection starts a test in
+    /// its own task; while that test waits for its streams, connections are handed to it;
+    /// otherwise a connection during a test is answered ACCESS_DENIED and closed.
+    pub async fn run(mut self, spawner: Spawner) {
         loop {
-            let mut sock = self.listener.accept().await;
+            // Fails only once the stack is shut down.
+            let Ok(mut sock) = self.listener.accept().await else {
+                return;
+            };
             let mut d = self.shared.dispatch();
             match d.phase {
                 Phase::Idle => {

@@ -52,6 +52,12 @@
 //!   TCP from there) and at the answers smoltcp gives (`rx_check.rs`).
 //! * Ports: one allocator hands out every ephemeral port (TCP connect, UDP and zero-copy bind
 //!   to port 0) and keeps DNS queries off ports other sockets use (`ports.rs`).
+//! * Shutdown: [`Stack::shutdown`] stops the stack for good and gives its driver back
+//!   ([`StackDriver`]: a `&'static mut` driver, or a boxed one with `alloc`, which the caller
+//!   drops to close the device); the tasks end, every frame the stack held returns to the pool,
+//!   TCP operations fail with [`tcp::TcpError::ShutDown`] and no socket opens. A new stack over
+//!   the same driver and pool takes new [`StackResources`] (`shutdown.rs` says what happens to
+//!   each kind of socket).
 //!
 //! # Copies per payload byte
 //!
@@ -94,6 +100,9 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
 // First: the logging macros are used by the modules below.
 #[macro_use]
 mod logging;
@@ -112,9 +121,11 @@ mod neighbor;
 mod ports;
 mod runner;
 mod rx_check;
+mod shutdown;
 mod socket;
 mod socket_meta;
 mod stack;
+mod stack_driver;
 mod stats;
 mod tcb;
 mod tcp_io;
@@ -135,8 +146,10 @@ pub use neighbor::{
     MAX_HELD_FRAMES, MAX_NEIGHBORS, NEIGHBOR_LIFETIME, NEIGHBOR_RETRY, NEIGHBOR_TIMEOUT,
 };
 pub use runner::{Never, Runner};
+pub use shutdown::MAX_SHUTDOWN_WAITERS;
 pub use socket::{datagram, dns, icmp, raw, tcp, udp, PacketBuffers, PacketMetadata};
 pub use stack::{Stack, StackInner, StackResources};
+pub use stack_driver::StackDriver;
 pub use stats::{DropReason, StackStats};
 pub use zcnet_buffer as buffer;
 pub use zcnet_executor as executor;
@@ -182,12 +195,16 @@ pub enum StackError {
     /// DHCPv4 client, or two zero-copy sockets) cannot share a port, and neither can take the
     /// port of a [`DnsSocket`](dns::DnsSocket) query in flight.
     AddressInUse,
+    /// The stack was shut down ([`Stack::shutdown`]): it opens no socket any more, and is
+    /// shut down once only.
+    ShutDown,
 }
 
 impl core::fmt::Display for StackError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match *self {
             StackError::ResourcesInUse => f.write_str("stack resources already in use"),
+            StackError::ShutDown => f.write_str("stack shut down"),
             StackError::NoSocketSlot => f.write_str("no free socket slot"),
             StackError::PoolExhausted => f.write_str("frame pool exhausted"),
             StackError::PoolTooSmall { slot_size, needed } => {

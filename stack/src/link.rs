@@ -54,6 +54,11 @@ impl Link {
     pub(crate) fn is_up(&self) -> bool {
         self.state == LinkState::Up
     }
+
+    /// Wakes the tasks in [`Stack::wait_link`] to re-check the state.
+    pub(crate) fn wake_waiters(&mut self) {
+        self.waiters.wake_all();
+    }
 }
 
 /// What the driver wakes when its link changes: it marks the change pending and wakes the link
@@ -75,6 +80,12 @@ impl LinkSignal {
             pending: AtomicBool::new(true),
             task: WakerCell::new(),
         }
+    }
+
+    /// Wakes the link task so that it sees the stack shut down and ends.
+    pub(crate) fn wake_for_shutdown(&self) {
+        self.pending.store(true, Ordering::Release);
+        self.task.wake();
     }
 
     /// The waker the driver is given: waking it sets `pending` and wakes the link task.
@@ -108,9 +119,13 @@ unsafe fn signal_wake(data: *const ()) {
 /// As [`signal_clone`] (nothing to free: the signal is `'static`).
 unsafe fn signal_drop(_data: *const ()) {}
 
-/// The link task: forever, waits for the driver to report a change and applies it.
-pub(crate) async fn watch(stack: Stack) -> crate::Never {
+/// The link task: until the stack shuts down, waits for the driver to report a change and
+/// applies it.
+pub(crate) async fn watch(stack: Stack) {
     loop {
+        if stack.is_shut_down() {
+            return;
+        }
         // After a recheck period the driver is asked even if it woke nobody.
         let mut ask = stack.link_state() == LinkState::Down;
         let change = poll_fn(|cx| step(stack, cx, core::mem::take(&mut ask)));
@@ -136,6 +151,10 @@ fn step(stack: Stack, cx: &mut Context<'_>, ask: bool) -> Poll<()> {
     let waker = signal.waker();
     let counters = &inner.counters;
     stack.with(|st| {
+        if st.shut_down {
+            // The driver was handed back: `watch` ends.
+            return Poll::Ready(());
+        }
         let seen = st.driver.poll_link_state(&mut Context::from_waker(&waker));
         if seen == st.link.state {
             return Poll::Pending;

@@ -275,6 +275,22 @@ impl Neighbors {
     }
 }
 
+impl Neighbors {
+    /// Shutdown (`shutdown.rs`): every held frame is dropped (its slot back in the pool) and
+    /// its send fails with [`DatagramError::ShutDown`]; no request is wanted any more.
+    pub(crate) fn shut_down(&mut self) {
+        for place in self.held.iter_mut() {
+            if let Some(h) = place.as_mut() {
+                if h.frame.take().is_some() {
+                    settle(place, Err(DatagramError::ShutDown));
+                }
+            }
+        }
+        self.entries = [const { None }; MAX_NEIGHBORS];
+        self.requests_wanted = false;
+    }
+}
+
 /// Records an outcome for a held place and wakes (or frees, if detached) it.
 fn settle(place: &mut Option<Held>, outcome: Result<(), DatagramError>) {
     if let Some(h) = place {

@@ -46,27 +46,20 @@ pub struct Runner {
 pub enum Never {}
 
 impl Runner {
-    /// The ingress task.
-    pub async fn ingress(stack: Stack) -> Never {
-        poll_fn(|cx| {
-            ingress_step(stack, cx);
-            Poll::Pending
-        })
-        .await
+    /// The ingress task. Ends when the stack is shut down ([`Stack::shutdown`]).
+    pub async fn ingress(stack: Stack) {
+        poll_fn(|cx| ingress_step(stack, cx)).await
     }
 
-    /// The egress task.
-    pub async fn egress(stack: Stack) -> Never {
-        poll_fn(|cx| {
-            egress_step(stack, cx);
-            Poll::Pending
-        })
-        .await
+    /// The egress task. Ends when the stack is shut down.
+    pub async fn egress(stack: Stack) {
+        poll_fn(|cx| egress_step(stack, cx)).await
     }
 
     /// The link task: applies the driver's link changes (see [`Stack::link_state`]). It sleeps
     /// until the driver reports a change, so it costs nothing while the link is up and steady.
-    pub async fn link(stack: Stack) -> Never {
+    /// Ends when the stack is shut down.
+    pub async fn link(stack: Stack) {
         crate::link::watch(stack).await
     }
 
@@ -75,28 +68,34 @@ impl Runner {
     #[cfg(feature = "alloc")]
     pub fn spawn(self, spawner: zcnet_executor::Spawner) {
         let s = self.stack;
-        drop(spawner.spawn(async move {
-            let _ = Self::ingress(s).await;
-        }));
-        drop(spawner.spawn(async move {
-            let _ = Self::egress(s).await;
-        }));
-        drop(spawner.spawn(async move {
-            let _ = Self::link(s).await;
-        }));
+        drop(spawner.spawn(Self::ingress(s)));
+        drop(spawner.spawn(Self::egress(s)));
+        drop(spawner.spawn(Self::link(s)));
     }
 
-    /// Runs the three tasks in the current task, forever (each wake polls all three).
-    pub async fn run(self) -> Never {
+    /// Runs the three tasks in the current task (each wake polls those not finished) until
+    /// the stack is shut down.
+    pub async fn run(self) {
         let s = self.stack;
         let mut ingress = pin!(Self::ingress(s));
         let mut egress = pin!(Self::egress(s));
         let mut link = pin!(Self::link(s));
+        let mut done = [false; 3];
         poll_fn(|cx| {
-            let _ = ingress.as_mut().poll(cx);
-            let _ = egress.as_mut().poll(cx);
-            let _ = link.as_mut().poll(cx);
-            Poll::Pending
+            if !done[0] {
+                done[0] = ingress.as_mut().poll(cx).is_ready();
+            }
+            if !done[1] {
+                done[1] = egress.as_mut().poll(cx).is_ready();
+            }
+            if !done[2] {
+                done[2] = link.as_mut().poll(cx).is_ready();
+            }
+            if done == [true; 3] {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
         })
         .await
     }
@@ -104,10 +103,18 @@ impl Runner {
 
 use core::future::Future;
 
-fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
+/// One ingress run; `Ready` once the stack is shut down.
+fn ingress_step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
     let counters = &stack.inner.counters;
     let now = stack.now();
     let mut st = stack.inner.state.lock();
+    if st.shut_down {
+        return Poll::Ready(());
+    }
+    match &st.ingress_waker {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => st.ingress_waker = Some(cx.waker().clone()),
+    }
     counters.ingress_poll();
     let budget = st.ingress_budget;
     let mut processed = 0;
@@ -194,13 +201,17 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) {
         crate::autoconf::after_ingress(&mut st, now, counters);
         st.signal_egress_if_due(now);
     }
+    Poll::Pending
 }
 
-/// One egress run; ends by arming egress's timer for the next deadline (or disarming it).
-fn egress_step(stack: Stack, cx: &mut Context<'_>) {
+/// One egress run (`Ready` once the stack is shut down); ends by arming egress's timer for the next deadline (or disarming it).
+fn egress_step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
     let counters = &stack.inner.counters;
     let now = stack.now();
     let mut guard = stack.inner.state.lock();
+    if guard.shut_down {
+        return Poll::Ready(());
+    }
     counters.egress_poll();
     let st: &mut crate::stack::State = &mut guard;
     match &st.egress_waker {
@@ -221,7 +232,7 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
         // wakes egress when the link is back (`link.rs`). No timer meanwhile.
         counters.idle_poll();
         st.arm_egress_timer(now, None, cx.waker());
-        return;
+        return Poll::Pending;
     }
     st.iface.poll_maintenance(now);
     let before = counters.frames_out();
@@ -286,4 +297,5 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) {
     };
     st.reap_orphans(now);
     st.arm_egress_timer(now, next, cx.waker());
+    Poll::Pending
 }

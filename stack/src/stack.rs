@@ -24,7 +24,7 @@ use smoltcp::socket::Socket;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::{EthernetAddress, HardwareAddress as SmolHardwareAddress, IpAddress, IpCidr};
 use spin::mutex::SpinMutex;
-use zcnet_buffer::{Driver, FramePool, HardwareAddress, RxFrame, TxFrame};
+use zcnet_buffer::{FramePool, HardwareAddress, RxFrame, TxFrame};
 use zcnet_executor::time::Sleep;
 use zcnet_executor::{Executor, Instant};
 
@@ -33,6 +33,7 @@ use crate::config::{Config, Ipv4Config, StaticV4};
 use crate::device::{smoltcp_caps, StepDevice};
 use crate::socket::SocketCx;
 use crate::socket_meta::{SocketMeta, SocketMetas};
+use crate::stack_driver::StackDriver;
 use crate::stats::{Counters, StackStats};
 use crate::tcb::socket::Tcb;
 use crate::tcb::state::State as TcpState;
@@ -58,7 +59,16 @@ pub(crate) struct State {
     /// Ports with a `TcpListener`: SYNs beyond their backlog are dropped, not refused. Also the
     /// listeners waiting for a free socket slot.
     pub(crate) listener_ports: ListenerPorts,
-    pub(crate) driver: &'static mut (dyn Driver + Send),
+    /// The driver (a detached placeholder once the stack is shut down, see `stack_driver.rs`).
+    pub(crate) driver: StackDriver,
+    /// Set by [`Stack::shutdown`]: the tasks end, nothing is sent or received, and no socket
+    /// opens (see `shutdown.rs`).
+    pub(crate) shut_down: bool,
+    /// The ingress task's waker, kept so that shutdown can end the task (the driver, which
+    /// holds it otherwise, is handed back).
+    pub(crate) ingress_waker: Option<Waker>,
+    /// Tasks waiting in [`Stack::wait_shut_down`].
+    pub(crate) shutdown_waiters: crate::waiters::WaitList<{ crate::MAX_SHUTDOWN_WAITERS }>,
     /// The driver's capabilities as smoltcp names them: the checksums they leave to software
     /// are the ones ingress and the zero-copy path verify and compute.
     pub(crate) caps: DeviceCapabilities,
@@ -66,8 +76,8 @@ pub(crate) struct State {
     /// in its place (`rx_check.rs`).
     smol_caps: DeviceCapabilities,
     pub(crate) tx_headroom: usize,
-    /// A slot leased for good as scratch space (see `device.rs`).
-    pub(crate) scratch: TxFrame,
+    /// A slot leased as scratch space (see `device.rs`) until shutdown gives it back.
+    pub(crate) scratch: Option<TxFrame>,
     /// The TX frame the next TX token writes into (see `device.rs`): reserved for a reply
     /// before smoltcp sees a received frame, and kept when smoltcp needs no reply. At most one.
     pub(crate) spare_tx: Option<TxFrame>,
@@ -125,7 +135,10 @@ impl State {
             caps: self.smol_caps.clone(),
             tx_headroom: self.tx_headroom,
             counters,
-            scratch: self.scratch.buffer_mut(),
+            scratch: match &mut self.scratch {
+                Some(f) => f.buffer_mut(),
+                None => &mut [],
+            },
             starved: false,
             spare: &mut self.spare_tx,
             refused: false,
@@ -196,6 +209,9 @@ impl State {
         &mut self,
         socket: T,
     ) -> Result<SocketHandle, StackError> {
+        if self.shut_down {
+            return Err(StackError::ShutDown);
+        }
         if self.socket_count >= self.socket_capacity && !self.free_orphan_slot() {
             return Err(StackError::NoSocketSlot);
         }
@@ -214,6 +230,9 @@ impl State {
         tcb: Tcb<'static>,
         slots: usize,
     ) -> Result<TcpHandle, StackError> {
+        if self.shut_down {
+            return Err(StackError::ShutDown);
+        }
         if self.socket_count >= self.socket_capacity && !self.free_orphan_slot() {
             return Err(StackError::NoSocketSlot);
         }
@@ -587,15 +606,18 @@ impl Stack {
     /// pool's slots cannot hold the driver's largest frame plus its headroom, if the
     /// configuration needs an Ethernet driver or a socket slot it does not have, or if a route
     /// does not fit. A failed call keeps nothing: `resources` are free for the next call and
-    /// the slot taken for scratch space is back in the pool (`driver`, moved in, is not given
-    /// back).
+    /// the slot taken for scratch space is back in the pool (`driver`, moved in, is dropped).
+    ///
+    /// `driver` is a `&'static mut` driver or, with the `alloc` feature, a boxed one (see
+    /// [`StackDriver`]); [`shutdown`](Self::shutdown) gives it back.
     pub fn new<const SOCKETS: usize>(
         exec: &'static Executor,
         pool: &'static FramePool,
-        driver: &'static mut (dyn Driver + Send),
+        driver: impl Into<StackDriver>,
         config: Config,
         resources: &'static StackResources<SOCKETS>,
     ) -> Result<(Stack, crate::Runner), StackError> {
+        let driver = driver.into();
         if resources
             .claimed
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -630,7 +652,7 @@ impl Stack {
     fn build<const SOCKETS: usize>(
         exec: &'static Executor,
         pool: &'static FramePool,
-        driver: &'static mut (dyn Driver + Send),
+        mut driver: StackDriver,
         config: Config,
         resources: &'static StackResources<SOCKETS>,
     ) -> Result<(Stack, crate::Runner), StackError> {
@@ -698,10 +720,13 @@ impl Stack {
             tcp_slot_limit: config.tcp_pool_slots.unwrap_or(pool.slot_count() / 4 * 3),
             listener_ports: ListenerPorts::new(),
             driver,
+            shut_down: false,
+            ingress_waker: None,
+            shutdown_waiters: crate::waiters::WaitList::new(),
             caps,
             smol_caps,
             tx_headroom: dcaps.tx_headroom,
-            scratch,
+            scratch: Some(scratch),
             spare_tx: None,
             pending_rx: None,
             egress_waker: None,

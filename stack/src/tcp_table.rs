@@ -41,6 +41,8 @@ pub(crate) enum CloseCause {
     Aborted,
     /// No answer from the peer within the socket's timeout.
     TimedOut,
+    /// The stack was shut down.
+    ShutDown,
 }
 
 /// What the stack remembers about a connection besides its [`Tcb`].
@@ -191,6 +193,28 @@ impl TcpTable {
         self.used += 1;
         self.reserved += slots;
         Some(TcpHandle(i))
+    }
+
+    /// Shutdown (`shutdown.rs`): removes orphans, closes every other connection (its socket
+    /// woken, its frames back in the pool, [`CloseCause::ShutDown`] recorded). Returns how many
+    /// places were emptied (their socket slots are free).
+    pub(crate) fn shut_down(&mut self) -> usize {
+        let mut removed = 0;
+        for i in 0..self.slots.len() {
+            let slot = &mut self.slots[i];
+            let Some(tcb) = slot.tcb.as_mut() else {
+                continue;
+            };
+            if slot.meta.orphan.is_some() {
+                self.remove(TcpHandle(i));
+                removed += 1;
+                continue;
+            }
+            tcb.abort();
+            tcb.reset();
+            slot.meta.set_cause(CloseCause::ShutDown);
+        }
+        removed
     }
 
     /// Pool slots the connections in use reserve together.

@@ -27,6 +27,14 @@ pub fn assert_slots_back(pool: &FramePool, posted: usize) -> Occupancy {
     occ
 }
 
+/// Audits `pool` and panics unless every slot is free: nothing posted, nothing with a stack, a
+/// device or the application (for a pool whose stack was shut down and whose driver was
+/// dropped).
+pub fn assert_all_free(pool: &FramePool) {
+    let occ = assert_slots_back(pool, 0);
+    assert_eq!(occ.free, pool.slot_count(), "{occ}");
+}
+
 /// The slots in the states [`assert_slots_back`] expects empty, by state: `state: [slot, ..]`.
 fn held_slots(pool: &FramePool) -> String {
     let held = [

@@ -210,14 +210,14 @@ pub fn pair_wrapped(
     )
 }
 
-/// One stack of a pair, with `S` socket slots, on `driver`, its runner spawned.
+/// One stack of a pair, with `S` socket slots, on `driver` (boxed: [`Stack::shutdown`] gives
+/// it back), its runner spawned.
 fn side<const S: usize>(
     exec: &'static Executor,
     pool: &'static FramePool,
     driver: PairDriver,
     config: Config,
 ) -> Stack {
-    let driver: &'static mut (dyn Driver + Send) = Box::leak(driver);
     let resources: &'static StackResources<S> = StackResources::leak();
     let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
     runner.spawn(exec.spawner());

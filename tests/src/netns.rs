@@ -198,6 +198,8 @@ pub fn if_name(prefix: &str) -> String {
 pub struct TapNet {
     /// The executor the stack runs on (real time, epoll reactor with the TAP fd).
     pub exec: &'static Executor,
+    /// The executor's platform (the reactor a new TAP registers with).
+    pub platform: &'static LinuxPlatform,
     /// The stack.
     pub stack: Stack,
     /// The pool the TAP receives into and transmits from.
@@ -278,11 +280,13 @@ impl TapNet {
             ..Config::default()
         };
         configure(&mut config);
-        let driver: &'static mut Tap = Box::leak(Box::new(tap));
-        let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
+        // Boxed: `Stack::shutdown` gives it back, and dropping it closes the TAP.
+        let (stack, runner) =
+            Stack::new(exec, pool, Box::new(tap), config, resources).expect("stack");
         runner.spawn(exec.spawner());
         TapNet {
             exec,
+            platform,
             stack,
             pool,
             tap_stats,

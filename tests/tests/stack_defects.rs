@@ -420,7 +420,7 @@ fn listener_short_of_buffers_rearms_when_buffers_return() {
     let server = sp.spawn(async move {
         let mut l = TcpListener::bind(b, PORT, 1, budget_buffers).unwrap();
         loop {
-            let mut s = l.accept().await;
+            let mut s = l.accept().await.expect("accept");
             sp.spawn(async move {
                 let mut buf = [0u8; 16];
                 let n = s.read(&mut buf).await.unwrap();

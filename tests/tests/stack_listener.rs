@@ -80,7 +80,7 @@ fn spawn_answering_server(p: &Pair) -> JoinHandle<()> {
     sp.spawn(async move {
         let mut l = TcpListener::bind(b, PORT, BACKLOG, buffers).unwrap();
         loop {
-            let mut s = l.accept().await;
+            let mut s = l.accept().await.expect("accept");
             sp.spawn(async move {
                 answer(&mut s).await;
                 s.close();
@@ -153,7 +153,7 @@ fn listener_rearms_when_a_slot_is_freed() {
     let server = sp.spawn(async move {
         let mut l = TcpListener::bind(b, PORT, BACKLOG, buffers).unwrap();
         loop {
-            let mut s = l.accept().await;
+            let mut s = l.accept().await.expect("accept");
             sp.spawn(async move {
                 let mut buf = answer(&mut s).await;
                 // Keep the connection until the client closes it, then close our half.

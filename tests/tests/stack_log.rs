@@ -47,7 +47,7 @@ fn connect_accept_close_and_a_refused_connect_are_logged() {
 
     let server = p.exec.spawner().spawn(async move {
         let mut l = TcpListener::bind(b, 7400, 2, buffers).unwrap();
-        let mut s = l.accept().await;
+        let mut s = l.accept().await.expect("accept");
         let mut buf = [0u8; 64];
         while s.read(&mut buf).await.unwrap() > 0 {}
         s.close();

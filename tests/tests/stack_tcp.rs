@@ -295,7 +295,7 @@ fn a_hundred_concurrent_clients_against_a_backlog_of_sixteen_are_all_served() {
         let mut l = TcpListener::bind(b, 7100, 16, make).unwrap();
         let mut handlers = Vec::new();
         for _ in 0..CLIENTS {
-            let mut s = l.accept().await;
+            let mut s = l.accept().await.expect("accept");
             handlers.push(sp.spawn(async move {
                 let mut buf = [0u8; 64];
                 let n = s.read(&mut buf).await.unwrap();
@@ -364,7 +364,7 @@ fn dropped_sockets_deliver_their_data_and_close_gracefully() {
         let mut l = TcpListener::bind(b, 7200, 16, make).unwrap();
         let mut handlers = Vec::new();
         for _ in 0..CLIENTS {
-            let mut s = l.accept().await;
+            let mut s = l.accept().await.expect("accept");
             handlers.push(sp.spawn(async move {
                 let mut got = Vec::new();
                 let mut buf = [0u8; 1024];

@@ -92,7 +92,7 @@ fn zcnet_tcp_echo_server_returns_10_mb_byte_exact_to_linux() {
     })
     .expect("listen on port 7");
     let server = net.exec.spawner().spawn(async move {
-        let mut s = listener.accept().await;
+        let mut s = listener.accept().await.expect("accept");
         let mut buf = vec![0u8; 16384];
         let mut echoed = 0usize;
         loop {
@@ -168,7 +168,7 @@ fn a_linux_client_reuses_its_time_wait_ports_thanks_to_timestamps() {
     // Reads each connection to its end, then closes: the client's FIN comes first.
     net.exec.spawner().spawn(async move {
         loop {
-            let mut s = listener.accept().await;
+            let mut s = listener.accept().await.expect("accept");
             let mut buf = [0u8; 512];
             while let Ok(n) = s.read(&mut buf).await {
                 if n == 0 {

@@ -73,7 +73,7 @@ fn linux_sends_100_mib_to_zcnet_byte_exact() {
     let net = TapNet::new(1500);
     let mut listener = TcpListener::bind(net.stack, 5001, 1, buffers).expect("listen");
     let server = net.exec.spawner().spawn(async move {
-        let mut s = listener.accept().await;
+        let mut s = listener.accept().await.expect("accept");
         let mut h = Sha256::new();
         let mut got = 0usize;
         while let Some(n) = s
@@ -192,7 +192,7 @@ fn zcnet_sends_100_mib_to_linux_byte_exact() {
     let net = TapNet::new(1500);
     let mut listener = TcpListener::bind(net.stack, 5002, 1, buffers).expect("listen");
     let server = net.exec.spawner().spawn(async move {
-        let mut s = listener.accept().await;
+        let mut s = listener.accept().await.expect("accept");
         let mut h = Sha256::new();
         let mut stream = Stream::new(0x9e37_79b9_7f4a_7c15);
         let mut sent = 0usize;

@@ -144,6 +144,9 @@ pub enum DatagramError {
     NeighborTimeout,
     /// The driver refused the frame; counted as [`DropReason::TxDriver`].
     Driver(TxError),
+    /// The stack was shut down ([`Stack::shutdown`](crate::Stack::shutdown)) before the frame
+    /// went out.
+    ShutDown,
 }
 
 impl core::fmt::Display for DatagramError {
@@ -157,6 +160,7 @@ impl core::fmt::Display for DatagramError {
             }
             DatagramError::NeighborTimeout => f.write_str("neighbour did not answer ARP/NDP"),
             DatagramError::Driver(e) => write!(f, "driver refused the frame: {e}"),
+            DatagramError::ShutDown => f.write_str("stack shut down"),
         }
     }
 }
@@ -364,6 +368,23 @@ impl ZcSockets {
             };
             ours.then_some(i)
         })
+    }
+
+    /// Shutdown (`shutdown.rs`): drops every queued datagram (their slots return to the pool)
+    /// and wakes the sockets' waiting receives and TX-frame waits to re-check.
+    pub(crate) fn shut_down(&mut self) {
+        for e in self.entries.iter_mut().flatten() {
+            while let Some(d) = e.pop() {
+                drop(d);
+            }
+            if let Some(w) = e.recv_waker.take() {
+                w.wake();
+            }
+            if let Some(w) = e.tx_waker.take() {
+                w.wake();
+            }
+        }
+        self.tx_waiting = false;
     }
 
     /// Wakes every socket waiting for a TX frame (egress runs after TX completions).
@@ -598,6 +619,9 @@ fn start_send(
     now: Instant,
     counters: &Counters,
 ) -> Result<Option<u32>, DatagramError> {
+    if st.shut_down {
+        return Err(DatagramError::ShutDown);
+    }
     if remote.port == 0 || remote.addr.is_unspecified() || st.iface.has_ip_addr(remote.addr) {
         return Err(DatagramError::Unaddressable);
     }

@@ -12,7 +12,7 @@ impl embedded_io_async::Error for TcpError {
             TcpError::ConnectionReset => ErrorKind::ConnectionReset,
             TcpError::ConnectionRefused => ErrorKind::ConnectionRefused,
             TcpError::TimedOut => ErrorKind::TimedOut,
-            TcpError::Aborted => ErrorKind::ConnectionAborted,
+            TcpError::Aborted | TcpError::ShutDown => ErrorKind::ConnectionAborted,
             TcpError::InvalidState => ErrorKind::NotConnected,
             TcpError::Unaddressable => ErrorKind::AddrNotAvailable,
         }

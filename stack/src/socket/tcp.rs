@@ -89,6 +89,9 @@ pub enum TcpError {
     TimedOut,
     /// This side aborted the connection ([`TcpSocket::abort`]).
     Aborted,
+    /// The stack was shut down ([`Stack::shutdown`](crate::Stack::shutdown)): the connection
+    /// is closed (no segment was sent) and no new one opens.
+    ShutDown,
     /// The operation does not fit the socket's state: connecting a socket already in use,
     /// reading or writing one that never connected, writing after `shutdown`.
     InvalidState,
@@ -104,6 +107,7 @@ impl core::fmt::Display for TcpError {
             TcpError::ConnectionRefused => "connection refused",
             TcpError::TimedOut => "timed out",
             TcpError::Aborted => "connection aborted",
+            TcpError::ShutDown => "stack shut down",
             TcpError::InvalidState => "invalid socket state",
             TcpError::Unaddressable => "unaddressable endpoint",
         })
@@ -226,6 +230,7 @@ impl Conn {
         match meta.cause() {
             Some(CloseCause::Aborted) => TcpError::Aborted,
             Some(CloseCause::TimedOut) => TcpError::TimedOut,
+            Some(CloseCause::ShutDown) => TcpError::ShutDown,
             None if meta.connected() && !meta.write_shut() => TcpError::ConnectionReset,
             None => TcpError::InvalidState,
         }
@@ -516,6 +521,9 @@ impl TcpSocket {
         let handle = self.conn.handle;
         let now = self.conn.stack.now();
         self.conn.stack.with(|st| {
+            if st.shut_down {
+                return Err(TcpError::ShutDown);
+            }
             let port = st.ephemeral_port().ok_or(TcpError::Unaddressable)?;
             let ip_mtu = st.caps.ip_mtu();
             let Some(e) = st.tcp.at_handle(handle) else {
@@ -538,6 +546,7 @@ impl TcpSocket {
                 TcpState::Closed => Poll::Ready(Err(match st.meta.cause() {
                     Some(CloseCause::TimedOut) => TcpError::TimedOut,
                     Some(CloseCause::Aborted) => TcpError::Aborted,
+                    Some(CloseCause::ShutDown) => TcpError::ShutDown,
                     None => TcpError::ConnectionRefused,
                 })),
                 _ => {
@@ -578,11 +587,17 @@ impl TcpSocket {
     /// a [`TcpListener`].
     pub async fn accept(&mut self, local: impl Into<IpListenEndpoint>) -> Result<(), TcpError> {
         let local = local.into();
-        self.with(|s, _| {
+        let handle = self.conn.handle;
+        self.conn.stack.with(|st| {
+            if st.shut_down {
+                return Err(TcpError::ShutDown);
+            }
             // Listening creates no work for egress: the SYN arrives through ingress.
-            s.listen(local).map_err(|e| match e {
-                ListenError::InvalidState => TcpError::InvalidState,
-                ListenError::Unaddressable => TcpError::Unaddressable,
+            st.with_tcb(handle, |s, _| {
+                s.listen(local).map_err(|e| match e {
+                    ListenError::InvalidState => TcpError::InvalidState,
+                    ListenError::Unaddressable => TcpError::Unaddressable,
+                })
             })
         })?;
         poll_fn(|cx| {

@@ -6,7 +6,7 @@ use core::time::Duration;
 
 use smoltcp::time::Duration as SmolDuration;
 
-use super::tcp::{add_socket, Conn, TcpBuffers, TcpSocket, TcpState};
+use super::tcp::{add_socket, Conn, TcpBuffers, TcpError, TcpSocket, TcpState};
 use crate::backlog::ListenerId;
 use crate::config::IpListenEndpoint;
 use crate::stack::Stack;
@@ -129,8 +129,13 @@ impl TcpListener {
     /// otherwise `accept` tries again each time it runs, and it is woken to do so whenever the
     /// stack frees a socket slot, the application drops a socket, or
     /// [`Stack::tcp_buffers_returned`] is called.
-    pub async fn accept(&mut self) -> TcpSocket {
+    ///
+    /// Errors only with [`TcpError::ShutDown`] once the stack is shut down.
+    pub async fn accept(&mut self) -> Result<TcpSocket, TcpError> {
         let (i, handle) = poll_fn(|cx| {
+            if self.stack.is_shut_down() {
+                return Poll::Ready(Err(TcpError::ShutDown));
+            }
             if self.listening() < self.backlog {
                 // Ask to be woken when a slot frees up *before* trying, so a slot freed just
                 // after a failed try still wakes this task.
@@ -176,19 +181,19 @@ impl TcpListener {
                 None
             });
             match found {
-                Some(x) => Poll::Ready(x),
+                Some(x) => Poll::Ready(Ok(x)),
                 None => Poll::Pending,
             }
         })
-        .await;
+        .await?;
         self.listening[i] = None;
         self.rearm(i);
-        TcpSocket {
+        Ok(TcpSocket {
             conn: Conn {
                 stack: self.stack,
                 handle,
             },
-        }
+        })
     }
 }
 

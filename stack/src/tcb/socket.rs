@@ -567,7 +567,7 @@ impl<'a> Tcb<'a> {
     /// Back to a fresh closed connection (options kept), waking both wakers. The RTT
     /// estimator and the statistics counters stay, for [`stats`](Self::stats) to report the
     /// connection that ended, until the next one starts ([`start`](Self::start)).
-    fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         let rx_cap_log2 = usize::BITS as usize - self.rx_buffer.capacity().leading_zeros() as usize;
 
         self.state = State::Closed;

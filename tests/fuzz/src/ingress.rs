@@ -320,7 +320,7 @@ impl Harness {
         spawner.spawn(async move {
             let mut zero_copy = false;
             loop {
-                let mut s = listener.accept().await;
+                let mut s = listener.accept().await.expect("accept");
                 s.set_keep_alive(Some(Duration::from_secs(30)));
                 s.set_timeout(Some(Duration::from_secs(120)));
                 zero_copy = !zero_copy;

@@ -75,7 +75,7 @@ use zcnet_examples::http::{HttpConfig, HttpServer, HttpStatsSnapshot};
 use zcnet_examples::json::{self, Json};
 use zcnet_examples::tap_setup::tap_driver_stats;
 use zcnet_executor::time::sleep;
-use zcnet_stack::{DropReason, Never, StackStats};
+use zcnet_stack::{DropReason, StackStats};
 use zcnet_tests::netns::{run, ChildGuard, TapNet, ZCNET_ADDR};
 
 /// The run's length without `ZCNET_SOAK_SECS`: the short form CI runs.
@@ -271,7 +271,7 @@ impl Client {
 /// with it); connection tasks it spawned run on until their clients are done.
 fn spawn_until(
     net: &TapNet,
-    server: impl Future<Output = Never> + Send + 'static,
+    server: impl Future<Output = ()> + Send + 'static,
     stop: Arc<AtomicBool>,
 ) {
     net.exec.spawner().spawn(async move {

@@ -407,6 +407,36 @@ impl WireEnd {
     }
 }
 
+impl Drop for WireEnd {
+    /// The end is unplugged. Frames on their way to it are lost (counted `lost`; their
+    /// senders' slots are free again) and so is anything sent to it later. Frames it sent that
+    /// are still on the wire arrive all the same, copied out of its slots, which return to its
+    /// pool now: a dropped end holds nothing of its pool.
+    fn drop(&mut self) {
+        let waker = {
+            let mut dir = self.shared.dirs[1 - self.side].lock();
+            let d = &mut *dir;
+            d.cut = true;
+            d.stats.lost += d.queue.len() as u64;
+            d.queue.clear();
+            d.slots_in_flight = 0;
+            self.shared.in_flight[1 - self.side].store(0, Relaxed);
+            d.tx_waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+        let mut dir = self.shared.dirs[self.side].lock();
+        for q in dir.queue.iter_mut() {
+            if let Payload::Slot(f) = &q.payload {
+                q.payload = Payload::Heap(f.to_vec());
+            }
+        }
+        dir.slots_in_flight = 0;
+        self.shared.in_flight[self.side].store(0, Relaxed);
+    }
+}
+
 impl Driver for WireEnd {
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
         let mut dir = self.shared.dirs[1 - self.side].lock();
