@@ -490,10 +490,15 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
                 sent = true;
                 Ok::<(), Starved>(())
             });
-            // Only a timeout closes an open connection in `dispatch` (an abort closes it
-            // before, a reset from the peer in `process`).
+            // Only a timeout closes an open connection in `dispatch` (the socket's own, or
+            // the SYN retries running out; an abort closes it before, a reset from the peer
+            // in `process`).
             if was_open && tcb.state() == TcpState::Closed {
-                e.meta.record_timeout();
+                if tcb.gave_up() {
+                    e.meta.set_cause(crate::tcp_table::CloseCause::TimedOut);
+                } else {
+                    e.meta.record_timeout();
+                }
             }
             if r.is_err() {
                 return Egress {

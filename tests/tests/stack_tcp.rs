@@ -218,6 +218,53 @@ fn keepalive_keeps_a_live_peer_and_the_timeout_detects_a_dead_one() {
     });
 }
 
+/// Handshakes give up, as Linux's do: a `connect` whose SYNs nobody answers ends with
+/// `TimedOut` after `SYN_RETRIES` resends (no socket timeout set), and a socket in `accept`
+/// whose SYN-ACKs go unanswered listens again after `SYNACK_RETRIES` resends and then
+/// accepts a real client.
+#[test]
+fn unanswered_handshakes_give_up() {
+    let p = pair_on(Executor::leak(VirtualClock::leak()), Faults::default(), 64);
+    let [a, b] = p.stacks;
+    let (a_end, b_end) = (p.ends[0], p.ends[1]);
+    let start = p.exec.now();
+    p.exec.block_on(async move {
+        // B's cable is cut: A's SYNs are lost.
+        b_end.set_cut(true);
+        a_end.set_cut(true);
+        let mut c = socket(a);
+        assert_eq!(c.connect(b_at(7003)).await, Err(TcpError::TimedOut));
+    });
+    let took = p.exec.now() - start;
+    assert!(
+        (Duration::from_secs(123)..Duration::from_secs(124)).contains(&took),
+        "{took:?}"
+    );
+
+    // A's SYN reaches B, B's SYN-ACKs are lost: B gives the handshake up and listens again.
+    a_end.set_cut(false);
+    let server = p.exec.spawner().spawn(async move {
+        let mut s = socket(b);
+        s.accept(7004).await.unwrap();
+        let mut buf = [0u8; 16];
+        let n = s.read(&mut buf).await.unwrap();
+        buf[..n].to_vec()
+    });
+    p.exec.block_on(async move {
+        let mut c = socket(a);
+        c.set_timeout(Some(Duration::from_secs(5)));
+        assert_eq!(c.connect(b_at(7004)).await, Err(TcpError::TimedOut));
+        drop(c);
+        // Still past B's 63 s of SYN-ACK resends, then the cable is mended.
+        sleep(Duration::from_secs(70)).await;
+        b_end.set_cut(false);
+        let mut c = socket(a);
+        c.connect(b_at(7004)).await.unwrap();
+        c.write_all(b"hello").await.unwrap();
+    });
+    assert_eq!(p.exec.block_on(server), b"hello");
+}
+
 /// Datagrams both ways; the echo task drops its socket right after its last `send_to`, and that
 /// datagram is still delivered.
 #[test]

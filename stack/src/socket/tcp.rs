@@ -74,6 +74,7 @@ use zcnet_buffer::TxFrame;
 
 pub use super::tcp_listener::{TcpListener, HANDSHAKE_TIMEOUT, MAX_BACKLOG};
 pub use crate::tcb::congestion::CongestionControl;
+pub use crate::tcb::socket::{SYNACK_RETRIES, SYN_RETRIES};
 /// The state of a TCP connection (RFC 793).
 pub use crate::tcb::state::State as TcpState;
 pub use crate::tcb::stats::{TcpCounters, TcpStats};
@@ -513,9 +514,10 @@ impl TcpSocket {
     ///
     /// Errors: [`TcpError::ConnectionRefused`] when the peer answers with RST,
     /// [`TcpError::TimedOut`] when a timeout set with [`set_timeout`](Self::set_timeout)
-    /// passes without an answer (without one the SYN is retried forever: use
-    /// [`connect_timeout`](Self::connect_timeout)), [`TcpError::InvalidState`] when the socket is
-    /// already in use, [`TcpError::Unaddressable`] for an unusable address.
+    /// passes without an answer, or else when the SYN went unanswered [`SYN_RETRIES`] times
+    /// (123 s; [`connect_timeout`](Self::connect_timeout) gives up sooner),
+    /// [`TcpError::InvalidState`] when the socket is already in use,
+    /// [`TcpError::Unaddressable`] for an unusable address.
     pub async fn connect(&mut self, remote: impl Into<IpEndpoint>) -> Result<(), TcpError> {
         let remote = remote.into();
         let handle = self.conn.handle;
@@ -584,7 +586,8 @@ impl TcpSocket {
     }
 
     /// Listens on `local` and waits until one peer has connected. For many clients at once use
-    /// a [`TcpListener`].
+    /// a [`TcpListener`]. A handshake whose SYN-ACK goes unanswered [`SYNACK_RETRIES`] times
+    /// over (63 s) is given up, and the socket listens again.
     pub async fn accept(&mut self, local: impl Into<IpListenEndpoint>) -> Result<(), TcpError> {
         let local = local.into();
         let handle = self.conn.handle;

@@ -58,6 +58,11 @@
 //!   to three SACK blocks (smoltcp's, one). Under Reno or CUBIC, what recovery sends follows
 //!   proportional rate reduction (RFC 6937) instead of the inflated window of RFC 5681's fast
 //!   recovery.
+//! * The handshake gives up: a SYN is resent at most [`socket::SYN_RETRIES`] times (the
+//!   connection then closes, a timeout for `connect`), a SYN-ACK at most
+//!   [`socket::SYNACK_RETRIES`] times (a socket that came from LISTEN listens again), as
+//!   Linux's `tcp_syn_retries` / `tcp_synack_retries`; smoltcp resends both until the
+//!   socket's timeout, or for ever without one.
 //! * Time-based loss detection and loss probes, RACK-TLP (RFC 8985, [`rack`]), with a peer
 //!   that SACKs: a segment is lost once one sent after it was delivered and a round trip has
 //!   passed (this finds lost retransmissions and losses too near the tail for three duplicate

@@ -153,6 +153,13 @@ pub(crate) struct Tcb<'a> {
     /// If this is set, we will not send a SYN|ACK until this is unset.
     synack_paused: bool,
 
+    /// Retransmission timeouts in this handshake (SYN-SENT or SYN-RECEIVED); past
+    /// [`SYN_RETRIES`] / [`SYNACK_RETRIES`] the handshake is given up. Zcnet's, not smoltcp's.
+    handshake_rtos: u8,
+    /// The last handshake was given up after [`SYN_RETRIES`] (the connection closed for want of
+    /// an answer, a timeout for the caller); cleared when the connection is reset.
+    gave_up: bool,
+
     /// One past the highest sequence number ever handed to `emit` in this connection (`None`
     /// before the first segment): payload below it is a retransmission. Not smoltcp's; read
     /// by the stack to tell first transmissions from retransmissions in the copy ledger.
@@ -168,6 +175,16 @@ pub(crate) struct Tcb<'a> {
 
 /// The remote's MSS until it announces one (RFC 1122).
 const DEFAULT_MSS: usize = 536;
+
+/// How many times a SYN is resent before `connect` gives up with a timeout (Linux's
+/// `tcp_syn_retries`): with the initial 1 s retransmission timeout doubling up to its 60 s
+/// ceiling, after 123 s.
+pub const SYN_RETRIES: u8 = 6;
+
+/// How many times a SYN-ACK is resent before a listening socket gives the handshake up and
+/// listens again: after 63 s (Linux's `tcp_synack_retries`). Without it, SYNs from peers that
+/// never answer would hold listening sockets for ever.
+pub const SYNACK_RETRIES: u8 = 5;
 
 /// Minimum MSS we accept from the remote, same value as Linux's `TCP_MIN_SND_MSS`.
 /// Without it, a peer advertising a tiny MSS could force segments to carry little
@@ -236,6 +253,8 @@ impl<'a> Tcb<'a> {
             rx_waker: WakerRegistration::new(),
             tx_waker: WakerRegistration::new(),
             synack_paused: false,
+            handshake_rtos: 0,
+            gave_up: false,
             sent_max: None,
             local_mss: None,
             counters: TcpCounters::default(),
@@ -595,9 +614,17 @@ impl<'a> Tcb<'a> {
         self.rack.reset();
         self.local_rx_dup_acks = 0;
         self.local_rx_last_ack = None;
+        self.handshake_rtos = 0;
+        self.gave_up = false;
 
         self.rx_waker.wake();
         self.tx_waker.wake();
+    }
+
+    /// Whether the connection closed because its SYN went unanswered [`SYN_RETRIES`] times
+    /// over (the stack reports a timeout).
+    pub(crate) fn gave_up(&self) -> bool {
+        self.gave_up
     }
 
     /// [`reset`](Self::reset) for a new connection: a fresh RTT estimator and statistics too.
@@ -1214,6 +1241,10 @@ impl<'a> Tcb<'a> {
     /// Move to `state`, waking both wakers.
     fn set_state(&mut self, state: State) {
         event!(tcp_state(self, state));
+        let handshake = |s: State| matches!(s, State::SynSent | State::SynReceived);
+        if handshake(state) && !handshake(self.state) {
+            self.handshake_rtos = 0;
+        }
         self.state = state;
 
         // Wake all tasks waiting. Even if we haven't received/sent data, this
@@ -2182,6 +2213,34 @@ impl<'a> Tcb<'a> {
         }
     }
 
+    /// Counts a retransmission timeout during the handshake and gives the handshake up past
+    /// the limit (`true`: nothing more to send). A SYN-RECEIVED that came from LISTEN listens
+    /// again, as after a reset (Linux drops the request after `tcp_synack_retries`); a SYN
+    /// that went unanswered closes the connection ([`gave_up`](Self::gave_up)).
+    fn handshake_expired(&mut self) -> bool {
+        let limit = match self.state {
+            State::SynSent => SYN_RETRIES,
+            State::SynReceived => SYNACK_RETRIES,
+            _ => return false,
+        };
+        self.handshake_rtos = self.handshake_rtos.saturating_add(1);
+        if self.handshake_rtos <= limit {
+            return false;
+        }
+        event!(tcp_timed_out(self));
+        if self.state == State::SynReceived && self.listen_endpoint.port != 0 {
+            self.tuple = None;
+            self.timer = Timer::new();
+            self.rtte = RttEstimator::with_min_rto(self.rtte.min_rto());
+            self.set_state(State::Listen);
+            self.counters = TcpCounters::default();
+        } else {
+            self.gave_up = true;
+            self.set_state(State::Closed);
+        }
+        true
+    }
+
     /// Whether the remote has been silent longer than the timeout at `timestamp`.
     fn timed_out(&self, timestamp: Instant) -> bool {
         match (self.remote_last_ts, self.timeout) {
@@ -2406,6 +2465,9 @@ impl<'a> Tcb<'a> {
             event!(tcp_timed_out(self));
             self.set_state(State::Closed);
         } else if self.timer.should_retransmit(cx.now) {
+            if matches!(self.timer, Timer::Retransmit { .. }) && self.handshake_expired() {
+                return Ok(());
+            }
             if let Timer::Retransmit { .. } = self.timer {
                 // If a retransmit timer expired, we should resend data starting at the last ACK.
 

@@ -7259,3 +7259,80 @@ fn test_established_close_on_src_ip_change() {
     recv_nothing!(s);
     assert_eq!(s.state, State::Closed);
 }
+
+// =========================================================================================//
+// zcnet: the handshake gives up after SYN_RETRIES / SYNACK_RETRIES retransmissions.
+// =========================================================================================//
+
+/// Runs `s` from `from` for 10 simulated minutes in 100 ms steps, or until `done` holds;
+/// returns the SYN segments it sent (with or without ACK) and the time it stopped.
+fn run_handshake(
+    s: &mut TestSocket,
+    from: i64,
+    done: impl Fn(&TestSocket) -> bool,
+) -> (usize, Instant) {
+    let mut syns = 0;
+    let mut t = Instant::from_millis(from);
+    let end = t + Duration::from_secs(600);
+    while t < end && !done(s) {
+        s.cx.set_now(t);
+        let _ = s.socket.dispatch(&mut s.cx, |_, (_, repr), _| {
+            if repr.control == TcpControl::Syn {
+                syns += 1;
+            }
+            Ok::<(), ()>(())
+        });
+        t += Duration::from_millis(100);
+    }
+    (syns, t)
+}
+
+#[test]
+fn test_syn_sent_gives_up_after_syn_retries() {
+    let mut s = socket_syn_sent();
+    let (syns, t) = run_handshake(&mut s, 0, |s| s.state == State::Closed);
+    assert_eq!(s.state, State::Closed, "given up by {t}");
+    assert_eq!(syns, 1 + usize::from(SYN_RETRIES));
+    assert!(s.gave_up(), "a timeout for the caller");
+    // 1 + 2 + 4 + 8 + 16 + 32 s of doubling timeouts, then the 60 s ceiling: 123 s.
+    assert!(t >= Instant::from_secs(123) && t < Instant::from_secs(124), "{t}");
+    // A new connection starts afresh.
+    s.reset();
+    assert!(!s.gave_up());
+}
+
+#[test]
+fn test_syn_received_listens_again_after_synack_retries() {
+    let mut s = socket_listen();
+    send!(
+        s,
+        TcpRepr {
+            control: TcpControl::Syn,
+            seq_number: REMOTE_SEQ,
+            ack_number: None,
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.state, State::SynReceived);
+    let (synacks, t) = run_handshake(&mut s, 0, |s| s.state != State::SynReceived);
+    assert_eq!(s.state, State::Listen, "listening again by {t}");
+    assert_eq!(synacks, 1 + usize::from(SYNACK_RETRIES));
+    // 1 + 2 + 4 + 8 + 16 + 32 s.
+    assert!(t >= Instant::from_secs(63) && t < Instant::from_secs(64), "{t}");
+    assert!(!s.gave_up(), "a listener's handshake is no caller's timeout");
+    // Quiet afterwards, and a new SYN is answered at once.
+    recv_nothing!(s, time 700_000);
+    send!(
+        s,
+        time 700_000,
+        TcpRepr {
+            control: TcpControl::Syn,
+            seq_number: REMOTE_SEQ,
+            ack_number: None,
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.state, State::SynReceived);
+    let (synacks, _) = run_handshake(&mut s, 700_000, |s| s.state != State::SynReceived);
+    assert_eq!(synacks, 1 + usize::from(SYNACK_RETRIES), "the count starts over");
+}
