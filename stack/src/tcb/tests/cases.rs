@@ -7287,6 +7287,14 @@ fn run_handshake(
     (syns, t)
 }
 
+/// The remote's SYN, opening a handshake with a listening socket.
+const SYN_FROM_REMOTE: TcpRepr<'static> = TcpRepr {
+    control: TcpControl::Syn,
+    seq_number: REMOTE_SEQ,
+    ack_number: None,
+    ..SEND_TEMPL
+};
+
 #[test]
 fn test_syn_sent_gives_up_after_syn_retries() {
     let mut s = socket_syn_sent();
@@ -7304,15 +7312,7 @@ fn test_syn_sent_gives_up_after_syn_retries() {
 #[test]
 fn test_syn_received_listens_again_after_synack_retries() {
     let mut s = socket_listen();
-    send!(
-        s,
-        TcpRepr {
-            control: TcpControl::Syn,
-            seq_number: REMOTE_SEQ,
-            ack_number: None,
-            ..SEND_TEMPL
-        }
-    );
+    send!(s, SYN_FROM_REMOTE);
     assert_eq!(s.state, State::SynReceived);
     let (synacks, t) = run_handshake(&mut s, 0, |s| s.state != State::SynReceived);
     assert_eq!(s.state, State::Listen, "listening again by {t}");
@@ -7322,16 +7322,7 @@ fn test_syn_received_listens_again_after_synack_retries() {
     assert!(!s.gave_up(), "a listener's handshake is no caller's timeout");
     // Quiet afterwards, and a new SYN is answered at once.
     recv_nothing!(s, time 700_000);
-    send!(
-        s,
-        time 700_000,
-        TcpRepr {
-            control: TcpControl::Syn,
-            seq_number: REMOTE_SEQ,
-            ack_number: None,
-            ..SEND_TEMPL
-        }
-    );
+    send!(s, time 700_000, SYN_FROM_REMOTE);
     assert_eq!(s.state, State::SynReceived);
     let (synacks, _) = run_handshake(&mut s, 700_000, |s| s.state != State::SynReceived);
     assert_eq!(synacks, 1 + usize::from(SYNACK_RETRIES), "the count starts over");
