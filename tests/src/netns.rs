@@ -305,6 +305,23 @@ impl TapNet {
     }
 }
 
+impl Drop for TapNet {
+    /// Every TAP test ends with an exact pool audit: the stack is shut down (if the test did
+    /// not), the TAP driver it gives back dropped (the TAP closes), the test's tasks get a
+    /// moment to see their sockets fail and let go of their frames, and then every slot must
+    /// be free. Skipped while a test is already panicking (its own failure is the report).
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        if let Ok(driver) = self.stack.shutdown() {
+            drop(driver);
+        }
+        self.exec.block_on(sleep(Duration::from_millis(100)));
+        crate::audit::assert_all_free(self.pool);
+    }
+}
+
 /// A child process, killed (and reaped) on drop if it still runs.
 #[derive(Debug)]
 pub struct ChildGuard(pub Child);

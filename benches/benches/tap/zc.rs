@@ -99,7 +99,10 @@ fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
 async fn accept_loop(_stack: Stack, mut listener: TcpListener, port: u16) {
     let spawner = EXEC.get().expect("executor").spawner();
     loop {
-        let s = listener.accept().await.expect("accept");
+        // Fails only once the stack is shut down.
+        let Ok(s) = listener.accept().await else {
+            return;
+        };
         spawner.spawn(async move {
             let mut buf = vec![0u8; APP_BUF];
             common::serve_conn(&mut ZcConn(s), port, &mut buf).await;
