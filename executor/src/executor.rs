@@ -217,9 +217,10 @@ impl Drop for ThreadRecord {
 #[cfg(not(loom))]
 mod running {
     use core::ptr;
+    use core::task::Waker;
 
     use super::Executor;
-    use crate::sync::{AtomicPtr, Ordering::*};
+    use crate::sync::{AtomicPtr, Mutex, Ordering::*};
 
     static DEFAULT: AtomicPtr<Executor> = AtomicPtr::new(ptr::null_mut());
 
@@ -233,6 +234,15 @@ mod running {
     #[derive(Clone, Copy)]
     pub(super) struct Outer(#[cfg(feature = "std")] Option<&'static Executor>);
 
+    /// How many tasks can wait in [`wait`] at once without waking each other early.
+    const EARLY_WAITERS: usize = 16;
+
+    /// Wakers of timers (and `time::now`) polled before any executor had run a loop: woken
+    /// when the first one starts. A full list wakes everyone (they re-poll and register
+    /// again) and keeps the newcomer: nobody is forgotten.
+    static EARLY: Mutex<[Option<Waker>; EARLY_WAITERS]> =
+        Mutex::new([const { None }; EARLY_WAITERS]);
+
     /// `exec`'s loop starts on this thread (its `running` flag is already set).
     pub(super) fn enter(exec: &'static Executor) -> Outer {
         let p = ptr::from_ref(exec).cast_mut();
@@ -241,10 +251,15 @@ mod running {
         if holder != p {
             // SAFETY: only pointers made from `&'static Executor` are stored.
             let busy = unsafe { holder.as_ref() }.is_some_and(|h| h.running.load(Relaxed));
-            if !busy {
-                // Release: a thread that reads the pointer (Acquire) sees the executor built.
-                // Failure means another executor took the role meanwhile: it keeps it.
-                let _ = DEFAULT.compare_exchange(holder, p, Release, Relaxed);
+            // Release: a thread that reads the pointer (Acquire) sees the executor built.
+            // Failure means another executor took the role meanwhile: it keeps it.
+            let took = !busy
+                && DEFAULT
+                    .compare_exchange(holder, p, Release, Relaxed)
+                    .is_ok();
+            if took && holder.is_null() {
+                // The first executor: the timers that waited for one can start.
+                wake_early();
             }
         }
         #[cfg(feature = "std")]
@@ -264,6 +279,48 @@ mod running {
         let _ = ON_THREAD.try_with(|t| t.set(outer.0));
         #[cfg(not(feature = "std"))]
         let Outer() = outer;
+    }
+
+    /// Wakes (and forgets) every waker in [`EARLY`], outside the lock.
+    fn wake_early() {
+        let mut woken: [Option<Waker>; EARLY_WAITERS] = [const { None }; EARLY_WAITERS];
+        {
+            let mut early = EARLY.lock();
+            for (w, e) in woken.iter_mut().zip(early.iter_mut()) {
+                *w = e.take();
+            }
+        }
+        for w in woken.into_iter().flatten() {
+            w.wake();
+        }
+    }
+
+    /// [`get`], or, when no executor has run a loop yet, `None` with `waker` registered to be
+    /// woken when the first one starts.
+    pub(super) fn get_or_wait(waker: &Waker) -> Option<&'static Executor> {
+        if let Some(exec) = get() {
+            return Some(exec);
+        }
+        let mut early = EARLY.lock();
+        // Again under the lock: `enter` stores the executor before it takes the lock to wake,
+        // so either this sees it, or `enter` finds the waker registered below.
+        if let Some(exec) = get() {
+            return Some(exec);
+        }
+        if early.iter().flatten().any(|w| w.will_wake(waker)) {
+            return None;
+        }
+        if let Some(place) = early.iter_mut().find(|w| w.is_none()) {
+            *place = Some(waker.clone());
+            return None;
+        }
+        let evicted = core::mem::replace(&mut *early, [const { None }; EARLY_WAITERS]);
+        early[0] = Some(waker.clone());
+        drop(early);
+        for w in evicted.into_iter().flatten() {
+            w.wake();
+        }
+        None
     }
 
     /// The executor whose loop this thread is inside (`std`), else the default one.
@@ -293,7 +350,7 @@ mod running {
 
     pub(super) fn leave(_: Outer) {}
 
-    pub(super) fn get() -> Option<&'static Executor> {
+    pub(super) fn get_or_wait(_: &core::task::Waker) -> Option<&'static Executor> {
         None
     }
 }
@@ -695,9 +752,10 @@ impl Executor {
     /// `block_on`'s); else, with `std`, the executor whose loop this thread is running (a waker
     /// wrapped by a `FuturesUnordered` or a `select` inside one of its tasks); else the
     /// process's default executor (see [`running`]: a kernel's one executor; the executor a
-    /// foreign executor's thread gets). `None` when no executor has run a loop yet.
+    /// foreign executor's thread gets). `None` when no executor has run a loop yet, with
+    /// `cx`'s waker registered to be woken when the first one starts.
     pub(crate) fn for_timers(cx: &Context<'_>) -> Option<&'static Executor> {
-        Self::from_waker(cx.waker()).or_else(running::get)
+        Self::from_waker(cx.waker()).or_else(|| running::get_or_wait(cx.waker()))
     }
 
     /// The executor a waker belongs to, if it is a task waker or a `block_on` waker of ours.

@@ -18,9 +18,10 @@
 //!    gets that one; with several, the one that took the role last. Its timers wake whatever
 //!    waker was registered, on any thread.
 //!
-//! Before any zcnet executor has run a loop, nothing could ever fire the timer: the first poll
-//! panics rather than hang. A timer bound to an executor whose loop is not running fires once
-//! that loop runs again.
+//! Before any zcnet executor has run a loop there is no clock: a timer (or [`now`]) polled
+//! then waits for one. Its waker is kept (up to 16 at once without waking each other early)
+//! and woken when the first executor starts a loop; a [`sleep`]'s duration counts from then.
+//! A timer bound to an executor whose loop is not running fires once that loop runs again.
 //!
 //! [`Executor::sleep`](crate::Executor::sleep), [`Executor::sleep_until`](crate::Executor::sleep_until)
 //! and [`Executor::timeout`](crate::Executor::timeout) name their executor instead: they work
@@ -42,11 +43,7 @@ pub(crate) mod wheel;
 pub use sleep::Sleep;
 
 /// Completes `duration` after its first poll, on the executor chosen as the [module
-/// docs](self) say.
-///
-/// # Panics
-///
-/// On the first poll, if no zcnet executor has run a loop yet in the process.
+/// docs](self) say (polled before any executor has run a loop, after the first one starts).
 pub fn sleep(duration: Duration) -> Sleep {
     Sleep::after(duration)
 }
@@ -54,19 +51,15 @@ pub fn sleep(duration: Duration) -> Sleep {
 /// Completes at `deadline` (at once if it has passed), on the executor chosen as the [module
 /// docs](self) say.
 ///
-/// # Panics
-///
-/// On the first poll, if no zcnet executor has run a loop yet in the process (even a past
-/// deadline needs a clock to be known as past).
+/// Polled before any zcnet executor has run a loop, it waits for one (even a past deadline
+/// needs a clock to be known as past).
 pub fn sleep_until(deadline: Instant) -> Sleep {
     Sleep::at(deadline)
 }
 
 /// The clock of the executor chosen as the [module docs](self) say (usually the running task's).
 ///
-/// # Panics
-///
-/// When polled before any zcnet executor has run a loop in the process.
+/// Polled before any zcnet executor has run a loop, it waits for the first one to start.
 pub fn now() -> Now {
     Now
 }
@@ -78,10 +71,11 @@ pub struct Now;
 impl Future for Now {
     type Output = Instant;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Instant> {
-        let core = Core::for_timers(cx).expect(
-            "zcnet-executor: time::now() polled before any zcnet executor ran; use Executor::now",
-        );
-        Poll::Ready(core.now())
+        match Core::for_timers(cx) {
+            Some(core) => Poll::Ready(core.now()),
+            // No clock before any executor has run a loop: woken when the first starts.
+            None => Poll::Pending,
+        }
     }
 }
 
@@ -100,11 +94,7 @@ impl core::error::Error for Elapsed {}
 /// Runs `future` for at most `duration` from its first poll: `Ok(output)`, or `Err(Elapsed)`
 /// and the future dropped. Its timer is served by the executor chosen as the [module
 /// docs](self) say; [`Executor::timeout`](crate::Executor::timeout) names it instead.
-///
-/// # Panics
-///
-/// On the first poll at which `future` is not ready, if no zcnet executor has run a loop yet in
-/// the process.
+/// Before any executor has run a loop the deadline waits for one, as [`sleep`]'s does.
 pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
     Timeout::new(future, sleep(duration))
 }

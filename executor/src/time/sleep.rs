@@ -25,7 +25,7 @@ enum Deadline {
 /// unlinked when it is dropped (cancellation is O(1)). A deadline already past completes on
 /// the first poll without touching the wheel. A `Sleep` from an [`Executor`](crate::Executor)
 /// method is bound to that executor; one from a free function picks its executor on the first
-/// poll, as the [`time`](super) module docs say (and panics there if no executor has run yet).
+/// poll, as the [`time`](super) module docs say (or waits there for the first executor to run, if none has yet).
 ///
 /// `!Unpin`: the entry's address is in the wheel while it is linked, and every `&mut Sleep`
 /// (a `Pin<&mut Sleep>` included) overlaps that entry; see `wheel.rs` for why that is sound.
@@ -122,10 +122,11 @@ impl Future for Sleep {
         let core = match this.core {
             Some(c) => c,
             None => {
-                let c = Core::for_timers(cx).expect(
-                    "zcnet-executor: a time::sleep / time::timeout was polled before any zcnet \
-                     executor ran; use Executor::sleep or Executor::timeout",
-                );
+                // Before any executor has run a loop there is no clock: wait for one (woken
+                // when the first starts); the duration counts from then.
+                let Some(c) = Core::for_timers(cx) else {
+                    return Poll::Pending;
+                };
                 this.core = Some(c);
                 c
             }
