@@ -88,7 +88,6 @@ impl AnyController {
     }
 
     /// Which algorithm this is.
-    #[cfg(test)]
     pub(super) fn kind(&self) -> CongestionControl {
         match self {
             AnyController::None(_) => CongestionControl::None,

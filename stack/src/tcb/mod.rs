@@ -58,6 +58,8 @@
 //!   to three SACK blocks (smoltcp's, one). Under Reno or CUBIC, what recovery sends follows
 //!   proportional rate reduction (RFC 6937) instead of the inflated window of RFC 5681's fast
 //!   recovery.
+//! * A socket's next connection (`listen`, `connect`) starts a fresh congestion controller of
+//!   the same algorithm; smoltcp keeps the last connection's window and threshold.
 //! * The handshake gives up: a SYN is resent at most [`socket::SYN_RETRIES`] times (the
 //!   connection then closes, a timeout for `connect`), a SYN-ACK at most
 //!   [`socket::SYNACK_RETRIES`] times (a socket that came from LISTEN listens again), as

@@ -627,10 +627,12 @@ impl<'a> Tcb<'a> {
         self.gave_up
     }
 
-    /// [`reset`](Self::reset) for a new connection: a fresh RTT estimator and statistics too.
+    /// [`reset`](Self::reset) for a new connection: a fresh RTT estimator, congestion
+    /// controller (same algorithm) and statistics too.
     fn start(&mut self) {
         self.reset();
         self.rtte = RttEstimator::with_min_rto(self.rtte.min_rto());
+        self.congestion_controller = AnyController::with(self.congestion_controller.kind());
         self.counters = TcpCounters::default();
     }
 

@@ -186,6 +186,25 @@ fn test_stats_show_the_congestion_window() {
     assert!(st.ssthresh.is_some(), "{st:?}");
 }
 
+/// A connection's congestion state does not carry over to the socket's next connection: after
+/// a timeout set ssthresh, listening again (a new connection) starts a fresh controller of the
+/// same algorithm.
+#[test]
+fn test_congestion_state_starts_over_with_the_next_connection() {
+    let mut s = socket_established();
+    s.set_congestion_control(CongestionControl::Cubic);
+    let fresh = s.stats().cwnd;
+    s.send_slice(b"abc").unwrap();
+    recv!(s, time 0, [data_at(0, b"abc")]);
+    recv!(s, time 1000, [data_at(0, b"abc")]);
+    assert!(s.stats().ssthresh.is_some());
+    s.abort();
+    s.listen(LISTEN_END).unwrap();
+    let st = s.stats();
+    assert_eq!((st.cwnd, st.ssthresh), (fresh, None), "{st:?}");
+    assert_eq!(s.congestion_control(), CongestionControl::Cubic);
+}
+
 /// An established socket that sent three bytes at 1 s, acknowledged 50 ms later.
 fn socket_after_a_round_trip() -> TestSocket {
     let mut s = socket_established();
