@@ -81,7 +81,11 @@ mod op {
         w.u8(0x86).bytes(&prefix);
     }
     pub fn dhcp(w: &mut Writer, kind: u8, lease: u32) {
-        w.u8(8).u8(kind).u32(lease).short(&[]);
+        dhcp_with(w, kind, lease, &[]);
+    }
+    /// A DHCP reply with `extra` options after the usual ones (a later option wins).
+    pub fn dhcp_with(w: &mut Writer, kind: u8, lease: u32, extra: &[u8]) {
+        w.u8(8).u8(kind).u32(lease).short(extra);
     }
     pub fn clock_ms(w: &mut Writer, ms: u16) {
         w.u8(7).u16(ms);
@@ -140,6 +144,13 @@ fn stack_ingress() -> Seeds {
     op::clock_s(&mut s, 40);
     op::dhcp(&mut s, frames::dhcp::NAK, 0);
     out.push(("dhcp-lease-nak", s.out));
+    // A /32 lease whose router (the peer) lies outside it; the harness then pings the leased
+    // address from the router (regressions/stack_ingress/dhcp-32-lease-off-link-router).
+    let mut s = w();
+    let mask_32 = [1, 4, 255, 255, 255, 255];
+    op::dhcp_with(&mut s, frames::dhcp::OFFER, 3600, &mask_32);
+    op::dhcp_with(&mut s, frames::dhcp::ACK, 3600, &mask_32);
+    out.push(("dhcp-32-lease-off-link-router", s.out));
     let mut s = w();
     op::ra(&mut s, [0xfd, 0, 0, 1, 0, 0, 0, 0]);
     out.push(("ndp-ra", s.out));
