@@ -116,6 +116,10 @@ fn shutdown_gives_the_driver_and_every_slot_back() {
             UdpSocket::bind(b, 9, UdpBuffers::with_capacity(1, 64)).err(),
             Some(StackError::ShutDown)
         );
+        assert_eq!(
+            DatagramSocket::bind(b, 10, DatagramQueue::with_capacity(1)).err(),
+            Some(StackError::ShutDown)
+        );
         let mut t = TcpSocket::new(a, TcpBuffers::with_capacity(256, 256)).unwrap();
         t.set_timeout(Some(Duration::from_secs(2)));
         // A's stack is untouched: its SYN to B's dead stack times out, as to a pulled cable.

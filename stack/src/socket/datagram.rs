@@ -801,6 +801,9 @@ impl DatagramSocket {
             return Err(StackError::NoBuffers);
         }
         let index = stack.with(|st| {
+            if st.shut_down {
+                return Err(StackError::ShutDown);
+            }
             if endpoint.port == 0 {
                 endpoint.port = st.ephemeral_port().ok_or(StackError::Unaddressable)?;
             }
