@@ -215,6 +215,43 @@ fn wake_during_poll_requeues_once() {
     });
 }
 
+/// A wake that finds the task already notified (queued, a poll due) still publishes what its
+/// thread wrote before it, so the poll that is due sees it. A wake that returned on a load
+/// alone would give the poll no happens-before edge to the write: the poll could read the old
+/// value and return `Pending` with nobody left to wake the task (a deadlock here).
+#[test]
+fn wake_of_a_notified_task_publishes_the_write_before_it() {
+    use crate::sync::Ordering::{Acquire, Release};
+    loom::model(|| {
+        let m = Model::new();
+        let ready = Arc::new(AtomicBool::new(false));
+        let slot: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+        let (r, s) = (ready.clone(), slot.clone());
+        let h = m.exec.spawner().spawn(poll_fn(move |cx| {
+            if r.load(Acquire) {
+                return Poll::Ready(());
+            }
+            let mut g = s.lock().unwrap();
+            if g.is_none() {
+                *g = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        }));
+        m.exec.run_until_idle();
+        let w = slot.lock().unwrap().take().unwrap();
+        w.wake_by_ref(); // queued
+        w.wake_by_ref(); // and notified
+        let r = ready.clone();
+        let t = thread::spawn(move || {
+            r.store(true, Release);
+            w.wake_by_ref();
+            w // dropped after the join: no reference-count RMW in the race
+        });
+        m.exec.block_on(h);
+        drop(t.join().unwrap());
+    });
+}
+
 /// Two threads wake an idle pending task at once: it is queued once and polled once more.
 #[test]
 fn two_concurrent_wakers_enqueue_once() {

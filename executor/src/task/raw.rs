@@ -138,23 +138,28 @@ impl TaskRef {
 
     /// Schedules the task unless it is complete; a task the executor holds (QUEUED) is marked
     /// NOTIFIED instead of being queued again. Runs on any thread or in an interrupt handler:
-    /// no locked instruction when a poll is due anyway (NOTIFIED) or the task is complete, else
-    /// one compare-exchange, plus a lock-free push when it enqueues.
+    /// no locked instruction when the task is complete, else one compare-exchange, plus a
+    /// lock-free push when it enqueues.
+    ///
+    /// A task already NOTIFIED (a poll is due) still gets the compare-exchange, writing the
+    /// state unchanged: that read-modify-write is what orders the caller's writes before the
+    /// executor's `start_poll`, which clears NOTIFIED, so the due poll sees them. Returning on
+    /// the load alone would let the poll read older values and leave the task waiting with
+    /// nobody to wake it (the loom model `wake_of_a_notified_task_publishes_the_write_before_it`).
     pub(crate) fn wake_by_ref(self) {
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
         loop {
-            if cur & (COMPLETE | NOTIFIED) != 0 {
+            if cur & COMPLETE != 0 {
                 return;
             }
-            let next = if cur & QUEUED != 0 {
-                cur | NOTIFIED
-            } else {
-                cur | QUEUED
-            };
+            // Held by the executor (QUEUED, or NOTIFIED alone at the end of a poll): a poll is
+            // due after this wake, so mark it; else queue it.
+            let held = cur & HELD != 0;
+            let next = if held { cur | NOTIFIED } else { cur | QUEUED };
             match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
                 Ok(_) => {
-                    if cur & QUEUED == 0 {
+                    if !held {
                         self.core().enqueue(self);
                     }
                     return;
