@@ -8,7 +8,7 @@
 //!
 //! # Limits (smoltcp features chosen by zcnet-stack)
 //!
-//! * Up to [`MAX_DNS_SERVERS`](crate::MAX_DNS_SERVERS) (3) servers (`dns-max-server-count-3`).
+//! * Up to [`MAX_DNS_SERVERS`] (3) servers (`dns-max-server-count-3`).
 //!   smoltcp asks them in order, moving on when one has been silent for about ten seconds.
 //! * Up to [`MAX_DNS_RESULTS`] (4) addresses per answer (`dns-max-result-count-4`); further
 //!   records in the same answer are ignored.

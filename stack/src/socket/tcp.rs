@@ -1,5 +1,5 @@
 //! TCP: [`TcpSocket`] (connect, or accept one connection), its halves ([`TcpReader`],
-//! [`TcpWriter`]), and the [`TcpListener`](super::tcp_listener::TcpListener) with a real backlog.
+//! [`TcpWriter`]), and the [`TcpListener`] with a real backlog.
 //!
 //! The connections are zcnet's own TCP (the stack's `tcb` module, a port of smoltcp 0.14's
 //! state machine), in the stack's connection table; segments go in and out through ingress and

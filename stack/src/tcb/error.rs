@@ -43,7 +43,7 @@ impl fmt::Display for ConnectError {
 
 impl core::error::Error for ConnectError {}
 
-/// Error returned by [`Tcb::send`](super::socket::Tcb::send) and friends.
+/// Error returned by [`Tcb::send_slice`](super::socket::Tcb::send_slice) and friends.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub(crate) enum SendError {
     /// The transmit half of the connection is not open.

@@ -177,8 +177,9 @@ impl Recovery {
     /// The next bytes to send again, as `(start, most bytes)`, or `None`: the first hole at or
     /// past what this recovery already sent again, if it counts as lost (the first
     /// unacknowledged byte always does, RFC 6675 and RFC 6582 alike). `room` is what the
-    /// congestion window allows to send now (`cwnd - pipe`, or PRR's [`send_quota`]
-    /// (Self::send_quota)): after the first one, a retransmission waits until it is not 0.
+    /// congestion window allows to send now (`cwnd - pipe`, or PRR's
+    /// [`send_quota`](Self::send_quota)): after the first one, a retransmission waits until it
+    /// is not 0.
     pub(crate) fn next_retransmission(
         &self,
         una: TcpSeqNumber,

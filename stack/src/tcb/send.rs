@@ -17,8 +17,8 @@
 //!   counted by the caller); a new frame comes from the pool when the tail is full. Frames hold
 //!   at most one segment's payload ([`set_frame_len`](SendBuffer::set_frame_len): the MSS), so a
 //!   full frame is one full-sized segment.
-//! * The application may also queue a frame it filled in place ([`push_frame`]
-//!   (SendBuffer::push_frame)): zero copies.
+//! * The application may also queue a frame it filled in place
+//!   ([`push_frame`](SendBuffer::push_frame)): zero copies.
 //! * Bounds: at most `capacity` queued bytes (what the application gave at open) and at most
 //!   `max_frames` frames ([`MAX_FRAMES`] at most, stored inline).
 //!
