@@ -497,16 +497,28 @@ impl Harness {
     /// The peer announces its link-layer addresses (a neighbour solicitation for the stack's
     /// link-local address, and an ARP request when the stack has an IPv4 address), as a peer
     /// about to talk to it would.
+    ///
+    /// An address change (a DHCP lease ending, a SLAAC prefix expiring) while it announces
+    /// makes smoltcp flush its whole neighbour cache (`Interface::update_ip_addrs`), IPv6
+    /// neighbours included, and within a second of a failed lookup smoltcp drops a reply to an
+    /// unknown neighbour without asking (one solicitation per second for the whole cache): the
+    /// peer announces again then, as a peer whose first packet went unanswered would.
     fn announce(&mut self) {
-        self.inject(&ndp_ns(PEER_MAC, PEER_V6, OUR_V6));
-        if let Some(v4) = self.stack.ipv4_config() {
-            self.inject(&arp(
-                1,
-                PEER_MAC,
-                PEER_V4,
-                [0; 6],
-                v4.address.address().octets(),
-            ));
+        for _ in 0..2 {
+            let changes = self.stack.stats().config_changes;
+            self.inject(&ndp_ns(PEER_MAC, PEER_V6, OUR_V6));
+            if let Some(v4) = self.stack.ipv4_config() {
+                self.inject(&arp(
+                    1,
+                    PEER_MAC,
+                    PEER_V4,
+                    [0; 6],
+                    v4.address.address().octets(),
+                ));
+            }
+            if self.stack.stats().config_changes == changes {
+                return;
+            }
         }
     }
 
