@@ -32,10 +32,16 @@
 //! is cleared on a retransmission timeout: the sender then goes back to the cumulative ACK and
 //! logs the segments again as it resends them.
 //!
-//! Simplifications against RFC 8985, each on the safe side: the reordering window is a quarter
-//! of the minimum RTT and does not adapt to D-SACKs (zcnet does not parse D-SACK); a probe
-//! retransmits a segment already sent (new data, when the windows allow any, goes out anyway by
-//! the normal path); a probe's own loss is not charged to the congestion window.
+//! The reordering window (RFC 8985 section 6.2, step 4) is a quarter of the minimum RTT times a
+//! multiplier, at most the smoothed RTT. The multiplier starts at 1 and grows by one for each
+//! round trip whose ACKs carried a D-SACK (RFC 2883: the remote got a segment twice, so a
+//! retransmission was spurious and the path reorders more than the window allowed for); after
+//! [`REO_WND_PERSIST`] recovery episodes without one it falls back to 1.
+//!
+//! Simplifications against RFC 8985, each on the safe side: the window is never zero (the RFC
+//! uses zero during recovery while no reordering was seen); a probe retransmits a segment
+//! already sent (new data, when the windows allow any, goes out anyway by the normal path); a
+//! probe's own loss is not charged to the congestion window.
 
 use heapless::Deque;
 use smoltcp::time::{Duration, Instant};
@@ -50,6 +56,14 @@ const MIN_PTO: Duration = Duration::from_millis(10);
 /// RFC 8985 `WCDelAckT`: the longest a receiver may delay the ACK of a lone segment, added to
 /// the probe timeout when only one segment is in flight.
 const WORST_CASE_ACK_DELAY: Duration = Duration::from_millis(200);
+
+/// Recovery episodes (and retransmission timeouts) without a D-SACK after which a widened
+/// reordering window falls back to a quarter of the minimum RTT (RFC 8985
+/// `RACK.reo_wnd_persist`).
+pub(crate) const REO_WND_PERSIST: u8 = 16;
+
+/// The largest reordering-window multiplier (see [`Rack::on_dsack`]).
+const MAX_REO_WND_MULT: u32 = u16::MAX as u32;
 
 /// One logged segment: `[start, end)` of sequence space, last sent at `xmit`.
 #[derive(Debug, Clone, Copy)]
@@ -86,6 +100,15 @@ pub(crate) struct Rack {
     /// otherwise, and cumulative ACKs deliver them in that order), so only then has
     /// [`detect`](Self::detect) anything to look at. Cleared with the log.
     irregular: bool,
+    /// The reordering window in quarters of the minimum RTT (`RACK.reo_wnd_mult`): 1, plus one
+    /// for each round trip that brought a D-SACK. Kept across timeouts, reset with the
+    /// connection.
+    reo_wnd_mult: u32,
+    /// Recovery episodes left before `reo_wnd_mult` falls back to 1 (`RACK.reo_wnd_persist`).
+    reo_wnd_persist: u8,
+    /// The round trip that last widened the window: D-SACKs arriving while the cumulative ACK is
+    /// below this sequence number belong to it and widen nothing more (`RACK.dsack_round`).
+    dsack_round: Option<TcpSeqNumber>,
 }
 
 /// Where the tail loss probe stands.
@@ -111,6 +134,9 @@ impl Default for Rack {
             reorder_at: None,
             probe: Probe::Idle,
             irregular: false,
+            reo_wnd_mult: 1,
+            reo_wnd_persist: REO_WND_PERSIST,
+            dsack_round: None,
         }
     }
 }
@@ -244,20 +270,49 @@ impl Rack {
         newer
     }
 
-    /// The reordering window: a quarter of the least RTT.
-    fn reo_wnd(&self) -> Duration {
-        self.min_rtt.map_or(Duration::ZERO, |min| min / 4)
+    /// The reordering window: `reo_wnd_mult` quarters of the least RTT, at most `srtt` (the
+    /// smoothed RTT, when one was measured).
+    fn reo_wnd(&self, srtt: Option<Duration>) -> Duration {
+        let wnd = self
+            .min_rtt
+            .map_or(Duration::ZERO, |min| min / 4 * self.reo_wnd_mult);
+        srtt.map_or(wnd, |srtt| wnd.min(srtt))
+    }
+
+    /// An ACK carried a D-SACK (the remote received something twice): widens the reordering
+    /// window by a quarter of the minimum RTT, once per round trip (RFC 8985 section 6.2, step
+    /// 4). `una` is the cumulative ACK, `snd_max` one past the highest sequence number sent.
+    pub(crate) fn on_dsack(&mut self, una: TcpSeqNumber, snd_max: TcpSeqNumber) {
+        if self.dsack_round.is_some_and(|round| una < round) {
+            return;
+        }
+        self.dsack_round = Some(snd_max);
+        // Bounded so that `min_rtt / 4 * mult` cannot overflow; the cap at the smoothed RTT
+        // makes any larger multiplier irrelevant anyway.
+        self.reo_wnd_mult = (self.reo_wnd_mult + 1).min(MAX_REO_WND_MULT);
+        self.reo_wnd_persist = REO_WND_PERSIST;
+    }
+
+    /// A recovery episode ended, or a retransmission timeout fired: after
+    /// [`REO_WND_PERSIST`] of them without a D-SACK the window is a quarter of the minimum RTT
+    /// again.
+    pub(crate) fn on_recovery_end(&mut self) {
+        self.reo_wnd_persist = self.reo_wnd_persist.saturating_sub(1);
+        if self.reo_wnd_persist == 0 {
+            self.reo_wnd_mult = 1;
+        }
     }
 
     /// Marks lost every segment sent before the most recent delivery whose time is up (RFC 8985
-    /// section 6.2, step 5) and sets the reordering timer for the others. Returns whether a
-    /// segment was newly marked lost.
-    pub(crate) fn detect(&mut self, now: Instant) -> bool {
+    /// section 6.2, step 5) and sets the reordering timer for the others; `srtt` (the smoothed
+    /// RTT, if measured) caps the reordering window. Returns whether a segment was newly marked
+    /// lost.
+    pub(crate) fn detect(&mut self, now: Instant, srtt: Option<Duration>) -> bool {
         self.reorder_at = None;
         let Some((latest_xmit, latest_end)) = self.latest.filter(|_| self.irregular) else {
             return false;
         };
-        let wait = self.rtt + self.reo_wnd();
+        let wait = self.rtt + self.reo_wnd(srtt);
         let mut newly = false;
         let mut reorder_at: Option<Instant> = None;
         for s in self.log.iter_mut().filter(|s| !s.sacked && !s.lost) {
@@ -417,11 +472,11 @@ mod tests {
         assert!(r.on_ack(seq(100), ms(10), sacked(&[])));
         assert!(r.on_ack(seq(100), ms(13), sacked(&[(300, 400)])));
         // 1 and 2 were sent before 3: lost at xmit + RTT (10) + min RTT / 4 (2.5).
-        assert!(!r.detect(ms(13)));
+        assert!(!r.detect(ms(13), None));
         assert_eq!(r.poll_at(), Some(Instant::from_micros(13_500)));
-        assert!(r.detect(Instant::from_micros(13_500)));
+        assert!(r.detect(Instant::from_micros(13_500), None));
         assert_eq!(r.next_lost(seq(0)), Some((seq(100), 100)));
-        assert!(r.detect(ms(15)));
+        assert!(r.detect(ms(15), None));
         // Sent again: no longer lost; the next is.
         r.on_send(seq(100), seq(200), ms(15));
         assert_eq!(r.next_lost(seq(0)), Some((seq(200), 100)));
@@ -429,17 +484,82 @@ mod tests {
         assert_eq!(r.next_lost(seq(0)), None);
     }
 
+    /// The first test's situation (RTT 10, min RTT 10, segments 1 and 2 waiting on the
+    /// reordering window from the SACK of 3 at 13 ms): when segment 1 counts as lost.
+    fn lost_at(r: &mut Rack, srtt: Option<Duration>) -> Instant {
+        assert!(r.on_ack(seq(100), ms(10), sacked(&[])));
+        assert!(r.on_ack(seq(100), ms(13), sacked(&[(300, 400)])));
+        assert!(!r.detect(ms(13), srtt));
+        let at = r.poll_at().expect("the reordering timer is armed");
+        assert!(r.detect(at, srtt));
+        assert_eq!(r.next_lost(seq(0)), Some((seq(100), 100)));
+        at
+    }
+
+    #[test]
+    fn a_dsack_widens_the_reordering_window_once_per_round_trip() {
+        // Without a D-SACK: sent at 1 + RTT 10 + min RTT / 4.
+        assert_eq!(lost_at(&mut sent(4), None), Instant::from_micros(13_500));
+        let mut r = sent(4);
+        r.on_dsack(seq(0), seq(400));
+        // A second D-SACK of the same round trip (the cumulative ACK still below 400).
+        r.on_dsack(seq(300), seq(400));
+        assert_eq!(lost_at(&mut r, None), ms(16));
+        // The next round trip's D-SACK widens it again: three quarters.
+        let mut r = sent(4);
+        r.on_dsack(seq(0), seq(400));
+        r.on_dsack(seq(400), seq(800));
+        assert_eq!(lost_at(&mut r, None), Instant::from_micros(18_500));
+        // ... but never past the smoothed RTT.
+        let mut r = sent(4);
+        for round in 1..=20 {
+            r.on_dsack(seq(round * 400), seq(round * 400 + 400));
+        }
+        assert_eq!(lost_at(&mut r, Some(Duration::from_millis(4))), ms(15));
+    }
+
+    #[test]
+    fn the_widened_window_lasts_sixteen_recoveries_without_a_dsack() {
+        let mut r = sent(4);
+        r.on_dsack(seq(0), seq(400));
+        for _ in 1..REO_WND_PERSIST {
+            r.on_recovery_end();
+        }
+        assert_eq!(lost_at(&mut r, None), ms(16));
+        let mut r = sent(4);
+        r.on_dsack(seq(0), seq(400));
+        for _ in 0..REO_WND_PERSIST {
+            r.on_recovery_end();
+        }
+        assert_eq!(lost_at(&mut r, None), Instant::from_micros(13_500));
+        // A D-SACK in between starts the count again.
+        let mut r = sent(4);
+        r.on_dsack(seq(0), seq(400));
+        for _ in 1..REO_WND_PERSIST {
+            r.on_recovery_end();
+        }
+        r.on_dsack(seq(400), seq(800));
+        r.on_recovery_end();
+        assert_eq!(lost_at(&mut r, None), Instant::from_micros(18_500));
+        // The multiplier is bounded (no overflow however many rounds bring D-SACKs).
+        let mut r = Rack::default();
+        for round in 0..70_000 {
+            r.on_dsack(seq(round), seq(round + 1));
+        }
+        assert_eq!(r.reo_wnd_mult, MAX_REO_WND_MULT);
+    }
+
     #[test]
     fn a_lost_retransmission_is_found_without_a_timeout() {
         let mut r = sent(3);
         r.on_ack(seq(0), ms(10), sacked(&[(100, 300)]));
-        assert!(r.detect(ms(20)));
+        assert!(r.detect(ms(20), None));
         assert_eq!(r.next_lost(seq(0)), Some((seq(0), 100)));
         r.on_send(seq(0), seq(100), ms(20));
         // New data sent after the retransmission is SACKed: the retransmission is lost too.
         r.on_send(seq(300), seq(400), ms(21));
         r.on_ack(seq(0), ms(31), sacked(&[(100, 400)]));
-        assert!(r.detect(ms(40)));
+        assert!(r.detect(ms(40), None));
         assert_eq!(r.next_lost(seq(0)), Some((seq(0), 100)));
     }
 
@@ -447,7 +567,7 @@ mod tests {
     fn what_it_names_to_send_starts_at_the_cumulative_ack() {
         let mut r = sent(3);
         r.on_ack(seq(0), ms(10), sacked(&[(200, 300)]));
-        assert!(r.detect(ms(20)));
+        assert!(r.detect(ms(20), None));
         assert_eq!(r.next_lost(seq(50)), Some((seq(50), 50)));
         assert_eq!(r.next_lost(seq(200)), None);
         r.arm_probe(ms(20), Duration::ZERO, false, None);
@@ -460,7 +580,7 @@ mod tests {
         let mut r = sent(3);
         // Only the first is acked: the others may be in flight.
         r.on_ack(seq(100), ms(10), sacked(&[]));
-        assert!(!r.detect(ms(1000)));
+        assert!(!r.detect(ms(1000), None));
         assert_eq!(r.next_lost(seq(0)), None);
         assert_eq!(r.poll_at(), None);
     }

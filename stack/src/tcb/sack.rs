@@ -182,6 +182,28 @@ impl Scoreboard {
     }
 }
 
+/// Whether the first SACK block of an ACK whose cumulative ACK is `una` is a D-SACK (RFC 2883):
+/// the remote reports a segment it received twice. It is one when it starts below the
+/// cumulative ACK, or lies within the second block (a duplicate of data held past a hole).
+pub(crate) fn is_dsack(sack: &[Option<(u32, u32)>], una: TcpSeqNumber) -> bool {
+    let Some(&Some((left, right))) = sack.first() else {
+        return false;
+    };
+    let (start, end) = (TcpSeqNumber(left as i32), TcpSeqNumber(right as i32));
+    if start >= end {
+        return false;
+    }
+    if start < una {
+        return true;
+    }
+    match sack.get(1) {
+        Some(&Some((left2, right2))) => {
+            TcpSeqNumber(left2 as i32) <= start && end <= TcpSeqNumber(right2 as i32)
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -212,6 +234,33 @@ mod tests {
         let mut sb = sb;
         sb.record(&[Some((240, 310))], seq(0), seq(1000));
         assert_eq!(sb.blocks.as_slice(), &[(seq(100), seq(500))]);
+    }
+
+    #[test]
+    fn dsacks_are_told_from_sack_blocks() {
+        // Below the cumulative ACK (all of it, or its start: Linux's test too).
+        assert!(is_dsack(&[Some((100, 200)), None, None], seq(300)));
+        assert!(is_dsack(&[Some((250, 350)), None, None], seq(300)));
+        // Inside the second block: a duplicate of data held past a hole.
+        assert!(is_dsack(
+            &[Some((500, 600)), Some((400, 800)), None],
+            seq(300)
+        ));
+        // Ordinary SACK blocks, empty and malformed ones.
+        assert!(!is_dsack(&[Some((400, 500)), None, None], seq(300)));
+        assert!(!is_dsack(
+            &[Some((400, 500)), Some((600, 700)), None],
+            seq(300)
+        ));
+        assert!(!is_dsack(
+            &[Some((500, 900)), Some((400, 800)), None],
+            seq(300)
+        ));
+        assert!(!is_dsack(&[Some((200, 200)), None, None], seq(300)));
+        assert!(!is_dsack(&[None, None, None], seq(300)));
+        assert!(!is_dsack(&[], seq(300)));
+        // Across the wrap of sequence numbers.
+        assert!(is_dsack(&[Some((u32::MAX - 99, 50)), None, None], seq(100)));
     }
 
     #[test]

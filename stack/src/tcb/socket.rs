@@ -23,6 +23,7 @@ use super::rack::Rack;
 use super::recovery::Recovery;
 use super::recv::{RecvBuffer, RxDrops};
 use super::rtt::RttEstimator;
+use super::sack;
 use super::send::{Segment, SendBuffer};
 use super::state::State;
 use super::stats::{millis, TcpCounters, TcpStats};
@@ -1180,6 +1181,13 @@ impl<'a> Tcb<'a> {
             .arm_probe(now, srtt, one_segment, self.timer.retransmit_at());
     }
 
+    /// The smoothed RTT, once one was measured.
+    fn srtt(&self) -> Option<Duration> {
+        self.rtte
+            .has_measurement()
+            .then(|| Duration::from_millis(u64::from(self.rtte.smoothed_rtt())))
+    }
+
     /// Bytes in the network: sent and not acknowledged, less what the remote SACKed and what
     /// recovery counts as lost ([`Recovery::pipe`]).
     fn pipe(&self) -> usize {
@@ -1396,6 +1404,29 @@ impl<'a> Tcb<'a> {
         // Since the sACK option may have changed the length of the payload, update that.
         ip_reply_repr.set_payload_len(reply_repr.buffer_len());
         (ip_reply_repr, reply_repr)
+    }
+
+    /// Reports `[start, end)`, data received before, in the first SACK block of `reply` (a
+    /// D-SACK, RFC 2883), the other blocks moving down one: the sender learns that its
+    /// retransmission was spurious (and widens its reordering window; Linux also undoes the
+    /// congestion window reduction). Only when the remote SACKs (`reply` then carries the
+    /// option already).
+    fn report_duplicate(
+        &self,
+        ip_reply: &mut IpRepr,
+        reply: &mut TcpRepr,
+        start: TcpSeqNumber,
+        end: TcpSeqNumber,
+    ) {
+        if !self.remote_has_sack {
+            return;
+        }
+        reply.sack_ranges = [
+            Some((start.0 as u32, end.0 as u32)),
+            reply.sack_ranges[0],
+            reply.sack_ranges[1],
+        ];
+        ip_reply.set_payload_len(reply.buffer_len());
     }
 
     /// An ACK answering an unacceptable segment (RFC 5961), at most one per second.
@@ -1700,7 +1731,17 @@ impl<'a> Tcb<'a> {
                             TcpControl::None | TcpControl::Psh | TcpControl::Fin
                         )
                     {
-                        return Some(self.ack_reply(cx.now, ip_repr, repr));
+                        let (mut ip_reply, mut reply) = self.ack_reply(cx.now, ip_repr, repr);
+                        let payload_end = segment_start + repr.payload.len();
+                        if !repr.payload.is_empty() && payload_end <= window_start {
+                            self.report_duplicate(
+                                &mut ip_reply,
+                                &mut reply,
+                                segment_start,
+                                payload_end,
+                            );
+                        }
+                        return Some((ip_reply, reply));
                     }
 
                     return self.challenge_ack_reply(cx, ip_repr, repr);
@@ -2029,8 +2070,18 @@ impl<'a> Tcb<'a> {
             // unacknowledged byte starts recovery without waiting for duplicate ACKs.
             let snd_max = self.sent_max.unwrap_or(self.remote_last_seq);
             let sack = self.remote_has_sack.then_some(&repr.sack_ranges[..]);
+            let was_in_recovery = self.recovery.in_recovery();
             self.recovery
                 .on_ack(self.local_seq_no, sack, snd_max, ack_len > 0);
+            if was_in_recovery && !self.recovery.in_recovery() {
+                self.rack.on_recovery_end();
+            }
+            // A D-SACK: the remote got something twice, so a retransmission was spurious (or
+            // the path duplicates). RACK waits longer for reordering before it deems a
+            // segment lost.
+            if self.remote_has_sack && sack::is_dsack(&repr.sack_ranges, self.local_seq_no) {
+                self.rack.on_dsack(self.local_seq_no, snd_max);
+            }
             if self
                 .recovery
                 .sack_says_lost(self.local_seq_no, self.remote_mss)
@@ -2049,7 +2100,7 @@ impl<'a> Tcb<'a> {
                     .then_some(|s, e| recovery.is_sacked(s, e));
                 let news = self.rack.on_ack(self.local_seq_no, cx.now, sacked);
                 if news {
-                    if self.rack.detect(cx.now)
+                    if self.rack.detect(cx.now, self.srtt())
                         && !self.recovery.in_recovery()
                         && !matches!(self.timer, Timer::FastRetransmit)
                     {
@@ -2445,7 +2496,7 @@ impl<'a> Tcb<'a> {
         // nothing to send, the last segment SACKed, is done with).
         if self.remote_has_sack {
             if self.rack.reorder_fires(cx.now)
-                && self.rack.detect(cx.now)
+                && self.rack.detect(cx.now, self.srtt())
                 && !self.recovery.in_recovery()
                 && !matches!(self.timer, Timer::FastRetransmit)
             {
@@ -2486,6 +2537,7 @@ impl<'a> Tcb<'a> {
 
                 // Recovery ends; what the remote SACKed is skipped (see `Recovery::on_rto`).
                 self.recovery.on_rto();
+                self.rack.on_recovery_end();
                 self.rack.clear_flight();
 
                 // Inform RTTE, so that it can can handle RTO backoff

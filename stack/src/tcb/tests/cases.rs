@@ -3458,6 +3458,29 @@ fn test_duplicate_seq_ack() {
     );
 }
 
+/// zcnet: with SACK, the ACK of data received twice reports it in a D-SACK block first
+/// (RFC 2883), ahead of the SACK blocks of data held past a hole.
+#[test]
+fn test_duplicate_data_is_reported_in_a_dsack_block() {
+    let mut s = socket_recved();
+    s.remote_has_sack = true;
+    // "ghi" arrives past a hole ("xyz" is missing).
+    send!(
+        s,
+        remote_data_at(9, b"ghi"),
+        Some(our_ack_with_sack(6, [remote_block(9, 12), None, None]))
+    );
+    // The remote sends "abcdef" again.
+    send!(
+        s,
+        remote_data_at(0, b"abcdef"),
+        Some(our_ack_with_sack(
+            6,
+            [remote_block(0, 6), remote_block(9, 12), None]
+        ))
+    );
+}
+
 #[test]
 fn test_data_retransmit() {
     let mut s = socket_established();
@@ -4062,28 +4085,59 @@ fn test_fast_retransmit_after_triple_duplicate_ack() {
     });
 }
 
+/// zcnet: a SACK block, `[from, to)` bytes past `base`.
+fn block_past(base: TcpSeqNumber, from: usize, to: usize) -> Option<(u32, u32)> {
+    Some(((base + from).0 as u32, (base + to).0 as u32))
+}
+
 /// zcnet: a SACK block as the ACK carries it, `[from, to)` bytes past `LOCAL_SEQ + 1`.
 fn sack_block(from: usize, to: usize) -> Option<(u32, u32)> {
-    Some(((LOCAL_SEQ + 1 + from).0 as u32, (LOCAL_SEQ + 1 + to).0 as u32))
+    block_past(LOCAL_SEQ + 1, from, to)
+}
+
+/// zcnet: a SACK block of the remote's bytes, `[from, to)` past `REMOTE_SEQ + 1`.
+fn remote_block(from: usize, to: usize) -> Option<(u32, u32)> {
+    block_past(REMOTE_SEQ + 1, from, to)
+}
+
+/// zcnet: a segment like `templ` at `seq` acknowledging `ack`, carrying `payload` and `sack`.
+fn segment<'a>(
+    templ: TcpRepr<'static>,
+    seq: TcpSeqNumber,
+    ack: TcpSeqNumber,
+    payload: &'a [u8],
+    sack: [Option<(u32, u32)>; 3],
+) -> TcpRepr<'a> {
+    TcpRepr {
+        seq_number: seq,
+        ack_number: Some(ack),
+        payload,
+        sack_ranges: sack,
+        ..templ
+    }
 }
 
 /// zcnet: the remote's ACK of the bytes before `LOCAL_SEQ + 1 + to`, with SACK blocks.
 fn ack_with_sack(to: usize, sack: [Option<(u32, u32)>; 3]) -> TcpRepr<'static> {
-    TcpRepr {
-        seq_number: REMOTE_SEQ + 1,
-        ack_number: Some(LOCAL_SEQ + 1 + to),
-        sack_ranges: sack,
-        ..SEND_TEMPL
-    }
+    segment(SEND_TEMPL, REMOTE_SEQ + 1, LOCAL_SEQ + 1 + to, &[], sack)
 }
 
 /// zcnet: our segment carrying `payload` at `LOCAL_SEQ + 1 + at`.
 fn data_at(at: usize, payload: &[u8]) -> TcpRepr<'_> {
+    segment(RECV_TEMPL, LOCAL_SEQ + 1 + at, REMOTE_SEQ + 1, payload, [None; 3])
+}
+
+/// zcnet: the remote's segment carrying `payload` at `REMOTE_SEQ + 1 + at`.
+fn remote_data_at(at: usize, payload: &[u8]) -> TcpRepr<'_> {
+    segment(SEND_TEMPL, REMOTE_SEQ + 1 + at, LOCAL_SEQ + 1, payload, [None; 3])
+}
+
+/// zcnet: our ACK (window 58) of the remote's bytes before `REMOTE_SEQ + 1 + to`, with SACK
+/// blocks.
+fn our_ack_with_sack(to: usize, sack: [Option<(u32, u32)>; 3]) -> TcpRepr<'static> {
     TcpRepr {
-        seq_number: LOCAL_SEQ + 1 + at,
-        ack_number: Some(REMOTE_SEQ + 1),
-        payload,
-        ..RECV_TEMPL
+        window_len: 58,
+        ..segment(RECV_TEMPL, LOCAL_SEQ + 1, REMOTE_SEQ + 1 + to, &[], sack)
     }
 }
 
@@ -4161,17 +4215,24 @@ fn test_tail_loss_probe_and_rack_recover_a_lost_tail() {
     assert!(!s.recovery.in_recovery());
 }
 
-/// zcnet: RACK finds a lost retransmission: new data sent after it is SACKed while it is not,
-/// and once a round trip (and the reordering window) has passed since it was sent, it goes a
-/// third time, without a timeout. RFC 6675 alone sends a hole once per recovery.
-#[test]
-fn test_rack_resends_a_lost_retransmission() {
+/// zcnet: a socket (RTT 50 ms) that sent [`EIGHT_SEGMENTS`], resent the two the SACK blocks
+/// showed missing ("aaa" and "DDD") at 1050 ms, then sent "iii" at 1060 ms.
+fn socket_resent_two_holes_then_sent_more() -> TestSocket {
     let mut s = socket_sent_eight_segments(true);
     s.rtte.sample(50);
     send!(s, time 1050, ack_with_sack(0, [sack_block(3, 9), sack_block(12, 24), None]));
     recv!(s, time 1050, [data_at(0, b"aaa"), data_at(9, b"DDD")]);
     s.send_slice(b"iii").unwrap();
     recv!(s, time 1060, [data_at(24, b"iii")]);
+    s
+}
+
+/// zcnet: RACK finds a lost retransmission: new data sent after it is SACKed while it is not,
+/// and once a round trip (and the reordering window) has passed since it was sent, it goes a
+/// third time, without a timeout. RFC 6675 alone sends a hole once per recovery.
+#[test]
+fn test_rack_resends_a_lost_retransmission() {
+    let mut s = socket_resent_two_holes_then_sent_more();
     // "DDD" and "iii" arrive, the second "aaa" does not.
     send!(s, time 1120, ack_with_sack(0, [sack_block(3, 27), None, None]));
     // Lost once 1050 + RACK's RTT (60, of "iii") + a quarter of the least RTT (50) passed.
@@ -4179,6 +4240,22 @@ fn test_rack_resends_a_lost_retransmission() {
     recv_nothing!(s, time 1122);
     recv!(s, time 1123, [data_at(0, b"aaa")]);
     send!(s, time 1180, ack_with_sack(27, [None; 3]));
+    assert!(!s.recovery.in_recovery());
+}
+
+/// zcnet: a D-SACK widens RACK's reordering window (RFC 8985 section 6.2 step 4). As in the
+/// test above, but the ACK that SACKs "iii" also reports the first "DDD" received twice (a
+/// D-SACK block inside the second block, RFC 2883): the resent "DDD" was spurious, the path
+/// reorders, and the lost "aaa" waits half the least RTT on top of RACK's RTT, not a quarter.
+#[test]
+fn test_dsack_widens_the_reordering_window() {
+    let mut s = socket_resent_two_holes_then_sent_more();
+    send!(s, time 1120, ack_with_sack(0, [sack_block(9, 12), sack_block(3, 27), None]));
+    // 1050 + RACK's RTT (60) + two quarters of the least RTT (50).
+    assert_eq!(s.rack.poll_at(), Some(Instant::from_millis(1135)));
+    recv_nothing!(s, time 1134);
+    recv!(s, time 1135, [data_at(0, b"aaa")]);
+    send!(s, time 1190, ack_with_sack(27, [None; 3]));
     assert!(!s.recovery.in_recovery());
 }
 
