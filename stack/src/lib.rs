@@ -128,6 +128,7 @@ mod stack;
 mod stack_driver;
 mod stats;
 mod tcb;
+mod tcp_header;
 mod tcp_io;
 mod tcp_table;
 mod waiters;

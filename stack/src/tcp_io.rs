@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  RX  ingress ─► rx_check (headers, addresses, TCP checksum) ─► Verdict::Tcp
-//!        ─► TcpRepr::parse in place ─► the connection that accepts it, else a listener
+//!        ─► tcp_header::parse in place ─► the connection that accepts it, else a listener
 //!              ─► Tcb::process with the frame trimmed to the payload: queued on the connection
 //!                 as it is (no copy; a segment under 256 bytes may be copied into the
 //!                 previous frame's tail, ledger: CopyBreak), or dropped if not kept
@@ -39,7 +39,7 @@
 use core::task::{Context, Poll, Waker};
 
 use smoltcp::iface::Interface;
-use smoltcp::phy::{ChecksumCapabilities, DeviceCapabilities, Medium};
+use smoltcp::phy::{DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use smoltcp::wire::{
     EthernetProtocol, HardwareAddress, IpAddress, IpProtocol, IpRepr, Ipv4Packet, TcpControl,
@@ -55,6 +55,7 @@ use crate::stats::{Counters, DropReason};
 use crate::tcb::context::{PollAt, TcpContext};
 use crate::tcb::socket::Tcb;
 use crate::tcb::state::State as TcpState;
+use crate::tcp_header;
 
 /// The driver had no TX frame: `tx_waker` is registered for the completion that frees one.
 #[derive(Debug)]
@@ -185,29 +186,9 @@ fn parse(frame: &RxFrame, seg: &TcpSeg) -> Option<(TcpRepr<'static>, Option<(usi
     let packet = TcpPacket::new_checked(bytes).ok()?;
     // The checksum was verified by `rx_check` (or by the device). Errors: port 0, options cut
     // short.
-    let r = TcpRepr::parse(
-        &packet,
-        &seg.src,
-        &seg.dst,
-        &ChecksumCapabilities::ignored(),
-    )
-    .ok()?;
-    let len = r.payload.len();
+    let header = tcp_header::parse(&packet)?;
+    let len = packet.payload().len();
     let at = (len > 0).then(|| (seg.start + usize::from(packet.header_len()), len));
-    let header = TcpRepr {
-        src_port: r.src_port,
-        dst_port: r.dst_port,
-        control: r.control,
-        seq_number: r.seq_number,
-        ack_number: r.ack_number,
-        window_len: r.window_len,
-        window_scale: r.window_scale,
-        max_seg_size: r.max_seg_size,
-        sack_permitted: r.sack_permitted,
-        sack_ranges: r.sack_ranges,
-        timestamp: r.timestamp,
-        payload: &[],
-    };
     Some((header, at))
 }
 

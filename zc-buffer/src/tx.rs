@@ -443,6 +443,7 @@ impl RetainedFrame {
     /// Lends the slot to the device (RETAINED → SENT) as a retained [`TxFrame`] whose data is
     /// the payload, with the headroom in front for headers; or, while the device still has it
     /// from the previous send, registers `cx`'s waker like [`poll_idle`](Self::poll_idle).
+    #[inline]
     pub fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
         loop {
             if self.pool.try_resend(self.slot) {
