@@ -18,8 +18,9 @@
 //! * [`Runner`]: the ingress and egress tasks, and the link task (the driver's link state:
 //!   [`Stack::link_state`], [`Stack::wait_link`]); spawn them or run them.
 //! * TCP is zcnet's own (`tcb/`, a port of smoltcp 0.14's state machine with SACK-based loss
-//!   recovery, RACK-TLP and timestamps; `tcp_io.rs`, `tcp_table.rs`): ingress hands each segment for the stack to the connection that accepts
-//!   it (or answers it with a RST), and the connection keeps the received frame itself; egress
+//!   recovery, D-SACK, RACK-TLP and timestamps; `tcp_io.rs`, `tcp_header.rs`, `tcp_table.rs`):
+//!   ingress hands each segment for the stack to the connection that accepts it (or answers it
+//!   with a RST), and the connection keeps the received frame itself; egress
 //!   sends the frames the application filled, kept until acknowledged (RETAINED), headers
 //!   written in front with `smoltcp::wire`, through the zero-copy path's neighbour table. Each
 //!   connection's frames come out of a budget reserved in the pool when its socket opens
