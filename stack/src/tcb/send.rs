@@ -86,6 +86,17 @@ pub(crate) struct SendBuffer<'a> {
     /// Bytes at the front already sent (and not acknowledged): a tail frame holding any of
     /// them takes no more bytes, so that a frame is sent whole.
     sent: usize,
+    /// Where the last [`locate`](Self::locate) found its segment: frame `cursor_index` starts
+    /// `cursor_base` bytes into the queue. Lookups at or past `cursor_base` start there
+    /// instead of at the front, so that finding the next segment costs O(1), not O(frames in
+    /// flight), while the send offset moves forward. Kept exact by `dequeue` (the only change
+    /// in front of a frame), reset by `clear`; a lookup below it starts at the front. Plain
+    /// fields moved by `&mut self` methods only: interior mutability here would cost every
+    /// `&self` method of the connection its no-alias guarantees (measured: 3.5% of the
+    /// request/response benchmark).
+    cursor_index: usize,
+    /// See `cursor_index`.
+    cursor_base: usize,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
@@ -108,6 +119,8 @@ impl<'a> SendBuffer<'a> {
             headroom,
             frame_len: pool.slot_size() - headroom,
             starved: false,
+            cursor_index: 0,
+            cursor_base: 0,
             sent: 0,
             _borrow: PhantomData,
         }
@@ -153,6 +166,7 @@ impl<'a> SendBuffer<'a> {
     pub(crate) fn clear(&mut self) {
         self.frames.clear();
         self.len = 0;
+        (self.cursor_index, self.cursor_base) = (0, 0);
     }
 
     /// Tells the buffer how many of its front bytes were sent (see `sent`).
@@ -277,39 +291,67 @@ impl<'a> SendBuffer<'a> {
 
     /// Where the next segment's payload is: up to `size` bytes from `offset` into the queue,
     /// never past the end of the frame holding `offset` (the state machine sends what it gets).
-    pub(crate) fn locate(&self, offset: usize, size: usize) -> Segment {
-        let mut base = 0;
-        for (index, f) in self.frames.iter().enumerate() {
-            let n = f.len();
-            if offset < base + n {
-                let off = offset - base;
-                let rest = n - off;
-                if !f.is_idle() {
-                    return Segment::Busy;
-                }
-                if off == 0 && size >= rest {
-                    return Segment::Frame { index, len: rest };
-                }
-                return Segment::Copy {
-                    index,
-                    off,
-                    len: size.min(rest),
-                };
-            }
-            base += n;
+    pub(crate) fn locate(&mut self, offset: usize, size: usize) -> Segment {
+        let Some((index, base, f)) = self.find(offset) else {
+            return Segment::Copy {
+                index: 0,
+                off: 0,
+                len: 0,
+            };
+        };
+        let off = offset - base;
+        let rest = f.len() - off;
+        let idle = f.is_idle();
+        (self.cursor_index, self.cursor_base) = (index, base);
+        if !idle {
+            return Segment::Busy;
+        }
+        if off == 0 && size >= rest {
+            return Segment::Frame { index, len: rest };
         }
         Segment::Copy {
-            index: 0,
-            off: 0,
-            len: 0,
+            index,
+            off,
+            len: size.min(rest),
         }
+    }
+
+    /// The frame holding byte `offset` of the queue, as `(index, base, frame)` with `base` the
+    /// offset of its first byte; `None` past the end. Starts at the cursor when it can.
+    fn find(&self, offset: usize) -> Option<(usize, usize, &RetainedFrame)> {
+        let (start, mut base) =
+            if self.cursor_base <= offset && self.cursor_index < self.frames.len() {
+                (self.cursor_index, self.cursor_base)
+            } else {
+                (0, 0)
+            };
+        if start == 0 {
+            // From the front: the deque's own iterator is the cheapest walk.
+            for (index, f) in self.frames.iter().enumerate() {
+                let n = f.len();
+                if offset < base + n {
+                    return Some((index, base, f));
+                }
+                base += n;
+            }
+            return None;
+        }
+        let mut index = start;
+        while let Some(f) = self.frames.get(index) {
+            let n = f.len();
+            if offset < base + n {
+                return Some((index, base, f));
+            }
+            base += n;
+            index += 1;
+        }
+        None
     }
 
     /// The bytes of a [`Segment::Copy`] (empty if the frame is gone or the device has it).
     pub(crate) fn bytes(&self, index: usize, off: usize, len: usize) -> &[u8] {
         self.frames
-            .iter()
-            .nth(index)
+            .get(index)
             .and_then(RetainedFrame::data)
             .and_then(|d| d.get(off..off + len))
             .unwrap_or(&[])
@@ -318,7 +360,7 @@ impl<'a> SendBuffer<'a> {
     /// The frame of a [`Segment::Frame`], lent to the device as a retained [`TxFrame`] whose
     /// data is the payload; `None` if the device still has it.
     pub(crate) fn take(&mut self, index: usize) -> Option<TxFrame> {
-        let f = self.frames.iter_mut().nth(index)?;
+        let f = self.frames.get_mut(index)?;
         match f.poll_send(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(tx) => Some(tx),
             Poll::Pending => None,
@@ -328,25 +370,20 @@ impl<'a> SendBuffer<'a> {
     /// Whether the frame holding `offset` is still with the device. With `waker`, the pool's
     /// retained waker is registered first, so its return wakes the caller.
     pub(crate) fn blocked(&self, offset: usize, waker: Option<&Waker>) -> bool {
-        let mut base = 0;
-        for f in self.frames.iter() {
-            let n = f.len();
-            if offset < base + n {
-                return match waker {
-                    Some(w) => f.poll_idle(&mut Context::from_waker(w)).is_pending(),
-                    None => !f.is_idle(),
-                };
-            }
-            base += n;
+        match (self.find(offset), waker) {
+            (None, _) => false,
+            (Some((_, _, f)), Some(w)) => f.poll_idle(&mut Context::from_waker(w)).is_pending(),
+            (Some((_, _, f)), None) => !f.is_idle(),
         }
-        false
     }
 
     /// Drop the first `count` bytes: the remote acknowledged them. Whole frames go back (to
     /// the pool now, or when the device is done with them); a partly acknowledged one keeps its
     /// rest.
     pub(crate) fn dequeue(&mut self, count: usize) {
-        let mut left = count.min(self.len);
+        let removed = count.min(self.len);
+        let mut left = removed;
+        let mut popped = 0;
         self.len -= left;
         while left > 0 {
             let Some(front) = self.frames.front_mut() else {
@@ -356,16 +393,30 @@ impl<'a> SendBuffer<'a> {
             if n <= left {
                 left -= n;
                 drop(self.frames.pop_front());
+                popped += 1;
             } else {
                 front.advance(left);
                 left = 0;
             }
         }
+        // Every byte removed lay in front of the cursor's frame, unless that frame was
+        // removed, or is now the front (then it starts at 0 whatever was cut from it).
+        // (A base short of `removed` cannot happen; the front is always a right place to
+        // start, so that is where such a cursor would go.)
+        (self.cursor_index, self.cursor_base) = match (
+            self.cursor_index.checked_sub(popped),
+            self.cursor_base.checked_sub(removed),
+        ) {
+            (Some(index @ 1..), Some(base)) => (index, base),
+            _ => (0, 0),
+        };
     }
 }
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+
     use super::{Segment, SendBuffer};
     use zcnet_buffer::{FramePool, PoolConfig};
 
@@ -410,6 +461,76 @@ mod tests {
         tx.clear();
         assert!(tx.is_empty());
         assert_eq!(pool.audit().unwrap().free, 8);
+    }
+
+    /// The queue's bytes in order, and where each frame starts, read front to back (what
+    /// `locate` answered before it had a cursor).
+    fn layout(tx: &SendBuffer<'_>) -> (std::vec::Vec<u8>, std::vec::Vec<usize>) {
+        let mut bytes = std::vec::Vec::new();
+        let mut starts = std::vec::Vec::new();
+        for f in tx.frames.iter() {
+            starts.push(bytes.len());
+            bytes.extend_from_slice(f.data().unwrap());
+        }
+        (bytes, starts)
+    }
+
+    #[test]
+    fn lookups_by_offset_agree_with_a_scan_from_the_front() {
+        // Random writes of 1..=12 bytes into 5-byte frames, acknowledgements of 0..=9 bytes and
+        // lookups forward (as sending goes) and backward (as a retransmission goes): every
+        // lookup finds what a scan from the front finds. Fixed seed.
+        let pool = FramePool::leak(PoolConfig::new(16).with_slot_size(256)).unwrap();
+        let mut tx = SendBuffer::new(pool, 60, 12, 64);
+        tx.set_frame_len(5);
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n) as usize
+        };
+        let mut counter = 0u8;
+        let mut offset = 0usize;
+        for _ in 0..20_000 {
+            match next(4) {
+                0 => {
+                    let want = 1 + next(12);
+                    let data: std::vec::Vec<u8> = (0..want)
+                        .map(|_| {
+                            counter = counter.wrapping_add(1);
+                            counter
+                        })
+                        .collect();
+                    tx.enqueue_slice(None, &data);
+                }
+                1 => {
+                    let n = next(10).min(tx.len());
+                    tx.dequeue(n);
+                    offset = offset.saturating_sub(n);
+                }
+                2 => offset = next(tx.len() as u64 + 1),
+                _ => offset = (offset + 1 + next(6)).min(tx.len()),
+            }
+            let (bytes, starts) = layout(&tx);
+            let want = 1 + next(8);
+            match tx.locate(offset, want) {
+                Segment::Frame { index, len } => {
+                    assert_eq!(starts[index], offset);
+                    assert_eq!(tx.bytes(index, 0, len), &bytes[offset..offset + len]);
+                }
+                Segment::Copy { index, off, len } if offset < bytes.len() => {
+                    assert_eq!(starts[index] + off, offset);
+                    assert!(len >= 1 && len <= want);
+                    assert_eq!(tx.bytes(index, off, len), &bytes[offset..offset + len]);
+                }
+                Segment::Copy { len, .. } => assert_eq!((offset, len), (bytes.len(), 0)),
+                Segment::Busy => unreachable!("no frame was lent to a device"),
+            }
+            assert!(!tx.blocked(offset, None));
+        }
+        drop(tx);
+        assert_eq!(pool.audit().unwrap().free, 16);
     }
 
     #[test]
