@@ -91,9 +91,8 @@ pub(crate) struct SendBuffer<'a> {
     /// instead of at the front, so that finding the next segment costs O(1), not O(frames in
     /// flight), while the send offset moves forward. Kept exact by `dequeue` (the only change
     /// in front of a frame), reset by `clear`; a lookup below it starts at the front. Plain
-    /// fields moved by `&mut self` methods only: interior mutability here would cost every
-    /// `&self` method of the connection its no-alias guarantees (measured: 3.5% of the
-    /// request/response benchmark).
+    /// fields moved by `&mut self` methods only: interior mutability (a `Cell`) would take the
+    /// no-alias guarantees from every `&self` method of the connection, which costs time.
     cursor_index: usize,
     /// See `cursor_index`.
     cursor_base: usize,
