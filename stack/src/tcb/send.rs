@@ -324,17 +324,6 @@ impl<'a> SendBuffer<'a> {
             } else {
                 (0, 0)
             };
-        if start == 0 {
-            // From the front: the deque's own iterator is the cheapest walk.
-            for (index, f) in self.frames.iter().enumerate() {
-                let n = f.len();
-                if offset < base + n {
-                    return Some((index, base, f));
-                }
-                base += n;
-            }
-            return None;
-        }
         let mut index = start;
         while let Some(f) = self.frames.get(index) {
             let n = f.len();
