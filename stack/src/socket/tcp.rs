@@ -129,6 +129,11 @@ impl core::error::Error for TcpError {}
 /// ([`Config::tcp_pool_slots`](crate::Config::tcp_pool_slots)): a pool too small for one
 /// more socket is an error at open ([`StackError::PoolBudget`]), not a stall later.
 ///
+/// The receive window offered is the smaller of the free bytes and one full segment per free
+/// frame of the budget. With the budget's ceiling of 64 frames, that is at most 92,672 bytes
+/// on Ethernet (1,448-byte segments with timestamps), however large `rx` is: an `rx` above
+/// about 90 KiB bounds the unread bytes but does not widen the window.
+///
 /// ```
 /// use zcnet_stack::tcp::TcpBuffers;
 /// let b = TcpBuffers::with_capacity(16 * 1024, 4 * 1024);

@@ -94,6 +94,11 @@ pub(crate) struct Tcb<'a> {
     remote_last_ack: Option<TcpSeqNumber>,
     /// The last window length sent.
     remote_last_win: u16,
+    /// The furthest right edge of the receive window ever advertised on this connection
+    /// (`None` before the first ACK we sent). Only grows: the window can shrink to zero below
+    /// it (see `rx_window`), and a peer that sent into it meanwhile still sends ACKs with
+    /// sequence numbers up to it, which `process` must not discard.
+    rx_edge_max: Option<TcpSeqNumber>,
     /// The sending window scaling factor advertised to remotes which support RFC 1323.
     /// It is zero if the window <= 64KiB and/or the remote does not support it.
     remote_win_shift: u8,
@@ -196,6 +201,10 @@ pub const SYNACK_RETRIES: u8 = 5;
 /// timestamps) so that every segment carries some payload.
 const MIN_REMOTE_MSS: usize = 48;
 
+/// Bytes the timestamp option takes in every segment once timestamps are on: 10, padded to a
+/// multiple of 4.
+const TIMESTAMP_OPTION_LEN: usize = 12;
+
 impl<'a> Tcb<'a> {
     /// A closed connection over the given buffers.
     ///
@@ -232,6 +241,7 @@ impl<'a> Tcb<'a> {
             remote_last_seq: TcpSeqNumber::default(),
             remote_last_ack: None,
             remote_last_win: 0,
+            rx_edge_max: None,
             remote_win_len: 0,
             remote_win_shift: rx_cap_log2.saturating_sub(16) as u8,
             remote_win_scale: None,
@@ -313,6 +323,16 @@ impl<'a> Tcb<'a> {
             && !matches!(self.state, State::Listen | State::SynSent | State::Closed)
             && repr.control != TcpControl::Rst
             && (ts.tsval.wrapping_sub(self.last_remote_tsval) as i32) < 0
+    }
+
+    /// Option bytes every segment of the connection carries: the timestamp option once
+    /// timestamps are on, else none.
+    fn timestamp_option_len(&self) -> usize {
+        if self.tsval_generator.is_some() {
+            TIMESTAMP_OPTION_LEN
+        } else {
+            0
+        }
     }
 
     /// Return whether TCP Timestamp is enabled.
@@ -427,7 +447,7 @@ impl<'a> Tcb<'a> {
             return 0;
         }
         self.rx_buffer
-            .window(self.rx_mss)
+            .window(self.rx_seg_payload())
             .max(self.rx_window_floor())
     }
 
@@ -444,6 +464,27 @@ impl<'a> Tcb<'a> {
         } else {
             0
         }
+    }
+
+    /// Records the ACK number and window field of a segment we send (`window` scaled by
+    /// `shift`): what [`rx_window_floor`](Self::rx_window_floor) and the acceptability test of
+    /// `process` measure against.
+    fn note_advertised(&mut self, ack: Option<TcpSeqNumber>, window: u16, shift: u8) {
+        self.remote_last_ack = ack;
+        self.remote_last_win = window;
+        if let Some(ack) = ack {
+            let edge = ack + (usize::from(window) << shift);
+            self.rx_edge_max = Some(self.rx_edge_max.map_or(edge, |max| max.max(edge)));
+        }
+    }
+
+    /// Payload bytes we expect in a full-sized segment from the remote: our MSS, less the
+    /// timestamp option every segment carries once timestamps are on (Linux sends 1448-byte
+    /// segments to a 1460-byte MSS). The receive window counts this much per free slot.
+    fn rx_seg_payload(&self) -> usize {
+        self.rx_mss
+            .saturating_sub(self.timestamp_option_len())
+            .max(1)
     }
 
     /// Notes the MSS we offer on an IP link of `cx.ip_mtu` with IP headers of `ip_header_len`.
@@ -603,6 +644,7 @@ impl<'a> Tcb<'a> {
         self.remote_last_seq = TcpSeqNumber::default();
         self.remote_last_ack = None;
         self.remote_last_win = 0;
+        self.rx_edge_max = None;
         self.remote_win_len = 0;
         self.remote_win_scale = None;
         self.remote_win_shift = rx_cap_log2.saturating_sub(16) as u8;
@@ -1114,11 +1156,7 @@ impl<'a> Tcb<'a> {
     /// Payload bytes of a full segment: the smaller of our MSS (known once `dispatch` ran) and
     /// the remote's, less the timestamp option.
     fn data_mss(&self) -> usize {
-        let options_len = if self.tsval_generator.is_some() {
-            12
-        } else {
-            0
-        };
+        let options_len = self.timestamp_option_len();
         self.local_mss
             .unwrap_or(usize::MAX)
             .min(self.remote_mss)
@@ -1347,8 +1385,11 @@ impl<'a> Tcb<'a> {
         // (Computed before `remote_last_ack` moves: the window keeps the right edge of the
         // last ACK sent, see `rx_window`.)
         reply_repr.window_len = self.scaled_window();
-        self.remote_last_ack = reply_repr.ack_number;
-        self.remote_last_win = reply_repr.window_len;
+        self.note_advertised(
+            reply_repr.ack_number,
+            reply_repr.window_len,
+            self.remote_win_shift,
+        );
 
         // If the remote supports selective acknowledgement, add the option to the outgoing
         // segment.
@@ -1427,6 +1468,37 @@ impl<'a> Tcb<'a> {
             reply.sack_ranges[1],
         ];
         ip_reply.set_payload_len(reply.buffer_len());
+    }
+
+    /// Whether `process` takes the acknowledgement (and window, SACK, timestamps) of a segment
+    /// starting at `segment_start` that the receive window does not accept, dropping its data:
+    /// when the segment starts between the left edge of the window (`window_start`) and the
+    /// furthest right edge ever advertised.
+    ///
+    /// The window we offer shrinks to zero when the slot budget runs out before its right edge
+    /// (see [`rx_window`](Self::rx_window)). A remote that sent up to that edge meanwhile
+    /// goes on sending ACKs with sequence numbers past the window (its next sequence number),
+    /// and probes; RFC 9293 (3.10.7.4) asks that a zero window still take valid ACKs. Without
+    /// this, those ACKs were dropped: a connection whose application waits for send room
+    /// before it reads (an echo) never freed the room, and the two ends exchanged
+    /// retransmissions on timeouts for as long as the connection lived. The acknowledgement
+    /// was already checked against what we sent (RFC 5961's ACK test, before this); RSTs and
+    /// SYNs keep their stricter rules.
+    fn takes_ack_only(
+        &self,
+        repr: &TcpRepr,
+        segment_start: TcpSeqNumber,
+        window_start: TcpSeqNumber,
+    ) -> bool {
+        matches!(
+            self.state,
+            State::Established | State::FinWait1 | State::FinWait2
+        ) && matches!(
+            repr.control,
+            TcpControl::None | TcpControl::Psh | TcpControl::Fin
+        ) && self
+            .rx_edge_max
+            .is_some_and(|edge| window_start <= segment_start && segment_start <= edge)
     }
 
     /// An ACK answering an unacceptable segment (RFC 5961), at most one per second.
@@ -1641,6 +1713,9 @@ impl<'a> Tcb<'a> {
             return Some((ip_reply, reply));
         }
 
+        // Whether only the segment's acknowledgement is taken, its data dropped (see below).
+        let mut ack_only = false;
+
         // The accepted part of the payload (a range of it) and its offset past the in-order
         // data.
         let (payload_range, payload_offset) = match self.state {
@@ -1690,6 +1765,9 @@ impl<'a> Tcb<'a> {
                         overlap_start - segment_start..overlap_end - segment_start,
                         overlap_start - window_start,
                     )
+                } else if self.takes_ack_only(repr, segment_start, window_start) {
+                    ack_only = true;
+                    (0..0, 0)
                 } else {
                     // Out-of-window RSTs are silently dropped, per RFC 9293
                     // (3.10.7.4) and RFC 5961 (3.2): no reply is sent, and the
@@ -1784,7 +1862,8 @@ impl<'a> Tcb<'a> {
 
         // If a FIN is received at the end of the current segment, but
         // we have a hole in the assembler before the current segment, disregard this FIN.
-        if control == TcpControl::Fin && window_start < segment_start {
+        // Nor is the FIN of data that was not taken.
+        if control == TcpControl::Fin && (window_start < segment_start || ack_only) {
             control = TcpControl::None;
         }
 
@@ -2172,6 +2251,10 @@ impl<'a> Tcb<'a> {
 
         let payload_len = payload_range.len();
         if payload_len == 0 {
+            // Data past the window, dropped: the ACK tells the remote where the window is.
+            if ack_only && seg_len != 0 {
+                return Some(self.ack_reply(cx.now, ip_repr, repr));
+            }
             return None;
         }
 
@@ -2318,11 +2401,7 @@ impl<'a> Tcb<'a> {
         };
 
         // The effective max segment size, taking into account the options and the local and remote limits.
-        let options_len = if self.tsval_generator.is_some() {
-            12
-        } else {
-            0
-        };
+        let options_len = self.timestamp_option_len();
 
         let local_mss = cx.ip_mtu - ip_header_len - TCP_HEADER_LEN;
         let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
@@ -2880,12 +2959,19 @@ impl<'a> Tcb<'a> {
         // We've sent a packet successfully, so we can update the internal state now.
         // Use max() so a fast-retransmit segment (whose seq_number is local_seq_no, well
         // behind the current frontier) doesn't rewind the tracked "highest sent" sequence.
-        self.remote_last_seq = self.remote_last_seq.max(repr.seq_number + segment_len);
-        self.remote_last_ack = repr.ack_number;
-        self.remote_last_win = repr.window_len;
+        let seq_end = repr.seq_number + segment_len;
+        self.remote_last_seq = self.remote_last_seq.max(seq_end);
+        // A SYN's window is not scaled (RFC 7323 section 2.2).
+        let shift = if repr.control == TcpControl::Syn {
+            0
+        } else {
+            self.remote_win_shift
+        };
+        let (ack_number, window_len) = (repr.ack_number, repr.window_len);
+        self.note_advertised(ack_number, window_len, shift);
 
         if segment_len > 0 {
-            self.rtte.on_send(cx.now, repr.seq_number + segment_len);
+            self.rtte.on_send(cx.now, seq_end);
             self.congestion_controller
                 .inner_mut()
                 .post_transmit(cx.now, segment_len);

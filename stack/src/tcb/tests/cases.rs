@@ -262,8 +262,9 @@ fn socket_established_with_buffer_sizes(tx_len: usize, rx_len: usize) -> TestSoc
     s.state = State::Established;
     s.local_seq_no = LOCAL_SEQ + 1;
     s.remote_last_seq = LOCAL_SEQ + 1;
-    s.remote_last_ack = Some(REMOTE_SEQ + 1);
-    s.remote_last_win = s.scaled_window();
+    let window = s.scaled_window();
+    let shift = s.remote_win_shift;
+    s.note_advertised(Some(REMOTE_SEQ + 1), window, shift);
     s
 }
 
@@ -5748,13 +5749,13 @@ fn test_zero_window_probe_when_the_window_shrinks_below_sent_data() {
     );
 }
 
-/// zcnet: once the application holds the whole slot budget, the window is zero, although the
-/// right edge advertised before lay further on (each small segment took a slot of the budget,
-/// which counts one MSS per slot); a probe at the edge is answered with the zero window, and a
-/// released segment opens the window again.
-#[test]
-fn test_window_shrinks_to_zero_when_the_slot_budget_is_spent() {
-    let mut s = socket_established();
+/// zcnet: the remote sends `MIN_SEGMENTS` segments of 6 bytes into the 64-byte window of
+/// `socket_established` and the application holds each (`recv_segment`): every slot of the
+/// budget is taken, and the window, 64 bytes after each of the first ones (one MSS per free
+/// slot), is zero after the last although 40 bytes of the edge advertised before remain. Each
+/// is acknowledged by a segment at `our_seq`. Returns the held segments and the next sequence
+/// number expected.
+fn spend_slot_budget(mut s: &mut TestSocket, our_seq: TcpSeqNumber) -> (Vec<RxFrame>, TcpSeqNumber) {
     let mut held = Vec::new();
     for i in 0..MIN_SEGMENTS {
         send!(
@@ -5767,20 +5768,28 @@ fn test_window_shrinks_to_zero_when_the_slot_budget_is_spent() {
             }
         );
         held.push(s.recv_segment().unwrap().expect("a segment"));
-        // Slots left: the 64 bytes; the last slot taken: nothing, although 40 bytes
-        // of the window advertised before remain.
         let window = if i + 1 < MIN_SEGMENTS { 64 } else { 0 };
         recv!(
             s,
             [TcpRepr {
-                seq_number: LOCAL_SEQ + 1,
+                seq_number: our_seq,
                 ack_number: Some(REMOTE_SEQ + 1 + 6 * (i + 1)),
                 window_len: window,
                 ..RECV_TEMPL
             }]
         );
     }
-    let edge = REMOTE_SEQ + 1 + 6 * MIN_SEGMENTS;
+    (held, REMOTE_SEQ + 1 + 6 * MIN_SEGMENTS)
+}
+
+/// zcnet: once the application holds the whole slot budget, the window is zero, although the
+/// right edge advertised before lay further on (each small segment took a slot of the budget,
+/// which counts one MSS per slot); a probe at the edge is answered with the zero window, and a
+/// released segment opens the window again.
+#[test]
+fn test_window_shrinks_to_zero_when_the_slot_budget_is_spent() {
+    let mut s = socket_established();
+    let (mut held, edge) = spend_slot_budget(&mut s, LOCAL_SEQ + 1);
     send!(
         s,
         TcpRepr {
@@ -5807,6 +5816,98 @@ fn test_window_shrinks_to_zero_when_the_slot_budget_is_spent() {
             ..RECV_TEMPL
         }]
     );
+}
+
+/// zcnet: a window that shrank to zero still takes the acknowledgements of a remote that sent
+/// up to the right edge advertised before: its pure ACK, whose sequence number lies past the
+/// zero window (a segment of it was dropped for want of a slot), acknowledges our data; its
+/// data segment there is answered with an ACK, its data dropped but its acknowledgement taken.
+/// Without that, a connection whose application waits for send room before it reads would
+/// wait for ever (the remote's ACKs of our data all lie past the window).
+#[test]
+fn test_shrunk_window_takes_acks_past_it() {
+    let mut s = socket_established();
+    s.send_slice(b"abcdef123456").unwrap();
+    recv!(
+        s,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcdef123456"[..],
+            ..RECV_TEMPL
+        }]
+    );
+    let (_held, edge) = spend_slot_budget(&mut s, LOCAL_SEQ + 1 + 12);
+    // The remote sent 6 bytes more before it saw the zero window; they were dropped. Its
+    // next sequence number lies past the window.
+    send!(
+        s,
+        TcpRepr {
+            seq_number: edge + 6,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.tx_buffer.len(), 6, "the pure ACK's acknowledgement is taken");
+    send!(
+        s,
+        TcpRepr {
+            seq_number: edge + 6,
+            ack_number: Some(LOCAL_SEQ + 1 + 12),
+            payload: &b"ghijkl"[..],
+            ..SEND_TEMPL
+        },
+        Some(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 12,
+            ack_number: Some(edge),
+            window_len: 0,
+            ..RECV_TEMPL
+        })
+    );
+    assert_eq!(s.tx_buffer.len(), 0, "the data segment's acknowledgement is taken");
+    assert!(matches!(s.recv_segment(), Ok(None)), "its data is not");
+    // Past the furthest edge ever advertised (64 bytes past the third segment), a segment is
+    // not acceptable at all.
+    s.send_slice(b"mn").unwrap();
+    recv!(
+        s,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 12,
+            ack_number: Some(edge),
+            window_len: 0,
+            payload: &b"mn"[..],
+            ..RECV_TEMPL
+        }]
+    );
+    send!(
+        s,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + 6 * (MIN_SEGMENTS - 1) + 64 + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 14),
+            ..SEND_TEMPL
+        },
+        Some(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 14,
+            ack_number: Some(edge),
+            window_len: 0,
+            ..RECV_TEMPL
+        })
+    );
+    assert_eq!(s.tx_buffer.len(), 2);
+}
+
+/// zcnet: with timestamps on, the window counts a full segment per free slot as the MSS less
+/// the timestamp option (what the remote's segments carry), so that full-sized segments
+/// never run out of slots before the advertised edge.
+#[test]
+fn test_window_per_slot_leaves_out_the_timestamp_option() {
+    let mut s = socket_established_with_buffer_sizes(64, 64 * 1024);
+    s.rx_buffer.set_budget(4);
+    // No right edge to keep: the window is what the free slots take.
+    s.note_advertised(Some(REMOTE_SEQ + 1), 0, 0);
+    assert_eq!(s.rx_window(), 4 * s.rx_mss);
+    s.set_tsval_generator(Some(|| 1));
+    assert_eq!(s.rx_window(), 4 * (s.rx_mss - 12));
 }
 
 #[test]
