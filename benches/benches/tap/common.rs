@@ -14,8 +14,17 @@ pub const SOURCE_PORT: u16 = 9001;
 pub const ECHO_PORT: u16 = 9002;
 /// The HTTP/1.1 responder.
 pub const HTTP_PORT: u16 = 8080;
-/// Socket receive and send rings, the same on every socket of every peer.
-pub const SOCK_BUF: usize = 64 * 1024;
+/// Socket receive and send rings, in bytes, the same on every socket of every peer: 64 KiB,
+/// or `ZCNET_SOCK_BUF` from the environment (the server processes inherit it), for a look at
+/// how a benchmark's figures depend on the window.
+pub fn sock_buf() -> usize {
+    match std::env::var("ZCNET_SOCK_BUF") {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("ZCNET_SOCK_BUF={v}: not a byte count")),
+        Err(_) => 64 * 1024,
+    }
+}
 /// The application's own read / write buffer (every peer copies through one of this size).
 pub const APP_BUF: usize = 64 * 1024;
 /// The stacks' MAC address (and the frame blaster's).

@@ -18,7 +18,7 @@ use embassy_net::tcp::TcpSocket;
 use embassy_net::{Config, Ipv4Address, Ipv4Cidr, Stack, StackResources, StaticConfigV4};
 use embassy_net_tuntap::TunTapDevice;
 
-use crate::common::{self, Class, Conn, APP_BUF, CONN_SOCKETS, SOCK_BUF, STACK_MAC};
+use crate::common::{self, sock_buf, Class, Conn, APP_BUF, CONN_SOCKETS, STACK_MAC};
 
 /// Set by the pender; the loop clears it before each executor poll.
 static PENDED: AtomicBool = AtomicBool::new(false);
@@ -114,8 +114,8 @@ fn run<const N: usize>(tap: &str, class: Class) -> ! {
 }
 
 async fn socket_task(stack: Stack<'static>, port: u16) {
-    let mut rx = vec![0u8; SOCK_BUF];
-    let mut tx = vec![0u8; SOCK_BUF];
+    let mut rx = vec![0u8; sock_buf()];
+    let mut tx = vec![0u8; sock_buf()];
     let mut buf = vec![0u8; APP_BUF];
     loop {
         let mut s = TcpSocket::new(stack, &mut rx, &mut tx);

@@ -13,8 +13,8 @@ use smoltcp::wire::{EthernetAddress, IpCidr};
 use zcnet_tests::netns::ZCNET_ADDR;
 
 use crate::common::{
-    self, parse_request, Class, APP_BUF, ECHO_PORT, HTTP_PORT, PATTERN, RESPONSE_CLOSE,
-    RESPONSE_KEEP, SINK_PORT, SOCK_BUF, SOURCE_PORT, STACK_MAC,
+    self, parse_request, sock_buf, Class, APP_BUF, ECHO_PORT, HTTP_PORT, PATTERN, RESPONSE_CLOSE,
+    RESPONSE_KEEP, SINK_PORT, SOURCE_PORT, STACK_MAC,
 };
 
 /// What one socket's connection is doing.
@@ -51,8 +51,8 @@ pub fn serve(tap: &str, class: Class) -> ! {
     let mut slots = Vec::new();
     for &(port, n) in class.ports() {
         for _ in 0..n {
-            let rx = tcp::SocketBuffer::new(vec![0; SOCK_BUF]);
-            let tx = tcp::SocketBuffer::new(vec![0; SOCK_BUF]);
+            let rx = tcp::SocketBuffer::new(vec![0; sock_buf()]);
+            let tx = tcp::SocketBuffer::new(vec![0; sock_buf()]);
             let handle = sockets.add(tcp::Socket::new(rx, tx));
             slots.push(Slot {
                 handle,

@@ -10,7 +10,7 @@ use zcnet_tap::{Tap, TapConfig};
 use zcnet_tests::netns::{slot_size_for, ZCNET_ADDR};
 
 use crate::common::{
-    self, Class, Conn, APP_BUF, SOCK_BUF, STACK_MAC, ZC_BACKLOG_BULK, ZC_BACKLOG_CONN,
+    self, sock_buf, Class, Conn, APP_BUF, STACK_MAC, ZC_BACKLOG_BULK, ZC_BACKLOG_CONN,
     ZC_CONN_SOCKETS,
 };
 
@@ -43,7 +43,7 @@ impl Conn for ZcConn {
 }
 
 fn buffers() -> Option<TcpBuffers> {
-    Some(TcpBuffers::with_capacity(SOCK_BUF, SOCK_BUF))
+    Some(TcpBuffers::with_capacity(sock_buf(), sock_buf()))
 }
 
 /// Opens the TAP `tap`, serves `class`'s ports forever.
