@@ -23,7 +23,7 @@
 //! Each connection holds at most a budget of slots (queued in order, out of order, and the
 //! segments the application holds), derived from the receive size of its
 //! [`TcpBuffers`] (one slot per KiB, 4 to 64): the
-//! window it advertises is at most one MSS per free slot, so an application that holds
+//! window it advertises is at most one full segment per free slot, so an application that holds
 //! segments closes the window and the peer waits.
 //!
 //! **Sending**: the connection keeps a queue of pool frames until the peer acknowledges them, and a

@@ -31,14 +31,17 @@
 //!   initial sequence numbers (smoltcp's generator). `PollAt` and the waker registration are
 //!   copies of smoltcp's crate-private types.
 //! * Buffers: the state machine reaches its data only through `RecvBuffer` and `SendBuffer`
-//!   ([`recv`], [`send`]). The send buffer is a byte ring; the receive buffer is a queue of
-//!   the received frames themselves: `process` takes the segment's frame (trimmed to its
-//!   payload) and the buffer keeps it, in order or out of order, within a budget of pool
-//!   slots. The receive window is the smaller of the free bytes and one MSS per free slot,
-//!   and its right edge never moves back, except to zero when the budget is spent (segments
-//!   shorter than an MSS can spend it before the edge); a segment the budget cannot hold then
-//!   is dropped unacknowledged. A sender whose data lies past a window that shrank to zero
-//!   probes the window instead of retransmitting on its timeout.
+//!   ([`recv`], [`send`]). The send buffer is a queue of pool frames, one segment's payload
+//!   each; the receive buffer is a queue of the received frames themselves: `process` takes
+//!   the segment's frame (trimmed to its payload) and the buffer keeps it, in order or out of
+//!   order, within a budget of pool slots. The receive window is the smaller of the free bytes
+//!   and one full segment's payload (the MSS less the timestamp option) per free slot, and
+//!   its right edge never moves back, except to zero when the budget is spent (segments
+//!   shorter than a full one can spend it before the edge); a segment the budget cannot hold
+//!   then is dropped unacknowledged, but the acknowledgement of a segment that starts within
+//!   the furthest edge ever advertised is still taken (RFC 9293 3.10.7.4). A sender whose
+//!   data lies past a window that shrank to zero probes the window instead of retransmitting
+//!   on its timeout.
 //! * `accepts` takes no context (smoltcp's ignored it); `dispatch`'s `emit` gets no
 //!   `PacketMeta` (smoltcp's carried only packet ids and segmentation-offload sizes).
 //! * No segmentation offload (smoltcp's `segmentation-offload` feature); its test is dropped.

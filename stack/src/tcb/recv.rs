@@ -14,7 +14,8 @@
 //!   byte ring had; window scaling is derived from it;
 //! * **slots**: a budget of pool slots ([`slot_budget`]): frames queued in order, frames
 //!   queued out of order, and frames the application holds through `recv_segment`. The
-//!   advertised window is at most the free slots times one MSS ([`window`](RecvBuffer::window)),
+//!   advertised window is at most the free slots times a full segment's payload
+//!   ([`window`](RecvBuffer::window)),
 //!   and zero once in-order frames and the application's segments spend the whole budget
 //!   ([`budget_spent`](RecvBuffer::budget_spent)).
 //!
@@ -171,9 +172,10 @@ impl RecvBuffer {
         self.segs.len() + self.held < self.budget && !self.segs.is_full()
     }
 
-    /// The window we could offer past the in-order data: the free bytes, and at most `per_slot`
-    /// bytes (our MSS) for each slot of the budget not holding in-order data or the
-    /// application's segments (out-of-order frames lie inside the window already offered).
+    /// The window we could offer past the in-order data: the free bytes, and at most
+    /// `per_slot` bytes (a full segment's payload) for each slot of the budget not holding
+    /// in-order data or the application's segments (out-of-order frames lie inside the window
+    /// already offered).
     pub(crate) fn window(&self, per_slot: usize) -> usize {
         let bytes = self.capacity.saturating_sub(self.len);
         let slots = self.budget.saturating_sub(self.in_order + self.held);

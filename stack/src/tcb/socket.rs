@@ -429,19 +429,22 @@ impl<'a> Tcb<'a> {
     }
 
     /// The receive window to offer now, in bytes: what the receive buffer can take (its free
-    /// bytes, and one MSS per free slot of its budget), but never less than keeps the right
-    /// edge we advertised last where it was (RFC 9293 3.8.6.2.2: a receiver should not shrink
-    /// its window) — except when the slot budget is spent: then the window is zero.
+    /// bytes, and one full segment's payload per free slot of its budget), but never less
+    /// than keeps the right edge we advertised last where it was (RFC 9293 3.8.6.2.2: a
+    /// receiver should not shrink its window) — except when the slot budget is spent: then
+    /// the window is zero.
     ///
-    /// Why the exception: the window counts one MSS per free slot, but a sender may fill a
-    /// slot with less (the part of a segment that the right edge cut off arrives later as a
-    /// segment of its own), so the budget can run out before the advertised edge. Every
+    /// Why the exception: the window counts a full segment per free slot, but a sender may
+    /// fill a slot with less (the part of a segment that the right edge cut off arrives later
+    /// as a segment of its own), so the budget can run out before the advertised edge. Every
     /// segment short of that edge would then be dropped unacknowledged and the sender would
     /// retransmit on its timeout for as long as the application holds its segments; a zero
     /// window instead turns it to zero-window probing, which every sender must do on a window
     /// that shrank to zero (RFC 9293 MUST-34, MUST-35; Linux's `tcp_shrink_window` does the
-    /// same under memory pressure). Not smoltcp's (smoltcp's window is the free space of its
-    /// byte ring, whose right edge cannot retreat).
+    /// same under memory pressure). The ACKs it sends meanwhile, with sequence numbers past
+    /// the zero window, are still taken ([`takes_ack_only`](Self::takes_ack_only)). Not
+    /// smoltcp's (smoltcp's window is the free space of its byte ring, whose right edge cannot
+    /// retreat).
     fn rx_window(&self) -> usize {
         if self.rx_buffer.budget_spent() {
             return 0;
@@ -1478,10 +1481,10 @@ impl<'a> Tcb<'a> {
     /// The window we offer shrinks to zero when the slot budget runs out before its right edge
     /// (see [`rx_window`](Self::rx_window)). A remote that sent up to that edge meanwhile
     /// goes on sending ACKs with sequence numbers past the window (its next sequence number),
-    /// and probes; RFC 9293 (3.10.7.4) asks that a zero window still take valid ACKs. Without
-    /// this, those ACKs were dropped: a connection whose application waits for send room
-    /// before it reads (an echo) never freed the room, and the two ends exchanged
-    /// retransmissions on timeouts for as long as the connection lived. The acknowledgement
+    /// and probes; RFC 9293 (3.10.7.4) asks that a zero window still take valid ACKs. Were
+    /// those ACKs dropped, a connection whose application waits for send room before it reads
+    /// (an echo) would never get the room, and the two ends would exchange retransmissions on
+    /// timeouts for as long as the connection lived. The acknowledgement
     /// was already checked against what we sent (RFC 5961's ACK test, before this); RSTs and
     /// SYNs keep their stricter rules.
     fn takes_ack_only(
@@ -2251,8 +2254,9 @@ impl<'a> Tcb<'a> {
 
         let payload_len = payload_range.len();
         if payload_len == 0 {
-            // Data past the window, dropped: the ACK tells the remote where the window is.
-            if ack_only && seg_len != 0 {
+            // Data (or a FIN) past the window, dropped: the ACK tells the remote where the
+            // window is.
+            if ack_only && (seg_len != 0 || repr.control == TcpControl::Fin) {
                 return Some(self.ack_reply(cx.now, ip_repr, repr));
             }
             return None;

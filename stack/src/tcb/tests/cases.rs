@@ -5821,7 +5821,8 @@ fn test_window_shrinks_to_zero_when_the_slot_budget_is_spent() {
 /// zcnet: a window that shrank to zero still takes the acknowledgements of a remote that sent
 /// up to the right edge advertised before: its pure ACK, whose sequence number lies past the
 /// zero window (a segment of it was dropped for want of a slot), acknowledges our data; its
-/// data segment there is answered with an ACK, its data dropped but its acknowledgement taken.
+/// data segment there is answered with an ACK, its data dropped but its acknowledgement taken;
+/// a FIN there is answered and ignored.
 /// Without that, a connection whose application waits for send room before it reads would
 /// wait for ever (the remote's ACKs of our data all lie past the window).
 #[test]
@@ -5866,6 +5867,23 @@ fn test_shrunk_window_takes_acks_past_it() {
     );
     assert_eq!(s.tx_buffer.len(), 0, "the data segment's acknowledgement is taken");
     assert!(matches!(s.recv_segment(), Ok(None)), "its data is not");
+    // A FIN past the window is answered, not taken.
+    send!(
+        s,
+        TcpRepr {
+            control: TcpControl::Fin,
+            seq_number: edge + 12,
+            ack_number: Some(LOCAL_SEQ + 1 + 12),
+            ..SEND_TEMPL
+        },
+        Some(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 12,
+            ack_number: Some(edge),
+            window_len: 0,
+            ..RECV_TEMPL
+        })
+    );
+    assert_eq!(s.state, State::Established);
     // Past the furthest edge ever advertised (64 bytes past the third segment), a segment is
     // not acceptable at all.
     s.send_slice(b"mn").unwrap();
