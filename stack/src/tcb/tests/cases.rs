@@ -5839,6 +5839,13 @@ fn test_shrunk_window_takes_acks_past_it() {
         }]
     );
     let (_held, edge) = spend_slot_budget(&mut s, LOCAL_SEQ + 1 + 12);
+    // Our ACK of everything up to the edge, with the zero window, sent at `seq`.
+    let zero_window_ack = |seq| TcpRepr {
+        seq_number: seq,
+        ack_number: Some(edge),
+        window_len: 0,
+        ..RECV_TEMPL
+    };
     // The remote sent 6 bytes more before it saw the zero window; they were dropped. Its
     // next sequence number lies past the window.
     send!(
@@ -5858,12 +5865,7 @@ fn test_shrunk_window_takes_acks_past_it() {
             payload: &b"ghijkl"[..],
             ..SEND_TEMPL
         },
-        Some(TcpRepr {
-            seq_number: LOCAL_SEQ + 1 + 12,
-            ack_number: Some(edge),
-            window_len: 0,
-            ..RECV_TEMPL
-        })
+        Some(zero_window_ack(LOCAL_SEQ + 1 + 12))
     );
     assert_eq!(s.tx_buffer.len(), 0, "the data segment's acknowledgement is taken");
     assert!(matches!(s.recv_segment(), Ok(None)), "its data is not");
@@ -5876,12 +5878,7 @@ fn test_shrunk_window_takes_acks_past_it() {
             ack_number: Some(LOCAL_SEQ + 1 + 12),
             ..SEND_TEMPL
         },
-        Some(TcpRepr {
-            seq_number: LOCAL_SEQ + 1 + 12,
-            ack_number: Some(edge),
-            window_len: 0,
-            ..RECV_TEMPL
-        })
+        Some(zero_window_ack(LOCAL_SEQ + 1 + 12))
     );
     assert_eq!(s.state, State::Established);
     // Past the furthest edge ever advertised (64 bytes past the third segment), a segment is
@@ -5904,12 +5901,7 @@ fn test_shrunk_window_takes_acks_past_it() {
             ack_number: Some(LOCAL_SEQ + 1 + 14),
             ..SEND_TEMPL
         },
-        Some(TcpRepr {
-            seq_number: LOCAL_SEQ + 1 + 14,
-            ack_number: Some(edge),
-            window_len: 0,
-            ..RECV_TEMPL
-        })
+        Some(zero_window_ack(LOCAL_SEQ + 1 + 14))
     );
     assert_eq!(s.tx_buffer.len(), 2);
 }
