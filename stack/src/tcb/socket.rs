@@ -457,16 +457,21 @@ impl<'a> Tcb<'a> {
     /// How far the right edge we advertised last lies past the in-order data (0 before the
     /// first advertisement, or when the data reached it).
     fn rx_window_floor(&self) -> usize {
-        let Some(last_ack) = self.remote_last_ack else {
+        let Some(edge) = self.last_edge() else {
             return 0;
         };
-        let edge = last_ack + (usize::from(self.remote_last_win) << self.remote_win_shift);
         let next = self.remote_seq_no + self.rx_buffer.len();
         if edge > next {
             edge - next
         } else {
             0
         }
+    }
+
+    /// The right edge of the window we advertised last (`None` before the first ACK we sent).
+    fn last_edge(&self) -> Option<TcpSeqNumber> {
+        let window = usize::from(self.remote_last_win) << self.remote_win_shift;
+        self.remote_last_ack.map(|ack| ack + window)
     }
 
     /// Records the ACK number and window field of a segment we send (`window` scaled by
@@ -485,9 +490,7 @@ impl<'a> Tcb<'a> {
     /// timestamp option every segment carries once timestamps are on (Linux sends 1448-byte
     /// segments to a 1460-byte MSS). The receive window counts this much per free slot.
     fn rx_seg_payload(&self) -> usize {
-        self.rx_mss
-            .saturating_sub(self.timestamp_option_len())
-            .max(1)
+        self.rx_mss.saturating_sub(self.timestamp_option_len())
     }
 
     /// Notes the MSS we offer on an IP link of `cx.ip_mtu` with IP headers of `ip_header_len`.
@@ -506,11 +509,8 @@ impl<'a> Tcb<'a> {
     /// advertise.
     #[inline]
     fn last_scaled_window(&self) -> Option<u16> {
-        let last_ack = self.remote_last_ack?;
         let next_ack = self.remote_seq_no + self.rx_buffer.len();
-
-        let last_win = usize::from(self.remote_last_win) << self.remote_win_shift;
-        let last_win_adjusted = last_ack + last_win - next_ack;
+        let last_win_adjusted = self.last_edge()? - next_ack;
 
         Some(u16::try_from(last_win_adjusted >> self.remote_win_shift).unwrap_or(u16::MAX))
     }
@@ -1696,11 +1696,7 @@ impl<'a> Tcb<'a> {
         }
 
         let window_start = self.remote_seq_no + self.rx_buffer.len();
-        let window_end = if let Some(last_ack) = self.remote_last_ack {
-            last_ack + (usize::from(self.remote_last_win) << self.remote_win_shift)
-        } else {
-            window_start
-        };
+        let window_end = self.last_edge().unwrap_or(window_start);
         let segment_start = repr.seq_number;
         let segment_end = repr.seq_number + seg_len;
 
