@@ -48,6 +48,48 @@ impl fmt::Display for FrameError {
 
 impl core::error::Error for FrameError {}
 
+/// Why a [`FrameChain`](crate::FrameChain) operation could not be done. The chain is left as it
+/// was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainError {
+    /// A split point past the chain's end.
+    Length {
+        /// Byte offset asked for.
+        requested: usize,
+        /// Bytes in the chain.
+        available: usize,
+    },
+    /// The pool had no free slot for the operation: the copy a split inside a slot needs, or a
+    /// new tail frame for [`write_with`](crate::FrameChain::write_with). Retry once frames
+    /// were dropped (a TX waiter: [`FramePool::poll_alloc_tx`](crate::FramePool::poll_alloc_tx)).
+    Exhausted,
+    /// The chain already holds [`MAX_CHAIN_SEGMENTS`](crate::MAX_CHAIN_SEGMENTS) frames and
+    /// the operation needs one more.
+    Full,
+    /// The chain holds no frame, so there is no pool to take a new frame from: push one first.
+    Empty,
+}
+
+impl fmt::Display for ChainError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ChainError::Length {
+                requested,
+                available,
+            } => write!(f, "offset {requested} past a chain of {available} bytes"),
+            ChainError::Exhausted => f.write_str("the frame pool has no free slot"),
+            ChainError::Full => write!(
+                f,
+                "the chain already holds {} frames",
+                crate::MAX_CHAIN_SEGMENTS
+            ),
+            ChainError::Empty => f.write_str("the chain holds no frame"),
+        }
+    }
+}
+
+impl core::error::Error for ChainError {}
+
 /// Why a [`FramePool`](crate::FramePool) could not be built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolError {

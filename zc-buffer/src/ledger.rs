@@ -43,11 +43,14 @@ pub enum CopySite {
     /// The stack copying a small received payload into the unused tail of a frame it already
     /// holds (TCP copy-break), so that the small segment does not pin a slot of its own.
     CopyBreak,
+    /// A [`FrameChain`](crate::FrameChain) split inside a slot: the bytes past the split point
+    /// are copied into a fresh slot, so that each slot keeps exactly one owner.
+    ChainSplit,
 }
 
 impl CopySite {
     /// Number of sites.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 
     /// Every site, in table order.
     pub const ALL: [CopySite; Self::COUNT] = [
@@ -59,6 +62,7 @@ impl CopySite {
         CopySite::Retransmit,
         CopySite::KernelFd,
         CopySite::CopyBreak,
+        CopySite::ChainSplit,
     ];
 
     /// A short name for tables and logs.
@@ -72,6 +76,7 @@ impl CopySite {
             CopySite::Retransmit => "retransmit",
             CopySite::KernelFd => "kernel-fd",
             CopySite::CopyBreak => "copy-break",
+            CopySite::ChainSplit => "chain-split",
         }
     }
 

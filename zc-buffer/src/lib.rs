@@ -30,6 +30,12 @@
 //! * [`RetainedFrame`] is a frame a socket keeps until acknowledged: the device transmits the
 //!   very slot, as often as needed, and the socket and the device let go of it independently
 //!   (compare-exchange on the slot's state; exactly one of them frees it).
+//! * A packet larger than a slot (a 64 KiB super-segment received through merged buffers or
+//!   sent with TSO) is a [`FrameChain`]: [`RxChain`] and [`TxChain`] hold up to
+//!   [`MAX_CHAIN_SEGMENTS`] frames inline, each still the one lease of its slot and returned on
+//!   its own when dropped, so memory stays proportional to the bytes held. They give drivers
+//!   the payload as scatter-gather slices ([`iter`](FrameChain::iter)) and the application a
+//!   cursor, in-place access and copies counted in the ledger (the [`chain`] module).
 //! * Exhaustion is `None` or `Poll::Pending`, counted in [`PoolStats`]: never a panic, never an
 //!   allocation. Bad lengths are [`FrameError`]s.
 //! * [`FramePool::occupancy`] counts slots per [`SlotState`]; [`FramePool::audit`] proves that no
@@ -79,6 +85,7 @@
 extern crate std;
 
 pub mod capture;
+pub mod chain;
 mod driver;
 mod error;
 // `doc`: the documentation shows the `alloc` part whatever features are on.
@@ -97,16 +104,21 @@ mod sync;
 mod tx;
 mod waker_cell;
 
+#[cfg(all(test, not(loom)))]
+mod chain_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+pub use chain::{
+    ChainFrame, ChainReader, FrameChain, InFlightChain, RxChain, TxChain, MAX_CHAIN_SEGMENTS,
+};
 pub use driver::{
     Capabilities, ChecksumOffloads, Driver, HardwareAddress, LinkState, Medium, TxError,
     ETHERNET_HEADER_LEN,
 };
-pub use error::{FrameError, PoolError};
+pub use error::{ChainError, FrameError, PoolError};
 pub use ledger::CopySite;
 pub use pool::{
     AuditError, FramePool, Occupancy, PoolConfig, PoolStats, DEFAULT_HEADROOM, DEFAULT_SLOT_SIZE,

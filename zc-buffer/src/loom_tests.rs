@@ -1,7 +1,7 @@
-//! loom models of the pool's concurrent paths: returns racing the driver's refill, concurrent
-//! returns, returns racing waker registration, the free list's ABA defence, and a retained
-//! frame's two owners (device completion against the socket letting go, and against the egress
-//! task waiting to resend).
+//! loom models of the pool's concurrent paths: returns racing the driver's refill (a frame's and
+//! a frame chain's), concurrent returns, returns racing waker registration, the free list's ABA
+//! defence, and a retained frame's two owners (device completion against the socket letting go,
+//! and against the egress task waiting to resend).
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p zcnet-buffer --release --lib` (see
 //! `scripts/test-all.sh`, which also sets `LOOM_MAX_PREEMPTIONS`).
@@ -71,6 +71,49 @@ fn frame_dropped_on_another_thread_vs_driver_refill() {
         assert_eq!(pool.occupancy().posted, 1);
         assert_eq!(pool.audit().unwrap().free, 0);
         drop(posted);
+    });
+}
+
+/// The app drops a received chain of two slots on another thread while the driver, out of
+/// slots, waits to refill its ring with both: each slot of the chain returns on its own and
+/// wakes the driver (no lost wakeup: `block_on` would deadlock), and every slot is returned
+/// exactly once (the audit).
+#[test]
+fn chain_dropped_on_another_thread_vs_driver_refill() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let mut chain = RxChain::from_frame(rx_frame(pool));
+        chain.push(rx_frame(pool)).unwrap();
+        chain.lend_to_app();
+        let app = thread::spawn(move || drop(chain));
+        let first = block_on(poll_fn(|cx| pool.poll_alloc_rx(cx)));
+        let second = block_on(poll_fn(|cx| pool.poll_alloc_rx(cx)));
+        app.join().unwrap();
+        assert_ne!(first.slot_index(), second.slot_index());
+        assert_eq!(pool.audit().unwrap().posted, 2);
+        drop((first, second));
+    });
+}
+
+/// A transmitted chain completes on the device's thread (each slot DEVICE → FREE) while the
+/// stack's egress, out of slots, waits for a TX frame and the driver refills its ring without
+/// waiting: egress is woken and gets a slot, and nothing is lost or returned twice.
+#[test]
+fn chain_completion_vs_tx_waiter_and_try_refill() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let mut chain = TxChain::from_frame(pool.try_alloc_tx().unwrap());
+        chain.push(pool.try_alloc_tx().unwrap()).unwrap();
+        let inflight = chain.into_device();
+        let device = thread::spawn(move || drop(inflight));
+        let refill = pool.try_alloc_rx();
+        let frame = block_on(poll_fn(|cx| pool.poll_alloc_tx(cx)));
+        device.join().unwrap();
+        let occ = pool.audit().unwrap();
+        assert_eq!((occ.tx, occ.posted + occ.free), (1, 1));
+        drop((refill, frame));
     });
 }
 

@@ -190,6 +190,13 @@ impl TxFrame {
         }
     }
 
+    /// Hides the first `n` data bytes (at most the data length), which become headroom: a
+    /// [`FrameChain`](crate::FrameChain) dropping bytes from its front. A retained frame's
+    /// payload in its [`RetainedFrame`] is not touched; only this lease's view moves.
+    pub(crate) fn advance(&mut self, n: usize) {
+        self.start += n.min(self.len()) as u32;
+    }
+
     /// `len` bytes of the slot from `offset`; the callers keep `offset + len <= slot_size`.
     fn range_mut(&mut self, offset: usize, len: usize) -> &mut [u8] {
         // SAFETY: this lease owns the slot exclusively, `&mut self` makes the borrow unique, and
