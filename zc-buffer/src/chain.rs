@@ -55,6 +55,10 @@ use crate::ledger::{self, CopySite};
 use crate::pool::FramePool;
 use crate::rx::RxFrame;
 use crate::tx::{InFlight, TxFrame};
+use sealed::Seal;
+
+/// The one [`Seal`]: only this module can name its field.
+const SEAL: Seal = Seal(());
 
 /// The most frames one chain holds: 48.
 ///
@@ -72,20 +76,25 @@ mod sealed {
 
     use crate::pool::FramePool;
 
+    /// Passed to the methods that only the chain may call: code outside this module cannot
+    /// make one, so a generic `F: ChainFrame` elsewhere cannot reach them either.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Seal(pub(super) ());
+
     /// What a chain needs of a frame lease. Sealed: implemented for [`RxFrame`](crate::RxFrame)
     /// and [`TxFrame`](crate::TxFrame) only.
     pub trait Frame: Deref<Target = [u8]> + fmt::Debug + Sized {
         /// The visible bytes, writable.
         fn data_mut(&mut self) -> &mut [u8];
         /// Hides the first `n` bytes; callers keep `n <= len`.
-        fn trim_front(&mut self, n: usize);
+        fn trim_front(&mut self, n: usize, seal: Seal);
         /// Keeps the first `len` bytes; callers keep `len <= self.len()`.
         fn trim_back(&mut self, len: usize);
         /// The pool the slot belongs to.
         fn pool(&self) -> &'static FramePool;
         /// A fresh frame of the same pool and kind holding a copy of `bytes` (the caller records
         /// the copy), or `None` when the pool has no free slot.
-        fn spare_with(&self, bytes: &[u8]) -> Option<Self>;
+        fn spare_with(&self, bytes: &[u8], seal: Seal) -> Option<Self>;
     }
 }
 
@@ -101,7 +110,7 @@ impl sealed::Frame for RxFrame {
         self.bytes_mut()
     }
 
-    fn trim_front(&mut self, n: usize) {
+    fn trim_front(&mut self, n: usize, _: Seal) {
         let done = self.advance(n);
         debug_assert!(done.is_ok(), "trim_front past the frame's end");
     }
@@ -115,7 +124,7 @@ impl sealed::Frame for RxFrame {
         RxFrame::pool(self)
     }
 
-    fn spare_with(&self, bytes: &[u8]) -> Option<Self> {
+    fn spare_with(&self, bytes: &[u8], _: Seal) -> Option<Self> {
         let mut spare = RxFrame::pool(self).try_alloc_rx()?.complete(0).ok()?;
         spare.append_from(bytes).ok()?;
         if self.is_lent() {
@@ -130,7 +139,7 @@ impl sealed::Frame for TxFrame {
         self
     }
 
-    fn trim_front(&mut self, n: usize) {
+    fn trim_front(&mut self, n: usize, _: Seal) {
         self.advance(n);
     }
 
@@ -143,7 +152,7 @@ impl sealed::Frame for TxFrame {
         TxFrame::pool(self)
     }
 
-    fn spare_with(&self, bytes: &[u8]) -> Option<Self> {
+    fn spare_with(&self, bytes: &[u8], _: Seal) -> Option<Self> {
         let pool = TxFrame::pool(self);
         let mut spare = pool.try_alloc_tx()?;
         // The pool's headroom, or less when the bytes would not fit after it.
@@ -449,7 +458,8 @@ impl<F: ChainFrame> FrameChain<F> {
 
     /// Overwrites the chain's first `min(src.len(), self.len())` bytes with `src` (a payload
     /// written into frames already sized with `set_len`) and records one copy of that many bytes
-    /// at `site`. Returns the count. The chain's length does not change; to grow a TX chain use
+    /// at `site`. Returns the count. Not for a chain of retained TX frames: their bytes are
+    /// their socket's payload. The chain's length does not change; to grow a TX chain use
     /// [`append_from`](FrameChain::append_from).
     pub fn copy_from(&mut self, src: &[u8], site: CopySite) -> usize {
         let mut done = 0;
@@ -477,7 +487,7 @@ impl<F: ChainFrame> FrameChain<F> {
         let bytes = head.data_mut();
         let len = bytes.len();
         let (consumed, result) = f(bytes);
-        head.trim_front(consumed.min(len));
+        head.trim_front(consumed.min(len), SEAL);
         self.drop_empty_front();
         Some(result)
     }
@@ -503,7 +513,7 @@ impl<F: ChainFrame> FrameChain<F> {
                 self.segs.pop_front();
                 left -= len;
             } else {
-                head.trim_front(left);
+                head.trim_front(left, SEAL);
                 left = 0;
             }
         }
@@ -583,7 +593,7 @@ impl<F: ChainFrame> FrameChain<F> {
                 };
                 let moved = frame.len() - offset;
                 let spare = frame
-                    .spare_with(&frame[offset..])
+                    .spare_with(&frame[offset..], SEAL)
                     .ok_or(ChainError::Exhausted)?;
                 ledger::record(CopySite::ChainSplit, moved);
                 frame.trim_back(offset);
