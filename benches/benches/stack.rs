@@ -387,7 +387,7 @@ fn zc_run(work: Workload, api: Api) -> Run {
         pair_sized_with::<ZC_SOCKETS>(exec, Faults::default(), Delivery::Lend, SLOTS, |_, _| {});
     let stacks = p.stacks;
     let [a, b] = stacks;
-    let server = exec.spawner().spawn(zc_server(b, stacks, work, api));
+    let server = exec.local_spawner().spawn(zc_server(b, stacks, work, api));
     exec.block_on(async move {
         let mut c = zc_socket(a);
         // Let the server task run (and listen) before the SYN goes out.

@@ -36,7 +36,7 @@ use core::time::Duration;
 use futures_util::future::select;
 
 use zcnet_executor::time::timeout;
-use zcnet_executor::Spawner;
+use zcnet_executor::LocalSpawner;
 use zcnet_stack::datagram::{DatagramQueue, DatagramSocket};
 use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
@@ -186,7 +186,7 @@ impl EchoServer {
 
     /// Serves until the stack shuts down: the UDP echo in its own task (which ends then too),
     /// TCP connections one task each (which end as their connections fail).
-    pub async fn run(self, spawner: Spawner) {
+    pub async fn run(self, spawner: LocalSpawner) {
         let EchoServer {
             stack,
             mut listener,
@@ -306,7 +306,9 @@ mod tests {
         };
         let server = EchoServer::bind(a, config).expect("bind port 7");
         let stats = server.stats();
-        p.exec.spawner().spawn(server.run(p.exec.spawner()));
+        p.exec
+            .local_spawner()
+            .spawn(server.run(p.exec.local_spawner()));
         let sizes: Vec<usize> = (0..20).map(|i| 1 + i * 73).collect();
         let sent = sizes.clone();
         p.exec.block_on(async move {

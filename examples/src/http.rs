@@ -22,6 +22,7 @@
 //! closed after [`HttpConfig::idle_timeout`].
 
 use alloc::format;
+use alloc::rc::Rc;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec;
@@ -33,7 +34,7 @@ use core::time::Duration;
 use zcnet_buffer::ledger::{CopySite, LEDGER};
 use zcnet_buffer::LinkState;
 use zcnet_executor::time::timeout;
-use zcnet_executor::Spawner;
+use zcnet_executor::LocalSpawner;
 use zcnet_stack::tcp::{TcpBuffers, TcpCounters, TcpListener, TcpSocket, TcpStats};
 use zcnet_stack::{DropReason, Stack, StackError};
 
@@ -184,14 +185,12 @@ impl fmt::Debug for ExtraStats {
 /// ```
 #[derive(Clone)]
 #[allow(clippy::type_complexity)]
-pub struct ExtraRoutes(Arc<dyn Fn(&str) -> Option<(u16, &'static str, Vec<u8>)> + Send + Sync>);
+pub struct ExtraRoutes(Rc<dyn Fn(&str) -> Option<(u16, &'static str, Vec<u8>)>>);
 
 impl ExtraRoutes {
     /// Paths answered by `answer` (see the type's docs).
-    pub fn new(
-        answer: impl Fn(&str) -> Option<(u16, &'static str, Vec<u8>)> + Send + Sync + 'static,
-    ) -> Self {
-        ExtraRoutes(Arc::new(answer))
+    pub fn new(answer: impl Fn(&str) -> Option<(u16, &'static str, Vec<u8>)> + 'static) -> Self {
+        ExtraRoutes(Rc::new(answer))
     }
 
     /// The answer for `path`: status, content type, body; `None` if the caller has none.
@@ -364,7 +363,7 @@ struct Shared {
 #[derive(Debug)]
 pub struct HttpServer {
     listener: TcpListener,
-    shared: Arc<Shared>,
+    shared: Rc<Shared>,
 }
 
 impl HttpServer {
@@ -375,7 +374,7 @@ impl HttpServer {
         let limit = ConnLimit::new(config.max_connections);
         Ok(HttpServer {
             listener,
-            shared: Arc::new(Shared {
+            shared: Rc::new(Shared {
                 stack,
                 config,
                 stats: HttpStats::default(),
@@ -391,7 +390,7 @@ impl HttpServer {
 
     /// Accepts connections until the stack shuts down, each served by its own task on
     /// `spawner` (at most `max_connections` at once).
-    pub async fn run(mut self, spawner: Spawner) {
+    pub async fn run(mut self, spawner: LocalSpawner) {
         loop {
             // Fails only once the stack is shut down.
             let Ok(sock) = self.listener.accept().await else {

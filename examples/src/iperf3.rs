@@ -113,6 +113,7 @@
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::format;
+use alloc::rc::Rc;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec;
@@ -127,7 +128,7 @@ use core::time::Duration;
 use futures_util::future::{join_all, select, Either};
 use spin::{Mutex, MutexGuard};
 use zcnet_executor::time::{sleep, sleep_until, timeout};
-use zcnet_executor::{Executor, Instant, Spawner};
+use zcnet_executor::{Executor, Instant, LocalSpawner};
 use zcnet_stack::datagram::{DatagramError, DatagramQueue, DatagramSocket};
 use zcnet_stack::tcp::{TcpBuffers, TcpError, TcpListener, TcpSocket};
 use zcnet_stack::{IpAddress, IpEndpoint, Stack, StackError};
@@ -562,7 +563,7 @@ impl Drop for IdleOnDrop<'_> {
 #[derive(Debug)]
 pub struct Iperf3Server {
     listener: TcpListener,
-    shared: Arc<Shared>,
+    shared: Rc<Shared>,
 }
 
 impl Iperf3Server {
@@ -572,7 +573,7 @@ impl Iperf3Server {
         let listener = TcpListener::bind(stack, config.port, config.backlog, stream_buffers)?;
         Ok(Iperf3Server {
             listener,
-            shared: Arc::new(Shared {
+            shared: Rc::new(Shared {
                 dispatch: Mutex::new(Dispatch {
                     phase: Phase::Idle,
                     queue: VecDeque::new(),
@@ -597,7 +598,7 @@ impl Iperf3Server {
     /// Accepts connections until the stack shuts down: a control connection starts a test in
     /// its own task; while that test waits for its streams, connections are handed to it;
     /// otherwise a connection during a test is answered ACCESS_DENIED and closed.
-    pub async fn run(mut self, spawner: Spawner) {
+    pub async fn run(mut self, spawner: LocalSpawner) {
         loop {
             // Fails only once the stack is shut down.
             let Ok(mut sock) = self.listener.accept().await else {
@@ -1406,7 +1407,7 @@ async fn run_test(ctrl: &mut TcpSocket, shared: &Shared) -> Result<TestSummary, 
     let ended = {
         let (rx, tx) = counts.split_at_mut(received);
         // One future per TCP stream; for UDP one receiving all streams, one per sending stream.
-        let mut tasks: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = Vec::new();
+        let mut tasks: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = Vec::new();
         match &mut streams {
             Streams::Tcp(socks) => {
                 let (srx, stx) = socks.split_at_mut(received);

@@ -171,7 +171,7 @@ pub fn pair(slots: usize, mut configure: impl FnMut(usize, &mut Config)) -> Pair
         let resources: &'static StackResources<SOCKETS> = StackResources::leak();
         let (stack, runner) =
             Stack::new(exec, pools[i], end, config, resources).expect("stack over the wire");
-        runner.spawn(exec.spawner());
+        runner.spawn(exec.local_spawner());
         stack
     };
     let stacks = [stack(0, a), stack(1, b)];
@@ -382,7 +382,7 @@ pub fn run(out: &mut dyn Write) -> io::Result<DemoSummary> {
     )
     .expect("echo on port 7");
     let dns = DatagramSocket::bind(b, 53, DatagramQueue::with_capacity(4)).expect("port 53");
-    let spawner = p.exec.spawner();
+    let spawner = p.exec.local_spawner();
     spawner.spawn(http.run(spawner));
     spawner.spawn(echo.run(spawner));
     spawner.spawn(dns_responder(dns));

@@ -352,7 +352,7 @@ impl Demo {
         };
         let (stack, runner) = Stack::new(exec, pool, driver, config, resources)
             .map_err(|e| format!("cannot build the stack: {e}"))?;
-        runner.spawn(exec.spawner());
+        runner.spawn(exec.local_spawner());
         Ok(Demo {
             exec,
             stack,

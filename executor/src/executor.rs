@@ -151,6 +151,12 @@ pub struct Executor {
     timers_fired: Counter,
     /// Written by any waking thread (`add`).
     signals: Counter,
+    /// The context that owns this executor's local tasks (see [`LocalSpawner`]): with `std`,
+    /// the id of the thread that took the first local spawner (`0`: none yet), checked before
+    /// every poll of a local task; without `std`, unused (the caller of
+    /// [`Executor::local_spawner_unchecked`] vouches for it). Written once; outside loom's model.
+    #[cfg_attr(not(feature = "std"), allow(dead_code))]
+    local_owner: core::sync::atomic::AtomicU64,
 }
 
 impl fmt::Debug for Executor {
@@ -383,6 +389,7 @@ impl Executor {
             waits: Counter::new(),
             timers_fired: Counter::new(),
             signals: Counter::new(),
+            local_owner: core::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -404,6 +411,7 @@ impl Executor {
             waits: Counter::new(),
             timers_fired: Counter::new(),
             signals: Counter::new(),
+            local_owner: core::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -420,6 +428,105 @@ impl Executor {
     /// A handle that spawns tasks onto this executor.
     pub fn spawner(&'static self) -> Spawner {
         Spawner { exec: self }
+    }
+
+    /// A handle that spawns tasks whose futures need not be `Send` (everything holding a
+    /// zcnet stack or socket) onto this executor, and binds the executor's local tasks to the
+    /// calling thread: from then on a local task polled by a loop (`run`, `block_on`,
+    /// `run_until_idle`) on any other thread panics before its future is touched. Panics if
+    /// another thread holds that binding already.
+    ///
+    /// Wakers of local tasks still work from any thread or interrupt handler, and
+    /// [`Spawner`] still spawns `Send` tasks from anywhere.
+    ///
+    /// ```
+    /// use std::rc::Rc;
+    /// use zcnet_executor::Executor;
+    /// # use zcnet_executor::linux::LinuxPlatform;
+    /// let executor: &'static Executor = Executor::leak(LinuxPlatform::leak().unwrap());
+    /// let shared = Rc::new(21); // not `Send`
+    /// let task = executor.local_spawner().spawn({
+    ///     let shared = shared.clone();
+    ///     async move { *shared * 2 }
+    /// });
+    /// assert_eq!(executor.block_on(task), 42);
+    /// ```
+    #[cfg(feature = "std")]
+    pub fn local_spawner(&'static self) -> LocalSpawner {
+        let me = thread_id::current();
+        if let Err(other) = self.local_owner.compare_exchange(0, me, Relaxed, Relaxed) {
+            assert_eq!(
+                other, me,
+                "zcnet-executor: this executor's local tasks belong to another thread"
+            );
+        }
+        LocalSpawner {
+            exec: self,
+            _not_send: core::marker::PhantomData,
+        }
+    }
+
+    /// A [`LocalSpawner`] without a check of who runs the executor: for `no_std` platforms,
+    /// where the executor cannot tell one context from another. (With `std` it binds the
+    /// executor to the calling thread as [`local_spawner`](Self::local_spawner) does, and
+    /// the binding is checked there too.)
+    ///
+    /// # Safety
+    ///
+    /// From the first local task spawned until the last one has completed, this executor's
+    /// loop (`run`, `block_on`, `run_until_idle`) runs only in the calling context: the same
+    /// core and thread of control, never from an interrupt handler, never from two cores.
+    /// A kernel that runs its one executor from its main loop on one core meets this.
+    pub unsafe fn local_spawner_unchecked(&'static self) -> LocalSpawner {
+        #[cfg(feature = "std")]
+        {
+            let _ = self
+                .local_owner
+                .compare_exchange(0, thread_id::current(), Relaxed, Relaxed);
+        }
+        LocalSpawner {
+            exec: self,
+            _not_send: core::marker::PhantomData,
+        }
+    }
+
+    /// Spawns `future` (a local task if `local`) into `storage` and queues it.
+    fn spawn_static<F: Future + 'static, const SIZE: usize>(
+        &'static self,
+        storage: &'static TaskStorage<SIZE>,
+        future: F,
+        local: bool,
+    ) -> Result<JoinHandle<F::Output>, SpawnError> {
+        let task = storage.spawn(self, future, local)?;
+        self.enqueue(task);
+        Ok(JoinHandle::new(task))
+    }
+
+    /// Spawns `future` (a local task if `local`) in a box and queues it.
+    #[cfg(feature = "alloc")]
+    fn spawn_boxed<F: Future + 'static>(
+        &'static self,
+        future: F,
+        local: bool,
+    ) -> JoinHandle<F::Output> {
+        let task = crate::task::spawn_boxed(self, future, local);
+        self.enqueue(task);
+        JoinHandle::new(task)
+    }
+
+    /// Before a local task's poll: with `std`, panics unless the calling thread owns the
+    /// executor's local tasks. Out of line: only local tasks pay for it.
+    #[inline(never)]
+    fn check_local_owner(&self) {
+        #[cfg(feature = "std")]
+        {
+            let owner = self.local_owner.load(Relaxed);
+            assert!(
+                owner == thread_id::current(),
+                "zcnet-executor: a local task was polled by a thread that does not own it \
+                 (run the executor on the thread that took its LocalSpawner)"
+            );
+        }
     }
 
     /// The platform's clock.
@@ -590,7 +697,9 @@ impl Executor {
 
     /// Polls a task taken from the run queue. The caller counts the poll in `polls`.
     fn poll_task(&self, task: TaskRef) {
-        task.start_poll();
+        if task.start_poll() {
+            self.check_local_owner();
+        }
         let waker = task_waker(task);
         let mut cx = Context::from_waker(&waker);
         // SAFETY: we took the task from the run queue: we hold it (QUEUED) until the end of
@@ -800,9 +909,7 @@ impl Spawner {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let task = storage.spawn(self.exec, future)?;
-        self.exec.enqueue(task);
-        Ok(JoinHandle::new(task))
+        self.exec.spawn_static(storage, future, false)
     }
 
     /// Spawns `future` in a heap allocation.
@@ -812,8 +919,76 @@ impl Spawner {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let task = crate::task::spawn_boxed(self.exec, future);
-        self.exec.enqueue(task);
-        JoinHandle::new(task)
+        self.exec.spawn_boxed(future, false)
+    }
+}
+
+/// Spawns tasks whose futures need not be `Send` onto an executor, whose loop must then run
+/// in the context that took the spawner (see [`Executor::local_spawner`]). `Copy`, but neither
+/// `Send` nor `Sync`: it stays in that context. A local task's future is polled and dropped
+/// only by that loop; its wakers may be woken from anywhere.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalSpawner {
+    exec: &'static Executor,
+    _not_send: core::marker::PhantomData<*const ()>,
+}
+
+impl LocalSpawner {
+    /// The executor this spawner spawns onto.
+    pub fn executor(&self) -> &'static Executor {
+        self.exec
+    }
+
+    /// A [`Spawner`] for the same executor, for `Send` tasks and other threads.
+    pub fn spawner(&self) -> Spawner {
+        Spawner { exec: self.exec }
+    }
+
+    /// Spawns `future` into a `static` slot; errors if the slot is in use or too small.
+    pub fn spawn_in<F, const SIZE: usize>(
+        &self,
+        storage: &'static TaskStorage<SIZE>,
+        future: F,
+    ) -> Result<JoinHandle<F::Output>, SpawnError>
+    where
+        F: Future + 'static,
+    {
+        self.exec.spawn_static(storage, future, true)
+    }
+
+    /// Spawns `future` in a heap allocation.
+    #[cfg(feature = "alloc")]
+    pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+    {
+        self.exec.spawn_boxed(future, true)
+    }
+}
+
+/// Thread ids for the local-task owner check: unique for the life of the process (never
+/// reused, unlike thread-local addresses), never 0.
+#[cfg(feature = "std")]
+mod thread_id {
+    use core::cell::Cell;
+    use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+
+    std::thread_local! {
+        static ID: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// The calling thread's id (assigned on first use).
+    pub(super) fn current() -> u64 {
+        ID.with(|id| {
+            let v = id.get();
+            if v != 0 {
+                return v;
+            }
+            let v = NEXT.fetch_add(1, Relaxed);
+            id.set(v);
+            v
+        })
     }
 }

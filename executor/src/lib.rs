@@ -17,6 +17,8 @@
 //! * [`Executor`]: single-threaded run loop; wakers work from any thread or interrupt handler.
 //!   Tasks live in `static` [`TaskStorage`] slots or, with `alloc`, in boxes; [`JoinHandle`]s
 //!   yield their output; [`Executor::block_on`], [`Executor::run`], [`Executor::run_until_idle`].
+//!   [`Spawner`] spawns `Send` tasks from anywhere; [`LocalSpawner`] spawns tasks that are not
+//!   `Send` (a zcnet stack and its sockets), which only the loop in the owning context polls.
 //! * The run queue is an intrusive lock-free stack taken whole by the executor; a QUEUED bit
 //!   keeps a task queued at most once and is the executor's hold on it (no reference count is
 //!   touched by a wake or a poll), and a wake during a poll re-queues it after the poll.
@@ -53,6 +55,6 @@ mod loom_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-pub use executor::{Executor, ExecutorStats, Spawner};
+pub use executor::{Executor, ExecutorStats, LocalSpawner, Spawner};
 pub use platform::{Instant, Platform};
 pub use task::{JoinHandle, SpawnError, TaskStorage, STORAGE_ALIGN};

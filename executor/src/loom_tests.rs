@@ -315,6 +315,44 @@ fn last_waker_elsewhere(ready: Poll<()>, last: fn(Waker)) {
     assert!(slot.lock().unwrap().is_none());
 }
 
+/// A local task (spawned by a `LocalSpawner`) completes on the executor while another thread
+/// drops the last waker it handed out: the executor's local reference keeps the task until
+/// the completion, and the task is freed exactly once, by whichever side lets go last (a leak
+/// of the Arc its future holds, or a double free, fails the model).
+#[test]
+fn local_task_completes_while_a_foreign_thread_drops_its_last_waker() {
+    loom::model(|| {
+        let m = Model::new();
+        let slot: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+        let s = slot.clone();
+        let keep = Arc::new(());
+        let mut first = true;
+        // SAFETY: only this model's main thread runs the executor's loop.
+        let local = unsafe { m.exec.local_spawner_unchecked() };
+        drop(local.spawn(poll_fn(move |cx| {
+            let _ = &keep;
+            if first {
+                first = false;
+                *s.lock().unwrap() = Some(cx.waker().clone());
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Poll::Ready(())
+        })));
+        let s2 = slot.clone();
+        let t = thread::spawn(move || loop {
+            let w = s2.lock().unwrap().take();
+            match w {
+                Some(w) => return drop(w),
+                None => thread::yield_now(),
+            }
+        });
+        m.exec.run_until_idle();
+        t.join().unwrap();
+        assert!(slot.lock().unwrap().is_none());
+    });
+}
+
 /// A timer firing races the `Sleep` being dropped on another thread: the entry is unlinked
 /// exactly once and the waker, if taken, is woken safely after the Sleep is gone.
 #[test]

@@ -22,7 +22,7 @@
 //! connection from this stack's side: `TCP 10.0.0.1:49262 -> 10.0.0.2:7: established (our
 //! connect)`.
 //!
-//! Messages are logged where the event happens, most with the stack's state lock held: a logger
+//! Messages are logged where the event happens, most with the stack's state borrowed: a logger
 //! must not call into the stack.
 
 use smoltcp::wire::IpCidr;

@@ -86,7 +86,7 @@
 //!   TCP connections (opened, established, accepted, closed, reset, refused, timed out,
 //!   aborted), dropped frames with their [`DropReason`], DHCPv4 and SLAAC changes, link
 //!   changes; nothing for frames that go through. The README's "Logging" section has the levels
-//!   and targets. Install any `log` logger; it runs with the stack's lock held, so it must not
+//!   and targets. Install any `log` logger; it runs with the stack's state borrowed, so it must not
 //!   call into the stack.
 //! * `defmt`: the same events through [`defmt`](https://docs.rs/defmt), for embedded targets.
 //!   `log` and `defmt` are exclusive; without either no logging code is compiled.
@@ -152,7 +152,7 @@ pub use shutdown::MAX_SHUTDOWN_WAITERS;
 pub use socket::{datagram, dns, icmp, raw, tcp, udp, PacketBuffers, PacketMetadata};
 pub use stack::{Stack, StackInner, StackResources};
 pub use stack_driver::StackDriver;
-pub use stats::{DropReason, StackStats};
+pub use stats::{DropReason, StackStats, StatsReader};
 pub use zcnet_buffer as buffer;
 pub use zcnet_executor as executor;
 

@@ -66,7 +66,7 @@ impl Runner {
     /// Spawns the three tasks on `spawner` (boxed; feature `alloc`). Without an allocator, run
     /// [`Runner::run`] in a task of your own.
     #[cfg(feature = "alloc")]
-    pub fn spawn(self, spawner: zcnet_executor::Spawner) {
+    pub fn spawn(self, spawner: zcnet_executor::LocalSpawner) {
         let s = self.stack;
         drop(spawner.spawn(Self::ingress(s)));
         drop(spawner.spawn(Self::egress(s)));
@@ -107,7 +107,7 @@ use core::future::Future;
 fn ingress_step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
     let counters = &stack.inner.counters;
     let now = stack.now();
-    let mut st = stack.inner.state.lock();
+    let mut st = stack.inner.state.borrow_mut();
     if st.shut_down {
         return Poll::Ready(());
     }
@@ -208,7 +208,7 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
 fn egress_step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
     let counters = &stack.inner.counters;
     let now = stack.now();
-    let mut guard = stack.inner.state.lock();
+    let mut guard = stack.inner.state.borrow_mut();
     if guard.shut_down {
         return Poll::Ready(());
     }

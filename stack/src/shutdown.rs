@@ -1,6 +1,6 @@
 //! [`Stack::shutdown`]: stops a stack for good and gives its driver and its pool slots back.
 //!
-//! What shutdown does, in one step under the stack lock:
+//! What shutdown does, in one step with the stack's state borrowed:
 //!
 //! * **Driver**: taken out of the state and returned; a detached placeholder takes its place
 //!   (`stack_driver.rs`). The RX slots the driver had posted and the frames it is still
@@ -44,8 +44,8 @@ impl Stack {
     /// return the slots it holds to the pool (a boxed driver; a `&'static mut` one stays the
     /// caller's to reuse).
     ///
-    /// Errors with [`StackError::ShutDown`] when the stack was shut down already. Takes the
-    /// stack lock: not for interrupt handlers.
+    /// Errors with [`StackError::ShutDown`] when the stack was shut down already. Call it from
+    /// the stack's own context (a `Stack` never leaves it), never from an interrupt handler.
     pub fn shutdown(&self) -> Result<StackDriver, StackError> {
         let driver = self.with(teardown)?;
         // The link task sleeps on the driver's link signal, which the driver no longer has.
@@ -75,7 +75,7 @@ impl Stack {
     }
 }
 
-/// Shutdown's step under the lock (see the module docs).
+/// Shutdown's step with the state borrowed (see the module docs).
 fn teardown(st: &mut State) -> Result<StackDriver, StackError> {
     if st.shut_down {
         return Err(StackError::ShutDown);

@@ -1,17 +1,24 @@
-//! [`Stack`], the `Copy` handle sockets use, and the state it guards.
+//! [`Stack`], the `Copy` handle sockets use, and the state it owns.
 //!
 //! # Ground rules
 //!
 //! * All protocol state (smoltcp's interface and sockets, the TCP connections) and the driver
-//!   live in one [`State`] behind a spin lock. Every holder (the ingress task, the egress task, a socket
-//!   operation) takes it for a bounded step and never across an `.await`.
-//! * Wakers are woken with the lock held only when they are executor wakers (which merely queue
-//!   a task); nothing called under the lock takes the lock again.
+//!   live in one [`State`] in a `RefCell`: the state has one owner, the executor context that
+//!   runs the stack. [`Stack`] and every socket handle are neither `Send` nor `Sync`, so only
+//!   that context reaches the cell, and no lock or locked instruction guards it. Every user
+//!   (the ingress task, the egress task, a socket operation) borrows it for a bounded step and
+//!   never across an `.await`.
+//! * Nothing called while the state is borrowed borrows it again (a second borrow panics
+//!   instead of deadlocking or aliasing). Wakers woken meanwhile are executor wakers, which
+//!   merely queue a task.
+//! * What other contexts may touch lives outside the cell and is lock-free: the counters
+//!   ([`Stack::stats_reader`] reads them from anywhere), the pool, the driver's wakers.
 //! * Socket operations signal egress only when they created work for it (data queued, connect,
 //!   close, listen, a read that reopened the receive window); registering a waker is not work.
 
-use core::cell::UnsafeCell;
+use core::cell::{RefCell, UnsafeCell};
 use core::future::Future;
+use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::pin::Pin;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +30,6 @@ use smoltcp::socket::AnySocket;
 use smoltcp::socket::Socket;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::{EthernetAddress, HardwareAddress as SmolHardwareAddress, IpAddress, IpCidr};
-use spin::mutex::SpinMutex;
 use zcnet_buffer::{FramePool, HardwareAddress, RxFrame, TxFrame};
 use zcnet_executor::time::Sleep;
 use zcnet_executor::{Executor, Instant};
@@ -40,7 +46,7 @@ use crate::tcb::state::State as TcpState;
 use crate::tcp_table::{TcpHandle, TcpMeta, TcpSlot, TcpTable};
 use crate::StackError;
 
-/// Everything the lock guards.
+/// Everything the stack's executor context owns (see the module's ground rules).
 pub(crate) struct State {
     pub(crate) iface: Interface,
     pub(crate) sockets: SocketSet<'static>,
@@ -471,9 +477,10 @@ fn datagrams_queued(s: &Socket<'_>) -> bool {
     }
 }
 
-/// The shared part of a stack: its state, counters, clock and pool.
+/// The part of a stack its handles point to: its state, counters, clock and pool.
 pub struct StackInner {
-    pub(crate) state: SpinMutex<State>,
+    /// Borrowed by one step at a time, on the stack's executor only.
+    pub(crate) state: RefCell<State>,
     pub(crate) counters: Counters,
     pub(crate) exec: &'static Executor,
     pub(crate) pool: &'static FramePool,
@@ -511,9 +518,9 @@ pub struct StackResources<const SOCKETS: usize> {
 }
 
 // SAFETY: the cells are written only by the caller that holds `claimed`: once, before any
-// reference to their contents is handed out (afterwards the stack state is behind its lock), or,
-// by a `Stack::new` that failed, cleared after its own references are gone and before it
-// releases the claim.
+// reference to their contents is handed out (afterwards only the stack's handles reach them,
+// and those are neither `Send` nor `Sync`: one context), or, by a `Stack::new` that failed,
+// cleared after its own references are gone and before it releases the claim.
 unsafe impl<const SOCKETS: usize> Sync for StackResources<SOCKETS> {}
 
 impl<const SOCKETS: usize> core::fmt::Debug for StackResources<SOCKETS> {
@@ -573,9 +580,16 @@ impl<const SOCKETS: usize> Default for StackResources<SOCKETS> {
 }
 
 /// A cheap, `Copy` handle to a running stack, for opening sockets and reading counters.
+///
+/// Neither `Send` nor `Sync`, like every socket made from it: the stack's state belongs to
+/// the executor context that runs it (spawn the stack's tasks and the tasks using its sockets
+/// with a [`LocalSpawner`](zcnet_executor::LocalSpawner)). To read the counters from another
+/// thread, hand it a [`StatsReader`](crate::StatsReader) ([`Stack::stats_reader`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Stack {
     pub(crate) inner: &'static StackInner,
+    /// Keeps the handle in its context.
+    _local: PhantomData<*const ()>,
 }
 
 /// Converts our clock to smoltcp's (microseconds).
@@ -773,7 +787,7 @@ impl Stack {
         state.autoconf = crate::autoconf::setup(&mut state, &config)?;
         event!(stack_created(&state));
         let inner = StackInner {
-            state: SpinMutex::new(state),
+            state: RefCell::new(state),
             counters,
             exec,
             pool,
@@ -783,14 +797,22 @@ impl Stack {
         // fails after this point, so the claim is never released again), then only shared
         // references are handed out.
         let inner: &'static StackInner = unsafe { (*resources.inner.get()).write(inner) };
-        inner.state.lock().counters = Some(&inner.counters);
-        let stack = Stack { inner };
+        inner.state.borrow_mut().counters = Some(&inner.counters);
+        let stack = Stack {
+            inner,
+            _local: PhantomData,
+        };
         Ok((stack, crate::Runner { stack }))
     }
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> StackStats {
         self.inner.counters.snapshot()
+    }
+
+    /// A handle that reads this stack's counters from any thread or interrupt handler.
+    pub fn stats_reader(&self) -> crate::StatsReader {
+        crate::StatsReader::new(&self.inner.counters)
     }
 
     /// The executor the stack runs on.
@@ -808,9 +830,9 @@ impl Stack {
     /// returned `None`, or no socket slot was free) tries to re-arm at once.
     ///
     /// The stack does this by itself whenever the application drops a socket (TCP, UDP, ICMP,
-    /// raw or DNS) and whenever a socket's slot is freed; call this when buffers come back any other way (a source that
-    /// is refilled later, or by another part of the system). Takes the stack lock: not for
-    /// interrupt handlers.
+    /// raw or DNS) and whenever a socket's slot is freed; call this when buffers come back any
+    /// other way (a source that is refilled later, or by another part of the system), from the
+    /// stack's own context.
     pub fn tcp_buffers_returned(&self) {
         self.with(|st| st.listener_ports.wake_slot_waiters());
     }
@@ -819,9 +841,10 @@ impl Stack {
         smol_now(self.inner.exec)
     }
 
-    /// Runs `f` with the state locked.
+    /// Runs `f` with the state borrowed. Never called while it is borrowed already.
+    #[inline]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        f(&mut self.inner.state.lock())
+        f(&mut self.inner.state.borrow_mut())
     }
 }
 

@@ -157,7 +157,7 @@ impl StackStats {
 
 /// The live counters behind [`StackStats`].
 ///
-/// Ground rule: **every write happens with the stack's state lock held** (the runner's steps,
+/// Ground rule: **every write happens with the stack's state borrowed** (the runner's steps,
 /// the device adapter inside a step, autoconfiguration, socket operations through
 /// `State::with_socket`). So each counter has one writer at a time, and an increment is a plain
 /// load and store ([`bump`]) instead of a locked read-modify-write: the per-frame and per-poll
@@ -179,7 +179,7 @@ pub(crate) struct Counters {
     link_downs: AtomicU64,
 }
 
-/// Adds one to a counter whose writers are serialised by the state lock (see [`Counters`]);
+/// Adds one to a counter whose writers are serialised by the state's single owner (see [`Counters`]);
 /// returns the new count.
 fn bump(c: &AtomicU64) -> u64 {
     let n = c.load(Relaxed).wrapping_add(1);
@@ -292,5 +292,24 @@ impl Counters {
             time_wait_evictions: self.time_wait_evictions.load(Relaxed),
             link_downs: self.link_downs.load(Relaxed),
         }
+    }
+}
+
+/// Reads a stack's counters from any thread or interrupt handler (a [`Stack`](crate::Stack) is
+/// bound to its executor's context; this is not). Get one from
+/// [`Stack::stats_reader`](crate::Stack::stats_reader). `Copy`, `Send` and `Sync`.
+#[derive(Clone, Copy, Debug)]
+pub struct StatsReader {
+    counters: &'static Counters,
+}
+
+impl StatsReader {
+    pub(crate) fn new(counters: &'static Counters) -> Self {
+        Self { counters }
+    }
+
+    /// A snapshot of the counters, as [`Stack::stats`](crate::Stack::stats) gives it.
+    pub fn snapshot(&self) -> StackStats {
+        self.counters.snapshot()
     }
 }

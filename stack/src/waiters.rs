@@ -3,7 +3,7 @@
 use core::task::Waker;
 
 /// Up to `N` tasks waiting for something the stack's state will tell them (a new address, a
-/// link change). Lives inside the stack's state, so its users hold the state lock.
+/// link change). Lives inside the stack's state, so its users have the state borrowed.
 ///
 /// Waiters re-check their condition when woken and register again, so a full list may wake
 /// everyone early: a newcomer that finds no room wakes the current waiters and takes the first

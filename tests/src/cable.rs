@@ -122,7 +122,7 @@ pub fn cable_pair() -> CablePair {
         let config = side_config(side, 0x4c1 + side as u64);
         let (stack, runner) =
             Stack::new(exec, pools[side], driver, config, resources).expect("stack");
-        runner.spawn(exec.spawner());
+        runner.spawn(exec.local_spawner());
         stacks.push(stack);
     }
     CablePair {

@@ -220,6 +220,6 @@ fn side<const S: usize>(
 ) -> Stack {
     let resources: &'static StackResources<S> = StackResources::leak();
     let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
-    runner.spawn(exec.spawner());
+    runner.spawn(exec.local_spawner());
     stack
 }

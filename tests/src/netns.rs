@@ -283,7 +283,7 @@ impl TapNet {
         // Boxed: `Stack::shutdown` gives it back, and dropping it closes the TAP.
         let (stack, runner) =
             Stack::new(exec, pool, Box::new(tap), config, resources).expect("stack");
-        runner.spawn(exec.spawner());
+        runner.spawn(exec.local_spawner());
         TapNet {
             exec,
             platform,

@@ -86,7 +86,7 @@ impl<D> SlowCompletion<D> {
     /// spawns the task that completes them on `exec`.
     pub fn new(inner: D, exec: &'static Executor, delay: Duration) -> (Self, DeviceLog) {
         let shared = Arc::new(Mutex::new(Shared::default()));
-        exec.spawner().spawn(complete(shared.clone(), exec));
+        exec.local_spawner().spawn(complete(shared.clone(), exec));
         let log = DeviceLog(shared.clone());
         (
             Self {

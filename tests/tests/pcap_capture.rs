@@ -85,7 +85,7 @@ fn stack_over(
         resources,
     )
     .expect("stack");
-    runner.spawn(exec.spawner());
+    runner.spawn(exec.local_spawner());
     stack
 }
 
@@ -212,7 +212,7 @@ fn tcpdump_reads_pings_and_a_tcp_exchange() {
     let started = system_time_ns();
     let (exec, [a, b], taps) = captured_pair([PcapOptions::default(); 2]);
 
-    let server = exec.spawner().spawn(async move {
+    let server = exec.local_spawner().spawn(async move {
         let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(4096, 4096)).unwrap();
         s.accept(7000).await.unwrap();
         let mut got = Vec::new();
@@ -456,7 +456,7 @@ fn a_refusing_sink_never_disturbs_the_traffic() {
     let a_driver = Capture::new(a_end, Broken, system_time_ns, counters);
     let a = stack_over(exec, pools[0], 0, Box::leak(Box::new(a_driver)));
     let b = stack_over(exec, pools[1], 1, Box::leak(Box::new(b_end)));
-    let server = exec.spawner().spawn(async move {
+    let server = exec.local_spawner().spawn(async move {
         let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(4096, 4096)).unwrap();
         s.accept(7001).await.unwrap();
         let mut buf = [0u8; 16];

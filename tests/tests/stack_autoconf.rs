@@ -192,7 +192,7 @@ fn dhcp_pair_on(terms: Terms, acks: usize) -> (Pair, Arc<Mutex<Vec<Seen>>>) {
     let server = udp(p.stacks[1], 67);
     drop(
         p.exec
-            .spawner()
+            .local_spawner()
             .spawn(dhcp_server(server, terms, acks, log.clone())),
     );
     (p, log)
@@ -207,7 +207,7 @@ fn dhcp_client_gets_address_route_and_dns_then_udp_works() {
     let [a, b] = p.stacks;
     assert_eq!(a.ipv4_config(), None, "no address before the lease");
     assert_eq!(a.dhcp_lease(), None);
-    let echo = p.exec.spawner().spawn(echo_once(udp(b, 7)));
+    let echo = p.exec.local_spawner().spawn(echo_once(udp(b, 7)));
     let (settings, reply) = p.exec.block_on(async move {
         // A resolver opened before the lease has no servers yet; once leased, it asks the
         // lease's server (10.0.0.53, which nobody answers for on this wire: a timeout).
@@ -298,7 +298,7 @@ fn dhcp_lease_with_an_off_link_router_makes_the_router_reachable() {
     };
     let (p, _log) = dhcp_pair_on(terms, usize::MAX);
     let [a, b] = p.stacks;
-    let echo = p.exec.spawner().spawn(echo_once(udp(b, 7)));
+    let echo = p.exec.local_spawner().spawn(echo_once(udp(b, 7)));
     let (settings, reply) = p.exec.block_on(async move {
         let settings = timeout(Duration::from_secs(60), a.wait_ipv4())
             .await
@@ -457,7 +457,7 @@ fn link_local_addresses_from_the_mac_carry_udp() {
         ],
         "link-local next to the static address"
     );
-    let echo = p.exec.spawner().spawn(echo_once(udp(b, 7)));
+    let echo = p.exec.local_spawner().spawn(echo_once(udp(b, 7)));
     let reply = p.exec.block_on(async move {
         let s = udp(a, 5000);
         timeout(
@@ -510,7 +510,7 @@ fn slaac_address_from_a_router_advertisement_carries_udp() {
         [Ipv6Cidr::new(LINK_LOCAL[0], 64)],
         "SLAAC implies the link-local address; nothing else before an advertisement"
     );
-    let echo = p.exec.spawner().spawn(echo_once(udp(b, 7)));
+    let echo = p.exec.local_spawner().spawn(echo_once(udp(b, 7)));
     let ra = router_advertisement(p.ends[1].mac(), LINK_LOCAL[1], prefix);
     let ends = p.ends;
     let reply = p.exec.block_on(async move {

@@ -145,7 +145,11 @@ fn dns_pair(seed: u64) -> (Pair, Arc<Mutex<Vec<u16>>>) {
     );
     let ports = Arc::new(Mutex::new(Vec::new()));
     let server = UdpSocket::bind(p.stacks[1], 53, UdpBuffers::with_capacity(8, 4096)).unwrap();
-    drop(p.exec.spawner().spawn(dns_server(server, ports.clone())));
+    drop(
+        p.exec
+            .local_spawner()
+            .spawn(dns_server(server, ports.clone())),
+    );
     (p, ports)
 }
 
@@ -416,7 +420,7 @@ fn listener_short_of_buffers_rearms_when_buffers_return() {
         |_, _| {},
     );
     let [a, b] = p.stacks;
-    let sp = p.exec.spawner();
+    let sp = p.exec.local_spawner();
     let server = sp.spawn(async move {
         let mut l = TcpListener::bind(b, PORT, 1, budget_buffers).unwrap();
         loop {

@@ -31,7 +31,7 @@ fn a_pulled_cable_holds_tcp_data_and_tells_the_application_then_resumes() {
     let second = pattern(300_000, 2);
     let expected: Vec<u8> = first.iter().chain(&second).copied().collect();
 
-    let server = s.exec.spawner().spawn(async move {
+    let server = s.exec.local_spawner().spawn(async move {
         let mut sock = TcpSocket::new(b, TcpBuffers::with_capacity(16384, 16384)).unwrap();
         sock.accept(7100).await.unwrap();
         let mut got = Vec::new();

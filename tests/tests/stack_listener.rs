@@ -76,7 +76,7 @@ async fn answer(s: &mut TcpSocket) -> [u8; 64] {
 /// included, as an orphan).
 fn spawn_answering_server(p: &Pair) -> JoinHandle<()> {
     let b = p.stacks[1];
-    let sp = p.exec.spawner();
+    let sp = p.exec.local_spawner();
     sp.spawn(async move {
         let mut l = TcpListener::bind(b, PORT, BACKLOG, buffers).unwrap();
         loop {
@@ -149,7 +149,7 @@ fn time_wait_orphans_give_their_slots_to_the_listener() {
 fn listener_rearms_when_a_slot_is_freed() {
     let p = server_pair();
     let [a, b] = p.stacks;
-    let sp = p.exec.spawner();
+    let sp = p.exec.local_spawner();
     let server = sp.spawn(async move {
         let mut l = TcpListener::bind(b, PORT, BACKLOG, buffers).unwrap();
         loop {
@@ -221,7 +221,7 @@ fn listener_rearms_when_a_slot_is_freed() {
 fn half_open_handshakes_give_their_listening_sockets_back() {
     let p = server_pair();
     let [a, b] = p.stacks;
-    let sp = p.exec.spawner();
+    let sp = p.exec.local_spawner();
     let server = spawn_answering_server(&p);
     // One exchange first, so both sides know each other's MAC.
     let got = p.exec.block_on(exchange(a, 0));

@@ -45,7 +45,7 @@ fn connect_accept_close_and_a_refused_connect_are_logged() {
     );
     log.expect(Level::Info, STACK, "address 10.0.0.2/24");
 
-    let server = p.exec.spawner().spawn(async move {
+    let server = p.exec.local_spawner().spawn(async move {
         let mut l = TcpListener::bind(b, 7400, 2, buffers).unwrap();
         let mut s = l.accept().await.expect("accept");
         let mut buf = [0u8; 64];
@@ -130,7 +130,7 @@ fn resets_aborts_and_timeouts_are_logged_with_their_cause() {
     let log = LogCapture::start();
     let p = pair(Faults::default(), 256);
     let [a, b] = p.stacks;
-    let server = p.exec.spawner().spawn(async move {
+    let server = p.exec.local_spawner().spawn(async move {
         let mut s = socket(b);
         s.accept(7410).await.unwrap();
         let mut buf = [0u8; 4];

@@ -21,7 +21,7 @@ fn sum(s: [StackStats; 2]) -> (u64, u64) {
 fn an_idle_stack_makes_zero_polls_while_other_tasks_run() {
     let p = pair(Faults::default(), 64);
     let [a, b] = p.stacks;
-    let server = p.exec.spawner().spawn(async move {
+    let server = p.exec.local_spawner().spawn(async move {
         let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(4096, 4096)).unwrap();
         s.accept(7200).await.unwrap();
         let mut buf = [0u8; 16];
@@ -60,7 +60,7 @@ fn request_response_costs_at_most_one_point_one_polls_per_packet() {
     const REQUESTS: usize = 500;
     let p = pair(Faults::default(), 64);
     let [a, b] = p.stacks;
-    let _server = p.exec.spawner().spawn(async move {
+    let _server = p.exec.local_spawner().spawn(async move {
         let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(8192, 8192)).unwrap();
         s.accept(7201).await.unwrap();
         s.set_nodelay(true);

@@ -154,7 +154,7 @@ fn tasks_end_and_a_static_driver_serves_a_second_stack() {
     let nic: &'static mut SimNic = Box::leak(Box::new(SimNic::new(pool, 4, 4)));
     let resources: &'static StackResources<4> = StackResources::leak();
     let (stack, runner) = Stack::new(exec, pool, nic, Config::default(), resources).unwrap();
-    let mut run = Box::pin(exec.spawner().spawn(runner.run()));
+    let mut run = Box::pin(exec.local_spawner().spawn(runner.run()));
     exec.run_until_idle();
     assert!(pending(&mut run));
     let driver = stack.shutdown().unwrap();
@@ -170,9 +170,9 @@ fn tasks_end_and_a_static_driver_serves_a_second_stack() {
     // Its tasks spawned one by one (the `Runner` is then not needed).
     let (stack2, _runner) = Stack::new(exec, pool, nic, Config::default(), second).unwrap();
     let mut tasks = [
-        Box::pin(exec.spawner().spawn(Runner::ingress(stack2))),
-        Box::pin(exec.spawner().spawn(Runner::egress(stack2))),
-        Box::pin(exec.spawner().spawn(Runner::link(stack2))),
+        Box::pin(exec.local_spawner().spawn(Runner::ingress(stack2))),
+        Box::pin(exec.local_spawner().spawn(Runner::egress(stack2))),
+        Box::pin(exec.local_spawner().spawn(Runner::link(stack2))),
     ];
     exec.run_until_idle();
     assert!(tasks.iter_mut().all(pending));

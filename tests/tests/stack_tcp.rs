@@ -39,7 +39,7 @@ fn handshake_transfer_half_close_and_orderly_close_over_a_lending_wire() {
 
 fn transfer_half_close_and_orderly_close(p: Pair) {
     let [a, b] = p.stacks;
-    let server = p.exec.spawner().spawn(async move {
+    let server = p.exec.local_spawner().spawn(async move {
         let mut s = socket(b);
         s.accept(7000).await.unwrap();
         let mut got = Vec::new();
@@ -154,7 +154,7 @@ fn connect_times_out_when_nobody_answers() {
 fn a_reset_is_reported_as_reset_and_an_abort_as_aborted() {
     let p = pair(Faults::default(), 64);
     let [a, b] = p.stacks;
-    let server = p.exec.spawner().spawn(async move {
+    let server = p.exec.local_spawner().spawn(async move {
         let mut s = socket(b);
         s.accept(7001).await.unwrap();
         let mut buf = [0u8; 4];
@@ -191,7 +191,7 @@ fn a_reset_is_reported_as_reset_and_an_abort_as_aborted() {
 fn keepalive_keeps_a_live_peer_and_the_timeout_detects_a_dead_one() {
     let p = pair(Faults::default(), 64);
     let [a, b] = p.stacks;
-    let _server = p.exec.spawner().spawn(async move {
+    let _server = p.exec.local_spawner().spawn(async move {
         let mut s = socket(b);
         s.accept(7002).await.unwrap();
         s.closed().await; // stays silent: never sends data
@@ -243,7 +243,7 @@ fn unanswered_handshakes_give_up() {
 
     // A's SYN reaches B, B's SYN-ACKs are lost: B gives the handshake up and listens again.
     a_end.set_cut(false);
-    let server = p.exec.spawner().spawn(async move {
+    let server = p.exec.local_spawner().spawn(async move {
         let mut s = socket(b);
         s.accept(7004).await.unwrap();
         let mut buf = [0u8; 16];
@@ -271,7 +271,7 @@ fn unanswered_handshakes_give_up() {
 fn udp_echo() {
     let p = pair(Faults::default(), 64);
     let [a, b] = p.stacks;
-    let echo = p.exec.spawner().spawn(async move {
+    let echo = p.exec.local_spawner().spawn(async move {
         let s = UdpSocket::bind(b, 5353, UdpBuffers::with_capacity(8, 4096)).unwrap();
         for _ in 0..10 {
             let mut buf = [0u8; 1500];
@@ -336,7 +336,7 @@ fn a_hundred_concurrent_clients_against_a_backlog_of_sixteen_are_all_served() {
         1024,
     );
     let [a, b] = p.stacks;
-    let sp = p.exec.spawner();
+    let sp = p.exec.local_spawner();
     let server = sp.spawn(async move {
         let make = || Some(TcpBuffers::with_capacity(2048, 2048));
         let mut l = TcpListener::bind(b, 7100, 16, make).unwrap();
@@ -405,7 +405,7 @@ fn dropped_sockets_deliver_their_data_and_close_gracefully() {
         2048,
     );
     let [a, b] = p.stacks;
-    let sp = p.exec.spawner();
+    let sp = p.exec.local_spawner();
     let server = sp.spawn(async move {
         let make = || Some(TcpBuffers::with_capacity(8192, 1024));
         let mut l = TcpListener::bind(b, 7200, 16, make).unwrap();

@@ -127,7 +127,7 @@ fn ten_megabytes_each_way(cc: CongestionControl) {
         Sha256::digest(&a_data).into(),
         Sha256::digest(&b_data).into(),
     );
-    let server = p.exec.spawner().spawn(async move {
+    let server = p.exec.local_spawner().spawn(async move {
         let mut s = socket(b, cc);
         s.accept(8000).await.unwrap();
         exchange(s, b_data).await

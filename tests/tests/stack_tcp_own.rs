@@ -266,7 +266,7 @@ fn zcnet_target(seed: u64) -> (Zcnet, Stack, [&'static FramePool; 2]) {
     let resources: &'static StackResources<8> = StackResources::leak();
     let (stack, runner) =
         Stack::new(exec, pools[1], b, side_config(1, seed), resources).expect("stack");
-    runner.spawn(exec.spawner());
+    runner.spawn(exec.local_spawner());
     (Zcnet { exec, end: a }, stack, pools)
 }
 
@@ -433,7 +433,7 @@ fn a_segment_to_a_closed_port_gets_a_reset_from_zcnet() {
 #[test]
 fn zcnet_emits_what_smoltcp_emits_on_a_clean_exchange() {
     let (mut z, stack, pools) = zcnet_target(11);
-    let server = stack.executor().spawner().spawn(async move {
+    let server = stack.executor().local_spawner().spawn(async move {
         let mut s = TcpSocket::new(stack, TcpBuffers::with_capacity(BUF, BUF)).unwrap();
         s.accept(80).await.unwrap();
         let mut got = 0;
@@ -485,7 +485,7 @@ fn a_lossy_bulk_transfer_is_exact_and_the_pools_audit_clean() {
     let before = LEDGER.snapshot();
     let sent = data.clone();
     let got = p.exec.block_on(async move {
-        let server = b.executor().spawner().spawn(async move {
+        let server = b.executor().local_spawner().spawn(async move {
             let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(16384, 16384)).unwrap();
             s.accept(5001).await.unwrap();
             let mut got = Vec::new();

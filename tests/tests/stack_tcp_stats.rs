@@ -47,7 +47,7 @@ fn data(n: usize) -> Vec<u8> {
 /// time after, so that no ACK is still under way.
 fn transfer(p: &Pair, port: u16, len: usize) -> (TcpSocket, TcpSocket) {
     let [a, b] = p.stacks;
-    let server = p.exec.spawner().spawn(async move {
+    let server = p.exec.local_spawner().spawn(async move {
         let mut s = socket(b);
         s.accept(port).await.unwrap();
         let mut got = 0;
@@ -188,7 +188,7 @@ fn a_cut_wire_shows_the_timeouts() {
     const CUT: Duration = Duration::from_millis(2500);
     let p = pair_with_faults(Faults::default());
     let [a, b] = p.stacks;
-    let server = p.exec.spawner().spawn(async move {
+    let server = p.exec.local_spawner().spawn(async move {
         let mut s = socket(b);
         s.accept(7102).await.unwrap();
         let mut buf = vec![0u8; 2000];
@@ -254,7 +254,7 @@ fn rtt_estimates_follow_the_wire_delay() {
     });
     let [a, b] = p.stacks;
     const ROUNDS: usize = 20;
-    let server = p.exec.spawner().spawn(async move {
+    let server = p.exec.local_spawner().spawn(async move {
         let mut s = socket(b);
         s.accept(7103).await.unwrap();
         let mut buf = [0u8; 100];
@@ -321,7 +321,7 @@ async fn read_exact(s: &mut TcpSocket, buf: &mut [u8]) {
 fn counters_outlive_the_close_and_restart_with_the_next_connection() {
     let p = pair_with_faults(Faults::default());
     let [a, b] = p.stacks;
-    let server = p.exec.spawner().spawn(async move {
+    let server = p.exec.local_spawner().spawn(async move {
         let mut buf = vec![0u8; 8192];
         for _ in 0..2 {
             let mut s = socket(b);

@@ -66,7 +66,7 @@ fn transfer<R: 'static>(
 ) -> R {
     let [a, b] = p.stacks;
     p.exec.block_on(async move {
-        let client = a.executor().spawner().spawn(send_all(a, port, data));
+        let client = a.executor().local_spawner().spawn(send_all(a, port, data));
         let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(rx, 4096)).unwrap();
         s.accept(port).await.unwrap();
         let r = timeout(Duration::from_secs(600), server(&mut s))

@@ -52,7 +52,7 @@ async fn transfer(
     mode: Mode,
     rx: usize,
 ) -> Vec<u8> {
-    let server = to.executor().spawner().spawn(async move {
+    let server = to.executor().local_spawner().spawn(async move {
         let mut s = TcpSocket::new(to, TcpBuffers::with_capacity(rx, 4096)).unwrap();
         s.accept(port).await.unwrap();
         let mut got = Vec::new();
@@ -106,7 +106,7 @@ fn the_slot_the_app_filled_is_the_slot_the_driver_sends_and_nothing_is_copied() 
     let [a, b] = p.stacks;
     let before = LEDGER.snapshot();
     let got = exec.block_on(async move {
-        let server = b.executor().spawner().spawn(async move {
+        let server = b.executor().local_spawner().spawn(async move {
             let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(65536, 4096)).unwrap();
             s.accept(7000).await.unwrap();
             let mut got = Vec::new();

@@ -243,7 +243,7 @@ fn held_datagrams_never_starve_the_rx_ring() {
             .map(|i: usize| (i * 31 % 251) as u8)
             .collect();
         let expect = data.clone();
-        let server = exec.spawner().spawn(async move {
+        let server = exec.local_spawner().spawn(async move {
             let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(16384, 16384)).unwrap();
             s.accept(8000).await.unwrap();
             let mut got = Vec::new();
@@ -287,14 +287,14 @@ fn unresolved_neighbour_holds_frames_then_delivers_them() {
     let [a, b] = p.stacks;
     let ends = p.ends;
     exec.block_on(async move {
-        let zs = Arc::new(zc(a, 7020, 8));
+        let zs = std::rc::Rc::new(zc(a, 7020, 8));
         let us = UdpSocket::bind(b, 7021, UdpBuffers::with_capacity(16, 16384)).unwrap();
         ends[1].set_cut(true);
         let done = Arc::new(AtomicUsize::new(0));
         let mut tasks = Vec::new();
         for i in 0..3u8 {
             let (zs, done) = (zs.clone(), done.clone());
-            tasks.push(exec.spawner().spawn(async move {
+            tasks.push(exec.local_spawner().spawn(async move {
                 let r = zc_send(&zs, &[b'h', i], (ADDR[1], 7021)).await;
                 done.fetch_add(1, Ordering::SeqCst);
                 r
@@ -355,13 +355,13 @@ fn unanswered_neighbour_times_out_with_an_error() {
     let [a, _b] = p.stacks;
     let nobody = Ipv4Address::new(10, 0, 0, 99);
     exec.block_on(async move {
-        let zs = Arc::new(zc(a, 7030, 8));
+        let zs = std::rc::Rc::new(zc(a, 7030, 8));
         let start = Instant::now();
         let mut tasks = Vec::new();
         for i in 0..zcnet_stack::MAX_HELD_FRAMES {
             let zs = zs.clone();
             tasks.push(
-                exec.spawner()
+                exec.local_spawner()
                     .spawn(async move { zc_send(&zs, &[i as u8; 10], (nobody, 9)).await }),
             );
         }

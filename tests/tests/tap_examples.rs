@@ -52,7 +52,9 @@ fn http_server(net: &TapNet) -> HttpStats {
     };
     let server = HttpServer::bind(net.stack, config).expect("bind port 80");
     let stats = server.stats();
-    net.exec.spawner().spawn(server.run(net.exec.spawner()));
+    net.exec
+        .local_spawner()
+        .spawn(server.run(net.exec.local_spawner()));
     stats
 }
 
@@ -317,7 +319,9 @@ fn echo_example_echoes_tcp_and_udp() {
     let net = TapNet::new(1500);
     let server = EchoServer::bind(net.stack, EchoConfig::default()).expect("bind port 7");
     let stats = server.stats();
-    net.exec.spawner().spawn(server.run(net.exec.spawner()));
+    net.exec
+        .local_spawner()
+        .spawn(server.run(net.exec.local_spawner()));
     let script = format!(
         r#"
 import os, socket, sys, threading
@@ -357,7 +361,9 @@ fn iperf3_server(net: &TapNet) -> Iperf3Stats {
     };
     let server = Iperf3Server::bind(net.stack, config).expect("bind port 5201");
     let stats = server.stats();
-    net.exec.spawner().spawn(server.run(net.exec.spawner()));
+    net.exec
+        .local_spawner()
+        .spawn(server.run(net.exec.local_spawner()));
     stats
 }
 

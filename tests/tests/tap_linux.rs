@@ -91,7 +91,7 @@ fn zcnet_tcp_echo_server_returns_10_mb_byte_exact_to_linux() {
         Some(TcpBuffers::with_capacity(65536, 65536))
     })
     .expect("listen on port 7");
-    let server = net.exec.spawner().spawn(async move {
+    let server = net.exec.local_spawner().spawn(async move {
         let mut s = listener.accept().await.expect("accept");
         let mut buf = vec![0u8; 16384];
         let mut echoed = 0usize;
@@ -166,7 +166,7 @@ fn a_linux_client_reuses_its_time_wait_ports_thanks_to_timestamps() {
         TcpListener::bind(stack, 7, 2, || Some(TcpBuffers::with_capacity(4096, 4096)))
             .expect("listen on port 7");
     // Reads each connection to its end, then closes: the client's FIN comes first.
-    net.exec.spawner().spawn(async move {
+    net.exec.local_spawner().spawn(async move {
         loop {
             // Fails once the stack is shut down (at the end of the test): the task ends.
             let Ok(mut s) = listener.accept().await else {
@@ -302,7 +302,7 @@ print("served", peer[0], n)
 fn zcnet_udp_echo_with_a_linux_client() {
     let net = TapNet::new(1500);
     let sock = UdpSocket::bind(net.stack, 7, UdpBuffers::with_capacity(32, 65536)).unwrap();
-    let echo = net.exec.spawner().spawn(async move {
+    let echo = net.exec.local_spawner().spawn(async move {
         let mut buf = vec![0u8; 2048];
         for _ in 0..200 {
             let (n, from) = sock.recv_from(&mut buf).await.unwrap();

@@ -95,7 +95,7 @@ fn linux_sends_100_mib_to_zcnet_byte_exact() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let net = TapNet::new(1500);
     let mut listener = TcpListener::bind(net.stack, 5001, 1, buffers).expect("listen");
-    let server = net.exec.spawner().spawn(async move {
+    let server = net.exec.local_spawner().spawn(async move {
         let mut s = listener.accept().await.expect("accept");
         let mut h = Sha256::new();
         let mut got = 0usize;
@@ -206,7 +206,7 @@ fn zcnet_sends_100_mib_to_linux_byte_exact() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let net = TapNet::new(1500);
     let mut listener = TcpListener::bind(net.stack, 5002, 1, buffers).expect("listen");
-    let server = net.exec.spawner().spawn(async move {
+    let server = net.exec.local_spawner().spawn(async move {
         let mut s = listener.accept().await.expect("accept");
         let mut h = Sha256::new();
         let mut stream = Stream::new(0x9e37_79b9_7f4a_7c15);
@@ -270,7 +270,7 @@ fn linux_echo_through_zcnet_byte_exact_without_timeouts() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let net = TapNet::new(1500);
     let mut listener = TcpListener::bind(net.stack, 5003, 1, buffers).expect("listen");
-    let server = net.exec.spawner().spawn(async move {
+    let server = net.exec.local_spawner().spawn(async move {
         let mut s = listener.accept().await.expect("accept");
         let mut buf = vec![0u8; 64 * 1024];
         let mut echoed = 0usize;

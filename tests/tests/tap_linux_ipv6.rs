@@ -189,7 +189,7 @@ fn echo_listener(stack: Stack, port: u16) -> zcnet_executor::JoinHandle<usize> {
         Some(TcpBuffers::with_capacity(65536, 65536))
     })
     .expect("listen");
-    stack.executor().spawner().spawn(async move {
+    stack.executor().local_spawner().spawn(async move {
         let mut s = listener.accept().await.expect("accept");
         let mut buf = vec![0u8; 16384];
         let mut echoed = 0usize;

@@ -104,7 +104,7 @@ fn shutdown_closes_the_tap_and_a_new_stack_takes_over() {
     let resources: &'static StackResources<8> = StackResources::leak();
     let (second, runner) =
         Stack::new(net.exec, net.pool, Box::new(tap), config, resources).expect("second stack");
-    runner.spawn(net.exec.spawner());
+    runner.spawn(net.exec.local_spawner());
     // Linux still has the old stack's MAC for 10.77.0.2; the new TAP has a new one.
     net.netns.ip(&["neigh", "flush", "dev", &net.tap_name]);
     ping_once(&net, "second stack");

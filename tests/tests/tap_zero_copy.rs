@@ -44,7 +44,7 @@ print("zero-copy udp ok 200")
 "#
     );
     let mut client = ChildGuard::spawn(net.netns.command("python3").args(["-c", &script]));
-    let echo = net.exec.spawner().spawn(async move {
+    let echo = net.exec.local_spawner().spawn(async move {
         // Say hello until the client answers (it may not have bound its socket yet).
         let mut first = None;
         for _ in 0..100 {

@@ -104,7 +104,7 @@ fn pair(exec: &'static Executor) -> [Stack; 2] {
         let (stack, _runner) =
             Stack::new(exec, pools[i], driver, config, resources).expect("stack");
         let scope = Scope::of(HOSTS[i], Layer::Stack);
-        let spawner = exec.spawner();
+        let spawner = exec.local_spawner();
         drop(spawner.spawn(Scoped::new(scope, async move {
             let _ = Runner::ingress(stack).await;
         })));
@@ -149,7 +149,7 @@ pub enum UdpImpl {
 pub fn run(w: Workload, api: Api, udp: UdpImpl) {
     let exec = Executor::leak(zcnet_benches::VirtualClock::leak());
     let [a, b] = pair(exec);
-    let server = exec.spawner().spawn(Scoped::new(
+    let server = exec.local_spawner().spawn(Scoped::new(
         Scope::of(Host::Server, Layer::App),
         server(b, w, api, udp),
     ));

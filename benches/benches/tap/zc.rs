@@ -80,7 +80,7 @@ fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
     };
     let driver: &'static mut Tap = Box::leak(Box::new(tap));
     let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
-    runner.spawn(exec.spawner());
+    runner.spawn(exec.local_spawner());
     for &(port, _) in class.ports() {
         let backlog = if matches!(class, Class::Bulk | Class::Echo) {
             ZC_BACKLOG_BULK
@@ -88,7 +88,8 @@ fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
             ZC_BACKLOG_CONN
         };
         let listener = TcpListener::bind(stack, port, backlog, buffers).expect("listen");
-        exec.spawner().spawn(accept_loop(stack, listener, port));
+        exec.local_spawner()
+            .spawn(accept_loop(stack, listener, port));
     }
     common::start_stats_thread();
     common::ready();
@@ -97,7 +98,7 @@ fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
 }
 
 async fn accept_loop(_stack: Stack, mut listener: TcpListener, port: u16) {
-    let spawner = EXEC.get().expect("executor").spawner();
+    let spawner = EXEC.get().expect("executor").local_spawner();
     loop {
         // Fails only once the stack is shut down.
         let Ok(s) = listener.accept().await else {

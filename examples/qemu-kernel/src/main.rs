@@ -96,7 +96,11 @@ pub unsafe fn init(start_info: usize) -> Cmdline {
 
 /// zcnet over virtio-net, the services, and the executor's loop.
 fn run(cmdline: Cmdline) -> ! {
-    let net = match net::start(&EXECUTOR, &cmdline) {
+    // SAFETY: this kernel runs on one core, and the loop below (`EXECUTOR.run()`, on this
+    // thread of control) is the only one that ever runs the executor; interrupt handlers only
+    // wake tasks, they never run the loop.
+    let spawner = unsafe { EXECUTOR.local_spawner_unchecked() };
+    let net = match net::start(spawner, &cmdline) {
         Ok(net) => net,
         Err(e) => {
             println!("net: {e}");
@@ -109,7 +113,7 @@ fn run(cmdline: Cmdline) -> ! {
         net.pool.slot_count(),
         net.pool.slot_size()
     );
-    services::spawn(net, cmdline, EXECUTOR.spawner());
+    services::spawn(net, cmdline, spawner);
     EXECUTOR.run()
 }
 

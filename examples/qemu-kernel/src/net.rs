@@ -20,7 +20,7 @@ use core::fmt;
 use virtio_drivers::device::net::VirtIONetRaw;
 use virtio_drivers::transport::pci::PciTransport;
 use zcnet_buffer::{FramePool, PoolError, StaticPool, DEFAULT_HEADROOM};
-use zcnet_executor::Executor;
+use zcnet_executor::LocalSpawner;
 use zcnet_stack::{Config, Ipv4Cidr, Ipv4Config, Stack, StackError, StackResources, StaticV4};
 use zcnet_virtio::{SharedTransport, VirtioError, VirtioIrq, VirtioNet};
 
@@ -134,7 +134,8 @@ fn route_interrupts(nic: &NicPci, mode: IrqMode) -> Result<Routing, NetError> {
 
 /// Builds the pool, finds and initialises the NIC, wraps it in zcnet's driver, routes its
 /// interrupts and starts the stack's tasks on `exec`.
-pub fn start(exec: &'static Executor, cmdline: &Cmdline) -> Result<Net, NetError> {
+pub fn start(spawner: LocalSpawner, cmdline: &Cmdline) -> Result<Net, NetError> {
+    let exec = spawner.executor();
     let pool = POOL.init(DEFAULT_HEADROOM).map_err(NetError::Pool)?;
     let (transport, nic) = pci::find_virtio_net().map_err(NetError::Pci)?;
     let transport = SharedTransport::new(TRANSPORT.call_once(|| spin::Mutex::new(transport)));
@@ -159,7 +160,7 @@ pub fn start(exec: &'static Executor, cmdline: &Cmdline) -> Result<Net, NetError
     let driver: &'static mut Nic = Box::leak(Box::new(driver));
     let (stack, runner) =
         Stack::new(exec, pool, driver, config, &RESOURCES).map_err(NetError::Stack)?;
-    runner.spawn(exec.spawner());
+    runner.spawn(spawner);
     Ok(Net {
         stack,
         pool,

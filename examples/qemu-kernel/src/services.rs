@@ -25,7 +25,7 @@ use zcnet_examples::echo::{EchoConfig, EchoServer, UdpEcho};
 use zcnet_examples::http::{DriverStats, ExtraRoutes, ExtraStats, HttpConfig, HttpServer};
 use zcnet_examples::iperf3::{CpuTime, Iperf3Config, Iperf3Server};
 use zcnet_examples::json::{object, Json};
-use zcnet_executor::{time, Spawner};
+use zcnet_executor::{time, LocalSpawner};
 use zcnet_virtio::VirtioStats;
 
 use crate::cmdline::Cmdline;
@@ -54,7 +54,7 @@ const EXIT_GRACE: Duration = Duration::from_millis(200);
 
 /// Starts the servers and the kernel's own tasks on `spawner`. A server that cannot bind is
 /// reported and left out; the others still run.
-pub fn spawn(net: Net, cmdline: Cmdline, spawner: Spawner) {
+pub fn spawn(net: Net, cmdline: Cmdline, spawner: LocalSpawner) {
     let http = HttpConfig {
         index_html: INDEX_HTML,
         backlog: 16,

@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     );
     println!("Ctrl-C stops.");
     let stats = server.stats();
-    demo.run(server.run(demo.exec.spawner()));
+    demo.run(server.run(demo.exec.local_spawner()));
     let s = stats.get();
     println!(
         "echoed {} TCP bytes over {} connections, {} UDP datagrams ({} bytes)",

@@ -50,6 +50,6 @@ fn main() -> ExitCode {
         demo.peer(&format!("wrk -c 50 -d 10 http://{ZCNET_ADDR}/"))
     );
     println!("Ctrl-C stops.");
-    demo.run(server.run(demo.exec.spawner()));
+    demo.run(server.run(demo.exec.local_spawner()));
     ExitCode::SUCCESS
 }

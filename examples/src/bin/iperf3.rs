@@ -52,6 +52,6 @@ fn main() -> ExitCode {
         demo.peer(&format!("iperf3 -c {ZCNET_ADDR} -P 4"))
     );
     println!("Ctrl-C stops.");
-    demo.run(server.run(demo.exec.spawner()));
+    demo.run(server.run(demo.exec.local_spawner()));
     ExitCode::SUCCESS
 }

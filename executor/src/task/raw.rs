@@ -14,6 +14,12 @@ pub(crate) const NOTIFIED: usize = 1 << 1;
 pub(crate) const COMPLETE: usize = 1 << 2;
 pub(crate) const JOIN_INTEREST: usize = 1 << 3;
 pub(crate) const JOIN_WAKER: usize = 1 << 4;
+/// A task spawned by a [`LocalSpawner`](crate::LocalSpawner): its future need not be `Send`.
+/// Until it completes, the executor holds one reference of its own (see [`Header::new`]), so
+/// the task is never freed, and its future never dropped, by a waker or join handle let go
+/// on another thread; only the executor's loop, on the context that owns the executor's
+/// local tasks, polls or drops the future.
+pub(crate) const LOCAL: usize = 1 << 5;
 const REF_SHIFT: u32 = 6;
 pub(crate) const REF_ONE: usize = 1 << REF_SHIFT;
 
@@ -67,10 +73,22 @@ pub(crate) struct Header {
 }
 
 impl Header {
-    pub(crate) fn new(vtable: &'static TaskVTable, core: &'static Core, stage: *mut ()) -> Self {
+    /// A task header, queued (the spawner pushes it), with one reference: the join handle's.
+    /// A `local` task also holds the executor's local reference (see [`LOCAL`]), released
+    /// when it completes.
+    pub(crate) fn new(
+        vtable: &'static TaskVTable,
+        core: &'static Core,
+        stage: *mut (),
+        local: bool,
+    ) -> Self {
+        let state = if local {
+            QUEUED | JOIN_INTEREST | LOCAL | (2 * REF_ONE)
+        } else {
+            QUEUED | JOIN_INTEREST | REF_ONE
+        };
         Self {
-            // Queued (the spawner pushes it), with one reference: the join handle's.
-            state: AtomicUsize::new(QUEUED | JOIN_INTEREST | REF_ONE),
+            state: AtomicUsize::new(state),
             next: AtomicPtr::new(core::ptr::null_mut()),
             vtable,
             core,
@@ -206,8 +224,9 @@ impl TaskRef {
 
     /// The executor starts a poll of a task it took from the run queue (QUEUED, which it keeps
     /// through the poll). A wake that arrived while the task was queued is covered by this
-    /// poll: its NOTIFIED is cleared. Usually no locked instruction at all (a load).
-    pub(crate) fn start_poll(self) {
+    /// poll: its NOTIFIED is cleared. Usually no locked instruction at all (a load). Returns
+    /// whether the task is [`LOCAL`].
+    pub(crate) fn start_poll(self) -> bool {
         let state = &self.header().state;
         let cur = state.load(Acquire);
         debug_assert!(
@@ -217,6 +236,7 @@ impl TaskRef {
         if cur & NOTIFIED != 0 {
             state.fetch_and(!NOTIFIED, AcqRel);
         }
+        cur & LOCAL != 0
     }
 
     /// The poll returned `Pending`. If a wake arrived during it (NOTIFIED), the executor keeps
@@ -254,7 +274,8 @@ impl TaskRef {
 
     /// The poll returned `Ready` (output stored): sets COMPLETE, delivers the output to the join
     /// handle or drops it, wakes the join handle's waker, and lets go of the task (freeing it
-    /// when nothing else refers to it). One compare-exchange, two when a join waker is set.
+    /// when nothing else refers to it). A [`LOCAL`] task's own reference goes in the same
+    /// exchange. One compare-exchange, two when a join waker is set.
     ///
     /// # Safety
     ///
@@ -273,13 +294,16 @@ impl TaskRef {
                 output_dropped = true;
             }
             let join_waker = cur & JOIN_WAKER != 0;
+            // The output is stored: the future is gone, so a local task's reference, which kept
+            // it from being dropped elsewhere, goes now.
+            let local_ref = if cur & LOCAL != 0 { REF_ONE } else { 0 };
             // With a join waker to wake, the executor keeps the task (QUEUED) until it has
             // woken it: the join handle may free the task as soon as it sees COMPLETE.
             let next = if join_waker {
-                cur | COMPLETE
+                (cur | COMPLETE) & !LOCAL
             } else {
-                (cur | COMPLETE) & !HELD
-            };
+                (cur | COMPLETE) & !(HELD | LOCAL)
+            } - local_ref;
             match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
                 Ok(_) if join_waker => break,
                 Ok(_) => {

@@ -112,10 +112,12 @@ impl<const SIZE: usize> TaskStorage<SIZE> {
         self.claimed.load(Acquire)
     }
 
+    /// Claims the slot for `future` (a [`LOCAL`](super::raw::LOCAL) task if `local`).
     pub(crate) fn spawn<F: Future + 'static>(
         &'static self,
         core: &'static Core,
         future: F,
+        local: bool,
     ) -> Result<TaskRef, SpawnError> {
         let needed = size_of::<Stage<F>>();
         if needed > SIZE {
@@ -146,6 +148,7 @@ impl<const SIZE: usize> TaskStorage<SIZE> {
                 static_vtable::<F, SIZE>(),
                 core,
                 stage.cast::<()>(),
+                local,
             ));
             Ok(TaskRef(NonNull::new_unchecked(header)))
         }
@@ -233,9 +236,14 @@ mod boxed {
         drop(unsafe { Box::from_raw(header.as_ptr().cast::<TaskCell<F>>()) });
     }
 
-    pub(crate) fn spawn_boxed<F: Future + 'static>(core: &'static Core, future: F) -> TaskRef {
+    /// Boxes `future` as a task (a [`LOCAL`](super::raw::LOCAL) one if `local`).
+    pub(crate) fn spawn_boxed<F: Future + 'static>(
+        core: &'static Core,
+        future: F,
+        local: bool,
+    ) -> TaskRef {
         let cell = Box::into_raw(Box::new(TaskCell {
-            header: Header::new(&BoxVTable::<F>::VTABLE, core, core::ptr::null_mut()),
+            header: Header::new(&BoxVTable::<F>::VTABLE, core, core::ptr::null_mut(), local),
             stage: UnsafeCell::new(Stage::Running(future)),
         }));
         // SAFETY: `cell` is a fresh, unique allocation; the stage pointer stays valid as long

@@ -326,3 +326,112 @@ fn run_until_idle_inside_a_task_runs_the_others() {
     assert!(outer.is_finished());
     assert_eq!(ran.load(SeqCst), 1);
 }
+
+/// Records the thread that drops it.
+struct DropWitness(Arc<Mutex<Option<std::thread::ThreadId>>>);
+
+impl Drop for DropWitness {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() = Some(std::thread::current().id());
+    }
+}
+
+#[test]
+fn local_tasks_run_futures_that_are_not_send() {
+    static SLOT: TaskStorage<256> = TaskStorage::new();
+    let (_, exec) = virtual_executor();
+    let local = exec.local_spawner();
+    let shared = std::rc::Rc::new(core::cell::Cell::new(0));
+    let boxed = local.spawn({
+        let shared = shared.clone();
+        async move {
+            shared.set(shared.get() + 1);
+            shared.get()
+        }
+    });
+    let in_slot = local
+        .spawn_in(&SLOT, {
+            let shared = shared.clone();
+            async move {
+                shared.set(shared.get() + 10);
+            }
+        })
+        .unwrap();
+    exec.block_on(async move {
+        in_slot.await;
+        boxed.await;
+    });
+    assert_eq!(shared.get(), 11);
+    // Completed and joined: the local reference is gone with the rest, the slot is free.
+    assert!(!SLOT.is_claimed());
+    assert_eq!(std::rc::Rc::strong_count(&shared), 1);
+}
+
+#[test]
+fn a_local_task_polled_on_another_thread_panics_before_its_future_runs() {
+    let (_, exec) = virtual_executor();
+    let polled = Arc::new(AtomicUsize::new(0));
+    let p = polled.clone();
+    let h = exec.local_spawner().spawn(async move {
+        p.fetch_add(1, SeqCst);
+    });
+    let r = std::thread::spawn(move || exec.run_until_idle()).join();
+    assert!(r.is_err(), "the foreign loop must refuse the local task");
+    assert_eq!(polled.load(SeqCst), 0);
+    drop(h);
+}
+
+#[test]
+fn another_thread_cannot_take_the_local_binding() {
+    let (_, exec) = virtual_executor();
+    let _mine = exec.local_spawner();
+    let r = std::thread::spawn(move || {
+        let _ = exec.local_spawner();
+    })
+    .join();
+    assert!(r.is_err());
+    // The owner may take it again.
+    let _again = exec.local_spawner();
+}
+
+#[test]
+fn a_local_task_is_never_dropped_by_a_foreign_waker() {
+    let (_, exec) = virtual_executor();
+    let dropped_on = Arc::new(Mutex::new(None));
+    let witness = DropWitness(dropped_on.clone());
+    let stash: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+    let s = stash.clone();
+    // Detached, pending for ever once its waker is gone: a plain task would be freed (and its
+    // future dropped) by whoever drops the last waker.
+    drop(exec.local_spawner().spawn(core::future::poll_fn(move |cx| {
+        let _keep = &witness;
+        *s.lock().unwrap() = Some(cx.waker().clone());
+        Poll::<()>::Pending
+    })));
+    exec.run_until_idle();
+    let waker = stash.lock().unwrap().take().unwrap();
+    std::thread::spawn(move || drop(waker)).join().unwrap();
+    assert_eq!(*dropped_on.lock().unwrap(), None);
+}
+
+#[test]
+fn a_local_task_woken_from_another_thread_runs_on_the_owner() {
+    let (_, exec) = virtual_executor();
+    let polls_on: Arc<Mutex<Vec<std::thread::ThreadId>>> = Arc::new(Mutex::new(Vec::new()));
+    let stash: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+    let (p, s) = (polls_on.clone(), stash.clone());
+    let h = exec.local_spawner().spawn(core::future::poll_fn(move |cx| {
+        p.lock().unwrap().push(std::thread::current().id());
+        if p.lock().unwrap().len() == 2 {
+            return Poll::Ready(());
+        }
+        *s.lock().unwrap() = Some(cx.waker().clone());
+        Poll::Pending
+    }));
+    exec.run_until_idle();
+    let waker = stash.lock().unwrap().take().unwrap();
+    std::thread::spawn(move || waker.wake()).join().unwrap();
+    exec.block_on(h);
+    let me = std::thread::current().id();
+    assert_eq!(*polls_on.lock().unwrap(), [me, me]);
+}

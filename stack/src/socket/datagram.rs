@@ -977,7 +977,7 @@ impl DatagramSocket {
 
 impl Drop for DatagramSocket {
     fn drop(&mut self) {
-        // The entry (and every queued datagram's slot) is dropped after the lock is released.
+        // The entry (and every queued datagram's slot) is dropped after the state is released.
         let entry = self.stack.with(|st| {
             st.zc.bound -= 1;
             st.zc.entries[self.index].take()

@@ -267,7 +267,7 @@ impl DnsSocket {
                     ) => DnsError::InvalidName,
                     DnsStartError::NoFreePort => DnsError::Failed,
                 })?;
-            // Under the stack lock, so the check above and this count never race.
+            // With the state borrowed, so the check above and this count never race.
             self.in_flight.fetch_add(1, Ordering::Relaxed);
             st.signal_egress();
             Ok(q)

@@ -1,6 +1,6 @@
 //! Sockets over the stack.
 //!
-//! Every socket operation takes the stack lock for one bounded step through
+//! Every socket operation borrows the stack's state for one bounded step through
 //! [`State::with_socket`](crate::stack::State::with_socket), which lends the operation its own
 //! smoltcp socket and a [`SocketCx`] (the rest of the state an operation may need, borrowed
 //! apart from the socket set so that no two `&mut` ever alias), or, for TCP,

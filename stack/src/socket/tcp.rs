@@ -218,7 +218,7 @@ pub(crate) fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<TcpHandle,
 }
 
 /// The stack and a socket's handle: what a socket and both its halves share. Every operation
-/// takes the stack lock for one bounded step.
+/// borrows the stack's state for one bounded step.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Conn {
     pub(crate) stack: Stack,
@@ -242,7 +242,7 @@ impl Conn {
         }
     }
 
-    /// Polls for received data: once there is some, `take` (called once, under the stack lock,
+    /// Polls for received data: once there is some, `take` (called once, with the state borrowed,
     /// with the connection and its place's generation) consumes it. `Ok(None)` is end of
     /// stream.
     fn poll_recv<R>(
@@ -510,7 +510,7 @@ impl TcpSocket {
 
     /// The connection's statistics: bytes and segments sent and received, retransmissions,
     /// round-trip time, windows (see [`TcpStats`], which also says when the counters start
-    /// from zero). A snapshot, taken under the stack lock.
+    /// from zero). A snapshot, taken with the state borrowed.
     pub fn stats(&self) -> TcpStats {
         self.conn.stats()
     }

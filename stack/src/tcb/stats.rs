@@ -11,7 +11,7 @@ use super::state::State;
 /// counters of Linux's `struct tcp_info`.
 ///
 /// The connection updates them where it already does the work: a few integer additions per
-/// segment, under the stack lock, so they are exact. They start from zero when the socket
+/// segment, with the state borrowed, so they are exact. They start from zero when the socket
 /// connects or listens.
 ///
 /// Payload bytes are TCP payload only (no headers); SYN and FIN occupy sequence space but no

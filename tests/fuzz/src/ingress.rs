@@ -313,7 +313,7 @@ impl Harness {
         };
         let resources: &'static StackResources<SOCKETS> = StackResources::leak();
         let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
-        let spawner = exec.spawner();
+        let spawner = exec.local_spawner();
         runner.spawn(spawner);
 
         let mut listener = TcpListener::bind(stack, LISTEN_PORT, 4, tcp_buffers).expect("listener");

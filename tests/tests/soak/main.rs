@@ -269,12 +269,8 @@ impl Client {
 
 /// Runs `server` on the stack's executor until `stop` is set, then drops it (its listener
 /// with it); connection tasks it spawned run on until their clients are done.
-fn spawn_until(
-    net: &TapNet,
-    server: impl Future<Output = ()> + Send + 'static,
-    stop: Arc<AtomicBool>,
-) {
-    net.exec.spawner().spawn(async move {
+fn spawn_until(net: &TapNet, server: impl Future<Output = ()> + 'static, stop: Arc<AtomicBool>) {
+    net.exec.local_spawner().spawn(async move {
         let stopped = async {
             while !stop.load(Relaxed) {
                 sleep(Duration::from_millis(100)).await;
@@ -567,14 +563,22 @@ fn soak_http_echo_udp_and_ping_over_tap() {
     };
     let http_server = HttpServer::bind(net.stack, http_config).expect("bind port 80");
     let http_stats = http_server.stats();
-    spawn_until(&net, http_server.run(net.exec.spawner()), stop.clone());
+    spawn_until(
+        &net,
+        http_server.run(net.exec.local_spawner()),
+        stop.clone(),
+    );
     let echo_config = EchoConfig {
         udp: UdpEcho::ZeroCopy { queue: 32 },
         ..EchoConfig::default()
     };
     let echo_server = EchoServer::bind(net.stack, echo_config).expect("bind port 7");
     let echo_stats = echo_server.stats();
-    spawn_until(&net, echo_server.run(net.exec.spawner()), stop.clone());
+    spawn_until(
+        &net,
+        echo_server.run(net.exec.local_spawner()),
+        stop.clone(),
+    );
 
     // The load.
     let addr = ZCNET_ADDR.to_string();
