@@ -22,6 +22,7 @@
 //! input: [`FramePool::audit`] passes and no slot is unaccounted for, and the stack still
 //! answers a ping and still acknowledges data on an established connection.
 
+use std::cell::{RefCell, RefMut};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -241,14 +242,15 @@ async fn serve(mut s: TcpSocket, zero_copy: bool) {
     s.close();
 }
 
-static HARNESS: OnceLock<Mutex<Harness>> = OnceLock::new();
+std::thread_local! {
+    /// The harness: a stack belongs to the thread it was built on (libFuzzer runs every input
+    /// on one thread), so it lives in a thread-local, leaked for `'static`.
+    static HARNESS: &'static RefCell<Harness> = Box::leak(Box::new(RefCell::new(Harness::new())));
+}
 
-/// The process's harness, built on first use.
-pub fn harness() -> MutexGuard<'static, Harness> {
-    HARNESS
-        .get_or_init(|| Mutex::new(Harness::new()))
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+/// The calling thread's harness, built on first use.
+pub fn harness() -> RefMut<'static, Harness> {
+    HARNESS.with(|h| *h).borrow_mut()
 }
 
 /// Runs one fuzz input against the process's stack (the target's whole body). With the

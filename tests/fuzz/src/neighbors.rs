@@ -11,7 +11,7 @@
 //! every waiting send is detached and the clock moved past the give-up time: nothing stays
 //! held, and the pool holds only the stack's scratch slot.
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::cell::{RefCell, RefMut};
 use std::task::{Context, Poll};
 
 use zcnet_buffer::{
@@ -82,43 +82,49 @@ struct Target {
     now: u64,
 }
 
-fn target() -> MutexGuard<'static, Target> {
-    static T: OnceLock<Mutex<Target>> = OnceLock::new();
-    T.get_or_init(|| {
-        let exec = Executor::leak(VirtualClock::leak());
-        let pool = FramePool::leak(PoolConfig::new(SLOTS)).expect("pool");
-        let driver: &'static mut NullDriver = Box::leak(Box::new(NullDriver(pool)));
-        let config = Config {
-            ipv4: Ipv4Config::Static(StaticV4 {
-                address: Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24),
-                gateway: Some(Ipv4Address::new(10, 0, 0, 1)),
-            }),
-            ipv6: Some(StaticV6 {
-                address: Ipv6Cidr::new(Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2), 64),
-                gateway: None,
-            }),
-            ipv6_link_local: true,
-            ..Config::default()
-        };
-        let resources: &'static StackResources<4> = Box::leak(Box::new(StackResources::new()));
-        // The runner is never run: the probe stands in for its tasks.
-        let (stack, _runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
-        let any = DatagramSocket::bind(stack, 7u16, DatagramQueue::with_capacity(4)).unwrap();
-        let one = DatagramSocket::bind(
-            stack,
-            (IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 2)), 9u16),
-            DatagramQueue::with_capacity(4),
-        )
-        .unwrap();
-        std::mem::forget((any, one));
-        Mutex::new(Target {
-            probe: Probe::new(stack),
-            pool,
-            now: 0,
-        })
-    })
-    .lock()
-    .unwrap_or_else(|e| e.into_inner())
+std::thread_local! {
+    /// The probe's stack belongs to the thread it was built on (libFuzzer runs every input on
+    /// one thread), so the target lives in a thread-local, leaked for `'static`.
+    static T: &'static RefCell<Target> = Box::leak(Box::new(RefCell::new(new_target())));
+}
+
+fn target() -> RefMut<'static, Target> {
+    T.with(|t| *t).borrow_mut()
+}
+
+/// The probe's stack, its pool and two bound datagram sockets.
+fn new_target() -> Target {
+    let exec = Executor::leak(VirtualClock::leak());
+    let pool = FramePool::leak(PoolConfig::new(SLOTS)).expect("pool");
+    let driver: &'static mut NullDriver = Box::leak(Box::new(NullDriver(pool)));
+    let config = Config {
+        ipv4: Ipv4Config::Static(StaticV4 {
+            address: Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24),
+            gateway: Some(Ipv4Address::new(10, 0, 0, 1)),
+        }),
+        ipv6: Some(StaticV6 {
+            address: Ipv6Cidr::new(Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2), 64),
+            gateway: None,
+        }),
+        ipv6_link_local: true,
+        ..Config::default()
+    };
+    let resources: &'static StackResources<4> = Box::leak(Box::new(StackResources::new()));
+    // The runner is never run: the probe stands in for its tasks.
+    let (stack, _runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
+    let any = DatagramSocket::bind(stack, 7u16, DatagramQueue::with_capacity(4)).unwrap();
+    let one = DatagramSocket::bind(
+        stack,
+        (IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 2)), 9u16),
+        DatagramQueue::with_capacity(4),
+    )
+    .unwrap();
+    std::mem::forget((any, one));
+    Target {
+        probe: Probe::new(stack),
+        pool,
+        now: 0,
+    }
 }
 
 /// A next hop: one of a few on-link addresses (so inputs meet the same ones again), or any.
