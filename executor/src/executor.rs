@@ -21,7 +21,9 @@ use core::time::Duration;
 use crate::platform::{Instant, Platform};
 use crate::run_queue::{Batch, Notify, RunQueue};
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering::*};
-use crate::task::{header_from_waker, task_waker, JoinHandle, SpawnError, TaskRef, TaskStorage};
+use crate::task::{
+    header_from_waker, task_waker, Header, JoinHandle, SpawnError, Start, TaskRef, TaskStorage,
+};
 use crate::time::wheel::Wheel;
 use crate::time::{Sleep, Timeout};
 
@@ -157,6 +159,65 @@ pub struct Executor {
     /// [`Executor::local_spawner_unchecked`] vouches for it). Written once; outside loom's model.
     #[cfg_attr(not(feature = "std"), allow(dead_code))]
     local_owner: core::sync::atomic::AtomicU64,
+    /// Without `std`: a local spawner was taken ([`Executor::local_spawner_unchecked`]), whose
+    /// caller vouched that the loop runs in one context; the local run queue is used from then
+    /// on. Written once; outside loom's model.
+    #[cfg_attr(feature = "std", allow(dead_code))]
+    local_declared: core::sync::atomic::AtomicBool,
+    /// Local tasks scheduled from the owning context ([`LocalSpawner::wake`]): no locked
+    /// instruction. Touched only in that context (see [`Executor::owns_local`]).
+    local: LocalQueue,
+}
+
+/// A FIFO of local tasks, linked through `Header::local_next`, with `Header::local_queued`
+/// keeping a task in it at most once. Only the context that owns the executor's local tasks
+/// touches it: pushes come from a [`LocalSpawner`] (which exists only there), and the loop
+/// takes from it only after [`Executor::owns_local`] said it runs there. A task in it is kept
+/// alive by the executor's local reference (see the task module's `LOCAL`), not by QUEUED, so
+/// it may sit in the lock-free run queue at the same time (a foreign wake): it is then polled
+/// once from each, which a future must tolerate like any spurious poll.
+struct LocalQueue {
+    head: core::cell::Cell<*mut Header>,
+    tail: core::cell::Cell<*mut Header>,
+}
+
+// SAFETY: the cells are read and written only in the context that owns the executor's local
+// tasks (see the type's docs), never from two contexts.
+unsafe impl Sync for LocalQueue {}
+
+impl LocalQueue {
+    const fn new() -> Self {
+        Self {
+            head: core::cell::Cell::new(core::ptr::null_mut()),
+            tail: core::cell::Cell::new(core::ptr::null_mut()),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.head.get().is_null()
+    }
+
+    /// Appends `task` unless it is queued already or complete. No locked instruction.
+    fn push(&self, task: TaskRef) {
+        let h = task.header();
+        if h.local_queued.get() || h.state.load(Relaxed) & crate::task::COMPLETE != 0 {
+            return;
+        }
+        h.local_queued.set(true);
+        h.local_next.set(core::ptr::null_mut());
+        let node = task.0.as_ptr();
+        match core::ptr::NonNull::new(self.tail.get()) {
+            None => self.head.set(node),
+            Some(tail) => TaskRef(tail).header().local_next.set(node),
+        }
+        self.tail.set(node);
+    }
+
+    /// Takes every queued task, oldest first; tasks queued meanwhile wait for the next take.
+    fn take(&self) -> *mut Header {
+        self.tail.set(core::ptr::null_mut());
+        self.head.replace(core::ptr::null_mut())
+    }
 }
 
 impl fmt::Debug for Executor {
@@ -390,6 +451,8 @@ impl Executor {
             timers_fired: Counter::new(),
             signals: Counter::new(),
             local_owner: core::sync::atomic::AtomicU64::new(0),
+            local_declared: core::sync::atomic::AtomicBool::new(false),
+            local: LocalQueue::new(),
         }
     }
 
@@ -412,6 +475,8 @@ impl Executor {
             timers_fired: Counter::new(),
             signals: Counter::new(),
             local_owner: core::sync::atomic::AtomicU64::new(0),
+            local_declared: core::sync::atomic::AtomicBool::new(false),
+            local: LocalQueue::new(),
         }
     }
 
@@ -478,6 +543,7 @@ impl Executor {
     /// core and thread of control, never from an interrupt handler, never from two cores.
     /// A kernel that runs its one executor from its main loop on one core meets this.
     pub unsafe fn local_spawner_unchecked(&'static self) -> LocalSpawner {
+        self.local_declared.store(true, Relaxed);
         #[cfg(feature = "std")]
         {
             let _ = self
@@ -512,6 +578,60 @@ impl Executor {
         let task = crate::task::spawn_boxed(self, future, local);
         self.enqueue(task);
         JoinHandle::new(task)
+    }
+
+    /// Whether the calling context owns this executor's local tasks, and so may use the local
+    /// run queue: with `std`, the thread bound by the first local spawner; without, any
+    /// context once [`local_spawner_unchecked`](Self::local_spawner_unchecked) was called
+    /// (its caller vouched that only one context runs the loop). No locked instruction.
+    #[inline]
+    fn owns_local(&self) -> bool {
+        #[cfg(feature = "std")]
+        {
+            let owner = self.local_owner.load(Relaxed);
+            owner != 0 && owner == thread_id::current()
+        }
+        #[cfg(not(feature = "std"))]
+        {
+            self.local_declared.load(Relaxed)
+        }
+    }
+
+    /// Whether the local run queue has tasks; `owns` is what [`owns_local`](Self::owns_local)
+    /// said (the queue is not looked at otherwise).
+    #[inline]
+    fn local_work(&self, owns: bool) -> bool {
+        owns && !self.local.is_empty()
+    }
+
+    /// Polls every task in the local run queue once (tasks scheduled locally meanwhile wait
+    /// for the next call); returns the number of polls. Only in the owning context.
+    fn poll_local(&self) -> u64 {
+        let mut next = self.local.take();
+        let mut polls = 0;
+        while let Some(node) = core::ptr::NonNull::new(next) {
+            let task = TaskRef(node);
+            let h = task.header();
+            next = h.local_next.get();
+            h.local_queued.set(false);
+            if h.state.load(Acquire) & crate::task::COMPLETE != 0 {
+                // Completed (polled from the run queue) while it waited here: the local
+                // reference was kept for this queue; let go of it now.
+                // SAFETY: owning context, complete, local reference held, no longer queued.
+                unsafe { task.release_local_ref() };
+                continue;
+            }
+            let waker = task_waker(task);
+            let mut cx = Context::from_waker(&waker);
+            polls += 1;
+            // SAFETY: local tasks are polled only in the owning context (this one), one poll
+            // at a time, and the local reference keeps the task alive; it is not complete.
+            if let Poll::Ready(()) = unsafe { task.poll(&mut cx) } {
+                // SAFETY: the poll from the local queue returned `Ready`; not used again.
+                unsafe { task.complete_local() };
+            }
+        }
+        polls
     }
 
     /// Before a local task's poll: with `std`, panics unless the calling thread owns the
@@ -622,8 +742,9 @@ impl Executor {
     /// a task of the same executor, or while another thread runs it; the [`stats`](Self::stats)
     /// are exact only while one thread at a time runs the executor.
     pub fn run_until_idle(&'static self) -> u64 {
+        let local = self.owns_local();
         let mut batch = self.queue.take_tasks();
-        if batch.is_empty() && !self.timers_due() {
+        if batch.is_empty() && !self.timers_due() && !self.local_work(local) {
             return 0;
         }
         let _record = ThreadRecord(running::enter(self));
@@ -633,9 +754,12 @@ impl Executor {
                 self.poll_task(task);
                 polls += 1;
             }
+            if local {
+                polls += self.poll_local();
+            }
             self.fire_timers();
             batch = self.queue.take_tasks();
-            if batch.is_empty() && !self.timers_due() {
+            if batch.is_empty() && !self.timers_due() && !self.local_work(local) {
                 self.polls.add_single_writer(polls);
                 return polls;
             }
@@ -660,8 +784,15 @@ impl Executor {
     fn turn(&'static self) -> bool {
         let (batch, mut main_woken) = self.queue.take_all();
         self.poll_batch(batch);
+        let local = self.owns_local();
+        if local {
+            let polls = self.poll_local();
+            self.polls.add_single_writer(polls);
+        }
         self.fire_timers();
-        if main_woken || self.queue.has_work() {
+        // The local queue fills only from this context, so an empty one stays empty while the
+        // loop waits below.
+        if main_woken || self.queue.has_work() || self.local_work(local) {
             self.poll_events_now_and_then();
             return main_woken;
         }
@@ -697,8 +828,15 @@ impl Executor {
 
     /// Polls a task taken from the run queue. The caller counts the poll in `polls`.
     fn poll_task(&self, task: TaskRef) {
-        if task.start_poll() {
-            self.check_local_owner();
+        match task.start_poll() {
+            Start::Poll { local: false } => {}
+            Start::Poll { local: true } => self.check_local_owner(),
+            Start::Completed => {
+                // SAFETY: we took it from the run queue and it completed meanwhile (a local
+                // task polled from the local queue); not used again.
+                unsafe { task.release_hold() };
+                return;
+            }
         }
         let waker = task_waker(task);
         let mut cx = Context::from_waker(&waker);
@@ -942,6 +1080,23 @@ impl LocalSpawner {
     /// A [`Spawner`] for the same executor, for `Send` tasks and other threads.
     pub fn spawner(&self) -> Spawner {
         Spawner { exec: self.exec }
+    }
+
+    /// Wakes `waker` like `waker.wake_by_ref()`, but without a locked instruction when it is
+    /// the waker of a local task of this executor: the task goes on the executor's local run
+    /// queue, which only this context touches. Any other waker is woken as usual.
+    ///
+    /// For code that already lives in the executor's context (a zcnet stack waking its own
+    /// tasks): a `LocalSpawner` exists only there, and an interrupt handler never has one.
+    #[inline]
+    pub fn wake(&self, waker: &Waker) {
+        if let Some(task) = header_from_waker(waker) {
+            if task.header().local && core::ptr::eq(task.core(), self.exec) {
+                self.exec.local.push(task);
+                return;
+            }
+        }
+        waker.wake_by_ref();
     }
 
     /// Spawns `future` into a `static` slot; errors if the slot is in use or too small.

@@ -353,6 +353,43 @@ fn local_task_completes_while_a_foreign_thread_drops_its_last_waker() {
     });
 }
 
+/// A local schedule (`LocalSpawner::wake`, the local run queue) and a foreign wake (the
+/// lock-free run queue) of the same task race: whatever the interleaving, the task is polled
+/// to completion, is never polled after it completed, and is freed exactly once, by the
+/// queue that lets go of it last (a leak of the Arc its future holds, or a double free, fails
+/// the model; a poll of a completed task trips the stage's `unreachable!`).
+#[test]
+fn local_schedule_vs_foreign_wake_of_the_same_task() {
+    loom::model(|| {
+        let m = Model::new();
+        let slot: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+        let s = slot.clone();
+        let keep = Arc::new(());
+        let polls = Arc::new(AtomicUsize::new(0));
+        let p = polls.clone();
+        // SAFETY: only this model's main thread runs the executor's loop.
+        let local = unsafe { m.exec.local_spawner_unchecked() };
+        drop(local.spawn(poll_fn(move |cx| {
+            let _ = &keep;
+            if p.fetch_add(1, SeqCst) == 0 {
+                *s.lock().unwrap() = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            Poll::Ready(())
+        })));
+        m.exec.run_until_idle();
+        let w = slot.lock().unwrap().take().unwrap();
+        let w2 = w.clone();
+        let t = thread::spawn(move || w2.wake());
+        local.wake(&w);
+        drop(w);
+        m.exec.run_until_idle();
+        t.join().unwrap();
+        m.exec.run_until_idle();
+        assert_eq!(polls.load(SeqCst), 2);
+    });
+}
+
 /// A timer firing races the `Sleep` being dropped on another thread: the entry is unlinked
 /// exactly once and the waker, if taken, is woken safely after the Sleep is gone.
 #[test]

@@ -65,9 +65,14 @@ impl Runner {
 
     /// Spawns the three tasks on `spawner` (boxed; feature `alloc`). Without an allocator, run
     /// [`Runner::run`] in a task of your own.
+    ///
+    /// The stack keeps `spawner`: its signals to its own tasks and to the tasks that use its
+    /// sockets (egress has work, data arrived for a reader) then go through the executor's
+    /// local run queue, without a locked instruction.
     #[cfg(feature = "alloc")]
     pub fn spawn(self, spawner: zcnet_executor::LocalSpawner) {
         let s = self.stack;
+        s.with(|st| st.local = Some(spawner));
         drop(spawner.spawn(Self::ingress(s)));
         drop(spawner.spawn(Self::egress(s)));
         drop(spawner.spawn(Self::link(s)));
@@ -184,7 +189,7 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
     }
     if processed == budget {
         // More may be waiting: yield to other tasks, then continue.
-        cx.waker().wake_by_ref();
+        crate::stack::wake(st.local.as_ref(), cx.waker());
     }
     if processed == 0 {
         counters.idle_poll();

@@ -118,6 +118,22 @@ pub(crate) struct State {
     /// IPv4 identification of the next packet zcnet builds itself (TCP segments, zero-copy
     /// datagrams); smoltcp numbers its own packets.
     pub(crate) ipv4_ident: u16,
+    /// The executor's local spawner, given to [`Runner::spawn`](crate::Runner::spawn): with it
+    /// the stack's signals to its own tasks (egress, a socket's reader or writer) go through
+    /// the executor's local run queue, without a locked instruction ([`wake`]). `None`: every
+    /// wake takes the executor's lock-free path.
+    pub(crate) local: Option<zcnet_executor::LocalSpawner>,
+}
+
+/// Wakes `w`: through the executor's local run queue when `local` is given and `w` is one of
+/// its local tasks (no locked instruction), else as usual. The stack's state is reachable only
+/// in the executor's own context, so a `local` taken from it is always used there.
+#[inline]
+pub(crate) fn wake(local: Option<&zcnet_executor::LocalSpawner>, w: &Waker) {
+    match local {
+        Some(l) => l.wake(w),
+        None => w.wake_by_ref(),
+    }
 }
 
 impl State {
@@ -163,6 +179,7 @@ impl State {
         let mut cx = SocketCx {
             iface: &mut self.iface,
             egress_waker: self.egress_waker.as_ref(),
+            local: self.local,
         };
         f(sock, &mut cx)
     }
@@ -178,6 +195,7 @@ impl State {
         let mut cx = TcpCx {
             meta,
             egress_waker: self.egress_waker.as_ref(),
+            local: self.local,
         };
         f(tcb, &mut cx)
     }
@@ -394,7 +412,7 @@ impl State {
     /// Wakes the egress task: something was queued for it.
     pub(crate) fn signal_egress(&mut self) {
         if let Some(w) = &self.egress_waker {
-            w.wake_by_ref();
+            wake(self.local.as_ref(), w);
         }
     }
 
@@ -449,7 +467,7 @@ impl State {
                 if timer.poll(&mut Context::from_waker(waker)).is_ready() {
                     // Already due: egress goes round again.
                     self.egress_deadline = None;
-                    waker.wake_by_ref();
+                    wake(self.local.as_ref(), waker);
                 }
             }
             None => {
@@ -756,6 +774,7 @@ impl Stack {
             neighbors: crate::neighbor::Neighbors::new(),
             link: crate::link::Link::new(),
             ipv4_ident: 1,
+            local: None,
         };
         state.iface.update_ip_addrs(|addrs| {
             if let Ipv4Config::Static(v4) = config.ipv4 {
@@ -853,13 +872,15 @@ impl Stack {
 pub(crate) struct TcpCx<'a> {
     pub(crate) meta: &'a mut TcpMeta,
     pub(crate) egress_waker: Option<&'a Waker>,
+    /// [`State::local`], for the wakes the operation makes and the wakers it registers.
+    pub(crate) local: Option<zcnet_executor::LocalSpawner>,
 }
 
 impl TcpCx<'_> {
     /// Wakes the egress task: the operation queued work for it.
     pub(crate) fn signal_egress(&self) {
         if let Some(w) = self.egress_waker {
-            w.wake_by_ref();
+            wake(self.local.as_ref(), w);
         }
     }
 }

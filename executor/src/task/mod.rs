@@ -8,7 +8,7 @@
 //! word, `Header::state`:
 //!
 //! ```text
-//!  | reference count (bits 6..) | JOIN_WAKER | JOIN_INTEREST | COMPLETE | NOTIFIED | QUEUED |
+//!  | reference count (bits 6..) | LOCAL | JOIN_WAKER | JOIN_INTEREST | COMPLETE | NOTIFIED | QUEUED |
 //! ```
 //!
 //! * **QUEUED**: the executor holds the task: it is in the run queue, or being polled. Set by
@@ -29,11 +29,20 @@
 //!   not a count, so a wake and a poll touch no count. Whoever leaves the task with no
 //!   reference and QUEUED clear deallocates it: a boxed task is freed, a static slot becomes
 //!   free for reuse. A pending task that nothing can wake any more is dropped at that point
-//!   too.
+//!   too (a local task only once it completes: see LOCAL).
+//! * **LOCAL**: the executor's own reference to a task spawned by a `LocalSpawner` is held (one
+//!   count in the reference bits). Taken at spawn, let go once the task has completed and is not
+//!   in the local run queue, so a local task is never freed, and its future never dropped, by a
+//!   waker or join handle let go in another context.
+//! * **The local run queue** (the executor's `LocalQueue`): `Header::local_queued` and
+//!   `Header::local_next`, plain cells read and written only in the context that owns the
+//!   executor's local tasks. It holds no QUEUED bit: a locally queued task stays alive through
+//!   LOCAL, may be in the lock-free run queue too, and is then polled once from each.
 //!
 //! Locked instructions on the hot path: a wake of an idle task is one compare-exchange and a
-//! push; the executor's poll is a load at its start and one compare-exchange at its end. A wake
-//! of a task already queued and notified is a load.
+//! push; the executor's poll from the run queue is a load at its start and one locked
+//! subtraction at its end. A local schedule (`LocalSpawner::wake`) and a poll from the local run
+//! queue take none.
 
 mod join;
 mod raw;
@@ -41,7 +50,7 @@ mod storage;
 mod waker;
 
 pub use join::JoinHandle;
-pub(crate) use raw::{Header, TaskRef};
+pub(crate) use raw::{Header, Start, TaskRef, COMPLETE};
 #[cfg(feature = "alloc")]
 pub(crate) use storage::spawn_boxed;
 pub use storage::{SpawnError, TaskStorage, STORAGE_ALIGN};

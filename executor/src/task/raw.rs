@@ -1,6 +1,6 @@
 //! The task header, its state word, and the transitions on it (see the module docs of `task`).
 
-use core::cell::UnsafeCell;
+use core::cell::{Cell, UnsafeCell};
 use core::future::Future;
 use core::pin::Pin;
 use core::ptr::NonNull;
@@ -14,11 +14,13 @@ pub(crate) const NOTIFIED: usize = 1 << 1;
 pub(crate) const COMPLETE: usize = 1 << 2;
 pub(crate) const JOIN_INTEREST: usize = 1 << 3;
 pub(crate) const JOIN_WAKER: usize = 1 << 4;
-/// A task spawned by a [`LocalSpawner`](crate::LocalSpawner): its future need not be `Send`.
-/// Until it completes, the executor holds one reference of its own (see [`Header::new`]), so
-/// the task is never freed, and its future never dropped, by a waker or join handle let go
-/// on another thread; only the executor's loop, on the context that owns the executor's
-/// local tasks, polls or drops the future.
+/// The executor's local reference to a task spawned by a [`LocalSpawner`](crate::LocalSpawner)
+/// (whose future need not be `Send`) is held. It is taken at spawn and let go once the task
+/// has completed and is not in the local run queue, so until then the task is never freed,
+/// and its future never dropped, by a waker or join handle let go on another thread; only the
+/// executor's loop, in the context that owns the executor's local tasks, polls or drops the
+/// future. The local reference is also what keeps a task alive while it sits in the local
+/// run queue, which holds no QUEUED bit.
 pub(crate) const LOCAL: usize = 1 << 5;
 const REF_SHIFT: u32 = 6;
 pub(crate) const REF_ONE: usize = 1 << REF_SHIFT;
@@ -70,6 +72,13 @@ pub(crate) struct Header {
     pub(crate) join_waker: UnsafeCell<Option<Waker>>,
     /// The stage (`Stage<F>`), in the same allocation or static slot as the header.
     pub(crate) stage: *mut (),
+    /// Spawned by a `LocalSpawner` (never changes).
+    pub(crate) local: bool,
+    /// In the executor's local run queue (see `LocalQueue`). Read and written only in the
+    /// context that owns the executor's local tasks.
+    pub(crate) local_queued: Cell<bool>,
+    /// The local run queue's link; same rule as `local_queued`.
+    pub(crate) local_next: Cell<*mut Header>,
 }
 
 impl Header {
@@ -94,8 +103,23 @@ impl Header {
             core,
             join_waker: UnsafeCell::new(None),
             stage,
+            local,
+            local_queued: Cell::new(false),
+            local_next: Cell::new(core::ptr::null_mut()),
         }
     }
+}
+
+/// What the executor does with a task it took from the run queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Poll it (a local task's poll checks the owning context first).
+    Poll {
+        /// Spawned by a `LocalSpawner`.
+        local: bool,
+    },
+    /// A local task that completed while queued: let go of it, do not poll.
+    Completed,
 }
 
 /// A counted or borrowed pointer to a task header; all state transitions live here.
@@ -225,18 +249,96 @@ impl TaskRef {
     /// The executor starts a poll of a task it took from the run queue (QUEUED, which it keeps
     /// through the poll). A wake that arrived while the task was queued is covered by this
     /// poll: its NOTIFIED is cleared. Usually no locked instruction at all (a load). Returns
-    /// whether the task is [`LOCAL`].
-    pub(crate) fn start_poll(self) -> bool {
+    /// what the executor must do with it.
+    ///
+    /// A local task may have completed in a poll from the local run queue while it sat in
+    /// this queue ([`Start::Completed`]): the executor then lets go of it
+    /// ([`release_hold`](Self::release_hold)) without polling.
+    pub(crate) fn start_poll(self) -> Start {
         let state = &self.header().state;
         let cur = state.load(Acquire);
         debug_assert!(
-            cur & QUEUED != 0 && cur & COMPLETE == 0,
-            "zcnet-executor: polled a task that is not queued, or complete"
+            cur & QUEUED != 0,
+            "zcnet-executor: polled a task that is not queued"
         );
+        if cur & COMPLETE != 0 {
+            debug_assert!(
+                self.header().local,
+                "only a local task completes while queued"
+            );
+            return Start::Completed;
+        }
         if cur & NOTIFIED != 0 {
             state.fetch_and(!NOTIFIED, AcqRel);
         }
-        cur & LOCAL != 0
+        Start::Poll {
+            local: self.header().local,
+        }
+    }
+
+    /// The executor lets go of a task it took from the run queue that had completed meanwhile
+    /// (see [`start_poll`](Self::start_poll)), freeing it if nothing else refers to it.
+    ///
+    /// # Safety
+    ///
+    /// Only the executor, for a task `start_poll` found completed; it must not use `self`
+    /// afterwards.
+    pub(crate) unsafe fn release_hold(self) {
+        let prev = self.header().state.fetch_and(!HELD, AcqRel);
+        if unreachable(prev & !HELD) {
+            // SAFETY: no reference left, and we just let go of the task.
+            unsafe { self.dealloc() };
+        }
+    }
+
+    /// Lets go of the executor's local reference (see [`LOCAL`]), freeing the task if that
+    /// made it unreachable.
+    ///
+    /// # Safety
+    ///
+    /// Only the executor, in the context that owns its local tasks, for a complete local task
+    /// that holds its local reference and is not in the local run queue; it must not use
+    /// `self` afterwards.
+    pub(crate) unsafe fn release_local_ref(self) {
+        let prev = self.header().state.fetch_sub(REF_ONE | LOCAL, AcqRel);
+        debug_assert!(
+            prev & LOCAL != 0 && prev & COMPLETE != 0,
+            "zcnet-executor: local reference released twice, or early"
+        );
+        if unreachable(prev - (REF_ONE | LOCAL)) {
+            // SAFETY: that was the last reference and the executor does not hold the task.
+            unsafe { self.dealloc() };
+        }
+    }
+
+    /// A poll from the local run queue returned `Ready` (output stored): sets COMPLETE,
+    /// delivers the output to the join handle or drops it, wakes the join handle's waker, and
+    /// lets go of the local reference unless the task is back in the local run queue (a wake
+    /// during its last poll; that queue lets go of it then). QUEUED and NOTIFIED stay as they
+    /// are: if a foreign wake put the task in the run queue meanwhile, the executor lets go of
+    /// it when it takes it from there.
+    ///
+    /// # Safety
+    ///
+    /// Only the executor, in the context that owns its local tasks, right after a poll from
+    /// the local run queue that returned `Ready`; it must not use `self` afterwards.
+    #[inline(never)]
+    pub(crate) unsafe fn complete_local(self) {
+        // SAFETY: the executor polled the task in the owning context and is the only one
+        // touching the stage (local polls happen nowhere else).
+        let cur = unsafe { self.mark_complete(|cur| cur | COMPLETE) };
+        if cur & JOIN_WAKER != 0 {
+            // SAFETY: JOIN_WAKER was set when we set COMPLETE, so the join handle no longer
+            // writes the waker; the local reference keeps the task alive while we read it.
+            if let Some(w) = unsafe { &*self.header().join_waker.get() } {
+                w.wake_by_ref();
+            }
+        }
+        if !self.header().local_queued.get() {
+            // SAFETY: complete, the local reference is held (only this executor lets go of
+            // it, here or when the local queue takes the task), and not locally queued.
+            unsafe { self.release_local_ref() };
+        }
     }
 
     /// The poll returned `Pending`. If a wake arrived during it (NOTIFIED), the executor keeps
@@ -272,6 +374,32 @@ impl TaskRef {
         false
     }
 
+    /// Sets COMPLETE with one compare-exchange from the current state `cur` to `next(cur)`
+    /// (which must set COMPLETE), first dropping the output if no join handle exists; returns
+    /// the state the exchange replaced.
+    ///
+    /// # Safety
+    ///
+    /// The caller is the executor right after the task's last poll, the only one touching the
+    /// stage.
+    unsafe fn mark_complete(self, next: impl Fn(usize) -> usize) -> usize {
+        let state = &self.header().state;
+        let mut cur = state.load(Acquire);
+        let mut output_dropped = false;
+        loop {
+            if cur & JOIN_INTEREST == 0 && !output_dropped {
+                // SAFETY: no join handle exists (JOIN_INTEREST is never set again), and the
+                // caller is the only one touching the stage.
+                unsafe { (self.header().vtable.drop_stage)(self.0) };
+                output_dropped = true;
+            }
+            match state.compare_exchange_weak(cur, next(cur), AcqRel, Acquire) {
+                Ok(_) => return cur,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
     /// The poll returned `Ready` (output stored): sets COMPLETE, delivers the output to the join
     /// handle or drops it, wakes the join handle's waker, and lets go of the task (freeing it
     /// when nothing else refers to it). A [`LOCAL`] task's own reference goes in the same
@@ -283,38 +411,32 @@ impl TaskRef {
     /// not use `self` afterwards.
     #[inline(never)]
     pub(crate) unsafe fn complete(self) {
-        let state = &self.header().state;
-        let mut cur = state.load(Acquire);
-        let mut output_dropped = false;
-        loop {
-            if cur & JOIN_INTEREST == 0 && !output_dropped {
-                // SAFETY: no join handle exists (JOIN_INTEREST is never set again), and the
-                // executor, holding the task, is the only one touching the stage.
-                unsafe { (self.header().vtable.drop_stage)(self.0) };
-                output_dropped = true;
-            }
-            let join_waker = cur & JOIN_WAKER != 0;
+        let next_of = |cur: usize| {
             // The output is stored: the future is gone, so a local task's reference, which kept
-            // it from being dropped elsewhere, goes now.
-            let local_ref = if cur & LOCAL != 0 { REF_ONE } else { 0 };
+            // it from being dropped elsewhere, goes now, unless the task sits in the local run
+            // queue, which lets go of it when it takes the task (this runs in the owning
+            // context: local tasks are polled nowhere else).
+            let local_ref = if cur & LOCAL != 0 && !self.header().local_queued.get() {
+                REF_ONE | LOCAL
+            } else {
+                0
+            };
             // With a join waker to wake, the executor keeps the task (QUEUED) until it has
             // woken it: the join handle may free the task as soon as it sees COMPLETE.
-            let next = if join_waker {
-                (cur | COMPLETE) & !LOCAL
+            if cur & JOIN_WAKER != 0 {
+                (cur | COMPLETE) - local_ref
             } else {
-                (cur | COMPLETE) & !(HELD | LOCAL)
-            } - local_ref;
-            match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
-                Ok(_) if join_waker => break,
-                Ok(_) => {
-                    if unreachable(next) {
-                        // SAFETY: no reference left, and we just let go of the task.
-                        unsafe { self.dealloc() };
-                    }
-                    return;
-                }
-                Err(actual) => cur = actual,
+                ((cur | COMPLETE) & !HELD) - local_ref
             }
+        };
+        // SAFETY: the executor holds the task and is the only one touching the stage.
+        let cur = unsafe { self.mark_complete(next_of) };
+        if cur & JOIN_WAKER == 0 {
+            if unreachable(next_of(cur)) {
+                // SAFETY: no reference left, and we just let go of the task.
+                unsafe { self.dealloc() };
+            }
+            return;
         }
         // SAFETY: JOIN_WAKER was set when we set COMPLETE: the join handle no longer writes
         // the waker (it only writes while JOIN_WAKER is clear and the task not complete).
@@ -322,7 +444,7 @@ impl TaskRef {
         if let Some(w) = waker {
             w.wake_by_ref();
         }
-        let prev = state.fetch_and(!HELD, AcqRel);
+        let prev = self.header().state.fetch_and(!HELD, AcqRel);
         if unreachable(prev & !HELD) {
             // SAFETY: no reference left, and we just let go of the task.
             unsafe { self.dealloc() };

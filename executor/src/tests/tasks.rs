@@ -435,3 +435,122 @@ fn a_local_task_woken_from_another_thread_runs_on_the_owner() {
     let me = std::thread::current().id();
     assert_eq!(*polls_on.lock().unwrap(), [me, me]);
 }
+
+/// A future that counts its polls, leaves its waker in `stash` and is ready on poll `ready_at`.
+fn counted_until(
+    polls: Arc<AtomicUsize>,
+    stash: Arc<Mutex<Option<Waker>>>,
+    ready_at: usize,
+) -> impl core::future::Future<Output = usize> {
+    core::future::poll_fn(move |cx| {
+        let n = polls.fetch_add(1, SeqCst) + 1;
+        *stash.lock().unwrap() = Some(cx.waker().clone());
+        if n >= ready_at {
+            Poll::Ready(n)
+        } else {
+            Poll::Pending
+        }
+    })
+}
+
+#[test]
+fn a_local_wake_polls_the_task_from_the_local_queue() {
+    let (_, exec) = virtual_executor();
+    let local = exec.local_spawner();
+    let (polls, stash) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(None)));
+    let h = local.spawn(counted_until(polls.clone(), stash.clone(), 3));
+    exec.run_until_idle();
+    assert_eq!(polls.load(SeqCst), 1);
+    let w = stash.lock().unwrap().clone().unwrap();
+    // Twice before the loop runs: queued once, polled once.
+    local.wake(&w);
+    local.wake(&w);
+    assert_eq!(exec.run_until_idle(), 1);
+    assert_eq!(polls.load(SeqCst), 2);
+    // Nothing woke it: nothing to do.
+    assert_eq!(exec.run_until_idle(), 0);
+    local.wake(&w);
+    drop(w);
+    assert_eq!(exec.block_on(h), 3);
+}
+
+#[test]
+fn a_local_wake_during_the_poll_polls_again() {
+    let (_, exec) = virtual_executor();
+    let local = exec.local_spawner();
+    let polls = Arc::new(AtomicUsize::new(0));
+    let p = polls.clone();
+    let h = local.spawn(core::future::poll_fn(move |cx| {
+        if p.fetch_add(1, SeqCst) + 1 == 3 {
+            return Poll::Ready(());
+        }
+        local.wake(cx.waker());
+        Poll::Pending
+    }));
+    exec.block_on(h);
+    assert_eq!(polls.load(SeqCst), 3);
+}
+
+#[test]
+fn a_waker_of_another_kind_is_woken_as_usual() {
+    let (_, exec) = virtual_executor();
+    let local = exec.local_spawner();
+    let (polls, stash) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(None)));
+    // A `Send` task from the plain spawner: not local, so the run queue takes it.
+    let h = exec
+        .spawner()
+        .spawn(counted_until(polls.clone(), stash.clone(), 2));
+    exec.run_until_idle();
+    local.wake(&stash.lock().unwrap().take().unwrap());
+    assert_eq!(exec.block_on(h), 2);
+    // And a waker that is not a task's at all.
+    let (count, waker) = counting();
+    local.wake(&waker);
+    assert_eq!(count.load(SeqCst), 1);
+}
+
+#[test]
+fn local_and_foreign_wakes_of_one_task_free_it_once_whichever_completes_it() {
+    static SLOT: TaskStorage<256> = TaskStorage::new();
+    let (_, exec) = virtual_executor();
+    let local = exec.local_spawner();
+    // First: completed by a poll from the run queue while it waits in the local queue too.
+    // Then: completed by a poll from the local queue while a foreign wake has queued it in
+    // the run queue (the wake comes from another thread during that very poll).
+    for completes_in_local_queue in [false, true] {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let stash: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+        let keep = std::rc::Rc::new(());
+        let (k, p, st) = (keep.clone(), polls.clone(), stash.clone());
+        let h = local
+            .spawn_in(
+                &SLOT,
+                core::future::poll_fn(move |cx| {
+                    let _k = &k;
+                    if p.fetch_add(1, SeqCst) == 0 {
+                        *st.lock().unwrap() = Some(cx.waker().clone());
+                        return Poll::Pending;
+                    }
+                    if completes_in_local_queue {
+                        let w = cx.waker().clone();
+                        std::thread::spawn(move || w.wake()).join().unwrap();
+                    }
+                    Poll::Ready(())
+                }),
+            )
+            .unwrap();
+        drop(h);
+        exec.run_until_idle();
+        let w = stash.lock().unwrap().take().unwrap();
+        if !completes_in_local_queue {
+            let w2 = w.clone();
+            std::thread::spawn(move || w2.wake()).join().unwrap();
+        }
+        local.wake(&w);
+        drop(w);
+        exec.run_until_idle();
+        assert_eq!(polls.load(SeqCst), 2, "completed on its second poll");
+        assert_eq!(std::rc::Rc::strong_count(&keep), 1, "future dropped");
+        assert!(!SLOT.is_claimed(), "task freed, slot free again");
+    }
+}

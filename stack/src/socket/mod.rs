@@ -29,13 +29,15 @@ use smoltcp::iface::Interface;
 pub(crate) struct SocketCx<'a> {
     pub(crate) iface: &'a mut Interface,
     pub(crate) egress_waker: Option<&'a Waker>,
+    /// The stack's local spawner, if it has one (see `State::local`).
+    pub(crate) local: Option<zcnet_executor::LocalSpawner>,
 }
 
 impl SocketCx<'_> {
     /// Wakes the egress task: the operation queued work for it.
     pub(crate) fn signal_egress(&self) {
         if let Some(w) = self.egress_waker {
-            w.wake_by_ref();
+            crate::stack::wake(self.local.as_ref(), w);
         }
     }
 }

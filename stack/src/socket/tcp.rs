@@ -267,13 +267,13 @@ impl Conn {
                     return Poll::Ready(r);
                 }
                 if s.may_recv() {
-                    s.register_recv_waker(cx.waker());
+                    s.register_recv_waker(cx.waker(), st.local);
                     return Poll::Pending;
                 }
                 match s.recv(|_| (0, ())) {
                     Err(RecvError::Finished) => Poll::Ready(Ok(None)),
                     _ if matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) => {
-                        s.register_recv_waker(cx.waker());
+                        s.register_recv_waker(cx.waker(), st.local);
                         Poll::Pending
                     }
                     _ => Poll::Ready(Err(self.closed_error(st))),
@@ -346,7 +346,7 @@ impl Conn {
                     if !s.ensure_send_room(st.egress_waker) {
                         // The pool has no free slot: egress hears of the next one and wakes us.
                         s.note_send_starved();
-                        s.register_send_waker(cx.waker());
+                        s.register_send_waker(cx.waker(), st.local);
                         return Poll::Pending;
                     }
                     let f = f.take().expect("write polled after completion");
@@ -358,7 +358,7 @@ impl Conn {
                 }
                 if s.may_send() || matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) {
                     // Buffer full, or still connecting: wait.
-                    s.register_send_waker(cx.waker());
+                    s.register_send_waker(cx.waker(), st.local);
                     return Poll::Pending;
                 }
                 if st.meta.write_shut() {
@@ -384,7 +384,7 @@ impl Conn {
                 }
                 Poll::Pending => {
                     s.note_send_starved();
-                    s.register_send_waker(cx.waker());
+                    s.register_send_waker(cx.waker(), st.local);
                     Poll::Pending
                 }
             }
@@ -408,14 +408,14 @@ impl Conn {
                         }
                         Ok(Err(back)) => {
                             frame = Some(back);
-                            s.register_send_waker(cx.waker());
+                            s.register_send_waker(cx.waker(), st.local);
                             Poll::Pending
                         }
                         Err(_) => Poll::Ready(Err(TcpError::InvalidState)),
                     };
                 }
                 if matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) {
-                    s.register_send_waker(cx.waker());
+                    s.register_send_waker(cx.waker(), st.local);
                     return Poll::Pending;
                 }
                 if st.meta.write_shut() {
@@ -436,7 +436,7 @@ impl Conn {
                 if s.state() == TcpState::Closed {
                     return Poll::Ready(Err(self.closed_error(st)));
                 }
-                s.register_send_waker(cx.waker());
+                s.register_send_waker(cx.waker(), st.local);
                 Poll::Pending
             })
         })
@@ -547,7 +547,7 @@ impl TcpSocket {
         poll_fn(|cx| {
             self.with(|s, st| match s.state() {
                 TcpState::SynSent | TcpState::SynReceived => {
-                    s.register_send_waker(cx.waker());
+                    s.register_send_waker(cx.waker(), st.local);
                     Poll::Pending
                 }
                 TcpState::Closed => Poll::Ready(Err(match st.meta.cause() {
@@ -611,7 +611,7 @@ impl TcpSocket {
         poll_fn(|cx| {
             self.with(|s, st| match s.state() {
                 TcpState::Listen | TcpState::SynReceived => {
-                    s.register_recv_waker(cx.waker());
+                    s.register_recv_waker(cx.waker(), st.local);
                     Poll::Pending
                 }
                 TcpState::Closed => Poll::Ready(Err(self.conn.closed_error(st))),
@@ -744,10 +744,10 @@ impl TcpSocket {
     /// Waits until the socket is closed (both FINs exchanged and acknowledged, or reset).
     pub async fn closed(&mut self) {
         poll_fn(|cx| {
-            self.with(|s, _| match s.state() {
+            self.with(|s, st| match s.state() {
                 TcpState::Closed | TcpState::TimeWait => Poll::Ready(()),
                 _ => {
-                    s.register_recv_waker(cx.waker());
+                    s.register_recv_waker(cx.waker(), st.local);
                     Poll::Pending
                 }
             })

@@ -154,7 +154,7 @@ impl TcpListener {
                     let Some(h) = *h else { continue };
                     let ready = st.with_tcb(h, |s, st| match s.state() {
                         TcpState::Listen | TcpState::SynReceived => {
-                            s.register_recv_waker(cx.waker());
+                            s.register_recv_waker(cx.waker(), st.local);
                             false
                         }
                         // Closed before it was handed out (the handshake timed out, the peer
@@ -162,7 +162,7 @@ impl TcpListener {
                         // cannot fail here: the socket is closed and the endpoint was good.
                         TcpState::Closed => {
                             let _ = s.listen(endpoint);
-                            s.register_recv_waker(cx.waker());
+                            s.register_recv_waker(cx.waker(), st.local);
                             false
                         }
                         // Established, or already closing: hand it out either way, without

@@ -15,6 +15,7 @@ use smoltcp::wire::{
     TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
 };
 use zcnet_buffer::{RxFrame, TxFrame};
+use zcnet_executor::LocalSpawner;
 
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
@@ -381,8 +382,11 @@ impl<'a> Tcb<'a> {
     /// - The Waker is woken only once. Once woken, you must register it again to receive more wakes.
     /// - "Spurious wakes" are allowed: a wake doesn't guarantee the result of `recv` has
     ///   necessarily changed.
-    pub(crate) fn register_recv_waker(&mut self, waker: &Waker) {
-        self.rx_waker.register(waker)
+    ///
+    /// `local` is the stack's local spawner, if it has one: the wake then goes through the
+    /// executor's local run queue.
+    pub(crate) fn register_recv_waker(&mut self, waker: &Waker, local: Option<LocalSpawner>) {
+        self.rx_waker.register(waker, local)
     }
 
     /// Register a waker for send operations.
@@ -398,8 +402,10 @@ impl<'a> Tcb<'a> {
     /// - The Waker is woken only once. Once woken, you must register it again to receive more wakes.
     /// - "Spurious wakes" are allowed: a wake doesn't guarantee the result of `send` has
     ///   necessarily changed.
-    pub(crate) fn register_send_waker(&mut self, waker: &Waker) {
-        self.tx_waker.register(waker)
+    ///
+    /// `local`: as for [`register_recv_waker`](Self::register_recv_waker).
+    pub(crate) fn register_send_waker(&mut self, waker: &Waker, local: Option<LocalSpawner>) {
+        self.tx_waker.register(waker, local)
     }
 
     /// Pause sending of SYN|ACK packets.
