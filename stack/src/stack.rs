@@ -118,7 +118,7 @@ pub(crate) struct State {
     /// IPv4 identification of the next packet zcnet builds itself (TCP segments, zero-copy
     /// datagrams); smoltcp numbers its own packets.
     pub(crate) ipv4_ident: u16,
-    /// The executor's local spawner, given to [`Runner::spawn`](crate::Runner::spawn): with it
+    /// The executor's local spawner, given to `Runner::spawn`: with it
     /// the stack's signals to its own tasks (egress, a socket's reader or writer) go through
     /// the executor's local run queue, without a locked instruction ([`wake`]). `None`: every
     /// wake takes the executor's lock-free path.
