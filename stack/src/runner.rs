@@ -121,6 +121,14 @@ fn ingress_step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
         _ => st.ingress_waker = Some(cx.waker().clone()),
     }
     counters.ingress_poll();
+    // TCP segments the application let go of: their connections' budgets take data again.
+    let released = match &st.egress_waker {
+        Some(w) => st.tcp.release_signal.take_pending(w),
+        None => false,
+    };
+    if released && st.tcp.fold_releases() {
+        st.signal_egress();
+    }
     let budget = st.ingress_budget;
     let mut processed = 0;
     while processed < budget {
@@ -225,7 +233,14 @@ fn egress_step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
             st.egress_waker = Some(cx.waker().clone());
             // The timer must be registered with the new waker, even for the same deadline.
             st.egress_deadline = None;
+            // And so must the wake of a TCP segment dropped elsewhere.
+            st.tcp.release_signal.register(cx.waker());
         }
+    }
+    // TCP segments the application let go of (on any thread): back to their connections'
+    // budgets; a window update that is now due goes out in this run.
+    if st.tcp.release_signal.take_pending(cx.waker()) {
+        st.tcp.fold_releases();
     }
     if let Some(w) = st.ingress_waiting_tx.take() {
         // Ingress holds a frame it could not answer for want of a TX frame, and egress owns the

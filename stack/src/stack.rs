@@ -43,7 +43,7 @@ use crate::stack_driver::StackDriver;
 use crate::stats::{Counters, StackStats};
 use crate::tcb::socket::Tcb;
 use crate::tcb::state::State as TcpState;
-use crate::tcp_table::{TcpHandle, TcpMeta, TcpSlot, TcpTable};
+use crate::tcp_table::{SegmentRelease, SegmentReleases, TcpHandle, TcpMeta, TcpSlot, TcpTable};
 use crate::StackError;
 
 /// Everything the stack's executor context owns (see the module's ground rules).
@@ -532,6 +532,11 @@ pub struct StackResources<const SOCKETS: usize> {
     sockets: UnsafeCell<[SocketStorage<'static>; SOCKETS]>,
     metas: UnsafeCell<[SocketMeta; SOCKETS]>,
     tcbs: UnsafeCell<[TcpSlot; SOCKETS]>,
+    /// Per TCP place: segments the application let go of in other contexts (atomics, reached
+    /// by shared references only).
+    releases: [SegmentRelease; SOCKETS],
+    /// The flag and egress's waker for `releases`.
+    segment_releases: SegmentReleases,
     inner: UnsafeCell<MaybeUninit<StackInner>>,
 }
 
@@ -557,6 +562,8 @@ impl<const SOCKETS: usize> StackResources<SOCKETS> {
             sockets: UnsafeCell::new([SocketStorage::EMPTY; SOCKETS]),
             metas: UnsafeCell::new([SocketMeta::EMPTY; SOCKETS]),
             tcbs: UnsafeCell::new([const { TcpSlot::EMPTY }; SOCKETS]),
+            releases: [const { SegmentRelease::new() }; SOCKETS],
+            segment_releases: SegmentReleases::new(),
             inner: UnsafeCell::new(MaybeUninit::uninit()),
         }
     }
@@ -572,20 +579,22 @@ impl<const SOCKETS: usize> StackResources<SOCKETS> {
         let p = b.as_mut_ptr();
         // SAFETY: `p` points to memory for one `Self`, valid for writes and owned by `b`.
         // Every field is written once through a raw pointer (no reference to uninitialised
-        // memory is made); `UnsafeCell<[T; N]>` has the layout of `[T; N]` (it is
-        // `repr(transparent)`), so its elements are written one by one at `N` consecutive
-        // places. `inner` is `MaybeUninit` and needs no value. After that, every field holds
+        // memory is made); an array `[T; N]`, and `UnsafeCell<[T; N]>`, which has its layout
+        // (`repr(transparent)`), are `N` consecutive `T`s, written one by one. `inner` is `MaybeUninit` and needs no value. After that, every field holds
         // what `new` would have put there, so `assume_init` is sound.
         unsafe {
             core::ptr::addr_of_mut!((*p).claimed).write(AtomicBool::new(false));
             let sockets = core::ptr::addr_of_mut!((*p).sockets).cast::<SocketStorage<'static>>();
             let metas = core::ptr::addr_of_mut!((*p).metas).cast::<SocketMeta>();
             let tcbs = core::ptr::addr_of_mut!((*p).tcbs).cast::<TcpSlot>();
+            let releases = core::ptr::addr_of_mut!((*p).releases).cast::<SegmentRelease>();
             for i in 0..SOCKETS {
                 sockets.add(i).write(SocketStorage::EMPTY);
                 metas.add(i).write(SocketMeta::EMPTY);
                 tcbs.add(i).write(TcpSlot::EMPTY);
+                releases.add(i).write(SegmentRelease::new());
             }
+            core::ptr::addr_of_mut!((*p).segment_releases).write(SegmentReleases::new());
             alloc::boxed::Box::leak(b.assume_init())
         }
     }
@@ -748,7 +757,12 @@ impl Stack {
             socket_count: 0,
             socket_capacity,
             metas: SocketMetas::new(metas),
-            tcp: TcpTable::new(tcbs, config.random_seed),
+            tcp: TcpTable::new(
+                tcbs,
+                &resources.releases,
+                &resources.segment_releases,
+                config.random_seed,
+            ),
             tcp_slot_limit: config.tcp_pool_slots.unwrap_or(pool.slot_count() / 4 * 3),
             listener_ports: ListenerPorts::new(),
             driver,

@@ -22,13 +22,23 @@
 //!   a timeout set (*watched*) that egress's `dispatch` closes records [`CloseCause::TimedOut`]
 //!   (a timeout fires only there); anything else that closes an open connection is the peer's
 //!   reset.
+//! * **Segments the application holds** ([`SegmentRelease`]): a `TcpSegment` may be dropped on
+//!   any thread or in an interrupt handler, where the stack's state cannot be reached. Its drop
+//!   counts itself in its place's [`SegmentRelease`] (lock-free, checked against the place's
+//!   generation) and raises the stack's [`SegmentReleases`] flag, which wakes egress; the
+//!   stack's own context folds the counts into the connections' receive budgets
+//!   ([`TcpTable::fold_releases`]) when it next runs.
 //! * **Orphans**: a dropped socket whose connection is still closing stays in its place until
 //!   the close completes or its deadline passes (`State::reap_orphans`); a dropped connection
 //!   in TIME-WAIT gives its place up to a new socket when the stack has no free slot
 //!   (`State::free_orphan_slot`).
 
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use core::task::Waker;
+
 use smoltcp::time::Instant;
 use smoltcp::wire::{IpRepr, TcpRepr};
+use zcnet_buffer::WakerCell;
 
 use crate::tcb::context::TcpRand;
 use crate::tcb::socket::Tcb;
@@ -115,6 +125,105 @@ impl TcpMeta {
     }
 }
 
+/// A place's count of received segments (`TcpSegment`s) the application let go of since the
+/// stack last looked, for the connection of one generation: one word, the generation in the
+/// high 32 bits and the count in the low 32, so that a segment of an earlier connection in the
+/// place never counts for the current one. Written from any thread or interrupt handler;
+/// lives outside the table's `&mut` places (in `StackResources`), reached by shared
+/// references only.
+#[derive(Debug)]
+pub(crate) struct SegmentRelease {
+    word: AtomicU64,
+}
+
+impl SegmentRelease {
+    /// No count, generation 0.
+    pub(crate) const fn new() -> Self {
+        Self {
+            word: AtomicU64::new(0),
+        }
+    }
+
+    /// A connection of `generation` takes the place: no count.
+    fn reset(&self, generation: u32) {
+        self.word.store(u64::from(generation) << 32, Release);
+    }
+
+    /// A segment of the connection of `generation` was let go of: counted if that connection
+    /// still holds the place (`true`). Lock-free (one compare-exchange), for any context.
+    pub(crate) fn release(&self, generation: u32) -> bool {
+        let mut cur = self.word.load(Relaxed);
+        loop {
+            if (cur >> 32) as u32 != generation || cur as u32 == u32::MAX {
+                return false;
+            }
+            match self
+                .word
+                .compare_exchange_weak(cur, cur + 1, AcqRel, Relaxed)
+            {
+                Ok(_) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Takes the count for the connection of `generation` (0 if another generation's).
+    fn take(&self, generation: u32) -> u32 {
+        let mut cur = self.word.load(Acquire);
+        loop {
+            if (cur >> 32) as u32 != generation || cur as u32 == 0 {
+                return 0;
+            }
+            let next = u64::from(generation) << 32;
+            match self.word.compare_exchange_weak(cur, next, AcqRel, Acquire) {
+                Ok(_) => return cur as u32,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+}
+
+/// The stack-wide side of [`SegmentRelease`]: a flag that some place has a count, and
+/// egress's waker, woken when the flag is raised. Lives in `StackResources`.
+#[derive(Debug)]
+pub(crate) struct SegmentReleases {
+    pending: AtomicBool,
+    egress: WakerCell,
+}
+
+impl SegmentReleases {
+    /// Nothing pending, no waker.
+    pub(crate) const fn new() -> Self {
+        Self {
+            pending: AtomicBool::new(false),
+            egress: WakerCell::new(),
+        }
+    }
+
+    /// A segment was counted ([`SegmentRelease::release`]): raises the flag, waking egress
+    /// when it was down. Lock-free, for any context.
+    pub(crate) fn note(&self) {
+        if !self.pending.swap(true, AcqRel) {
+            self.egress.wake();
+        }
+    }
+
+    /// Egress's `waker` waits for the next [`note`](Self::note).
+    pub(crate) fn register(&self, waker: &Waker) {
+        self.egress.register(waker);
+    }
+
+    /// Whether counts are pending; lowers the flag. `waker` (egress's) is registered first,
+    /// so a segment counted after the flag came down wakes it.
+    pub(crate) fn take_pending(&self, waker: &Waker) -> bool {
+        if !self.pending.load(Acquire) {
+            return false;
+        }
+        self.egress.register(waker);
+        self.pending.swap(false, AcqRel)
+    }
+}
+
 /// One place of the table: a connection (or none) and its record.
 #[derive(Debug)]
 pub(crate) struct TcpSlot {
@@ -156,6 +265,10 @@ pub(crate) struct TcpHandle(usize);
 /// The connections (part of the stack's locked state).
 pub(crate) struct TcpTable {
     slots: &'static mut [TcpSlot],
+    /// One per place (same index): segments of the place's connection let go of elsewhere.
+    releases: &'static [SegmentRelease],
+    /// The flag and waker of the stack's segment releases.
+    pub(crate) release_signal: &'static SegmentReleases,
     /// Places in use.
     used: usize,
     /// Pool slots reserved by the connections in use: the sum of their places' `slots`.
@@ -170,9 +283,17 @@ pub(crate) struct TcpTable {
 
 impl TcpTable {
     /// A table over `slots` (all empty).
-    pub(crate) fn new(slots: &'static mut [TcpSlot], seed: u64) -> Self {
+    pub(crate) fn new(
+        slots: &'static mut [TcpSlot],
+        releases: &'static [SegmentRelease],
+        release_signal: &'static SegmentReleases,
+        seed: u64,
+    ) -> Self {
+        debug_assert_eq!(slots.len(), releases.len());
         Self {
             slots,
+            releases,
+            release_signal,
             used: 0,
             reserved: 0,
             orphans: 0,
@@ -189,6 +310,7 @@ impl TcpTable {
         slot.tcb = Some(tcb);
         slot.meta = TcpMeta::EMPTY;
         slot.generation = slot.generation.wrapping_add(1);
+        self.releases[i].reset(slot.generation);
         slot.slots = slots;
         self.used += 1;
         self.reserved += slots;
@@ -253,17 +375,28 @@ impl TcpTable {
         self.slots.get(h.0).map_or(0, |s| s.generation)
     }
 
-    /// The connection of `h` if it is still the one of `generation`.
-    pub(crate) fn tcb_of_generation(
-        &mut self,
-        h: TcpHandle,
-        generation: u32,
-    ) -> Option<&mut Tcb<'static>> {
-        let slot = self.slots.get_mut(h.0)?;
-        if slot.generation != generation {
-            return None;
+    /// The release counter of `h`'s place, for a `TcpSegment` of its connection.
+    pub(crate) fn release_of(&self, h: TcpHandle) -> &'static SegmentRelease {
+        let releases: &'static [SegmentRelease] = self.releases;
+        &releases[h.0]
+    }
+
+    /// Gives every connection the segments the application let go of since the last call
+    /// (see [`SegmentRelease`]) back to its receive budget. Returns whether one of them can
+    /// now announce a window worth a window update. Only when
+    /// [`SegmentReleases::take_pending`] said counts are pending.
+    pub(crate) fn fold_releases(&mut self) -> bool {
+        let mut update = false;
+        for (slot, release) in self.slots.iter_mut().zip(self.releases) {
+            let Some(tcb) = slot.tcb.as_mut() else {
+                continue;
+            };
+            let n = release.take(slot.generation);
+            if n != 0 {
+                update |= tcb.release_segments(n);
+            }
         }
-        slot.tcb.as_mut()
+        update
     }
 
     /// The connection of `h`, if its place holds one.

@@ -8,7 +8,8 @@
 //!   stays zero while the sender sends zero-window probes (nothing else), and the data resumes
 //!   within 10 ms of the application letting go, the stream byte-exact; also with a receive
 //!   capacity that is not a whole number of segments, where the slot budget runs out before
-//!   the advertised right edge and the window shrinks to zero;
+//!   the advertised right edge and the window shrinks to zero, and with the segments dropped
+//!   on another thread;
 //! * a small receiver pool and a lossy wire (out-of-order frames pile up, the pool runs dry)
 //!   still deliver the stream byte-exact, the drops counted;
 //! * 1 MiB arrives byte-exact through `read`, `read_with` and `recv_segment` each.
@@ -204,7 +205,9 @@ impl Mark {
 /// window, at growing intervals) and nothing else; after the release, the receiver's window
 /// update and the sender's next data followed within `RECOVERY`. The stream arrives
 /// byte-exact and every slot comes back.
-fn hoard(rx: usize) {
+/// Holds the receive budget's segments for 20 s, then lets go of them: dropped on the test's
+/// thread, or (`elsewhere`) sent to another thread and dropped there.
+fn hoard(rx: usize, elsewhere: bool) {
     const LEN: usize = 64 * 1024;
     const HOLD: Duration = Duration::from_secs(20);
     // Measured: the data resumes at the very instant of the release (simulated time): the
@@ -230,8 +233,13 @@ fn hoard(rx: usize) {
             "no segment while the application holds the budget"
         );
         let released = Mark::now(exec);
-        for seg in kept.drain(..) {
+        for seg in &kept {
             got.extend_from_slice(seg.payload());
+        }
+        if elsewhere {
+            std::thread::spawn(move || drop(kept)).join().unwrap();
+        } else {
+            drop(kept);
         }
         got.extend(read_segments(s, |_| {}).await);
         (got, held, released)
@@ -316,7 +324,22 @@ fn hoard(rx: usize) {
 #[test]
 fn a_hoarding_application_closes_the_window_and_releasing_reopens_it() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    hoard(4 * 1460);
+    hoard(4 * 1460, false);
+}
+
+/// The same, with the segments dropped on another thread (`TcpSegment` is `Send`): the drops
+/// count themselves lock-free and wake egress, which reopens the window as promptly.
+#[test]
+fn segments_let_go_on_another_thread_reopen_the_window() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    hoard(4 * 1460, true);
+}
+
+/// `TcpSegment` may go to any thread (and be dropped in an interrupt handler).
+#[allow(dead_code)]
+fn segments_are_send_and_sync(seg: TcpSegment) {
+    fn send_sync<T: Send + Sync>(_: T) {}
+    send_sync(seg);
 }
 
 /// A receive capacity that is not a whole number of segments (8 KiB, a budget of 8 slots):
@@ -327,7 +350,7 @@ fn a_hoarding_application_closes_the_window_and_releasing_reopens_it() {
 #[test]
 fn a_hoarding_application_closes_the_window_at_any_capacity() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    hoard(8 * 1024);
+    hoard(8 * 1024, false);
 }
 
 /// 512 KiB over a wire that loses and reorders 5% of frames, to a receiver with a 40-slot

@@ -68,7 +68,7 @@ use crate::tcb::error::{ConnectError, ListenError, RecvError};
 use crate::tcb::recv::{slot_budget, RecvBuffer};
 use crate::tcb::send::{SendBuffer, MAX_FRAMES};
 use crate::tcb::socket::Tcb;
-use crate::tcp_table::{CloseCause, TcpHandle};
+use crate::tcp_table::{CloseCause, SegmentRelease, SegmentReleases, TcpHandle};
 use crate::StackError;
 use zcnet_buffer::TxFrame;
 
@@ -298,14 +298,17 @@ impl Conn {
     }
 
     fn poll_recv_segment(self, cx: &mut Context<'_>) -> Poll<Result<Option<TcpSegment>, TcpError>> {
+        let (release, signal) = self
+            .stack
+            .with(|st| (st.tcp.release_of(self.handle), st.tcp.release_signal));
         let mut take = Some(|s: &mut Tcb<'static>, generation| {
             s.recv_segment().map(|frame| {
                 frame.map(|mut frame| {
                     frame.lend_to_app();
                     TcpSegment {
                         frame,
-                        stack: self.stack,
-                        handle: self.handle,
+                        release,
+                        signal,
                         generation,
                     }
                 })
@@ -868,15 +871,19 @@ impl TcpReader<'_> {
 /// A received TCP segment's payload, in place in the pool slot the driver received it in:
 /// what [`TcpSocket::recv_segment`] returns. It owns the slot (state LENT) until dropped.
 ///
-/// Dropping it, on any task or thread, returns the slot to the pool and gives the slot back to
-/// its connection's receive budget, so that the window reopens (egress is woken when that is
-/// worth a window update). Holding many segments stalls the peer: the window shrinks to zero.
+/// Dropping it, on any task or thread or in an interrupt handler (it is `Send` and `Sync`),
+/// returns the slot to the pool and gives the slot back to its connection's receive budget,
+/// so that the window reopens: the drop counts itself lock-free and wakes egress, which
+/// credits the connection and sends a window update when it is worth one. Holding many
+/// segments stalls the peer: the window shrinks to zero.
 ///
 /// It derefs to the payload bytes.
 pub struct TcpSegment {
     frame: RxFrame,
-    stack: Stack,
-    handle: TcpHandle,
+    /// Its connection's place's release counter.
+    release: &'static SegmentRelease,
+    /// The stack's release flag and egress's waker.
+    signal: &'static SegmentReleases,
     /// The generation of the connection's place when the segment was taken: the connection is
     /// released only if it is still there (`tcp_table.rs`).
     generation: u32,
@@ -929,16 +936,11 @@ impl core::fmt::Debug for TcpSegment {
 
 impl Drop for TcpSegment {
     fn drop(&mut self) {
-        let (handle, generation) = (self.handle, self.generation);
-        self.stack.with(|st| {
-            let update = st
-                .tcp
-                .tcb_of_generation(handle, generation)
-                .is_some_and(|t| t.release_segment());
-            if update {
-                st.signal_egress();
-            }
-        });
+        // Counted only while its connection still holds the place; the stack's own context
+        // credits the connection when egress runs (`TcpTable::fold_releases`).
+        if self.release.release(self.generation) {
+            self.signal.note();
+        }
         // The frame drops after this: its slot goes back to the pool.
     }
 }

@@ -39,7 +39,7 @@
 //! | state machine | `fits_in_order`, `fits_out_of_order`, `pool_pressure`, `purge_out_of_order`: room checks |
 //! | state machine | `accept`: queue a segment's frame (in order or not) and make the next `contig` bytes readable |
 //! | state machine | `clear`: forget everything (connection reset) |
-//! | application | `dequeue_with`, `dequeue_slice`, `pop_segment`, `release_segment` (and `peek`, `peek_slice` for the tests) |
+//! | application | `dequeue_with`, `dequeue_slice`, `pop_segment`, `release_segments` (and `peek`, `peek_slice` for the tests) |
 //!
 //! [`PoolStats::rx_exhausted`]: zcnet_buffer::PoolStats::rx_exhausted
 
@@ -122,7 +122,7 @@ pub(crate) struct RecvBuffer {
     /// Stream position one past the in-order data: a running count of the bytes made
     /// readable (offsets given by the state machine are relative to it).
     end: u64,
-    /// Frames the application holds (`pop_segment` minus `release_segment`).
+    /// Frames the application holds (`pop_segment` minus `release_segments`).
     held: usize,
     /// The pool's `rx_exhausted` count when the last out-of-order segment came.
     exhausted_seen: u64,
@@ -398,7 +398,7 @@ impl RecvBuffer {
     }
 
     /// Takes the first in-order frame for the application, which then holds it (counted against
-    /// the budget until [`release_segment`](Self::release_segment)).
+    /// the budget until [`release_segments`](Self::release_segments)).
     pub(crate) fn pop_segment(&mut self) -> Option<RxFrame> {
         if self.in_order == 0 {
             return None;
@@ -410,9 +410,9 @@ impl RecvBuffer {
         Some(seg.frame)
     }
 
-    /// The application dropped a frame [`pop_segment`](Self::pop_segment) gave it.
-    pub(crate) fn release_segment(&mut self) {
-        self.held = self.held.saturating_sub(1);
+    /// The application dropped `n` frames [`pop_segment`](Self::pop_segment) gave it.
+    pub(crate) fn release_segments(&mut self, n: u32) {
+        self.held = self.held.saturating_sub(n as usize);
     }
 
     /// Up to `size` readable bytes, without consuming them (the first frame only).
@@ -518,7 +518,7 @@ mod tests {
         let seg = rx.pop_segment().unwrap();
         assert!(!rx.fits_in_order(1000));
         drop(seg);
-        rx.release_segment();
+        rx.release_segments(1);
         assert!(rx.fits_in_order(1000));
         // One slot free, but fewer bytes: 4096 - 3000 in order.
         assert_eq!(rx.window(1460), 1096);

@@ -1069,7 +1069,7 @@ impl<'a> Tcb<'a> {
     }
 
     /// Take the first queued segment's frame (its payload, what is left of it, unread) for the
-    /// application, which holds it until it calls [`release_segment`](Self::release_segment):
+    /// application, which holds it until it calls [`release_segments`](Self::release_segments):
     /// a slot of the receive budget stays taken meanwhile. `Ok(None)` when nothing is queued.
     /// Errors as [`recv`](Self::recv). Not smoltcp's.
     pub(crate) fn recv_segment(&mut self) -> Result<Option<RxFrame>, RecvError> {
@@ -1079,11 +1079,11 @@ impl<'a> Tcb<'a> {
         })
     }
 
-    /// The application dropped a frame [`recv_segment`](Self::recv_segment) gave it. Returns
+    /// The application dropped `n` frames [`recv_segment`](Self::recv_segment) gave it. Returns
     /// whether the window grew enough to be worth a window update (see `window_to_update`).
     /// Not smoltcp's.
-    pub(crate) fn release_segment(&mut self) -> bool {
-        self.rx_buffer.release_segment();
+    pub(crate) fn release_segments(&mut self, n: u32) -> bool {
+        self.rx_buffer.release_segments(n);
         self.window_to_update()
     }
 

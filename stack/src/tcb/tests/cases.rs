@@ -5806,7 +5806,7 @@ fn test_window_shrinks_to_zero_when_the_slot_budget_is_spent() {
         })
     );
     drop(held.pop());
-    assert!(s.release_segment());
+    assert!(s.release_segments(1));
     recv!(
         s,
         [TcpRepr {
