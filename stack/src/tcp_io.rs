@@ -421,21 +421,41 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
     let mut deadline: Option<Instant> = None;
     let ip_mtu = st.caps.ip_mtu();
     for i in 0..st.tcp.len() {
+        // A connection nothing happened to since egress kept its `poll_at` answer (see
+        // `tcp_table.rs`, "Kept deadlines"): not due, nothing to do; due, straight to
+        // `dispatch` (no writer waits for a slot and no data for the device, or nothing would
+        // have been kept).
+        let due_kept = match st.tcp.kept(i, now, ip_mtu, &st.iface) {
+            Some(at) => match deadline_of(at, now) {
+                Some(t) if t <= now => true,
+                later => {
+                    deadline = crate::stack::earliest(deadline, later);
+                    continue;
+                }
+            },
+            None => false,
+        };
         // The route is looked up only for a connection that has something due.
         let remote = match st.tcp.at(i) {
+            Some(e) if due_kept => e.tcb.remote_endpoint(),
             Some(e) => {
                 // A writer that found the pool empty waits for a returned slot, which wakes us.
                 e.tcb.wake_starved_sender();
                 // Data to resend that the device still has: register for its return first, so
                 // `poll_at` (which then leaves that data out) cannot miss it.
-                let _ = e
+                let blocked = e
                     .tcb
                     .tx_blocked(Some(st.egress_waker.as_ref().unwrap_or(waker)));
                 let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
-                match deadline_of(e.tcb.poll_at(&mut cx), now) {
+                let at = e.tcb.poll_at(&mut cx);
+                match deadline_of(at, now) {
                     Some(t) if t <= now => e.tcb.remote_endpoint(),
-                    at => {
-                        deadline = crate::stack::earliest(deadline, at);
+                    later => {
+                        // The device's return of the frame changes the answer behind our back.
+                        if !blocked {
+                            st.tcp.keep(i, at);
+                        }
+                        deadline = crate::stack::earliest(deadline, later);
                         continue;
                     }
                 }
@@ -462,6 +482,8 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
         };
         let tcb = e.tcb;
         let mut cx = TcpContext::new(now, ip_mtu, out.iface, e.rand);
+        // The answer of the last `poll_at`, to keep when it is not due.
+        let mut kept = None;
         loop {
             let was_open = tcb.state() != TcpState::Closed;
             let sent_max = tcb.sent_max();
@@ -490,16 +512,26 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
             // `dispatch` may have rewound to the first unacknowledged frame (a retransmission
             // timeout, a fast retransmit) and found the device still holding it: register for
             // that frame's return too, or nothing would wake egress when it comes back.
-            let _ = tcb.tx_blocked(Some(out.tx_waker));
-            let at = deadline_of(tcb.poll_at(&mut cx), now);
-            match at {
+            let blocked = tcb.tx_blocked(Some(out.tx_waker));
+            let polled = tcb.poll_at(&mut cx);
+            match deadline_of(polled, now) {
                 Some(t) if t <= now && sent => continue,
                 // Due, yet `dispatch` sent nothing: it only ran its timers. Come back in a
                 // moment rather than spin.
                 Some(t) if t <= now => deadline = crate::stack::earliest(deadline, Some(now)),
-                at => deadline = crate::stack::earliest(deadline, at),
+                at => {
+                    // Kept unless the device's return of a frame changes it (a writer that
+                    // waits for a slot was woken above, and its retry changes the connection).
+                    if !blocked && !tcb.send_starved() {
+                        kept = Some(polled);
+                    }
+                    deadline = crate::stack::earliest(deadline, at);
+                }
             }
             break;
+        }
+        if let Some(at) = kept {
+            st.tcp.keep(i, at);
         }
     }
     Egress {
@@ -517,9 +549,10 @@ pub(crate) fn deadline(st: &mut State, now: Instant) -> Option<Instant> {
     let ip_mtu = st.caps.ip_mtu();
     let mut at = None;
     for i in 0..st.tcp.len() {
-        if let Some(e) = st.tcp.at(i) {
-            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
-            at = crate::stack::earliest(at, deadline_of(e.tcb.poll_at(&mut cx), now));
+        // Kept answers cost nothing; a connection something happened to is asked (and its
+        // answer kept).
+        if let Some(polled) = st.tcp.poll_at(i, now, ip_mtu, &st.iface) {
+            at = crate::stack::earliest(at, deadline_of(polled, now));
             if at.is_some_and(|t| t <= now) {
                 break;
             }

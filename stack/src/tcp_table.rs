@@ -28,6 +28,13 @@
 //!   generation) and raises the stack's [`SegmentReleases`] flag, which wakes egress; the
 //!   stack's own context folds the counts into the connections' receive budgets
 //!   ([`TcpTable::fold_releases`]) when it next runs.
+//! * **Kept deadlines** ([`TcpTable::poll_at`], [`TcpTable::keep`]): each place keeps the
+//!   last [`Tcb::poll_at`] answer egress got from its connection until something changes the
+//!   connection: every access that hands the connection out mutably forgets it. Egress keeps
+//!   no answer that could change without that: while data waits for the device to give a
+//!   frame back (the device does so in another context) or the writer waits for a pool slot.
+//!   So ingress's deadline check and egress's walk ask only the connections something happened
+//!   to; debug builds check every kept answer against a fresh one.
 //! * **Orphans**: a dropped socket whose connection is still closing stays in its place until
 //!   the close completes or its deadline passes (`State::reap_orphans`); a dropped connection
 //!   in TIME-WAIT gives its place up to a new socket when the stack has no free slot
@@ -40,7 +47,7 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{IpRepr, TcpRepr};
 use zcnet_buffer::WakerCell;
 
-use crate::tcb::context::TcpRand;
+use crate::tcb::context::{LocalAddrs, PollAt, TcpContext, TcpRand};
 use crate::tcb::socket::Tcb;
 use crate::tcb::state::State;
 
@@ -236,6 +243,9 @@ pub(crate) struct TcpSlot {
     /// Pool slots the connection's budget reserves (its receive and send frame budgets),
     /// counted in [`TcpTable::reserved`] while the place is in use.
     slots: usize,
+    /// The connection's last `poll_at` answer, while nothing changed it (see the module docs);
+    /// `None`: ask it. Cleared by every access that hands the connection out mutably.
+    kept: Option<PollAt>,
 }
 
 impl TcpSlot {
@@ -245,6 +255,7 @@ impl TcpSlot {
         meta: TcpMeta::EMPTY,
         generation: 0,
         slots: 0,
+        kept: None,
     };
 }
 
@@ -312,6 +323,7 @@ impl TcpTable {
         slot.generation = slot.generation.wrapping_add(1);
         self.releases[i].reset(slot.generation);
         slot.slots = slots;
+        slot.kept = None;
         self.used += 1;
         self.reserved += slots;
         Some(TcpHandle(i))
@@ -334,6 +346,7 @@ impl TcpTable {
             }
             tcb.abort();
             tcb.reset();
+            slot.kept = None;
             slot.meta.set_cause(CloseCause::ShutDown);
         }
         removed
@@ -354,6 +367,7 @@ impl TcpTable {
             self.reserved -= slot.slots;
         }
         slot.slots = 0;
+        slot.kept = None;
         if slot.meta.orphan.is_some() {
             self.orphans -= 1;
         }
@@ -364,6 +378,7 @@ impl TcpTable {
     /// as long as the socket that owns the place (a bug otherwise, never the network's doing).
     pub(crate) fn get(&mut self, h: TcpHandle) -> (&mut Tcb<'static>, &mut TcpMeta) {
         let slot = &mut self.slots[h.0];
+        slot.kept = None;
         match &mut slot.tcb {
             Some(t) => (t, &mut slot.meta),
             None => panic!("TCP handle {} has no connection", h.0),
@@ -393,6 +408,7 @@ impl TcpTable {
             };
             let n = release.take(slot.generation);
             if n != 0 {
+                slot.kept = None;
                 update |= tcb.release_segments(n);
             }
         }
@@ -413,6 +429,7 @@ impl TcpTable {
     pub(crate) fn at(&mut self, i: usize) -> Option<Entry<'_>> {
         let slot = self.slots.get_mut(i)?;
         let tcb = slot.tcb.as_mut()?;
+        slot.kept = None;
         Some(Entry {
             tcb,
             meta: &mut slot.meta,
@@ -423,6 +440,52 @@ impl TcpTable {
     /// The connection of `h` with what a call into it needs (`None`: an empty place).
     pub(crate) fn at_handle(&mut self, h: TcpHandle) -> Option<Entry<'_>> {
         self.at(h.0)
+    }
+
+    /// The `poll_at` of the connection at place `i` (`None`: an empty place): the kept answer
+    /// when there is one, else asked now. Debug builds check a kept answer against a fresh one.
+    pub(crate) fn poll_at(
+        &mut self,
+        i: usize,
+        now: Instant,
+        ip_mtu: usize,
+        iface: &dyn LocalAddrs,
+    ) -> Option<PollAt> {
+        let slot = self.slots.get(i)?;
+        let tcb = slot.tcb.as_ref()?;
+        let mut cx = TcpContext::new(now, ip_mtu, iface, &mut self.rand);
+        if let Some(at) = slot.kept {
+            debug_assert_eq!(
+                at,
+                tcb.poll_at(&mut cx),
+                "a kept poll_at went stale: something changed the connection behind the table"
+            );
+            return Some(at);
+        }
+        Some(tcb.poll_at(&mut cx))
+    }
+
+    /// The kept `poll_at` answer of place `i`, if any (checked as by [`poll_at`](Self::poll_at)
+    /// in debug builds).
+    pub(crate) fn kept(
+        &mut self,
+        i: usize,
+        now: Instant,
+        ip_mtu: usize,
+        iface: &dyn LocalAddrs,
+    ) -> Option<PollAt> {
+        self.slots.get(i)?.kept?;
+        self.poll_at(i, now, ip_mtu, iface)
+    }
+
+    /// Keeps `at`, the `poll_at` egress just asked of the connection at place `i`. Only for an
+    /// answer that cannot change without the connection being changed: egress keeps none
+    /// while data waits for the device to give a frame back or the writer waits for a pool
+    /// slot (see the module docs).
+    pub(crate) fn keep(&mut self, i: usize, at: PollAt) {
+        if let Some(slot) = self.slots.get_mut(i) {
+            slot.kept = Some(at);
+        }
     }
 
     /// Whether any place is in use.

@@ -224,6 +224,11 @@ impl<'a> SendBuffer<'a> {
         self.starved = true;
     }
 
+    /// Whether the writer waits for a free slot (an allocation failed, not yet taken).
+    pub(crate) fn is_starved(&self) -> bool {
+        self.starved
+    }
+
     /// Whether an allocation failed since the last call (the writer then waits for a slot).
     pub(crate) fn take_starved(&mut self) -> bool {
         core::mem::take(&mut self.starved)

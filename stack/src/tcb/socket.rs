@@ -1264,6 +1264,11 @@ impl<'a> Tcb<'a> {
         self.tx_buffer.blocked(self.next_send_offset(), waker)
     }
 
+    /// Whether the writer waits for a free pool slot (egress wakes it on its next run).
+    pub(crate) fn send_starved(&self) -> bool {
+        self.tx_buffer.is_starved()
+    }
+
     /// Number of octets transmitted but not yet ACKed.
     fn flight_size(&self) -> usize {
         self.remote_last_seq - self.local_seq_no
