@@ -15,8 +15,13 @@
 //!   (`State::add_tcb`), and gives a place's reservation back when the place is emptied.
 //! * **Lookup** ([`TcpTable::find`]): the connection whose [`Tcb::accepts`] takes the segment,
 //!   tried first at the place that took the previous segment (a bulk transfer finds its
-//!   connection at once), else over every connection (not listening), else over the
-//!   listening places. A connection always wins over a listener, whatever their places.
+//!   connection at once), then at the place the segment's four-tuple hashes to in a small
+//!   direct-mapped cache of places ([`DEMUX_BUCKETS`] buckets, keyed with the stack's seed),
+//!   else over every
+//!   connection (not listening), which refills the bucket, else over the listening places. A
+//!   connection always wins over a listener, whatever their places. The cache only ever
+//!   saves the walk: a bucket's place is always checked with `accepts`, so a stale or
+//!   colliding bucket costs a walk, never a wrong match.
 //! * **Close causes** ([`TcpMeta`]): a connection that ended other than by an orderly
 //!   exchange of FINs reports why. `abort()` records [`CloseCause::Aborted`]; a connection with
 //!   a timeout set (*watched*) that egress's `dispatch` closes records [`CloseCause::TimedOut`]
@@ -44,12 +49,18 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use core::task::Waker;
 
 use smoltcp::time::Instant;
-use smoltcp::wire::{IpRepr, TcpRepr};
+use smoltcp::wire::{IpAddress, IpRepr, TcpRepr};
 use zcnet_buffer::WakerCell;
 
 use crate::tcb::context::{LocalAddrs, PollAt, TcpContext, TcpRand};
 use crate::tcb::socket::Tcb;
 use crate::tcb::state::State;
+
+/// log2 of [`DEMUX_BUCKETS`].
+const DEMUX_BITS: u32 = 9;
+
+/// Buckets of the lookup's direct-mapped cache of places (see the module docs): 1 KiB.
+pub(crate) const DEMUX_BUCKETS: usize = 1 << DEMUX_BITS;
 
 /// Why a TCP connection closed other than by an orderly exchange of FINs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -288,6 +299,11 @@ pub(crate) struct TcpTable {
     orphans: usize,
     /// The place that took the last segment, tried first by [`find`](Self::find).
     last_hit: usize,
+    /// Place + 1 of the connection a four-tuple hashed to last (0: none), tried next by
+    /// [`find`](Self::find).
+    demux: [u16; DEMUX_BUCKETS],
+    /// The key of the four-tuple hash.
+    demux_key: u64,
     /// Initial sequence numbers (seeded from [`Config::random_seed`](crate::Config)).
     pub(crate) rand: TcpRand,
 }
@@ -309,6 +325,8 @@ impl TcpTable {
             reserved: 0,
             orphans: 0,
             last_hit: 0,
+            demux: [0; DEMUX_BUCKETS],
+            demux_key: seed.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15 | 1,
             rand: TcpRand::new(seed),
         }
     }
@@ -503,10 +521,14 @@ impl TcpTable {
 
     /// The place whose connection takes the segment `repr` in `ip` (see the module docs).
     pub(crate) fn find(&mut self, ip: &IpRepr, repr: &TcpRepr) -> Option<usize> {
-        if let Some(t) = self.slots.get(self.last_hit).and_then(|s| s.tcb.as_ref()) {
-            if t.state() != State::Listen && t.accepts(ip, repr) {
-                return Some(self.last_hit);
-            }
+        if self.takes(self.last_hit, ip, repr) {
+            return Some(self.last_hit);
+        }
+        let bucket = self.bucket(ip, repr);
+        let cached = usize::from(self.demux[bucket]).wrapping_sub(1);
+        if self.takes(cached, ip, repr) {
+            self.last_hit = cached;
+            return Some(cached);
         }
         let connection = self.slots.iter().position(|s| {
             s.tcb
@@ -514,6 +536,8 @@ impl TcpTable {
                 .is_some_and(|t| t.state() != State::Listen && t.accepts(ip, repr))
         });
         if let Some(i) = connection {
+            // Places are fewer than 2^16 (a place per socket slot of `StackResources`).
+            self.demux[bucket] = u16::try_from(i + 1).unwrap_or(0);
             self.last_hit = i;
             return Some(i);
         }
@@ -522,6 +546,35 @@ impl TcpTable {
                 .as_ref()
                 .is_some_and(|t| t.state() == State::Listen && t.accepts(ip, repr))
         })
+    }
+
+    /// Whether the connection at place `i` (not listening) takes the segment.
+    fn takes(&self, i: usize, ip: &IpRepr, repr: &TcpRepr) -> bool {
+        self.slots
+            .get(i)
+            .and_then(|s| s.tcb.as_ref())
+            .is_some_and(|t| t.state() != State::Listen && t.accepts(ip, repr))
+    }
+
+    /// The demultiplexing cache's bucket of a segment's four-tuple (multiply-shift, keyed).
+    fn bucket(&self, ip: &IpRepr, repr: &TcpRepr) -> usize {
+        let fold = |a: IpAddress| -> u64 {
+            match a {
+                IpAddress::Ipv4(v4) => u64::from(u32::from_be_bytes(v4.octets())),
+                IpAddress::Ipv6(v6) => {
+                    let o = v6.octets();
+                    let hi = u64::from_be_bytes([o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]]);
+                    let lo =
+                        u64::from_be_bytes([o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15]]);
+                    hi ^ lo.rotate_left(32)
+                }
+            }
+        };
+        let ports = (u64::from(repr.src_port) << 16) | u64::from(repr.dst_port);
+        let x = (fold(ip.src_addr()) ^ fold(ip.dst_addr()).rotate_left(21) ^ ports << 40)
+            .wrapping_add(self.demux_key)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (x >> (64 - DEMUX_BITS)) as usize
     }
 
     /// Whether a connection uses local `port` (bound or listening).
