@@ -21,6 +21,12 @@
 //!   through a waker clone taken at its first poll and runs the executor once (one poll,
 //!   `Pending`). The task does not re-register its waker on every poll; all three executors give
 //!   a task the same waker identity on every poll, so the clone stays valid.
+//! * `wake+poll, long-lived task, local wake`: the same from the executor's own context, as a
+//!   stack signals its own tasks: zcnet spawns the task with a `LocalSpawner` (on executors of
+//!   their own, so the other rows do not pay for a local owner) and wakes it with
+//!   `LocalSpawner::wake`, which puts it on the executor's local run queue (no locked
+//!   instruction); embassy-executor and `LocalPool` have no such path and wake as in the row
+//!   above.
 //! * `run, nothing to do`: one call that runs the executor with no task ready (the fixed cost of
 //!   a turn of the loop, paid twice per spawn round trip and once per wake round trip above).
 //!
@@ -125,6 +131,7 @@ impl Future for Countdown {
 
 static ZC_SLOT: TaskStorage<64> = TaskStorage::new();
 static ZC_LONG_SLOT: TaskStorage<64> = TaskStorage::new();
+static ZC_LOCAL_SLOT: TaskStorage<64> = TaskStorage::new();
 
 /// How zcnet spawns in a benchmark: boxed or into `ZC_SLOT`.
 #[derive(Clone, Copy)]
@@ -187,6 +194,30 @@ fn zc_wake_poll(exec: &'static Executor, how: ZcSpawn, ops: u64) -> (Duration, u
     waker.wake();
     exec.run_until_idle();
     assert!(!ZC_LONG_SLOT.is_claimed(), "long-lived task finished");
+    r
+}
+
+/// `zc_wake_poll` with the task spawned by a `LocalSpawner` and woken through
+/// `LocalSpawner::wake` (the executor's local run queue).
+fn zc_local_wake_poll(exec: &'static Executor, how: ZcSpawn, ops: u64) -> (Duration, u64) {
+    let local = exec.local_spawner();
+    let f = Countdown::new(ops + 1);
+    drop(match how {
+        ZcSpawn::Boxed => local.spawn(f),
+        ZcSpawn::Static => local.spawn_in(&ZC_LOCAL_SLOT, f).expect("slot free"),
+    });
+    exec.run_until_idle();
+    let waker = take_stash();
+    let polls = exec.stats().polls;
+    let r = time_ops(ops, || {
+        local.wake(&waker);
+        exec.run_until_idle();
+    });
+    assert_eq!(exec.stats().polls - polls, ops, "one poll per wake");
+    local.wake(&waker);
+    drop(waker);
+    exec.run_until_idle();
+    assert!(!ZC_LOCAL_SLOT.is_claimed(), "long-lived task finished");
     r
 }
 
@@ -319,12 +350,16 @@ fn main() {
 
     let zc_virtual = Executor::leak(VirtualClock::leak());
     let zc_linux = Executor::leak(LinuxPlatform::leak().expect("epoll and eventfd"));
+    // For the local-wake row: executors whose local tasks this thread owns.
+    let zc_virtual_local = Executor::leak(VirtualClock::leak());
+    let zc_linux_local = Executor::leak(LinuxPlatform::leak().expect("epoll and eventfd"));
     let embassy: &'static raw::Executor =
         Box::leak(Box::new(raw::Executor::new(std::ptr::null_mut())));
     let mut pool_a = LocalPool::new();
     let mut pool_b = LocalPool::new();
     let mut pool_c = LocalPool::new();
     let mut pool_d = LocalPool::new();
+    let mut pool_e = LocalPool::new();
 
     const COLUMNS: [&str; 5] = [
         "zcnet Box",
@@ -374,6 +409,22 @@ fn main() {
                 Some(Box::new(|n| zc_wake_poll(zc_virtual, ZcSpawn::Static, n))),
                 Some(Box::new(|n| embassy_wake_poll(embassy, n))),
                 Some(Box::new(|n| local_wake_poll(&mut pool_c, n))),
+            ],
+        ),
+        (
+            "wake+poll, long-lived task, local wake",
+            [
+                Some(Box::new(|n| {
+                    zc_local_wake_poll(zc_virtual_local, ZcSpawn::Boxed, n)
+                })),
+                Some(Box::new(|n| {
+                    zc_local_wake_poll(zc_linux_local, ZcSpawn::Boxed, n)
+                })),
+                Some(Box::new(|n| {
+                    zc_local_wake_poll(zc_virtual_local, ZcSpawn::Static, n)
+                })),
+                Some(Box::new(|n| embassy_wake_poll(embassy, n))),
+                Some(Box::new(|n| local_wake_poll(&mut pool_e, n))),
             ],
         ),
         (
