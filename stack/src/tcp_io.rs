@@ -31,10 +31,12 @@
 //! * A segment the driver refuses, one lost to a link that is down, and one whose next hop
 //!   never answers are counted where they drop ([`DropReason`]); the connection's own
 //!   retransmission covers them, as for a segment lost on the wire.
-//! * Egress asks each connection's `poll_at` before dispatching it, and once more after each
-//!   segment: a connection with one segment to send costs one `dispatch` and two `poll_at`, an
-//!   idle one a single `poll_at`; the last answer is the connection's deadline, so egress
-//!   learns the earliest deadline without another pass.
+//! * Egress asks a connection's `poll_at` before dispatching it, and once more after each
+//!   segment: a connection with one segment to send costs one `dispatch` and two `poll_at`.
+//!   The last answer is kept in the connection's place (`tcp_table.rs`, "Kept deadlines")
+//!   until something changes the connection, so a connection nothing happened to costs no
+//!   `poll_at` at all (a kept answer that is due goes straight to `dispatch`), and egress and
+//!   ingress learn the earliest deadline from the kept answers.
 
 use core::task::{Context, Poll, Waker};
 
