@@ -422,7 +422,9 @@ pub(crate) struct Egress {
 pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) -> Egress {
     let mut deadline: Option<Instant> = None;
     let ip_mtu = st.caps.ip_mtu();
-    for i in 0..st.tcp.len() {
+    let mut cursor = st.tcp.first_used();
+    while let Some(i) = cursor {
+        cursor = st.tcp.next_used(i);
         // A connection nothing happened to since egress kept its `poll_at` answer (see
         // `tcp_table.rs`, "Kept deadlines"): not due, nothing to do; due, straight to
         // `dispatch` (no writer waits for a slot and no data for the device, or nothing would
@@ -550,9 +552,10 @@ pub(crate) fn deadline(st: &mut State, now: Instant) -> Option<Instant> {
     }
     let ip_mtu = st.caps.ip_mtu();
     let mut at = None;
-    for i in 0..st.tcp.len() {
-        // Kept answers cost nothing; a connection something happened to is asked (and its
-        // answer kept).
+    let mut cursor = st.tcp.first_used();
+    while let Some(i) = cursor {
+        cursor = st.tcp.next_used(i);
+        // Kept answers cost nothing; a connection something happened to is asked.
         if let Some(polled) = st.tcp.poll_at(i, now, ip_mtu, &st.iface) {
             at = crate::stack::earliest(at, deadline_of(polled, now));
             if at.is_some_and(|t| t <= now) {

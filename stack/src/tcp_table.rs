@@ -257,7 +257,14 @@ pub(crate) struct TcpSlot {
     /// The connection's last `poll_at` answer, while nothing changed it (see the module docs);
     /// `None`: ask it. Cleared by every access that hands the connection out mutably.
     kept: Option<PollAt>,
+    /// The next and previous places in use (the table's list of used places, see
+    /// [`TcpTable::first_used`]); [`NO_PLACE`] at the ends and while the place is free.
+    next_used: u32,
+    prev_used: u32,
 }
+
+/// No place: the end of the list of used places.
+const NO_PLACE: u32 = u32::MAX;
 
 impl TcpSlot {
     /// An empty place (for `static` initialisers).
@@ -267,6 +274,8 @@ impl TcpSlot {
         generation: 0,
         slots: 0,
         kept: None,
+        next_used: NO_PLACE,
+        prev_used: NO_PLACE,
     };
 }
 
@@ -293,6 +302,9 @@ pub(crate) struct TcpTable {
     pub(crate) release_signal: &'static SegmentReleases,
     /// Places in use.
     used: usize,
+    /// The first place of the list of used places (most recently taken first), [`NO_PLACE`]
+    /// when none is: the walks of egress, ingress and lookup visit only these.
+    used_head: u32,
     /// Pool slots reserved by the connections in use: the sum of their places' `slots`.
     reserved: usize,
     /// Places holding an orphan: while zero, orphan scans are skipped.
@@ -317,7 +329,10 @@ impl TcpTable {
         seed: u64,
     ) -> Self {
         debug_assert_eq!(slots.len(), releases.len());
+        // Place numbers fit the list's `u32` links (`NO_PLACE` excluded).
+        debug_assert!(slots.len() < NO_PLACE as usize);
         Self {
+            used_head: NO_PLACE,
             slots,
             releases,
             release_signal,
@@ -342,7 +357,14 @@ impl TcpTable {
         self.releases[i].reset(slot.generation);
         slot.slots = slots;
         slot.kept = None;
+        slot.prev_used = NO_PLACE;
+        slot.next_used = self.used_head;
+        if let Some(head) = self.slots.get_mut(self.used_head as usize) {
+            head.prev_used = i as u32;
+        }
+        self.used_head = i as u32;
         self.used += 1;
+        debug_assert_eq!(self.used_places().count(), self.used, "the list of used places");
         self.reserved += slots;
         Some(TcpHandle(i))
     }
@@ -380,16 +402,31 @@ impl TcpTable {
         let Some(slot) = self.slots.get_mut(h.0) else {
             return;
         };
-        if slot.tcb.take().is_some() {
+        let was_used = slot.tcb.take().is_some();
+        if was_used {
             self.used -= 1;
             self.reserved -= slot.slots;
         }
+        let (prev, next) = (slot.prev_used, slot.next_used);
+        slot.prev_used = NO_PLACE;
+        slot.next_used = NO_PLACE;
         slot.slots = 0;
         slot.kept = None;
         if slot.meta.orphan.is_some() {
             self.orphans -= 1;
         }
         slot.meta = TcpMeta::EMPTY;
+        if was_used {
+            // Out of the list of used places.
+            match self.slots.get_mut(prev as usize) {
+                Some(p) => p.next_used = next,
+                None => self.used_head = next,
+            }
+            if let Some(n) = self.slots.get_mut(next as usize) {
+                n.prev_used = prev;
+            }
+            debug_assert_eq!(self.used_places().count(), self.used, "the list of used places");
+        }
     }
 
     /// The connection and record of `h`. Panics if the place is empty: a handle lives only
@@ -438,9 +475,28 @@ impl TcpTable {
         self.slots.get(h.0).and_then(|s| s.tcb.as_ref())
     }
 
-    /// Number of places (used or not), for index loops.
+    /// Number of places (used or not).
+    #[cfg(feature = "fuzzing")]
     pub(crate) fn len(&self) -> usize {
         self.slots.len()
+    }
+
+    /// The first place in use (`None`: none is), for walks over the connections with
+    /// [`next_used`](Self::next_used); the order is most recently taken first.
+    pub(crate) fn first_used(&self) -> Option<usize> {
+        (self.used_head != NO_PLACE).then_some(self.used_head as usize)
+    }
+
+    /// The place in use after `i` (a place in use) in the walk, if any. Fetch it before
+    /// anything removes `i`.
+    pub(crate) fn next_used(&self, i: usize) -> Option<usize> {
+        let next = self.slots.get(i)?.next_used;
+        (next != NO_PLACE).then_some(next as usize)
+    }
+
+    /// The places in use, most recently taken first.
+    fn used_places(&self) -> impl Iterator<Item = usize> + '_ {
+        core::iter::successors(self.first_used(), |&i| self.next_used(i))
     }
 
     /// The connection at place `i`, if the place is in use, with what a call into it needs.
@@ -530,19 +586,16 @@ impl TcpTable {
             self.last_hit = cached;
             return Some(cached);
         }
-        let connection = self.slots.iter().position(|s| {
-            s.tcb
-                .as_ref()
-                .is_some_and(|t| t.state() != State::Listen && t.accepts(ip, repr))
-        });
+        let connection = self.used_places().find(|&i| self.takes(i, ip, repr));
         if let Some(i) = connection {
             // Places are fewer than 2^16 (a place per socket slot of `StackResources`).
             self.demux[bucket] = u16::try_from(i + 1).unwrap_or(0);
             self.last_hit = i;
             return Some(i);
         }
-        self.slots.iter().position(|s| {
-            s.tcb
+        self.used_places().find(|&i| {
+            self.slots[i]
+                .tcb
                 .as_ref()
                 .is_some_and(|t| t.state() == State::Listen && t.accepts(ip, repr))
         })
