@@ -364,7 +364,11 @@ impl TcpTable {
         }
         self.used_head = i as u32;
         self.used += 1;
-        debug_assert_eq!(self.used_places().count(), self.used, "the list of used places");
+        debug_assert_eq!(
+            self.used_places().count(),
+            self.used,
+            "the list of used places"
+        );
         self.reserved += slots;
         Some(TcpHandle(i))
     }
@@ -425,7 +429,11 @@ impl TcpTable {
             if let Some(n) = self.slots.get_mut(next as usize) {
                 n.prev_used = prev;
             }
-            debug_assert_eq!(self.used_places().count(), self.used, "the list of used places");
+            debug_assert_eq!(
+                self.used_places().count(),
+                self.used,
+                "the list of used places"
+            );
         }
     }
 
