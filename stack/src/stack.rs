@@ -389,7 +389,8 @@ impl State {
 
     /// Removes orphaned sockets that have finished their work or reached their deadline. A TCP
     /// connection still open at its deadline was already reset by its own timeout (set when it
-    /// was orphaned); the deadline is a backstop.
+    /// was orphaned); the deadline is a backstop. The TCP places are walked only when an orphan
+    /// may have closed or a deadline has come (`TcpTable::orphans_due`).
     pub(crate) fn reap_orphans(&mut self, now: SmolInstant) {
         for i in 0..self.metas.orphan_scan_len() {
             let Some((handle, until)) = self.metas.orphan_at(i) else {
@@ -399,14 +400,21 @@ impl State {
                 self.remove_socket(handle);
             }
         }
+        if !self.tcp.orphans_due(now) {
+            return;
+        }
+        let mut due: Option<SmolInstant> = None;
         for i in 0..self.tcp.orphan_scan_len() {
             let Some((handle, until, state)) = self.tcp.orphan_at(i) else {
                 continue;
             };
             if state == TcpState::Closed || now >= until {
                 self.remove_tcb(handle);
+            } else {
+                due = earliest(due, Some(until));
             }
         }
+        self.tcp.orphans_scanned(due);
     }
 
     /// Wakes the egress task: something was queued for it.

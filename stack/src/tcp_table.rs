@@ -309,6 +309,11 @@ pub(crate) struct TcpTable {
     reserved: usize,
     /// Places holding an orphan: while zero, orphan scans are skipped.
     orphans: usize,
+    /// An orphan was handed out mutably since the last reaping scan (its connection may have
+    /// closed), or one was adopted: the next [`orphans_due`](Self::orphans_due) says yes.
+    orphan_touched: bool,
+    /// The earliest deadline of the orphans the last reaping scan left (`None`: none).
+    orphan_due: Option<Instant>,
     /// The place that took the last segment, tried first by [`find`](Self::find).
     last_hit: usize,
     /// Place + 1 of the connection a four-tuple hashed to last (0: none), tried next by
@@ -339,6 +344,8 @@ impl TcpTable {
             used: 0,
             reserved: 0,
             orphans: 0,
+            orphan_touched: false,
+            orphan_due: None,
             last_hit: 0,
             demux: [0; DEMUX_BUCKETS],
             demux_key: seed.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15 | 1,
@@ -442,6 +449,7 @@ impl TcpTable {
     pub(crate) fn get(&mut self, h: TcpHandle) -> (&mut Tcb<'static>, &mut TcpMeta) {
         let slot = &mut self.slots[h.0];
         slot.kept = None;
+        self.orphan_touched |= slot.meta.orphan.is_some();
         match &mut slot.tcb {
             Some(t) => (t, &mut slot.meta),
             None => panic!("TCP handle {} has no connection", h.0),
@@ -512,6 +520,7 @@ impl TcpTable {
         let slot = self.slots.get_mut(i)?;
         let tcb = slot.tcb.as_mut()?;
         slot.kept = None;
+        self.orphan_touched |= slot.meta.orphan.is_some();
         Some(Entry {
             tcb,
             meta: &mut slot.meta,
@@ -651,7 +660,21 @@ impl TcpTable {
             if slot.meta.orphan.replace(until).is_none() {
                 self.orphans += 1;
             }
+            self.orphan_touched = true;
         }
+    }
+
+    /// Whether a reaping scan can find something at `now`: an orphan may have closed (one was
+    /// changed or adopted since the last scan) or one's deadline has come. Otherwise the
+    /// stack skips the scan (`State::reap_orphans`), which would walk every place.
+    pub(crate) fn orphans_due(&self, now: Instant) -> bool {
+        self.orphans != 0 && (self.orphan_touched || self.orphan_due.is_some_and(|t| t <= now))
+    }
+
+    /// A reaping scan ended, leaving orphans whose earliest deadline is `due`.
+    pub(crate) fn orphans_scanned(&mut self, due: Option<Instant>) {
+        self.orphan_touched = false;
+        self.orphan_due = due;
     }
 
     /// How many places to look at for orphans: none while there are none, else all.
