@@ -22,9 +22,10 @@
 //! Without the cap wrk's `Connection: close` runs leave tens of thousands of client sockets in
 //! TIME-WAIT (60 s on Linux), and every `connect` then walks the ephemeral ports looking for a
 //! free one (`__inet_hash_connect`, measured at 7 ms per call with 35,000 of them): every peer
-//! collapses to 80-300 requests per second, whichever stack serves. `tcp_tw_reuse` cannot help:
-//! Linux reuses a TIME-WAIT port only for connections that carried TCP timestamps, and none of
-//! the three stacks negotiates them.
+//! collapses to 80-300 requests per second, whichever stack serves. `tcp_tw_reuse` cannot help
+//! every peer: Linux reuses a TIME-WAIT port only for connections that carried TCP timestamps,
+//! which zcnet negotiates and plain smoltcp and embassy-net do not; the cap treats all three
+//! alike.
 //!
 //! The parent reads a child's counters over its stdin/stdout (`stats`): CPU time (user +
 //! system) and context switches from `getrusage(RUSAGE_SELF)` minus the answering thread's own
