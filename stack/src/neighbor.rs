@@ -10,7 +10,8 @@
 //!   whose sender is a neighbour we already track, or whose target is one of our addresses;
 //!   NDP neighbour advertisements (target link-layer option) and neighbour solicitations for one
 //!   of our addresses (source link-layer option), checksum verified. Every snooped frame still
-//!   goes on to smoltcp, which answers requests and fills its own cache exactly as before.
+//!   goes on to smoltcp, which answers requests and fills its own cache as it would without
+//!   the snooping.
 //! * **Resolution**: a send to an unknown next hop holds the finished frame (UDP and IP headers
 //!   written, Ethernet header not yet) in one of [`MAX_HELD_FRAMES`] places and asks egress to
 //!   send an ARP request or an NDP neighbour solicitation (built here with `smoltcp::wire`).

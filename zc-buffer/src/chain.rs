@@ -332,7 +332,7 @@ impl<T: Deref<Target = [u8]>> Segments<T> {
 /// in order, are the packet. See [the module docs](self) for the rules.
 ///
 /// Dropping the chain drops each frame, returning each slot to its pool (on any thread; `Send`
-/// and `Sync` like the frames). Frames may be empty (a TX head that holds only headroom so far);
+/// and `Sync` like the frames). Frames may be empty (a TX head that holds only headroom, no header yet);
 /// [`iter`](Self::iter) skips empty ones.
 pub struct FrameChain<F: ChainFrame> {
     segs: Segments<F>,

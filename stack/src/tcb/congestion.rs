@@ -72,7 +72,7 @@ pub(super) enum AnyController {
 
 impl AnyController {
     /// The algorithm of a new connection: no control, as smoltcp chooses when built without
-    /// its `socket-tcp-reno` and `socket-tcp-cubic` features (zcnet's build so far).
+    /// its `socket-tcp-reno` and `socket-tcp-cubic` features.
     #[inline]
     pub(super) fn new() -> Self {
         AnyController::None(no_control::NoControl)

@@ -47,8 +47,7 @@
 //! * No segmentation offload (smoltcp's `segmentation-offload` feature); its test is dropped.
 //! * smoltcp's optional features are always on: wakers (`async`), `pause_synack`
 //!   (`socket-tcp-pause-synack`), Reno and CUBIC (`socket-tcp-reno`, `socket-tcp-cubic`). The
-//!   default algorithm stays no congestion control, what smoltcp picks without the latter two
-//!   (zcnet's build so far).
+//!   default algorithm is no congestion control, what smoltcp picks without the latter two.
 //! * CUBIC's `powi(3)` and `mul_add` are not in `core`: `x * x * x` (the same value) and an
 //!   unfused multiply-add in the first estimate of its cube root (refined by a Newton step).
 //! * Loss recovery ([`recovery`], [`sack`]): smoltcp ignores the SACK blocks it receives and,
