@@ -28,11 +28,11 @@
 use smoltcp::wire::IpCidr;
 use zcnet_buffer::LinkState;
 
-use crate::autoconf::{Dhcpv4Lease, IpAddrs};
+use crate::ip::autoconf::{Dhcpv4Lease, IpAddrs};
 use crate::stack::State as StackState;
 use crate::stats::DropReason;
-use crate::tcb::socket::Tcb;
-use crate::tcb::state::State;
+use crate::transport::tcp::tcb::socket::Tcb;
+use crate::transport::tcp::tcb::state::State;
 
 /// The `log` targets, which a logger can filter on (`defmt` has no targets).
 mod target {
@@ -240,7 +240,7 @@ pub(crate) fn stack_created(st: &StackState) {
         target: STACK,
         "stack created: hardware address {}, IP MTU {}",
         st.iface.hardware_addr(),
-        st.caps.ip_mtu()
+        st.link.caps.ip_mtu()
     );
     for a in st.iface.ip_addrs() {
         info!(target: STACK, "address {}", a);

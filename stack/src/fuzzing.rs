@@ -1,6 +1,6 @@
 //! Entry points for zcnet's fuzz targets (`tests/fuzz/`), behind the `fuzzing` feature: the
 //! zero-copy path's frame classifier (`socket/datagram.rs`) and the neighbour table with its
-//! ARP / NDP snooping (`neighbor.rs`), driven one call at a time without the stack's tasks, so a
+//! ARP / NDP snooping (`link/neighbor.rs`), driven one call at a time without the stack's tasks, so a
 //! fuzzer reaches them at millions of inputs per minute; and a read-only view of the TCP table
 //! for the checks of a target that runs the whole stack.
 //!
@@ -18,7 +18,7 @@ use zcnet_buffer::TxFrame;
 
 use crate::config::{IpAddress, IpEndpoint};
 use crate::datagram::DatagramError;
-use crate::neighbor::{self, Lookup};
+use crate::link::neighbor::{self, Lookup};
 use crate::socket::datagram::{self as dg, Class};
 use crate::stack::Stack;
 use crate::tcp::TcpState;
@@ -121,7 +121,7 @@ impl Probe {
     /// A send's next-hop lookup for `ip` at `now_ms`.
     pub fn lookup(&self, ip: IpAddress, now_ms: u64) -> Resolution {
         self.stack
-            .with(|st| match st.neighbors.lookup(ip, at(now_ms)) {
+            .with(|st| match st.link.neighbors.lookup(ip, at(now_ms)) {
                 Ok(Lookup::Known(mac)) => Resolution::Known(mac.0),
                 Ok(Lookup::Unknown) => Resolution::Unknown,
                 Err(_) => Resolution::Full,
@@ -130,7 +130,8 @@ impl Probe {
 
     /// Starts resolving `ip` ahead of any send (what the stack does for its IPv4 gateway).
     pub fn prime(&self, ip: IpAddress, now_ms: u64) {
-        self.stack.with(|st| st.neighbors.prime(ip, at(now_ms)));
+        self.stack
+            .with(|st| st.link.neighbors.prime(ip, at(now_ms)));
     }
 
     /// Holds `frame` until `next_hop` resolves, as a send does after
@@ -138,7 +139,7 @@ impl Probe {
     /// frame is dropped then).
     pub fn hold(&self, frame: TxFrame, next_hop: IpAddress, datagram: bool) -> Option<u32> {
         self.stack
-            .with(|st| st.neighbors.hold(frame, next_hop, datagram).ok())
+            .with(|st| st.link.neighbors.hold(frame, next_hop, datagram).ok())
     }
 
     /// The outcome of held send `ticket` (its place is freed when it has one), or `None` while
@@ -148,7 +149,7 @@ impl Probe {
         let mut cx = Context::from_waker(Waker::noop());
         match self
             .stack
-            .with(|st| st.neighbors.poll_held(ticket, &mut cx))
+            .with(|st| st.link.neighbors.poll_held(ticket, &mut cx))
         {
             Poll::Ready(r) => Some(r),
             Poll::Pending => None,
@@ -157,7 +158,7 @@ impl Probe {
 
     /// The sender of `ticket` stopped waiting.
     pub fn detach(&self, ticket: u32) {
-        self.stack.with(|st| st.neighbors.detach(ticket));
+        self.stack.with(|st| st.link.neighbors.detach(ticket));
     }
 
     /// Egress's neighbour step at `now_ms`: due requests, give-ups. `true` when the driver had
@@ -171,7 +172,8 @@ impl Probe {
     /// When egress must run next for the table, in milliseconds.
     pub fn deadline_ms(&self) -> Option<u64> {
         self.stack.with(|st| {
-            st.neighbors
+            st.link
+                .neighbors
                 .deadline()
                 .map(|t| u64::try_from(t.total_millis()).unwrap_or(0))
         })
@@ -180,7 +182,8 @@ impl Probe {
     /// Frames held right now.
     pub fn held_frames(&self) -> usize {
         self.stack.with(|st| {
-            st.neighbors
+            st.link
+                .neighbors
                 .held
                 .iter()
                 .flatten()
@@ -201,7 +204,7 @@ impl Probe {
     ///   been freed.
     pub fn check(&self) -> Result<(), &'static str> {
         self.stack.with(|st| {
-            let nb = &st.neighbors;
+            let nb = &st.link.neighbors;
             let entries = || nb.entries.iter().flatten();
             for (i, a) in entries().enumerate() {
                 if entries().skip(i + 1).any(|b| b.ip == a.ip) {
@@ -275,11 +278,11 @@ impl Probe {
         let now = self.stack.now();
         self.stack.with(|st| {
             let at = st.iface.poll_at(now, &st.sockets);
-            let at = crate::stack::earliest(at, crate::tcp_io::deadline(st, now));
-            let at = crate::autoconf::deadline(st, now, at, false);
-            let at = crate::stack::earliest(at, st.neighbors.deadline());
+            let at = crate::stack::earliest(at, crate::transport::tcp::output::deadline(st, now));
+            let at = crate::ip::autoconf::deadline(st, now, at, false);
+            let at = crate::stack::earliest(at, st.link.neighbors.deadline());
             (
-                st.egress_deadline.map(|t| t.total_millis()),
+                st.tasks.egress_deadline.map(|t| t.total_millis()),
                 at.map(|t| t.total_millis()),
             )
         })

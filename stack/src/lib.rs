@@ -18,7 +18,7 @@
 //! * [`Runner`]: the ingress and egress tasks, and the link task (the driver's link state:
 //!   [`Stack::link_state`], [`Stack::wait_link`]); spawn them or run them.
 //! * TCP is zcnet's own (`tcb/`, a port of smoltcp 0.14's state machine with SACK-based loss
-//!   recovery, D-SACK, RACK-TLP and timestamps; `tcp_io.rs`, `tcp_header.rs`, `tcp_table.rs`):
+//!   recovery, D-SACK, RACK-TLP and timestamps; `transport/tcp/`, `transport/tcp/header.rs`, `transport/tcp/table.rs`):
 //!   ingress hands each segment for the stack to the connection that accepts it (or answers it
 //!   with a RST), and the connection keeps the received frame itself; egress
 //!   sends the frames the application filled, kept until acknowledged (RETAINED), headers
@@ -35,7 +35,7 @@
 //!   else goes on to smoltcp. The send path (and TCP's) resolves next hops with its own
 //!   bounded neighbour table (smoltcp's is private), fed by snooping ARP and NDP, holding
 //!   frames while ARP / NDP requests go out and failing them with an error on timeout
-//!   (`socket/datagram.rs`, `neighbor.rs`; the module docs of [`datagram`] say who owns a frame
+//!   (`socket/datagram.rs`, `link/neighbor.rs`; the module docs of [`datagram`] say who owns a frame
 //!   when, the bounds, and what goes to smoltcp).
 //! * TCP sockets: [`tcp::TcpSocket`], [`tcp::TcpListener`] (a real backlog). Sockets over
 //!   smoltcp: [`udp::UdpSocket`], [`icmp::IcmpSocket`] (echo and `ping`; the stack itself answers
@@ -45,19 +45,19 @@
 //! * Addresses: static IPv4/IPv6, a DHCPv4 client ([`Ipv4Config::Dhcp`]), SLAAC
 //!   ([`Config::slaac`]) and the IPv6 link-local address; the application reads them with
 //!   [`Stack::ipv4_config`], [`Stack::dhcp_lease`] and [`Stack::ip_addrs`] and waits for them
-//!   with [`Stack::wait_ipv4`] and [`Stack::wait_config_change`] (`autoconf.rs`).
+//!   with [`Stack::wait_ipv4`] and [`Stack::wait_config_change`] (`ip/autoconf.rs`).
 //! * Drops: every frame the stack drops is counted by reason ([`DropReason`],
 //!   [`Stack::stats`]), those smoltcp drops included: ingress looks at each frame before
 //!   smoltcp does (header reads; it verifies the IPv4, TCP, UDP and ICMP checksums in
 //!   smoltcp's place, so each is still verified once; TCP segments for the stack go to zcnet's
-//!   TCP from there) and at the answers smoltcp gives (`rx_check.rs`).
+//!   TCP from there) and at the answers smoltcp gives (`ip/check.rs`).
 //! * Ports: one allocator hands out every ephemeral port (TCP connect, UDP and zero-copy bind
-//!   to port 0) and keeps DNS queries off ports other sockets use (`ports.rs`).
+//!   to port 0) and keeps DNS queries off ports other sockets use (`transport/ports.rs`).
 //! * Shutdown: [`Stack::shutdown`] stops the stack for good and gives its driver back
 //!   ([`StackDriver`]: a `&'static mut` driver, or a boxed one with `alloc`, which the caller
 //!   drops to close the device); the tasks end, every frame the stack held returns to the pool,
 //!   TCP operations fail with [`tcp::TcpError::ShutDown`] and no socket opens. A new stack over
-//!   the same driver and pool takes new [`StackResources`] (`shutdown.rs` says what happens to
+//!   the same driver and pool takes new [`StackResources`] (`stack/shutdown.rs` says what happens to
 //!   each kind of socket).
 //!
 //! # Copies per payload byte
@@ -108,51 +108,40 @@ extern crate alloc;
 #[macro_use]
 mod logging;
 
-mod autoconf;
-mod backlog;
 mod config;
-mod device;
 #[cfg(any(feature = "log", feature = "defmt"))]
 mod events;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod ip;
 mod link;
-mod neighbor;
-mod ports;
 mod runner;
-mod rx_check;
-mod shutdown;
 mod socket;
-mod socket_meta;
 mod stack;
-mod stack_driver;
 mod stats;
-mod tcb;
-mod tcp_header;
-mod tcp_io;
-mod tcp_table;
+mod transport;
 mod waiters;
 
-pub use autoconf::{
-    eui64_interface_id, ipv6_link_local, Dhcpv4Lease, IpAddrs, Ipv4Settings, MAX_ADDRS,
-    MAX_CONFIG_WAITERS, MAX_DHCP_DNS_SERVERS,
-};
-pub use backlog::MAX_LISTENERS;
 pub use config::{
     Config, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv4Config,
     Ipv6Address, Ipv6Cidr, StaticV4, StaticV6, MAX_DNS_SERVERS,
 };
-pub use link::LINK_DOWN_RECHECK;
-pub use neighbor::{
+pub use ip::autoconf::{
+    eui64_interface_id, ipv6_link_local, Dhcpv4Lease, IpAddrs, Ipv4Settings, MAX_ADDRS,
+    MAX_CONFIG_WAITERS, MAX_DHCP_DNS_SERVERS,
+};
+pub use link::carrier::LINK_DOWN_RECHECK;
+pub use link::driver::StackDriver;
+pub use link::neighbor::{
     MAX_HELD_FRAMES, MAX_NEIGHBORS, NEIGHBOR_LIFETIME, NEIGHBOR_RETRY, NEIGHBOR_TIMEOUT,
 };
 pub use runner::{Never, Runner};
-pub use shutdown::MAX_SHUTDOWN_WAITERS;
 pub use socket::{datagram, dns, icmp, raw, tcp, udp, PacketBuffers, PacketMetadata};
+pub use stack::shutdown::MAX_SHUTDOWN_WAITERS;
 pub use stack::{Stack, StackInner, StackResources};
-pub use stack_driver::StackDriver;
 pub use stats::{DropReason, StackStats, StatsReader};
+pub use transport::tcp::backlog::MAX_LISTENERS;
 pub use zcnet_buffer as buffer;
 pub use zcnet_executor as executor;
 

@@ -1,7 +1,7 @@
 //! Stack counters: polls, frames, drops by reason. Relaxed atomics, read as a snapshot.
 //!
 //! Received frames that smoltcp drops are counted by ingress, which looks at them before and
-//! after smoltcp does (`rx_check.rs` says how, what it costs and what is not counted).
+//! after smoltcp does (`ip/check.rs` says how, what it costs and what is not counted).
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -23,7 +23,7 @@ pub enum DropReason {
     /// A wrong checksum: a datagram for a zero-copy socket with a wrong IPv4 header or UDP
     /// checksum (or an IPv6 UDP datagram without one), or a frame for smoltcp with a wrong IPv4
     /// header, TCP, UDP, ICMPv4 or ICMPv6 checksum (ingress verifies these in smoltcp's place,
-    /// see `rx_check.rs`). Dropped, never delivered.
+    /// see `ip/check.rs`). Dropped, never delivered.
     BadChecksum,
     /// A zero-copy datagram held while its next hop's link-layer address was resolved, dropped
     /// because no ARP / NDP answer came in time; its sender got

@@ -45,15 +45,15 @@
 //! * At most [`MAX_DATAGRAM_SOCKETS`] zero-copy sockets per stack.
 //! * Neighbour resolution: at most [`MAX_HELD_FRAMES`](crate::MAX_HELD_FRAMES) frames held
 //!   stack-wide and [`MAX_NEIGHBORS`](crate::MAX_NEIGHBORS) next hops remembered
-//!   (`neighbor.rs` has the design).
+//!   (`link/neighbor.rs` has the design).
 //!
 //! # What goes to smoltcp
 //!
 //! Everything that is not a UDP datagram for a bound zero-copy socket, nor a TCP segment for
-//! the stack (zcnet's TCP takes those, `tcp_io.rs`): ARP, ICMP, NDP, UDP for ordinary [`UdpSocket`](crate::udp::UdpSocket)s or for no socket (smoltcp answers
+//! the stack (zcnet's TCP takes those, `transport/tcp/input.rs`): ARP, ICMP, NDP, UDP for ordinary [`UdpSocket`](crate::udp::UdpSocket)s or for no socket (smoltcp answers
 //! with ICMP port unreachable), IPv4 fragments, IPv6 packets with extension headers, and
 //! anything malformed; first, ingress counts what smoltcp will drop and drops (counted) what
-//! has a wrong IPv4, UDP or ICMP checksum, which smoltcp leaves to it (`rx_check.rs`).
+//! has a wrong IPv4, UDP or ICMP checksum, which smoltcp leaves to it (`ip/check.rs`).
 //! ARP and NDP packets are also snooped, before smoltcp sees them, to
 //! learn neighbours for the zero-copy send path and TCP. A datagram matched to a zero-copy
 //! socket is never seen by smoltcp, so a [`RawSocket`](crate::raw::RawSocket) for UDP does not
@@ -75,7 +75,7 @@
 //! zero-copy socket and a [`DnsSocket`](crate::dns::DnsSocket) query in flight. Port 0 picks a
 //! free ephemeral port from the stack's one allocator, which UDP sockets, TCP connections and
 //! DNS queries use too: a DNS query never starts from a port a zero-copy socket is bound to,
-//! and a zero-copy socket never gets the port of a query in flight (`ports.rs`).
+//! and a zero-copy socket never gets the port of a query in flight (`transport/ports.rs`).
 //!
 //! # Not covered
 //!
@@ -104,7 +104,7 @@ use zcnet_buffer::{RxFrame, TxError, TxFrame, ETHERNET_HEADER_LEN};
 pub use smoltcp::wire::IpVersion;
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
-use crate::neighbor::{self, Lookup};
+use crate::link::neighbor::{self, Lookup};
 use crate::stack::{Stack, State};
 use crate::stats::{Counters, DropReason};
 use crate::StackError;
@@ -370,7 +370,7 @@ impl ZcSockets {
         })
     }
 
-    /// Shutdown (`shutdown.rs`): drops every queued datagram (their slots return to the pool)
+    /// Shutdown (`stack/shutdown.rs`): drops every queued datagram (their slots return to the pool)
     /// and wakes the sockets' waiting receives and TX-frame waits to re-check.
     pub(crate) fn shut_down(&mut self) {
         for e in self.entries.iter_mut().flatten() {
@@ -470,7 +470,7 @@ pub(crate) fn ingress(
 /// With no zero-copy socket bound: learns neighbours from ARP and NDP (for TCP, the gateway
 /// priming and any resolution in progress), classifying nothing else.
 pub(crate) fn snoop_only(st: &mut State, bytes: &[u8], now: Instant, counters: &Counters) {
-    if st.caps.medium != Medium::Ethernet {
+    if st.link.caps.medium != Medium::Ethernet {
         return;
     }
     let Ok(eth) = EthernetFrame::new_checked(bytes) else {
@@ -490,7 +490,7 @@ pub(crate) fn snoop_only(st: &mut State, bytes: &[u8], now: Instant, counters: &
 }
 
 pub(crate) fn classify(st: &mut State, bytes: &[u8], now: Instant, counters: &Counters) -> Class {
-    let l3 = match st.caps.medium {
+    let l3 = match st.link.caps.medium {
         Medium::Ethernet => {
             let Ok(eth) = EthernetFrame::new_checked(bytes) else {
                 return Class::Pass;
@@ -543,10 +543,10 @@ fn classify_v4(st: &State, ip: &[u8], l3: usize) -> Class {
         return Class::Pass; // smoltcp drops these as it always did
     }
     let src_ip = IpAddress::Ipv4(src);
-    if st.caps.checksum.ipv4.rx() && !p.verify_checksum() {
+    if st.link.caps.checksum.ipv4.rx() && !p.verify_checksum() {
         return Class::Drop(DropReason::BadChecksum);
     }
-    if st.caps.checksum.udp.rx() && !udp.verify_checksum(&src_ip, &dst_ip) {
+    if st.link.caps.checksum.udp.rx() && !udp.verify_checksum(&src_ip, &dst_ip) {
         return Class::Drop(DropReason::BadChecksum);
     }
     Class::Deliver {
@@ -583,7 +583,8 @@ fn classify_v6(st: &mut State, ip: &[u8], l3: usize, now: Instant, counters: &Co
     }
     let src_ip = IpAddress::Ipv6(src);
     // IPv6 makes the UDP checksum mandatory (RFC 8200 §8.1): zero is invalid.
-    if st.caps.checksum.udp.rx() && (udp.checksum() == 0 || !udp.verify_checksum(&src_ip, &dst_ip))
+    if st.link.caps.checksum.udp.rx()
+        && (udp.checksum() == 0 || !udp.verify_checksum(&src_ip, &dst_ip))
     {
         return Class::Drop(DropReason::BadChecksum);
     }
@@ -598,7 +599,7 @@ fn classify_v6(st: &mut State, ip: &[u8], l3: usize, now: Instant, counters: &Co
 
 /// Link-layer header length of the stack's medium.
 fn link_len(st: &State) -> usize {
-    match st.caps.medium {
+    match st.link.caps.medium {
         Medium::Ethernet => ETHERNET_HEADER_LEN,
         _ => 0,
     }
@@ -606,7 +607,7 @@ fn link_len(st: &State) -> usize {
 
 /// Headroom of a frame from `tx_frame`: the driver's, then room for the largest headers.
 fn tx_headroom(st: &State) -> usize {
-    st.tx_headroom + link_len(st) + IPV6_HEADER_LEN + UDP_HEADER_LEN
+    st.link.tx_headroom + link_len(st) + IPV6_HEADER_LEN + UDP_HEADER_LEN
 }
 
 /// Writes the UDP and IP headers, picks the next hop, and transmits the frame or holds it.
@@ -625,9 +626,9 @@ fn start_send(
     if remote.port == 0 || remote.addr.is_unspecified() || st.iface.has_ip_addr(remote.addr) {
         return Err(DatagramError::Unaddressable);
     }
-    if !st.link.is_up() {
+    if !st.link.carrier.is_up() {
         // Refused before a neighbour lookup could hold the frame: nothing resolves while the
-        // link is down (`link.rs`).
+        // link is down (`link/carrier.rs`).
         counters.drop(crate::DropReason::LinkDown);
         return Err(DatagramError::Driver(zcnet_buffer::TxError::LinkDown));
     }
@@ -651,13 +652,13 @@ fn start_send(
     };
     let link = link_len(st);
     let payload = frame.len();
-    if link + ip_len + UDP_HEADER_LEN + payload > st.caps.max_transmission_unit {
+    if link + ip_len + UDP_HEADER_LEN + payload > st.link.caps.max_transmission_unit {
         return Err(DatagramError::TooLarge);
     }
-    if frame.headroom() < st.tx_headroom + link + ip_len + UDP_HEADER_LEN {
+    if frame.headroom() < st.link.tx_headroom + link + ip_len + UDP_HEADER_LEN {
         return Err(DatagramError::NoHeadroom);
     }
-    let hop = match st.caps.medium {
+    let hop = match st.link.caps.medium {
         Medium::Ethernet => Some(
             neighbor::next_hop(&mut st.iface, remote.addr, now)
                 .ok_or(DatagramError::Unaddressable)?,
@@ -675,7 +676,7 @@ fn start_send(
         udp.set_src_port(bound.port);
         udp.set_dst_port(remote.port);
         udp.set_len(udp_len as u16);
-        if st.caps.checksum.udp.tx() {
+        if st.link.caps.checksum.udp.tx() {
             udp.fill_checksum(&src, &remote.addr);
         } else {
             udp.set_checksum(0);
@@ -702,7 +703,7 @@ fn start_send(
             ip.set_next_header(IpProtocol::Udp);
             ip.set_src_addr(s);
             ip.set_dst_addr(d);
-            if st.caps.checksum.ipv4.tx() {
+            if st.link.caps.checksum.ipv4.tx() {
                 ip.fill_checksum();
             } else {
                 ip.set_checksum(0);
@@ -732,16 +733,16 @@ fn start_send(
     };
     let mac = match neighbor::group_mac(&st.iface, hop) {
         Some(m) => m,
-        None => match st.neighbors.lookup(hop, now)? {
+        None => match st.link.neighbors.lookup(hop, now)? {
             Lookup::Known(m) => m,
             Lookup::Unknown => {
-                let ticket = st.neighbors.hold(frame, hop, true)?;
+                let ticket = st.link.neighbors.hold(frame, hop, true)?;
                 st.signal_egress(); // egress sends the ARP request / solicitation
                 return Ok(Some(ticket));
             }
         },
     };
-    if st.neighbors.deadline().is_some() {
+    if st.link.neighbors.deadline().is_some() {
         st.signal_egress(); // a stale entry's refresh
     }
     neighbor::push_ethernet(&mut frame, our_mac, mac, ethertype)?;
@@ -898,7 +899,8 @@ impl DatagramSocket {
                 IpVersion::Ipv4 => IPV4_HEADER_LEN,
                 IpVersion::Ipv6 => IPV6_HEADER_LEN,
             };
-            st.caps
+            st.link
+                .caps
                 .max_transmission_unit
                 .saturating_sub(link_len(st) + ip + UDP_HEADER_LEN)
         })
@@ -910,10 +912,14 @@ impl DatagramSocket {
     pub fn poll_tx_frame(&self, cx: &mut Context<'_>) -> Poll<TxFrame> {
         self.stack.with(|st| {
             // The driver keeps one TX waiter, and egress owns it: egress wakes us when it runs.
-            let egress = st.egress_waker.clone();
+            let egress = st.tasks.egress_waker.clone();
             let w = egress.as_ref().unwrap_or(cx.waker());
             let headroom = tx_headroom(st);
-            match st.driver.poll_transmit_frame(&mut Context::from_waker(w)) {
+            match st
+                .link
+                .driver
+                .poll_transmit_frame(&mut Context::from_waker(w))
+            {
                 Poll::Ready(mut f) => {
                     // Cannot fail: `Stack::new` made sure a slot holds the driver's headroom
                     // plus 64 bytes, more than the 62 added here (an empty frame is accepted).
@@ -999,7 +1005,9 @@ impl Future for HeldSend {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let ticket = this.ticket;
-        let r = this.stack.with(|st| st.neighbors.poll_held(ticket, cx));
+        let r = this
+            .stack
+            .with(|st| st.link.neighbors.poll_held(ticket, cx));
         this.done = r.is_ready();
         r
     }
@@ -1009,7 +1017,7 @@ impl Drop for HeldSend {
     fn drop(&mut self) {
         if !self.done {
             let ticket = self.ticket;
-            self.stack.with(|st| st.neighbors.detach(ticket));
+            self.stack.with(|st| st.link.neighbors.detach(ticket));
         }
     }
 }

@@ -38,9 +38,9 @@ use smoltcp::wire::DnsQueryType;
 pub use smoltcp::socket::dns::DnsQuery;
 
 use crate::config::{IpAddress, Ipv4Address, MAX_DNS_SERVERS};
-use crate::ports::DnsStartError;
 use crate::socket::{routable, SocketCx};
 use crate::stack::Stack;
+use crate::transport::ports::DnsStartError;
 use crate::StackError;
 
 /// How many addresses one answer yields at most (smoltcp's `dns-max-result-count-4`).
@@ -141,7 +141,7 @@ impl DnsAddresses {
 /// A DNS resolver: one smoltcp DNS socket with a fixed number of query slots, each `resolve`
 /// in flight using one. Share it (`&DnsSocket`) between tasks to resolve several names at once.
 /// Each query goes out from a random local port that no other socket or query of the stack
-/// uses, and while it is in flight no socket can bind that port (`ports.rs`).
+/// uses, and while it is in flight no socket can bind that port (`transport/ports.rs`).
 ///
 /// The servers are [`Config::dns_servers`](crate::Config::dns_servers) or, when none are
 /// configured, those of the current DHCP lease ([`Stack::dhcp_lease`](crate::Stack::dhcp_lease)).
@@ -255,7 +255,7 @@ impl DnsSocket {
             if self.in_flight.load(Ordering::Relaxed) >= self.slots {
                 return Err(DnsError::TooManyQueries);
             }
-            // From a local port no other socket or query uses (`ports.rs`).
+            // From a local port no other socket or query uses (`transport/ports.rs`).
             let q = st
                 .start_dns_query(self.handle, name, kind.into())
                 .map_err(|e| match e {

@@ -12,6 +12,7 @@ pub mod datagram;
 pub mod dns;
 pub mod icmp;
 mod io;
+pub(crate) mod meta;
 pub mod raw;
 pub mod tcp;
 mod tcp_listener;

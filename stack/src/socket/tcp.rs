@@ -3,7 +3,7 @@
 //!
 //! The connections are zcnet's own TCP (the stack's `tcb` module, a port of smoltcp 0.14's
 //! state machine), in the stack's connection table; segments go in and out through ingress and
-//! egress (`tcp_io.rs`). smoltcp's TCP is not used.
+//! egress (`transport/tcp/output.rs`). smoltcp's TCP is not used.
 //!
 //! # Copies per payload byte
 //!
@@ -63,21 +63,21 @@ use zcnet_buffer::RxFrame;
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
 use crate::stack::{Stack, TcpCx};
-use crate::tcb::context::TcpContext;
-use crate::tcb::error::{ConnectError, ListenError, RecvError};
-use crate::tcb::recv::{slot_budget, RecvBuffer};
-use crate::tcb::send::{SendBuffer, MAX_FRAMES};
-use crate::tcb::socket::Tcb;
-use crate::tcp_table::{CloseCause, SegmentRelease, SegmentReleases, TcpHandle};
+use crate::transport::tcp::table::{CloseCause, SegmentRelease, SegmentReleases, TcpHandle};
+use crate::transport::tcp::tcb::context::TcpContext;
+use crate::transport::tcp::tcb::error::{ConnectError, ListenError, RecvError};
+use crate::transport::tcp::tcb::recv::{slot_budget, RecvBuffer};
+use crate::transport::tcp::tcb::send::{SendBuffer, MAX_FRAMES};
+use crate::transport::tcp::tcb::socket::Tcb;
 use crate::StackError;
 use zcnet_buffer::TxFrame;
 
 pub use super::tcp_listener::{TcpListener, HANDSHAKE_TIMEOUT, MAX_BACKLOG};
-pub use crate::tcb::congestion::CongestionControl;
-pub use crate::tcb::socket::{SYNACK_RETRIES, SYN_RETRIES};
+pub use crate::transport::tcp::tcb::congestion::CongestionControl;
+pub use crate::transport::tcp::tcb::socket::{SYNACK_RETRIES, SYN_RETRIES};
 /// The state of a TCP connection (RFC 793).
-pub use crate::tcb::state::State as TcpState;
-pub use crate::tcb::stats::{TcpCounters, TcpStats};
+pub use crate::transport::tcp::tcb::state::State as TcpState;
+pub use crate::transport::tcp::tcb::stats::{TcpCounters, TcpStats};
 
 /// Why a TCP operation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,12 +193,12 @@ fn frame_budget(bytes: usize) -> usize {
 /// Headroom of a TCP frame: the driver's, Ethernet (on an Ethernet link), IPv6 (the larger IP
 /// header) and TCP with the most options (60).
 fn tcp_headroom(st: &crate::stack::State) -> usize {
-    let link = if st.caps.medium == smoltcp::phy::Medium::Ethernet {
+    let link = if st.link.caps.medium == smoltcp::phy::Medium::Ethernet {
         zcnet_buffer::ETHERNET_HEADER_LEN
     } else {
         0
     };
-    st.tx_headroom + link + smoltcp::wire::IPV6_HEADER_LEN + 60
+    st.link.tx_headroom + link + smoltcp::wire::IPV6_HEADER_LEN + 60
 }
 
 /// Adds a closed TCP connection with `buffers` to the stack. The send side is a queue of the
@@ -535,7 +535,7 @@ impl TcpSocket {
                 return Err(TcpError::ShutDown);
             }
             let port = st.ephemeral_port().ok_or(TcpError::Unaddressable)?;
-            let ip_mtu = st.caps.ip_mtu();
+            let ip_mtu = st.link.caps.ip_mtu();
             let Some(e) = st.tcp.at_handle(handle) else {
                 return Err(TcpError::InvalidState);
             };
@@ -885,7 +885,7 @@ pub struct TcpSegment {
     /// The stack's release flag and egress's waker.
     signal: &'static SegmentReleases,
     /// The generation of the connection's place when the segment was taken: the connection is
-    /// released only if it is still there (`tcp_table.rs`).
+    /// released only if it is still there (`transport/tcp/table.rs`).
     generation: u32,
 }
 

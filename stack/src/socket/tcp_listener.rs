@@ -7,10 +7,10 @@ use core::time::Duration;
 use smoltcp::time::Duration as SmolDuration;
 
 use super::tcp::{add_socket, Conn, TcpBuffers, TcpError, TcpSocket, TcpState};
-use crate::backlog::ListenerId;
 use crate::config::IpListenEndpoint;
 use crate::stack::Stack;
-use crate::tcp_table::TcpHandle;
+use crate::transport::tcp::backlog::ListenerId;
+use crate::transport::tcp::table::TcpHandle;
 use crate::StackError;
 
 /// Accepts connections on one endpoint with a backlog: `backlog` sockets listen at once, and each

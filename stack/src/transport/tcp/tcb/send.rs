@@ -5,7 +5,7 @@
 //! Each entry is a [`RetainedFrame`] (`zcnet_buffer`): a slot of the stack's pool whose data is
 //! payload, with headroom in front for the driver's, Ethernet, IP and TCP headers. Egress sends a
 //! segment that is a frame's whole unacknowledged rest from the frame itself, headers written
-//! into its headroom (no payload copy); see `tcp_io.rs`.
+//! into its headroom (no payload copy); see `transport/tcp/output.rs`.
 //!
 //! ```text
 //!  frames:  [ acked | unacked ........ ] [ unacked ........ ] [ unsent ...... | free ]

@@ -1,16 +1,8 @@
-//! zcnet's TCP data path: segments in from ingress to the connections ([`Tcb`]s in the
-//! stack's table, `tcp_table.rs`), segments out from them into pool frames.
+//! TCP egress: segments out of the connections into pool frames, with their IP and Ethernet
+//! headers.
 //!
 //! ```text
-//!  RX  ingress ─► rx_check (headers, addresses, TCP checksum) ─► Verdict::Tcp
-//!        ─► tcp_header::parse in place ─► the connection that accepts it, else a listener
-//!              ─► Tcb::process with the frame trimmed to the payload: queued on the connection
-//!                 as it is (no copy; a segment under 256 bytes may be copied into the
-//!                 previous frame's tail, ledger: CopyBreak), or dropped if not kept
-//!              └─ an immediate answer (challenge ACK, ACK of out-of-order data) ─► emit
-//!        └─ nobody takes it: a bare SYN for a TcpListener's port is dropped (BacklogFull),
-//!           anything else but a RST is answered with a RST (Tcb::rst_reply) ─► emit (NoSocket)
-//!  TX  egress ─► for each connection due (Tcb::poll_at) ─► Tcb::dispatch ─► emit
+//!  egress ─► for each connection due (Tcb::poll_at) ─► Tcb::dispatch ─► emit
 //!  emit: the payload is a send-queue frame's whole unacknowledged rest (the normal case):
 //!        Driver::poll_transmit_ready, then IP and TCP headers written into that frame's
 //!        headroom, the very slot to the driver (RETAINED → SENT; no copy)
@@ -18,22 +10,23 @@
 //!        place, the payload (a prefix of a queued frame, or none) copied in (ledger: Emit, or
 //!        Retransmit for bytes sent before)
 //!      both: checksums unless the driver computes them ─► next hop and Ethernet header
-//!        (neighbor.rs: the zero-copy path's table, holding the frame while ARP / NDP
+//!        (link::neighbor: the zero-copy path's table, holding the frame while ARP / NDP
 //!        resolves) ─► Driver::transmit
 //! ```
 //!
+
 //! * Data whose frame the device still has from its previous send (a retransmission) waits:
 //!   the connection's `poll_at` leaves it out, and egress registers in the pool's retained
 //!   waker, which the device's completion wakes.
 //! * No TX frame is back-pressure: an ingress step keeps the received frame until egress has
-//!   run (as for smoltcp's answers, `runner.rs`), and `dispatch` leaves the connection as if
+//!   run (as for smoltcp's answers, `runner/ingress.rs`), and `dispatch` leaves the connection as if
 //!   nothing was sent, so egress waits for the driver's TX-completion waker.
 //! * A segment the driver refuses, one lost to a link that is down, and one whose next hop
 //!   never answers are counted where they drop ([`DropReason`]); the connection's own
 //!   retransmission covers them, as for a segment lost on the wire.
 //! * Egress asks a connection's `poll_at` before dispatching it, and once more after each
 //!   segment: a connection with one segment to send costs one `dispatch` and two `poll_at`.
-//!   The last answer is kept in the connection's place (`tcp_table.rs`, "Kept deadlines")
+//!   The last answer is kept in the connection's place (`table.rs`, "Kept deadlines")
 //!   until something changes the connection, so a connection nothing happened to costs no
 //!   `poll_at` at all (a kept answer that is due goes straight to `dispatch`), and egress and
 //!   ingress learn the earliest deadline from the kept answers.
@@ -41,41 +34,58 @@
 use core::task::{Context, Poll, Waker};
 
 use smoltcp::iface::Interface;
-use smoltcp::phy::{DeviceCapabilities, Medium};
+use smoltcp::phy::Medium;
 use smoltcp::time::Instant;
 use smoltcp::wire::{
-    EthernetProtocol, HardwareAddress, IpAddress, IpProtocol, IpRepr, Ipv4Packet, TcpControl,
-    TcpPacket, TcpRepr, TcpSeqNumber,
+    EthernetProtocol, HardwareAddress, IpAddress, IpRepr, Ipv4Packet, TcpPacket, TcpRepr,
+    TcpSeqNumber,
 };
 use zcnet_buffer::ledger::{self, CopySite};
-use zcnet_buffer::{Driver, RxFrame, TxFrame, ETHERNET_HEADER_LEN};
+use zcnet_buffer::{TxFrame, ETHERNET_HEADER_LEN};
 
-use crate::neighbor::{self, Lookup, Neighbors};
-use crate::rx_check::TcpSeg;
+use crate::link::neighbor::{self, Lookup};
+use crate::link::LinkLayer;
+use crate::runner::Tasks;
 use crate::stack::State;
 use crate::stats::{Counters, DropReason};
-use crate::tcb::context::{PollAt, TcpContext};
-use crate::tcb::socket::Tcb;
-use crate::tcb::state::State as TcpState;
-use crate::tcp_header;
+use crate::transport::tcp::tcb::context::{PollAt, TcpContext};
+use crate::transport::tcp::tcb::state::State as TcpState;
 
 /// The driver had no TX frame: `tx_waker` is registered for the completion that frees one.
+
 #[derive(Debug)]
 pub(crate) struct Starved;
 
 /// What [`emit`] needs from the stack's state, borrowed apart from the TCP table.
-struct Out<'a> {
-    driver: &'a mut (dyn Driver + Send),
+pub(super) struct Out<'a> {
+    link: &'a mut LinkLayer,
     tx_waker: &'a Waker,
-    spare: &'a mut Option<TxFrame>,
     iface: &'a Interface,
-    neighbors: &'a mut Neighbors,
-    caps: &'a DeviceCapabilities,
-    tx_headroom: usize,
     ident: &'a mut u16,
-    link_up: bool,
     counters: &'a Counters,
     now: Instant,
+}
+
+impl<'a> Out<'a> {
+    /// Borrows the parts of the stack's state a transmit needs (the TCP table stays free).
+    fn new(
+        link: &'a mut LinkLayer,
+        tasks: &'a Tasks,
+        iface: &'a Interface,
+        ident: &'a mut u16,
+        waker: &'a Waker,
+        counters: &'a Counters,
+        now: Instant,
+    ) -> Self {
+        Self {
+            link,
+            tx_waker: tasks.egress_waker.as_ref().unwrap_or(waker),
+            iface,
+            ident,
+            counters,
+            now,
+        }
+    }
 }
 
 /// Converts a connection's [`PollAt`] to a deadline (`None`: none).
@@ -90,141 +100,55 @@ fn deadline_of(at: PollAt, now: Instant) -> Option<Instant> {
 /// Makes sure the stack's spare TX frame is there, asking the driver for one (its waiter is
 /// egress's waker once egress has run, else `waker`). `false` when the driver has none.
 pub(crate) fn reserve(st: &mut State, waker: &Waker) -> bool {
-    if st.spare_tx.is_some() {
+    if st.link.spare_tx.is_some() {
         return true;
     }
-    let w = st.egress_waker.as_ref().unwrap_or(waker);
-    match st.driver.poll_transmit_frame(&mut Context::from_waker(w)) {
+    let w = st.tasks.egress_waker.as_ref().unwrap_or(waker);
+    match st
+        .link
+        .driver
+        .poll_transmit_frame(&mut Context::from_waker(w))
+    {
         Poll::Ready(f) => {
-            st.spare_tx = Some(f);
+            st.link.spare_tx = Some(f);
             true
         }
         Poll::Pending => false,
     }
 }
 
-/// Ingress: hands the TCP segment `seg` of `frame` to the connection that takes it, or
-/// answers it (see the module docs). Returns the frame when it must wait for a TX frame (the
-/// caller keeps it and tries again after egress ran); the frame is dropped otherwise.
-pub(crate) fn ingress(
-    st: &mut State,
-    mut frame: RxFrame,
-    seg: TcpSeg,
-    now: Instant,
-    waker: &Waker,
-    counters: &Counters,
-) -> Option<RxFrame> {
-    let Some((repr, payload_at)) = parse(&frame, &seg) else {
-        counters.drop(DropReason::Malformed);
-        return None;
-    };
-    // Every segment may need an answer: make sure a frame is there for it first.
-    if !reserve(st, waker) {
-        return Some(frame);
-    }
-    let ip = IpRepr::new(
-        seg.src,
-        seg.dst,
-        IpProtocol::Tcp,
-        repr.buffer_len() + payload_at.map_or(0, |(_, len)| len),
-        seg.hop_limit,
-    );
-    let ip_mtu = st.caps.ip_mtu();
-    let reply = match st.tcp.find(&ip, &repr) {
-        Some(i) => {
-            // The payload stays in the frame: the frame, trimmed to it, goes to the connection
-            // (which queues it or drops it).
-            let payload = match payload_at {
-                Some((at, len)) if frame.advance(at).is_ok() && frame.truncate(len).is_ok() => {
-                    Some(frame)
-                }
-                _ => {
-                    drop(frame);
-                    None
-                }
-            };
-            // `find` returned a place in use.
-            let e = st.tcp.at(i)?;
-            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
-            let reply = e.tcb.process(&mut cx, &ip, &repr, payload);
-            let drops = e.tcb.take_rx_drops();
-            counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));
-            counters.drop_n(DropReason::TcpOutOfOrderPurged, u64::from(drops.purged));
-            reply
-        }
-        None => {
-            if repr.control == TcpControl::Syn
-                && repr.ack_number.is_none()
-                && st.listener_ports.contains(repr.dst_port)
-            {
-                // Every listening socket of a TcpListener is busy: drop the SYN, the client
-                // retries (`backlog.rs`).
-                counters.drop(DropReason::BacklogFull);
-                return None;
-            }
-            if repr.control == TcpControl::Rst {
-                // Never answer a reset with a reset.
-                return None;
-            }
-            counters.drop(DropReason::NoSocket);
-            drop(frame);
-            Some(Tcb::rst_reply(&ip, &repr))
-        }
-    };
-    if let Some((ip, tcp)) = reply {
-        let hop = hop_for(st, ip.dst_addr(), now);
-        let mut out = out(st, waker, counters, now);
-        // A spare frame was reserved above: this cannot starve.
-        let _ = emit(&mut out, hop, &ip, &tcp, None, None);
-    }
-    None
-}
-
-/// Parses the TCP segment `seg` of `frame`: its header (a `TcpRepr` with an empty payload,
-/// borrowing nothing) and, when it carries any, where its payload lies in the frame (offset
-/// and length). `None` when malformed.
-fn parse(frame: &RxFrame, seg: &TcpSeg) -> Option<(TcpRepr<'static>, Option<(usize, usize)>)> {
-    let bytes = frame.get(seg.start..seg.start.checked_add(seg.len)?)?;
-    let packet = TcpPacket::new_checked(bytes).ok()?;
-    // The checksum was verified by `rx_check` (or by the device). Errors: port 0, options cut
-    // short.
-    let header = tcp_header::parse(&packet)?;
-    let len = packet.payload().len();
-    let at = (len > 0).then(|| (seg.start + usize::from(packet.header_len()), len));
-    Some((header, at))
-}
-
 /// The next hop for `dst` on an Ethernet link (`None` on an IP link, or without a route: the
 /// segment is then dropped by [`emit`], counted).
-fn hop_for(st: &mut State, dst: IpAddress, now: Instant) -> Option<IpAddress> {
-    match st.caps.medium {
+pub(super) fn hop_for(st: &mut State, dst: IpAddress, now: Instant) -> Option<IpAddress> {
+    match st.link.caps.medium {
         Medium::Ethernet => neighbor::next_hop(&mut st.iface, dst, now),
         _ => None,
     }
 }
 
 /// Borrows what [`emit`] needs from `st`.
-fn out<'a>(st: &'a mut State, waker: &'a Waker, counters: &'a Counters, now: Instant) -> Out<'a> {
-    Out {
-        driver: &mut *st.driver,
-        tx_waker: st.egress_waker.as_ref().unwrap_or(waker),
-        spare: &mut st.spare_tx,
-        iface: &st.iface,
-        neighbors: &mut st.neighbors,
-        caps: &st.caps,
-        tx_headroom: st.tx_headroom,
-        ident: &mut st.ipv4_ident,
-        link_up: st.link.is_up(),
+pub(super) fn out<'a>(
+    st: &'a mut State,
+    waker: &'a Waker,
+    counters: &'a Counters,
+    now: Instant,
+) -> Out<'a> {
+    Out::new(
+        &mut st.link,
+        &st.tasks,
+        &st.iface,
+        &mut st.ipv4_ident,
+        waker,
         counters,
         now,
-    }
+    )
 }
 
 /// Builds the segment (`ip`, `tcp`) into a TX frame and sends it towards `hop` (see the module
-/// docs). `sent_max` is the connection's [`Tcb::sent_max`] before this segment: payload below
+/// docs). `sent_max` is the connection's [`Tcb::sent_max`](crate::transport::tcp::tcb::socket::Tcb::sent_max) before this segment: payload below
 /// it is recorded as a retransmission. `Err` only when there is no TX frame; a segment that
 /// cannot be sent otherwise is dropped and counted, and `Ok`.
-fn emit(
+pub(super) fn emit(
     out: &mut Out<'_>,
     hop: Option<IpAddress>,
     ip: &IpRepr,
@@ -235,9 +159,10 @@ fn emit(
     if let Some(frame) = zc {
         return emit_in_place(out, hop, ip, tcp, frame);
     }
-    let mut frame = match out.spare.take() {
+    let mut frame = match out.link.spare_tx.take() {
         Some(f) => f,
         None => match out
+            .link
             .driver
             .poll_transmit_frame(&mut Context::from_waker(out.tx_waker))
         {
@@ -245,9 +170,9 @@ fn emit(
             Poll::Pending => return Err(Starved),
         },
     };
-    let ethernet = out.caps.medium == Medium::Ethernet;
+    let ethernet = out.link.caps.medium == Medium::Ethernet;
     let link = if ethernet { ETHERNET_HEADER_LEN } else { 0 };
-    if frame.set_headroom(out.tx_headroom + link).is_err() {
+    if frame.set_headroom(out.link.tx_headroom + link).is_err() {
         out.counters.drop(DropReason::TxHeadroom);
         return Ok(());
     }
@@ -255,18 +180,18 @@ fn emit(
     let tcp_len = tcp.header_len();
     let payload = tcp.payload;
     let total = ip_len + tcp_len + payload.len();
-    if link + total > out.caps.max_transmission_unit || frame.set_len(total).is_err() {
+    if link + total > out.link.caps.max_transmission_unit || frame.set_len(total).is_err() {
         // The MSS is derived from the MTU, which the stack sized to fit a slot: not expected.
         out.counters.drop(DropReason::TxTooLong);
         return Ok(());
     }
     let buf = &mut frame[..];
-    ip.emit(&mut buf[..ip_len], &out.caps.checksum);
+    ip.emit(&mut buf[..ip_len], &out.link.caps.checksum);
     if let IpRepr::Ipv4(_) = ip {
         let mut p = Ipv4Packet::new_unchecked(&mut buf[..ip_len]);
         p.set_ident(*out.ident);
         *out.ident = out.ident.wrapping_add(1);
-        if out.caps.checksum.ipv4.tx() {
+        if out.link.caps.checksum.ipv4.tx() {
             p.fill_checksum();
         }
     }
@@ -295,7 +220,7 @@ fn emit(
         &mut TcpPacket::new_unchecked(&mut buf[ip_len..]),
         &ip.src_addr(),
         &ip.dst_addr(),
-        &out.caps.checksum,
+        &out.link.caps.checksum,
     );
     send(out, frame, hop, ip.dst_addr());
     Ok(())
@@ -313,24 +238,25 @@ fn emit_in_place(
     mut frame: TxFrame,
 ) -> Result<(), Starved> {
     if out
+        .link
         .driver
         .poll_transmit_ready(&mut Context::from_waker(out.tx_waker))
         .is_pending()
     {
         return Err(Starved);
     }
-    let link = if out.caps.medium == Medium::Ethernet {
+    let link = if out.link.caps.medium == Medium::Ethernet {
         ETHERNET_HEADER_LEN
     } else {
         0
     };
     let ip_len = ip.header_len();
     let tcp_len = tcp.header_len();
-    if frame.headroom() < out.tx_headroom + link + ip_len + tcp_len {
+    if frame.headroom() < out.link.tx_headroom + link + ip_len + tcp_len {
         out.counters.drop(DropReason::TxHeadroom);
         return Ok(());
     }
-    if link + ip_len + tcp_len + frame.len() > out.caps.max_transmission_unit {
+    if link + ip_len + tcp_len + frame.len() > out.link.caps.max_transmission_unit {
         out.counters.drop(DropReason::TxTooLong);
         return Ok(());
     }
@@ -338,12 +264,12 @@ fn emit_in_place(
     let _ = frame.push_header(tcp_len);
     let _ = frame.push_header(ip_len);
     let buf = &mut frame[..];
-    ip.emit(&mut buf[..ip_len], &out.caps.checksum);
+    ip.emit(&mut buf[..ip_len], &out.link.caps.checksum);
     if let IpRepr::Ipv4(_) = ip {
         let mut p = Ipv4Packet::new_unchecked(&mut buf[..ip_len]);
         p.set_ident(*out.ident);
         *out.ident = out.ident.wrapping_add(1);
-        if out.caps.checksum.ipv4.tx() {
+        if out.link.caps.checksum.ipv4.tx() {
             p.fill_checksum();
         }
     }
@@ -353,7 +279,7 @@ fn emit_in_place(
         &mut TcpPacket::new_unchecked(&mut buf[ip_len..]),
         &ip.src_addr(),
         &ip.dst_addr(),
-        &out.caps.checksum,
+        &out.link.caps.checksum,
     );
     send(out, frame, hop, ip.dst_addr());
     Ok(())
@@ -362,7 +288,7 @@ fn emit_in_place(
 /// Puts the Ethernet header in front of a finished IP packet (resolving `hop`, holding the
 /// frame meanwhile) and hands it to the driver, or drops it, counted.
 fn send(out: &mut Out<'_>, mut frame: TxFrame, hop: Option<IpAddress>, dst: IpAddress) {
-    if out.caps.medium == Medium::Ethernet {
+    if out.link.caps.medium == Medium::Ethernet {
         let Some(hop) = hop else {
             // No route (the address or route went away under the connection).
             out.counters.drop(DropReason::NotForUs);
@@ -377,13 +303,13 @@ fn send(out: &mut Out<'_>, mut frame: TxFrame, hop: Option<IpAddress>, dst: IpAd
         };
         let mac = match neighbor::group_mac(out.iface, hop) {
             Some(m) => m,
-            None => match out.neighbors.lookup(hop, out.now) {
+            None => match out.link.neighbors.lookup(hop, out.now) {
                 Ok(Lookup::Known(m)) => m,
                 Ok(Lookup::Unknown) => {
                     // Held until the next hop answers (egress sends the request), then sent by
                     // ingress; dropped and counted if it never does. Nobody waits on it.
-                    match out.neighbors.hold(frame, hop, false) {
-                        Ok(ticket) => out.neighbors.detach(ticket),
+                    match out.link.neighbors.hold(frame, hop, false) {
+                        Ok(ticket) => out.link.neighbors.detach(ticket),
                         Err(_) => out.counters.drop(DropReason::NeighborTimeout),
                     }
                     return;
@@ -399,11 +325,11 @@ fn send(out: &mut Out<'_>, mut frame: TxFrame, hop: Option<IpAddress>, dst: IpAd
             return;
         }
     }
-    if !out.link_up {
+    if !out.link.carrier.is_up() {
         out.counters.drop(DropReason::LinkDown);
         return;
     }
-    match out.driver.transmit(frame) {
+    match out.link.driver.transmit(frame) {
         Ok(()) => out.counters.frame_out(),
         Err(e) => out.counters.tx_refused(e),
     }
@@ -421,12 +347,12 @@ pub(crate) struct Egress {
 /// returns the connections' earliest deadline.
 pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) -> Egress {
     let mut deadline: Option<Instant> = None;
-    let ip_mtu = st.caps.ip_mtu();
+    let ip_mtu = st.link.caps.ip_mtu();
     let mut cursor = st.tcp.first_used();
     while let Some(i) = cursor {
         cursor = st.tcp.next_used(i);
         // A connection nothing happened to since egress kept its `poll_at` answer (see
-        // `tcp_table.rs`, "Kept deadlines"): not due, nothing to do; due, straight to
+        // `transport/tcp/table.rs`, "Kept deadlines"): not due, nothing to do; due, straight to
         // `dispatch` (no writer waits for a slot and no data for the device, or nothing would
         // have been kept).
         let due_kept = match st.tcp.kept(i, now, ip_mtu, &st.iface) {
@@ -449,7 +375,7 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
                 // `poll_at` (which then leaves that data out) cannot miss it.
                 let blocked = e
                     .tcb
-                    .tx_blocked(Some(st.egress_waker.as_ref().unwrap_or(waker)));
+                    .tx_blocked(Some(st.tasks.egress_waker.as_ref().unwrap_or(waker)));
                 let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
                 let at = e.tcb.poll_at(&mut cx);
                 match deadline_of(at, now) {
@@ -467,23 +393,18 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
             None => continue,
         };
         let hop = remote.and_then(|r| hop_for(st, r.addr, now));
-        let link_up = st.link.is_up();
         let Some(e) = st.tcp.at(i) else {
             continue;
         };
-        let mut out = Out {
-            driver: &mut *st.driver,
-            tx_waker: st.egress_waker.as_ref().unwrap_or(waker),
-            spare: &mut st.spare_tx,
-            iface: &st.iface,
-            neighbors: &mut st.neighbors,
-            caps: &st.caps,
-            tx_headroom: st.tx_headroom,
-            ident: &mut st.ipv4_ident,
-            link_up,
+        let mut out = Out::new(
+            &mut st.link,
+            &st.tasks,
+            &st.iface,
+            &mut st.ipv4_ident,
+            waker,
             counters,
             now,
-        };
+        );
         let tcb = e.tcb;
         let mut cx = TcpContext::new(now, ip_mtu, out.iface, e.rand);
         // The answer of the last `poll_at`, to keep when it is not due.
@@ -502,7 +423,8 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
             // in `process`).
             if was_open && tcb.state() == TcpState::Closed {
                 if tcb.gave_up() {
-                    e.meta.set_cause(crate::tcp_table::CloseCause::TimedOut);
+                    e.meta
+                        .set_cause(crate::transport::tcp::table::CloseCause::TimedOut);
                 } else {
                     e.meta.record_timeout();
                 }
@@ -550,7 +472,7 @@ pub(crate) fn deadline(st: &mut State, now: Instant) -> Option<Instant> {
     if st.tcp.is_empty() {
         return None;
     }
-    let ip_mtu = st.caps.ip_mtu();
+    let ip_mtu = st.link.caps.ip_mtu();
     let mut at = None;
     let mut cursor = st.tcp.first_used();
     while let Some(i) = cursor {

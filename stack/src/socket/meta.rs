@@ -5,7 +5,7 @@
 //! (`State::drop_datagram_socket`). The records live in the
 //! [`StackResources`](crate::StackResources), one per smoltcp socket slot, indexed like
 //! smoltcp's socket storage, so the bookkeeping never allocates. (TCP connections keep their
-//! own records in the TCP table, `tcp_table.rs`.)
+//! own records in the TCP table, `transport/tcp/table.rs`.)
 
 use core::hash::{Hash, Hasher};
 

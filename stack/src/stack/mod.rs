@@ -17,34 +17,34 @@
 //!   close, listen, a read that reopened the receive window); registering a waker is not work.
 
 use core::cell::{RefCell, UnsafeCell};
-use core::future::Future;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
-use core::pin::Pin;
 use core::sync::atomic::{AtomicBool, Ordering};
-use core::task::{Context, Waker};
+use core::task::Waker;
 
 use smoltcp::iface::{Interface, SocketHandle, SocketSet, SocketStorage};
-use smoltcp::phy::DeviceCapabilities;
 use smoltcp::socket::AnySocket;
 use smoltcp::socket::Socket;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::{EthernetAddress, HardwareAddress as SmolHardwareAddress, IpAddress, IpCidr};
-use zcnet_buffer::{FramePool, HardwareAddress, RxFrame, TxFrame};
-use zcnet_executor::time::Sleep;
+use zcnet_buffer::{FramePool, HardwareAddress, RxFrame};
 use zcnet_executor::{Executor, Instant};
 
-use crate::backlog::ListenerPorts;
 use crate::config::{Config, Ipv4Config, StaticV4};
-use crate::device::{smoltcp_caps, StepDevice};
+use crate::link::device::{smoltcp_caps, StepDevice};
+use crate::link::driver::StackDriver;
+use crate::socket::meta::{SocketMeta, SocketMetas};
 use crate::socket::SocketCx;
-use crate::socket_meta::{SocketMeta, SocketMetas};
-use crate::stack_driver::StackDriver;
 use crate::stats::{Counters, StackStats};
-use crate::tcb::socket::Tcb;
-use crate::tcb::state::State as TcpState;
-use crate::tcp_table::{SegmentRelease, SegmentReleases, TcpHandle, TcpMeta, TcpSlot, TcpTable};
+use crate::transport::tcp::backlog::ListenerPorts;
+use crate::transport::tcp::table::{
+    SegmentRelease, SegmentReleases, TcpHandle, TcpMeta, TcpSlot, TcpTable,
+};
+use crate::transport::tcp::tcb::socket::Tcb;
+use crate::transport::tcp::tcb::state::State as TcpState;
 use crate::StackError;
+
+pub(crate) mod shutdown;
 
 /// Everything the stack's executor context owns (see the module's ground rules).
 pub(crate) struct State {
@@ -57,7 +57,7 @@ pub(crate) struct State {
     pub(crate) socket_capacity: usize,
     /// Dropped smoltcp sockets still sending what they queued; one record per socket slot.
     pub(crate) metas: SocketMetas,
-    /// The TCP connections (`tcp_table.rs`).
+    /// The TCP connections (`transport/tcp/table.rs`).
     pub(crate) tcp: TcpTable,
     /// Pool slots the TCP connections' budgets may reserve together
     /// ([`Config::tcp_pool_slots`]).
@@ -65,41 +65,15 @@ pub(crate) struct State {
     /// Ports with a `TcpListener`: SYNs beyond their backlog are dropped, not refused. Also the
     /// listeners waiting for a free socket slot.
     pub(crate) listener_ports: ListenerPorts,
-    /// The driver (a detached placeholder once the stack is shut down, see `stack_driver.rs`).
-    pub(crate) driver: StackDriver,
     /// Set by [`Stack::shutdown`]: the tasks end, nothing is sent or received, and no socket
-    /// opens (see `shutdown.rs`).
+    /// opens (see `stack/shutdown.rs`).
     pub(crate) shut_down: bool,
-    /// The ingress task's waker, kept so that shutdown can end the task (the driver, which
-    /// holds it otherwise, is handed back).
-    pub(crate) ingress_waker: Option<Waker>,
+    /// The link layer: the driver, its capabilities, the carrier and the neighbour table.
+    pub(crate) link: crate::link::LinkLayer,
+    /// The stack's tasks: their wakers, egress's timer, what ingress holds back.
+    pub(crate) tasks: crate::runner::Tasks,
     /// Tasks waiting in [`Stack::wait_shut_down`].
     pub(crate) shutdown_waiters: crate::waiters::WaitList<{ crate::MAX_SHUTDOWN_WAITERS }>,
-    /// The driver's capabilities as smoltcp names them: the checksums they leave to software
-    /// are the ones ingress and the zero-copy path verify and compute.
-    pub(crate) caps: DeviceCapabilities,
-    /// What smoltcp is told: `caps` with receive checksum verification off, which ingress does
-    /// in its place (`rx_check.rs`).
-    smol_caps: DeviceCapabilities,
-    pub(crate) tx_headroom: usize,
-    /// A slot leased as scratch space (see `device.rs`) until shutdown gives it back.
-    pub(crate) scratch: Option<TxFrame>,
-    /// The TX frame the next TX token writes into (see `device.rs`): reserved for a reply
-    /// before smoltcp sees a received frame, and kept when smoltcp needs no reply. At most one.
-    pub(crate) spare_tx: Option<TxFrame>,
-    /// A frame taken from the driver that could not be processed yet (no TX frame for a reply).
-    pub(crate) pending_rx: Option<RxFrame>,
-    pub(crate) egress_waker: Option<Waker>,
-    /// The ingress task's waker while it holds a frame it could not process for want of a TX
-    /// frame: egress, which owns the driver's TX waiter, wakes it when it next runs.
-    pub(crate) ingress_waiting_tx: Option<Waker>,
-    /// What the egress task sleeps until (`None`: until signalled).
-    pub(crate) egress_deadline: Option<SmolInstant>,
-    /// The egress task's timer. It lives here, not in the task, so that ingress can move it
-    /// earlier (registering egress's waker) without waking egress just to re-arm it. Never
-    /// moved: the state sits in `'static` [`StackResources`] memory.
-    egress_timer: Sleep,
-    pub(crate) ingress_budget: usize,
     /// The stack's counters, for the few counted events inside `State`'s own methods. `None`
     /// only while [`Stack::new`] builds the state (the counters move into place after it).
     counters: Option<&'static Counters>,
@@ -107,22 +81,13 @@ pub(crate) struct State {
     rng: u64,
     /// [`Config::dns_servers`], for the DNS sockets the application opens.
     pub(crate) dns_servers: [Option<crate::config::IpAddress>; crate::config::MAX_DNS_SERVERS],
-    /// DHCPv4 client, SLAAC watch, DHCP-learned DNS servers, config waiters (`autoconf.rs`).
-    pub(crate) autoconf: crate::autoconf::Autoconf,
+    /// DHCPv4 client, SLAAC watch, DHCP-learned DNS servers, config waiters (`ip/autoconf.rs`).
+    pub(crate) autoconf: crate::ip::autoconf::Autoconf,
     /// Zero-copy datagram sockets (`socket/datagram.rs`).
     pub(crate) zc: crate::socket::datagram::ZcSockets,
-    /// The zero-copy send path's neighbour table and held frames (`neighbor.rs`).
-    pub(crate) neighbors: crate::neighbor::Neighbors,
-    /// The link state egress obeys, and the tasks waiting for a change (`link.rs`).
-    pub(crate) link: crate::link::Link,
     /// IPv4 identification of the next packet zcnet builds itself (TCP segments, zero-copy
     /// datagrams); smoltcp numbers its own packets.
     pub(crate) ipv4_ident: u16,
-    /// The executor's local spawner, given to `Runner::spawn`: with it
-    /// the stack's signals to its own tasks (egress, a socket's reader or writer) go through
-    /// the executor's local run queue, without a locked instruction ([`wake`]). `None`: every
-    /// wake takes the executor's lock-free path.
-    pub(crate) local: Option<zcnet_executor::LocalSpawner>,
 }
 
 /// Wakes `w`: through the executor's local run queue when `local` is given and `w` is one of
@@ -138,7 +103,7 @@ pub(crate) fn wake(local: Option<&zcnet_executor::LocalSpawner>, w: &Waker) {
 
 impl State {
     /// A device for one ingress or egress step. `waker` is the stepping task's; the driver's TX
-    /// waiter is always the egress task's waker once egress has run (see `runner.rs`).
+    /// waiter is always the egress task's waker once egress has run (see `runner/egress.rs`).
     pub(crate) fn step<'s>(
         &'s mut self,
         waker: &'s Waker,
@@ -150,19 +115,19 @@ impl State {
         &'s mut SocketSet<'static>,
     ) {
         let dev = StepDevice {
-            driver: &mut *self.driver,
-            tx_waker: self.egress_waker.as_ref().unwrap_or(waker),
+            driver: &mut *self.link.driver,
+            tx_waker: self.tasks.egress_waker.as_ref().unwrap_or(waker),
             ingress: rx.is_some(),
             rx,
-            caps: self.smol_caps.clone(),
-            tx_headroom: self.tx_headroom,
+            caps: self.link.smol_caps.clone(),
+            tx_headroom: self.link.tx_headroom,
             counters,
-            scratch: match &mut self.scratch {
+            scratch: match &mut self.link.scratch {
                 Some(f) => f.buffer_mut(),
                 None => &mut [],
             },
             starved: false,
-            spare: &mut self.spare_tx,
+            spare: &mut self.link.spare_tx,
             refused: false,
         };
         (dev, &mut self.iface, &mut self.sockets)
@@ -178,8 +143,8 @@ impl State {
         let sock = self.sockets.get_mut::<T>(handle);
         let mut cx = SocketCx {
             iface: &mut self.iface,
-            egress_waker: self.egress_waker.as_ref(),
-            local: self.local,
+            egress_waker: self.tasks.egress_waker.as_ref(),
+            local: self.tasks.local,
         };
         f(sock, &mut cx)
     }
@@ -194,8 +159,8 @@ impl State {
         let (tcb, meta) = self.tcp.get(handle);
         let mut cx = TcpCx {
             meta,
-            egress_waker: self.egress_waker.as_ref(),
-            local: self.local,
+            egress_waker: self.tasks.egress_waker.as_ref(),
+            local: self.tasks.local,
         };
         f(tcb, &mut cx)
     }
@@ -418,10 +383,8 @@ impl State {
     }
 
     /// Wakes the egress task: something was queued for it.
-    pub(crate) fn signal_egress(&mut self) {
-        if let Some(w) = &self.egress_waker {
-            wake(self.local.as_ref(), w);
-        }
+    pub(crate) fn signal_egress(&self) {
+        self.tasks.signal_egress();
     }
 
     /// After ingress: wakes egress if smoltcp wants to transmit now. Otherwise moves egress's
@@ -431,58 +394,16 @@ impl State {
     /// (lazy re-arm, see `arm_egress_timer`): egress then runs once early and re-arms.
     pub(crate) fn signal_egress_if_due(&mut self, now: SmolInstant) {
         let at = self.iface.poll_at(now, &self.sockets);
-        let at = earliest(at, crate::tcp_io::deadline(self, now));
-        let at = crate::autoconf::deadline(self, now, at, false);
-        let at = earliest(at, self.neighbors.deadline());
+        let at = earliest(at, crate::transport::tcp::output::deadline(self, now));
+        let at = crate::ip::autoconf::deadline(self, now, at, false);
+        let at = earliest(at, self.link.neighbors.deadline());
         if at.is_some_and(|at| at <= now) {
             self.signal_egress();
-        } else if at != self.egress_deadline {
+        } else if at != self.tasks.egress_deadline {
             // Before egress first runs there is no waker; its first run computes the deadline.
-            if let Some(w) = self.egress_waker.take() {
-                self.arm_egress_timer(now, at, &w);
-                self.egress_waker = Some(w);
-            }
-        }
-    }
-
-    /// Arms egress's timer for `at` (`None`: disarms it) with egress's `waker`; `now` tells an
-    /// armed deadline from one that has passed.
-    pub(crate) fn arm_egress_timer(
-        &mut self,
-        now: SmolInstant,
-        at: Option<SmolInstant>,
-        waker: &Waker,
-    ) {
-        // SAFETY: the state lives inside `StackInner`, written once into `'static`
-        // `StackResources` memory and never moved afterwards, so the timer is pinned.
-        let mut timer = unsafe { Pin::new_unchecked(&mut self.egress_timer) };
-        match at {
-            Some(at) => {
-                // Lazy re-arm: a timer still armed for a deadline at or before `at` is kept. It
-                // fires early, egress runs once, finds nothing due and re-arms for the deadline
-                // then current. A TCP connection moves its deadline on nearly every segment
-                // (a retransmission deadline, then a delayed ACK, then a retransmission again),
-                // and a timer that fires early at most once per deadline costs far less than
-                // unlinking and relinking the wheel entry each time. A deadline already past
-                // means the timer fired (or is about to): that one is re-armed for real.
-                if let Some(armed) = self.egress_deadline {
-                    if armed <= at && armed > now {
-                        return;
-                    }
-                }
-                timer.as_mut().reset(from_smol(at));
-                self.egress_deadline = Some(at);
-                if timer.poll(&mut Context::from_waker(waker)).is_ready() {
-                    // Already due: egress goes round again.
-                    self.egress_deadline = None;
-                    wake(self.local.as_ref(), waker);
-                }
-            }
-            None => {
-                if self.egress_deadline.take().is_some() {
-                    // Unlink the timer: with no deadline egress waits for a signal only.
-                    timer.reset(Instant::MAX);
-                }
+            if let Some(w) = self.tasks.egress_waker.take() {
+                self.tasks.arm_egress_timer(now, at, &w);
+                self.tasks.egress_waker = Some(w);
             }
         }
     }
@@ -510,8 +431,8 @@ pub struct StackInner {
     pub(crate) counters: Counters,
     pub(crate) exec: &'static Executor,
     pub(crate) pool: &'static FramePool,
-    /// What the driver's link-change wakes reach (`link.rs`).
-    pub(crate) link_signal: crate::link::LinkSignal,
+    /// What the driver's link-change wakes reach (`link/carrier.rs`).
+    pub(crate) link_signal: crate::link::carrier::LinkSignal,
 }
 
 impl core::fmt::Debug for StackInner {
@@ -717,7 +638,7 @@ impl Stack {
         // Never let smoltcp build a frame that does not fit a slot after the driver's headroom.
         caps.max_transmission_unit = caps.max_transmission_unit.min(room);
         let mut smol_caps = caps.clone();
-        smol_caps.checksum = crate::rx_check::smoltcp_checksums(&caps.checksum);
+        smol_caps.checksum = crate::ip::check::smoltcp_checksums(&caps.checksum);
         let mut scratch = pool.try_alloc_tx().ok_or(StackError::PoolExhausted)?;
         // The whole slot as scratch space.
         let _ = scratch.set_headroom(0);
@@ -725,10 +646,10 @@ impl Stack {
             HardwareAddress::Ethernet(mac) => SmolHardwareAddress::Ethernet(EthernetAddress(mac)),
             HardwareAddress::Ip => SmolHardwareAddress::Ip,
         };
-        crate::autoconf::check(&config, &hw)?;
+        crate::ip::autoconf::check(&config, &hw)?;
         let mut iconfig = smoltcp::iface::Config::new(hw);
         iconfig.random_seed = config.random_seed;
-        crate::autoconf::interface_config(&mut iconfig, &config);
+        crate::ip::autoconf::interface_config(&mut iconfig, &config);
         // SAFETY: the caller won `claimed`, which makes this the only access to the socket
         // storage: for good if this call succeeds; if it fails, the state borrowing it is
         // dropped before `new` touches the storage again and releases the claim.
@@ -773,30 +694,25 @@ impl Stack {
             ),
             tcp_slot_limit: config.tcp_pool_slots.unwrap_or(pool.slot_count() / 4 * 3),
             listener_ports: ListenerPorts::new(),
-            driver,
+            link: crate::link::LinkLayer {
+                driver,
+                caps,
+                smol_caps,
+                tx_headroom: dcaps.tx_headroom,
+                scratch: Some(scratch),
+                spare_tx: None,
+                carrier: crate::link::carrier::Link::new(),
+                neighbors: crate::link::neighbor::Neighbors::new(),
+            },
+            tasks: crate::runner::Tasks::new(exec.sleep_until(Instant::MAX), config.ingress_budget),
             shut_down: false,
-            ingress_waker: None,
             shutdown_waiters: crate::waiters::WaitList::new(),
-            caps,
-            smol_caps,
-            tx_headroom: dcaps.tx_headroom,
-            scratch: Some(scratch),
-            spare_tx: None,
-            pending_rx: None,
-            egress_waker: None,
-            ingress_waiting_tx: None,
-            egress_deadline: None,
-            egress_timer: exec.sleep_until(Instant::MAX),
-            ingress_budget: config.ingress_budget.max(1),
             counters: None,
             rng: config.random_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             dns_servers: config.dns_servers,
-            autoconf: crate::autoconf::Autoconf::EMPTY,
+            autoconf: crate::ip::autoconf::Autoconf::EMPTY,
             zc: crate::socket::datagram::ZcSockets::new(),
-            neighbors: crate::neighbor::Neighbors::new(),
-            link: crate::link::Link::new(),
             ipv4_ident: 1,
-            local: None,
         };
         state.iface.update_ip_addrs(|addrs| {
             if let Ipv4Config::Static(v4) = config.ipv4 {
@@ -816,7 +732,7 @@ impl Stack {
                 .add_default_ipv4_route(gw)
                 .map_err(|_| StackError::TooManyRoutes)?;
             // Resolve the gateway at once (see `Neighbors::prime`); egress's first run asks.
-            state.neighbors.prime(gw.into(), smol_now(exec));
+            state.link.neighbors.prime(gw.into(), smol_now(exec));
         }
         if let Some(gw) = config.ipv6.and_then(|v| v.gateway) {
             state
@@ -825,14 +741,14 @@ impl Stack {
                 .add_default_ipv6_route(gw)
                 .map_err(|_| StackError::TooManyRoutes)?;
         }
-        state.autoconf = crate::autoconf::setup(&mut state, &config)?;
+        state.autoconf = crate::ip::autoconf::setup(&mut state, &config)?;
         event!(stack_created(&state));
         let inner = StackInner {
             state: RefCell::new(state),
             counters,
             exec,
             pool,
-            link_signal: crate::link::LinkSignal::new(),
+            link_signal: crate::link::carrier::LinkSignal::new(),
         };
         // SAFETY: as above, `claimed` gives this call the only access; written once (nothing
         // fails after this point, so the claim is never released again), then only shared

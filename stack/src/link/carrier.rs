@@ -12,7 +12,7 @@
 //!   [`TxError::LinkDown`](zcnet_buffer::TxError::LinkDown), and a frame the driver refuses for
 //!   that reason is counted as [`DropReason::LinkDown`](crate::DropReason::LinkDown). Frames
 //!   still arrive and are processed.
-//! * **Up again**: the DHCPv4 client starts over (`autoconf.rs`), egress runs at once.
+//! * **Up again**: the DHCPv4 client starts over (`ip/autoconf.rs`), egress runs at once.
 //! * **Seen by the application**: [`Stack::link_state`], [`Stack::wait_link`],
 //!   [`StackStats::link_downs`](crate::StackStats::link_downs).
 //!
@@ -20,13 +20,12 @@
 
 use core::future::poll_fn;
 use core::sync::atomic::{AtomicBool, Ordering};
-use core::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+use core::task::{Poll, RawWaker, RawWakerVTable, Waker};
 
 use core::time::Duration;
 use zcnet_buffer::{LinkState, WakerCell};
 
-use crate::stack::{Stack, State};
-use crate::stats::Counters;
+use crate::stack::Stack;
 use crate::waiters::WaitList;
 
 /// How often the link task asks the driver again while the link is down.
@@ -82,6 +81,14 @@ impl LinkSignal {
         }
     }
 
+    /// Registers `waker` as the link task's, then takes the pending mark: `true` when the
+    /// driver signalled a change since the last call. Registering first means a wake that
+    /// lands after the mark is read still reaches the task.
+    pub(crate) fn take_change(&self, waker: &Waker) -> bool {
+        self.task.register(waker);
+        self.pending.swap(false, Ordering::Acquire)
+    }
+
     /// Wakes the link task so that it sees the stack shut down and ends.
     pub(crate) fn wake_for_shutdown(&self) {
         self.pending.store(true, Ordering::Release);
@@ -89,7 +96,7 @@ impl LinkSignal {
     }
 
     /// The waker the driver is given: waking it sets `pending` and wakes the link task.
-    fn waker(&'static self) -> Waker {
+    pub(crate) fn waker(&'static self) -> Waker {
         let data = (self as *const LinkSignal).cast::<()>();
         // SAFETY: `data` points to a `'static` `LinkSignal`, which is all `SIGNAL_VTABLE`'s
         // functions assume; they never free it, so clones and drops need no bookkeeping.
@@ -119,69 +126,12 @@ unsafe fn signal_wake(data: *const ()) {
 /// As [`signal_clone`] (nothing to free: the signal is `'static`).
 unsafe fn signal_drop(_data: *const ()) {}
 
-/// The link task: until the stack shuts down, waits for the driver to report a change and
-/// applies it.
-pub(crate) async fn watch(stack: Stack) {
-    loop {
-        if stack.is_shut_down() {
-            return;
-        }
-        // After a recheck period the driver is asked even if it woke nobody.
-        let mut ask = stack.link_state() == LinkState::Down;
-        let change = poll_fn(|cx| step(stack, cx, core::mem::take(&mut ask)));
-        if stack.link_state() == LinkState::Down {
-            // Ends early on a change; otherwise the loop asks again after the recheck period.
-            let _ = stack.executor().timeout(LINK_DOWN_RECHECK, change).await;
-        } else {
-            change.await;
-        }
-    }
-}
-
-/// Asks the driver for its link state if it signalled a change (or `ask`); applies a change and
-/// returns ready, or returns pending when nothing changed.
-fn step(stack: Stack, cx: &mut Context<'_>, ask: bool) -> Poll<()> {
-    let inner: &'static crate::StackInner = stack.inner;
-    let signal = &inner.link_signal;
-    // Registered before `pending` is read: a wake after the read reaches this task.
-    signal.task.register(cx.waker());
-    if !signal.pending.swap(false, Ordering::Acquire) && !ask {
-        return Poll::Pending;
-    }
-    let waker = signal.waker();
-    let counters = &inner.counters;
-    stack.with(|st| {
-        if st.shut_down {
-            // The driver was handed back: `watch` ends.
-            return Poll::Ready(());
-        }
-        let seen = st.driver.poll_link_state(&mut Context::from_waker(&waker));
-        if seen == st.link.state {
-            return Poll::Pending;
-        }
-        apply(st, seen, counters);
-        Poll::Ready(())
-    })
-}
-
-fn apply(st: &mut State, state: LinkState, counters: &Counters) {
-    event!(link_changed(state));
-    st.link.state = state;
-    match state {
-        LinkState::Down => counters.link_down(),
-        LinkState::Up => crate::autoconf::restart_dhcp(st),
-    }
-    // Either way egress has something to decide: stop, or send what waited.
-    st.signal_egress();
-    st.link.waiters.wake_all();
-}
-
 impl Stack {
     /// The link state the stack last saw from its driver. While it is
     /// [`Down`](LinkState::Down) the stack transmits nothing: sockets keep what they would send
     /// until the link is back.
     pub fn link_state(&self) -> LinkState {
-        self.with(|st| st.link.state)
+        self.with(|st| st.link.carrier.state)
     }
 
     /// Waits until the link is in `state` (at once if it is).
@@ -194,10 +144,10 @@ impl Stack {
     pub async fn wait_link(&self, state: LinkState) {
         poll_fn(|cx| {
             self.with(|st| {
-                if st.link.state == state {
+                if st.link.carrier.state == state {
                     Poll::Ready(())
                 } else {
-                    st.link.waiters.register(cx.waker());
+                    st.link.carrier.waiters.register(cx.waker());
                     Poll::Pending
                 }
             })

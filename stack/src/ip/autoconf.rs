@@ -381,7 +381,7 @@ fn after_poll(st: &mut State, now: SmolInstant, counters: &Counters) {
     if let Some(gw) = gateway {
         // Learn the gateway's MAC now, before a peer that learned ours without ARP (from the
         // DHCP answer) sends something smoltcp would answer (see `Neighbors::prime`).
-        st.neighbors.prime(gw.into(), now);
+        st.link.neighbors.prime(gw.into(), now);
     }
     if changed {
         st.autoconf.changed(counters);

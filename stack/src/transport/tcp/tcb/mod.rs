@@ -12,9 +12,9 @@
 //!
 //! The stack drives a [`Tcb`](socket::Tcb) the way smoltcp's interface drives its socket: for
 //! an incoming segment, `accepts` then `process` (which may return a segment to send back); for
-//! outgoing ones, `dispatch` while `poll_at` says so (`tcp_io.rs`). Each call takes a
+//! outgoing ones, `dispatch` while `poll_at` says so (`transport/tcp/input.rs`, `output.rs`). Each call takes a
 //! [`TcpContext`](context::TcpContext) with the time, the IP MTU, the interface's addresses and
-//! the random source. The connections live in the stack's table (`tcp_table.rs`); the
+//! the random source. The connections live in the stack's table (`transport/tcp/table.rs`); the
 //! application reaches them through `TcpSocket` (`socket/tcp.rs`).
 //!
 //! Parts of smoltcp's socket API the stack does not offer (ACK delay, hop limit, `peek`,

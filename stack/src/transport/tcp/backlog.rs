@@ -4,7 +4,7 @@
 //! A SYN that no connection and no listening socket takes is answered with RST, so with a
 //! backlog of 16 the 17th simultaneous client would be refused. Real stacks drop such a SYN
 //! instead: the client retransmits it after its timeout, by when the listener has re-armed.
-//! TCP ingress (`tcp_io.rs`) therefore drops a SYN (without ACK) that nothing takes when its
+//! TCP ingress (`input.rs`) therefore drops a SYN (without ACK) that nothing takes when its
 //! port is a registered listener port, counting it as
 //! [`DropReason::BacklogFull`](crate::DropReason::BacklogFull).
 //!

@@ -13,7 +13,7 @@
 //!   frame, yet most frames need none. The reserved frame is the stack's *spare*
 //!   (`State::spare_tx`): a token only refers to it, `consume` takes it, and a token dropped
 //!   unused leaves it there for the next reply token or egress transmission (zcnet's TCP,
-//!   `tcp_io.rs`, reserves and takes the same spare for its segments). One pool
+//!   `transport/tcp/`, reserves and takes the same spare for its segments). One pool
 //!   round trip saved per received frame; the stack so holds at most one TX slot beyond its
 //!   scratch frame.
 
@@ -59,7 +59,7 @@ pub(crate) struct StepDevice<'s> {
     pub(crate) driver: &'s mut (dyn Driver + Send),
     /// Registered with the driver when it has no TX frame. Always the egress task's waker once
     /// egress has run: the driver keeps one TX waiter, and egress owns it (it wakes ingress when
-    /// ingress was the one waiting; see `runner.rs`).
+    /// ingress was the one waiting; see `runner/ingress.rs`).
     pub(crate) tx_waker: &'s Waker,
     pub(crate) rx: Option<RxFrame>,
     pub(crate) caps: DeviceCapabilities,
@@ -75,7 +75,7 @@ pub(crate) struct StepDevice<'s> {
     /// filled by `reserve` and emptied only by `consume`.
     pub(crate) spare: &'s mut Option<TxFrame>,
     /// An ingress step: frames written are answers to the received frame, and `refused`
-    /// records whether one refuses it (see `rx_check.rs`).
+    /// records whether one refuses it (see `ip/check.rs`).
     pub(crate) ingress: bool,
     /// An answer written in this ingress step refused the received frame (a TCP reset, an ICMP
     /// destination unreachable, an ICMPv6 parameter problem for an unknown next header).
@@ -193,12 +193,52 @@ impl phy::TxToken for FrameTx<'_, '_> {
         if dev.ingress {
             // Answers during ingress are rare (most replies go out from egress): a look at
             // this one's headers tells whether smoltcp refused the received frame.
-            dev.refused |= crate::rx_check::is_refusal(dev.caps.medium, &frame);
+            dev.refused |= is_refusal(dev.caps.medium, &frame);
         }
         match dev.driver.transmit(frame) {
             Ok(()) => dev.counters.frame_out(),
             Err(e) => dev.counters.tx_refused(e),
         }
         r
+    }
+}
+
+/// Whether `frame`, which smoltcp wrote in answer to a received frame, refuses it: a TCP
+/// reset, an ICMP destination unreachable, or an ICMPv6 parameter problem for an unknown next
+/// header.
+pub(crate) fn is_refusal(medium: smoltcp::phy::Medium, frame: &[u8]) -> bool {
+    use smoltcp::phy::Medium;
+    use smoltcp::wire::{EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet};
+
+    let ip = match medium {
+        Medium::Ethernet => match EthernetFrame::new_checked(frame) {
+            Ok(eth) => eth.payload(),
+            Err(_) => return false,
+        },
+        _ => frame,
+    };
+    let (proto, payload) = match ip.first().map(|b| b >> 4) {
+        Some(4) => match Ipv4Packet::new_checked(ip) {
+            Ok(p) => (p.next_header(), p.payload()),
+            Err(_) => return false,
+        },
+        Some(6) => match Ipv6Packet::new_checked(ip) {
+            Ok(p) => (p.next_header(), p.payload()),
+            Err(_) => return false,
+        },
+        _ => return false,
+    };
+    /// ICMPv4 destination unreachable; ICMPv6 destination unreachable and parameter problem,
+    /// with that one's code for an unrecognised next header.
+    const V4_UNREACHABLE: u8 = 3;
+    const V6_UNREACHABLE: u8 = 1;
+    const V6_PARAM_PROBLEM: u8 = 4;
+    const V6_UNKNOWN_NEXT_HEADER: u8 = 1;
+    match (proto, payload) {
+        (IpProtocol::Icmp, [ty, ..]) => *ty == V4_UNREACHABLE,
+        (IpProtocol::Icmpv6, [ty, code, ..]) => {
+            *ty == V6_UNREACHABLE || (*ty == V6_PARAM_PROBLEM && *code == V6_UNKNOWN_NEXT_HEADER)
+        }
+        _ => false,
     }
 }

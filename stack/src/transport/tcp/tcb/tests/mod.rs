@@ -25,9 +25,9 @@ use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
 use smoltcp::wire::{HardwareAddress, IpCidr, IpRepr};
 
 use super::*;
-use crate::tcb::context::TcpRand;
-use crate::tcb::recv::{test_frame, MIN_SEGMENTS};
-use crate::tcb::timer::CLOSE_DELAY;
+use crate::transport::tcp::tcb::context::TcpRand;
+use crate::transport::tcp::tcb::recv::{test_frame, MIN_SEGMENTS};
+use crate::transport::tcp::tcb::timer::CLOSE_DELAY;
 
 /// A device that never has a frame: only there to build an `Interface` (medium IP, MTU 1500,
 /// like smoltcp's `TestingDevice`).

@@ -20,7 +20,7 @@
 //!   after [`NEIGHBOR_TIMEOUT`] without one, every frame held for that next hop is dropped,
 //!   counted ([`DropReason::NeighborTimeout`]) and its sender's `send_to` fails with
 //!   [`DatagramError::NeighborTimeout`]. No frame is ever dropped silently. TCP segments
-//!   (`tcp_io.rs`) are held the same way, with nobody waiting: a segment that cannot be held
+//!   (`transport/tcp/output.rs`) are held the same way, with nobody waiting: a segment that cannot be held
 //!   (no place) is dropped, counted, and the connection's retransmission sends it again.
 //! * **Freshness**: an entry is trusted for [`NEIGHBOR_LIFETIME`]; a send to a stale entry still
 //!   goes out at once and asks egress to re-resolve in the background. An entry whose refresh
@@ -277,7 +277,7 @@ impl Neighbors {
 }
 
 impl Neighbors {
-    /// Shutdown (`shutdown.rs`): every held frame is dropped (its slot back in the pool) and
+    /// Shutdown (`stack/shutdown.rs`): every held frame is dropped (its slot back in the pool) and
     /// its send fails with [`DatagramError::ShutDown`]; no request is wanted any more.
     pub(crate) fn shut_down(&mut self) {
         for place in self.held.iter_mut() {
@@ -398,12 +398,12 @@ fn transmit_counted(
     counters: &Counters,
     datagram: bool,
 ) -> Result<(), DatagramError> {
-    if !st.link.is_up() {
+    if !st.link.carrier.is_up() {
         // The frame's slot goes back to the pool; the sender hears why.
         counters.drop(DropReason::LinkDown);
         return Err(DatagramError::Driver(zcnet_buffer::TxError::LinkDown));
     }
-    match st.driver.transmit(frame) {
+    match st.link.driver.transmit(frame) {
         Ok(()) => {
             counters.frame_out();
             if datagram {
@@ -432,7 +432,7 @@ fn learn(st: &mut State, ip: IpAddress, mac: EthernetAddress, now: Instant, coun
     if !mac.is_unicast() {
         return;
     }
-    let nb = &mut st.neighbors;
+    let nb = &mut st.link.neighbors;
     match nb.find(ip) {
         Some(n) => {
             n.mac = Some(mac);
@@ -454,7 +454,7 @@ fn learn(st: &mut State, ip: IpAddress, mac: EthernetAddress, now: Instant, coun
         return;
     };
     for i in 0..MAX_HELD_FRAMES {
-        let (frame, datagram) = match &mut st.neighbors.held[i] {
+        let (frame, datagram) = match &mut st.link.neighbors.held[i] {
             Some(h) if h.next_hop == ip => (h.frame.take(), h.datagram),
             _ => (None, false),
         };
@@ -462,7 +462,7 @@ fn learn(st: &mut State, ip: IpAddress, mac: EthernetAddress, now: Instant, coun
         let ethertype = ethertype_of(&frame);
         let outcome = push_ethernet(&mut frame, src, mac, ethertype)
             .and_then(|()| transmit_counted(st, frame, counters, datagram));
-        settle(&mut st.neighbors.held[i], outcome);
+        settle(&mut st.link.neighbors.held[i], outcome);
     }
 }
 
@@ -485,7 +485,7 @@ pub(crate) fn snoop_arp(st: &mut State, arp: &[u8], now: Instant, counters: &Cou
         return;
     }
     let ip = IpAddress::Ipv4(source_protocol_addr);
-    let known = st.neighbors.find(ip).is_some();
+    let known = st.link.neighbors.find(ip).is_some();
     if known || st.iface.has_ip_addr(target_protocol_addr) {
         learn(st, ip, source_hardware_addr, now, counters);
     }
@@ -501,7 +501,7 @@ pub(crate) fn snoop_ndp(st: &mut State, ip: &Ipv6Packet<&[u8]>, now: Instant, co
         return;
     };
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
-    let Ok(Icmpv6Repr::Ndisc(ndisc)) = Icmpv6Repr::parse(&src, &dst, &icmp, &st.caps.checksum)
+    let Ok(Icmpv6Repr::Ndisc(ndisc)) = Icmpv6Repr::parse(&src, &dst, &icmp, &st.link.caps.checksum)
     else {
         return;
     };
@@ -534,13 +534,13 @@ pub(crate) fn snoop_ndp(st: &mut State, ip: &Ipv6Packet<&[u8]>, now: Instant, co
 /// hop did not answer in time. Returns `true` when the driver had no TX frame (`waker` is then
 /// registered for the completion that frees one).
 pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) -> bool {
-    if !st.neighbors.requests_wanted {
+    if !st.link.neighbors.requests_wanted {
         return false;
     }
     let mut wanted = false;
     let mut starved = false;
     for i in 0..MAX_NEIGHBORS {
-        let Some(n) = &mut st.neighbors.entries[i] else {
+        let Some(n) = &mut st.link.neighbors.entries[i] else {
             continue;
         };
         let Some(at) = n.request_at else { continue };
@@ -551,8 +551,8 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
         let ip = n.ip;
         if now >= n.give_up_at {
             // No answer: forget the next hop and fail what waits for it.
-            st.neighbors.entries[i] = None;
-            for place in st.neighbors.held.iter_mut() {
+            st.link.neighbors.entries[i] = None;
+            for place in st.link.neighbors.held.iter_mut() {
                 if place
                     .as_ref()
                     .is_some_and(|h| h.next_hop == ip && h.frame.is_some())
@@ -572,30 +572,31 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
         }
         let give_up = n.give_up_at;
         match st
+            .link
             .driver
             .poll_transmit_frame(&mut Context::from_waker(waker))
         {
             Poll::Ready(mut frame) => {
                 // The request is built after the driver's headroom plus the Ethernet header.
                 if frame
-                    .set_headroom(st.tx_headroom + ETHERNET_HEADER_LEN)
+                    .set_headroom(st.link.tx_headroom + ETHERNET_HEADER_LEN)
                     .is_err()
                 {
                     counters.drop(DropReason::TxHeadroom);
-                } else if build_request(&st.iface, &st.caps.checksum, ip, &mut frame) {
-                    match st.driver.transmit(frame) {
+                } else if build_request(&st.iface, &st.link.caps.checksum, ip, &mut frame) {
+                    match st.link.driver.transmit(frame) {
                         Ok(()) => counters.frame_out(),
                         Err(e) => counters.tx_refused(e),
                     }
                 }
-                if let Some(n) = &mut st.neighbors.entries[i] {
+                if let Some(n) = &mut st.link.neighbors.entries[i] {
                     n.request_at = Some((now + NEIGHBOR_RETRY).min(give_up));
                 }
             }
             Poll::Pending => starved = true,
         }
     }
-    st.neighbors.requests_wanted = wanted;
+    st.link.neighbors.requests_wanted = wanted;
     starved
 }
 

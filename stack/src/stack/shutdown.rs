@@ -3,7 +3,7 @@
 //! What shutdown does, in one step with the stack's state borrowed:
 //!
 //! * **Driver**: taken out of the state and returned; a detached placeholder takes its place
-//!   (`stack_driver.rs`). The RX slots the driver had posted and the frames it is still
+//!   (`link/driver.rs`). The RX slots the driver had posted and the frames it is still
 //!   transmitting are the driver's: they go back to the pool when the caller drops the driver.
 //! * **Frames the stack holds** go back to the pool: its scratch and spare TX frames, a received
 //!   frame waiting for a TX frame, frames held for neighbour resolution, datagrams queued on
@@ -30,8 +30,8 @@
 use core::future::poll_fn;
 use core::task::Poll;
 
+use crate::link::driver::StackDriver;
 use crate::stack::{Stack, State};
-use crate::stack_driver::StackDriver;
 use crate::StackError;
 
 /// How many tasks can wait in [`Stack::wait_shut_down`] at once without waking each other early
@@ -81,36 +81,39 @@ fn teardown(st: &mut State) -> Result<StackDriver, StackError> {
         return Err(StackError::ShutDown);
     }
     st.shut_down = true;
-    let placeholder = StackDriver::detached(st.driver.capabilities(), st.driver.hardware_address());
-    let driver = core::mem::replace(&mut st.driver, placeholder);
+    let placeholder = StackDriver::detached(
+        st.link.driver.capabilities(),
+        st.link.driver.hardware_address(),
+    );
+    let driver = core::mem::replace(&mut st.link.driver, placeholder);
     // Frames the stack itself holds.
-    st.scratch = None;
-    st.spare_tx = None;
-    st.pending_rx = None;
-    st.neighbors.shut_down();
+    st.link.scratch = None;
+    st.link.spare_tx = None;
+    st.tasks.pending_rx = None;
+    st.link.neighbors.shut_down();
     st.zc.shut_down();
     // TCP: orphans go, the rest close with the cause their operations report.
     let removed = st.tcp.shut_down();
     st.socket_count -= removed;
     // Tasks: the timer leaves the wheel, then ingress and egress run once more and end.
-    st.arm_egress_timer(
+    st.tasks.arm_egress_timer(
         smoltcp::time::Instant::ZERO,
         None,
         core::task::Waker::noop(),
     );
-    if let Some(w) = st.egress_waker.take() {
+    if let Some(w) = st.tasks.egress_waker.take() {
         w.wake();
     }
-    if let Some(w) = st.ingress_waker.take() {
+    if let Some(w) = st.tasks.ingress_waker.take() {
         w.wake();
     }
-    if let Some(w) = st.ingress_waiting_tx.take() {
+    if let Some(w) = st.tasks.ingress_waiting_tx.take() {
         w.wake();
     }
     // Everyone waiting on the stack's state re-checks it.
     // The link is down for good: `wait_link(Down)` completes, `wait_link(Up)` never does.
-    st.link.state = zcnet_buffer::LinkState::Down;
-    st.link.wake_waiters();
+    st.link.carrier.state = zcnet_buffer::LinkState::Down;
+    st.link.carrier.wake_waiters();
     st.listener_ports.wake_slot_waiters();
     st.shutdown_waiters.wake_all();
     Ok(driver)

@@ -3,12 +3,13 @@
 //!
 //! smoltcp drops a frame it cannot use without a word. Ingress therefore looks at each frame
 //! before smoltcp does ([`check`]: header reads only, no copy, no socket lookup) and, for the
-//! frames smoltcp answers with a refusal, at the answer ([`is_refusal`]).
+//! frames smoltcp answers with a refusal, at the answer
+//! ([`is_refusal`](crate::link::device::is_refusal)).
 //!
 //! A TCP segment addressed to the stack never reaches smoltcp: [`check`] verifies its
 //! checksum (unless the driver did), and its addresses (a unicast destination of ours, a
 //! source that is not unspecified, broadcast or multicast), then returns [`Verdict::Tcp`] with
-//! where the segment sits in the frame; ingress hands it to zcnet's TCP (`tcp_io.rs`), which
+//! where the segment sits in the frame; ingress hands it to zcnet's TCP (`transport/tcp/input.rs`), which
 //! answers a segment nobody takes with a RST, counted as `NoSocket` there. A TCP segment
 //! with a wrong checksum, a header cut short or such addresses is dropped here, counted.
 //!
@@ -53,7 +54,7 @@ use smoltcp::wire::{
     UdpPacket,
 };
 
-use crate::neighbor::is_v4_broadcast;
+use crate::link::neighbor::is_v4_broadcast;
 use crate::stack::State;
 use crate::stats::DropReason;
 
@@ -90,7 +91,7 @@ pub(crate) struct TcpSeg {
 pub(crate) enum Verdict {
     /// smoltcp gets it.
     Pass,
-    /// A TCP segment for the stack's own TCP (`tcp_io.rs`); smoltcp never sees it.
+    /// A TCP segment for the stack's own TCP (`transport/tcp/input.rs`); smoltcp never sees it.
     Tcp(TcpSeg),
     /// smoltcp gets it and will drop it: count the reason once smoltcp has handled it.
     Doomed(DropReason),
@@ -103,7 +104,7 @@ pub(crate) fn check(st: &State, frame: &[u8]) -> Verdict {
     // The IP version smoltcp takes the packet for: the Ethernet type's, or the first nibble's;
     // a packet whose own version field disagrees is dropped either way.
     let version = |ip: &[u8]| ip.first().map(|b| b >> 4);
-    let (ip, v) = match st.caps.medium {
+    let (ip, v) = match st.link.caps.medium {
         Medium::Ethernet => {
             let Ok(eth) = EthernetFrame::new_checked(frame) else {
                 return Verdict::Doomed(DropReason::Malformed);
@@ -151,7 +152,7 @@ fn check_tcp(
     let Ok(t) = TcpPacket::new_checked(payload) else {
         return Verdict::Drop(DropReason::Malformed);
     };
-    if st.caps.checksum.tcp.rx() && !t.verify_checksum(&src, &dst) {
+    if st.link.caps.checksum.tcp.rx() && !t.verify_checksum(&src, &dst) {
         return Verdict::Drop(DropReason::BadChecksum);
     }
     if !st.iface.has_ip_addr(dst) {
@@ -182,7 +183,7 @@ fn check_v4(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
     let Ok(p) = Ipv4Packet::new_checked(ip) else {
         return Verdict::Doomed(DropReason::Malformed);
     };
-    let ck = &st.caps.checksum;
+    let ck = &st.link.caps.checksum;
     if ck.ipv4.rx() && !p.verify_checksum() {
         return Verdict::Drop(DropReason::BadChecksum);
     }
@@ -246,7 +247,7 @@ fn check_v6(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
         );
     }
     let verdict = check_transport(
-        &st.caps.checksum,
+        &st.link.caps.checksum,
         next,
         IpAddress::Ipv6(p.src_addr()),
         IpAddress::Ipv6(dst),
@@ -314,42 +315,5 @@ fn check_transport(
         Verdict::Pass
     } else {
         Verdict::Drop(DropReason::BadChecksum)
-    }
-}
-
-/// Whether `frame`, which smoltcp wrote in answer to a received frame, refuses it: a TCP
-/// reset, an ICMP destination unreachable, or an ICMPv6 parameter problem for an unknown next
-/// header.
-pub(crate) fn is_refusal(medium: Medium, frame: &[u8]) -> bool {
-    let ip = match medium {
-        Medium::Ethernet => match EthernetFrame::new_checked(frame) {
-            Ok(eth) => eth.payload(),
-            Err(_) => return false,
-        },
-        _ => frame,
-    };
-    let (proto, payload) = match ip.first().map(|b| b >> 4) {
-        Some(4) => match Ipv4Packet::new_checked(ip) {
-            Ok(p) => (p.next_header(), p.payload()),
-            Err(_) => return false,
-        },
-        Some(6) => match Ipv6Packet::new_checked(ip) {
-            Ok(p) => (p.next_header(), p.payload()),
-            Err(_) => return false,
-        },
-        _ => return false,
-    };
-    /// ICMPv4 destination unreachable; ICMPv6 destination unreachable and parameter problem,
-    /// with that one's code for an unrecognised next header.
-    const V4_UNREACHABLE: u8 = 3;
-    const V6_UNREACHABLE: u8 = 1;
-    const V6_PARAM_PROBLEM: u8 = 4;
-    const V6_UNKNOWN_NEXT_HEADER: u8 = 1;
-    match (proto, payload) {
-        (IpProtocol::Icmp, [ty, ..]) => *ty == V4_UNREACHABLE,
-        (IpProtocol::Icmpv6, [ty, code, ..]) => {
-            *ty == V6_UNREACHABLE || (*ty == V6_PARAM_PROBLEM && *code == V6_UNKNOWN_NEXT_HEADER)
-        }
-        _ => false,
     }
 }

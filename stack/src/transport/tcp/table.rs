@@ -52,9 +52,9 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpRepr, TcpRepr};
 use zcnet_buffer::WakerCell;
 
-use crate::tcb::context::{LocalAddrs, PollAt, TcpContext, TcpRand};
-use crate::tcb::socket::Tcb;
-use crate::tcb::state::State;
+use crate::transport::tcp::tcb::context::{LocalAddrs, PollAt, TcpContext, TcpRand};
+use crate::transport::tcp::tcb::socket::Tcb;
+use crate::transport::tcp::tcb::state::State;
 
 /// log2 of [`DEMUX_BUCKETS`].
 const DEMUX_BITS: u32 = 9;
@@ -380,7 +380,7 @@ impl TcpTable {
         Some(TcpHandle(i))
     }
 
-    /// Shutdown (`shutdown.rs`): removes orphans, closes every other connection (its socket
+    /// Shutdown (`stack/shutdown.rs`): removes orphans, closes every other connection (its socket
     /// woken, its frames back in the pool, [`CloseCause::ShutDown`] recorded). Returns how many
     /// places were emptied (their socket slots are free).
     pub(crate) fn shut_down(&mut self) -> usize {

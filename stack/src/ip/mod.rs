@@ -1,0 +1,8 @@
+//! The IP layer: what the stack checks of every received frame before any protocol sees it
+//! ([`check`]), and the addresses it holds and how it gets them ([`autoconf`]: static
+//! configuration, DHCPv4, SLAAC and the IPv6 link-local address).
+//!
+//! Depends on [`link`](crate::link) only; the transport layer and the sockets depend on it.
+
+pub(crate) mod autoconf;
+pub(crate) mod check;

@@ -1,0 +1,123 @@
+//! The ingress task's run: frames from the driver, each to the zero-copy datagram sockets,
+//! zcnet's TCP or smoltcp, at most `ingress_budget` per run.
+
+use core::task::{Context, Poll};
+
+use crate::stack::Stack;
+use crate::stats::DropReason;
+
+/// One ingress run; `Ready` once the stack is shut down.
+pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
+    let counters = &stack.inner.counters;
+    let now = stack.now();
+    let mut st = stack.inner.state.borrow_mut();
+    if st.shut_down {
+        return Poll::Ready(());
+    }
+    match &st.tasks.ingress_waker {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => st.tasks.ingress_waker = Some(cx.waker().clone()),
+    }
+    counters.ingress_poll();
+    // TCP segments the application let go of: their connections' budgets take data again.
+    let released = match &st.tasks.egress_waker {
+        Some(w) => st.tcp.release_signal.take_pending(w),
+        None => false,
+    };
+    if released && st.tcp.fold_releases() {
+        st.signal_egress();
+    }
+    let budget = st.tasks.ingress_budget;
+    let mut processed = 0;
+    while processed < budget {
+        let frame = match st.tasks.pending_rx.take() {
+            Some(f) => f,
+            None => match st.link.driver.poll_receive(cx) {
+                Poll::Ready(f) => {
+                    counters.frame_in();
+                    f
+                }
+                Poll::Pending => break,
+            },
+        };
+        // Datagrams for zero-copy sockets stop here (moved into the socket's queue, or dropped
+        // and counted); ARP and NDP are snooped for the zero-copy send path.
+        let Some(frame) = crate::socket::datagram::ingress(&mut st, frame, now, counters) else {
+            processed += 1;
+            continue;
+        };
+        // TCP segments for us go to zcnet's TCP; what smoltcp will drop is counted
+        // (`ip/check.rs`); wrong checksums, which smoltcp leaves to ingress, drop here.
+        let doomed = match crate::ip::check::check(&st, &frame) {
+            crate::ip::check::Verdict::Pass => None,
+            crate::ip::check::Verdict::Tcp(seg) => {
+                match crate::transport::tcp::input::ingress(
+                    &mut st,
+                    frame,
+                    seg,
+                    now,
+                    cx.waker(),
+                    counters,
+                ) {
+                    None => {
+                        processed += 1;
+                        continue;
+                    }
+                    Some(unprocessed) => {
+                        // No TX frame for a possible answer: keep the segment until egress
+                        // ran, as below.
+                        st.tasks.pending_rx = Some(unprocessed);
+                        if st.tasks.egress_waker.is_some() {
+                            st.tasks.ingress_waiting_tx = Some(cx.waker().clone());
+                        }
+                        break;
+                    }
+                }
+            }
+            crate::ip::check::Verdict::Doomed(reason) => Some(reason),
+            crate::ip::check::Verdict::Drop(reason) => {
+                counters.drop(reason);
+                processed += 1;
+                continue; // the frame drops here: its slot returns to the pool
+            }
+        };
+        let (mut dev, iface, sockets) = st.step(cx.waker(), Some(frame), counters);
+        let _ = iface.poll_ingress_single(now, &mut dev, sockets);
+        // Counted once smoltcp has handled the frame (not when it is kept for a retry).
+        let dropped = doomed.or(dev.refused.then_some(DropReason::NoSocket));
+        if let Some(unprocessed) = dev.rx.take() {
+            // No TX frame for a possible reply: keep the frame. The driver's TX waiter is
+            // egress's waker (registered by the attempt); egress wakes us when it runs.
+            st.tasks.pending_rx = Some(unprocessed);
+            // (Before egress first runs, the attempt registered our own waker instead.)
+            if st.tasks.egress_waker.is_some() {
+                st.tasks.ingress_waiting_tx = Some(cx.waker().clone());
+            }
+            break;
+        }
+        if let Some(reason) = dropped {
+            counters.drop(reason);
+        }
+        processed += 1;
+    }
+    if processed == budget {
+        // More may be waiting: yield to other tasks, then continue.
+        crate::stack::wake(st.tasks.local.as_ref(), cx.waker());
+    }
+    if processed == 0 {
+        counters.idle_poll();
+    } else {
+        // A dropped connection may have just finished its close (the final ACK after our FIN,
+        // or a reset). Egress reaps such orphans, but it runs only when something is due, and
+        // nothing is after a connection closed: a listener waiting for a slot would wait for
+        // unrelated traffic. So reap here while one waits (a new socket takes a finished
+        // orphan's slot by itself, see `State::add_socket`; without waiters this costs nothing).
+        if st.listener_ports.has_slot_waiters() {
+            st.reap_orphans(now);
+        }
+        // A DHCP answer or a router advertisement may have arrived: apply it.
+        crate::ip::autoconf::after_ingress(&mut st, now, counters);
+        st.signal_egress_if_due(now);
+    }
+    Poll::Pending
+}

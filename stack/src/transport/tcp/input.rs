@@ -1,0 +1,121 @@
+//! TCP ingress: a received segment, already checked ([`TcpSeg`]), to the connection that
+//! takes it.
+//!
+//! ```text
+//!  ingress ─► ip::check (headers, addresses, TCP checksum) ─► Verdict::Tcp
+//!    ─► header::parse in place ─► the connection that accepts it (table.rs), else a listener
+//!          ─► Tcb::process with the frame trimmed to the payload: queued on the connection
+//!             as it is (no copy; a segment under 256 bytes may be copied into the previous
+//!             frame's tail, ledger: CopyBreak), or dropped if not kept
+//!          └─ an immediate answer (challenge ACK, ACK of out-of-order data) ─► output::emit
+//!    └─ nobody takes it: a bare SYN for a TcpListener's port is dropped (BacklogFull),
+//!       anything else but a RST is answered with a RST (Tcb::rst_reply) ─► output::emit
+//!       (NoSocket)
+//! ```
+//!
+//! No TX frame for an answer is back-pressure: [`ingress`] gives the received frame back, the
+//! runner keeps it until egress has run (as for smoltcp's answers) and hands it in again.
+
+use core::task::Waker;
+
+use smoltcp::time::Instant;
+use smoltcp::wire::{IpProtocol, IpRepr, TcpControl, TcpPacket, TcpRepr};
+use zcnet_buffer::RxFrame;
+
+use super::output::{emit, hop_for, out, reserve};
+use crate::ip::check::TcpSeg;
+use crate::stack::State;
+use crate::stats::{Counters, DropReason};
+use crate::transport::tcp::tcb::context::TcpContext;
+use crate::transport::tcp::tcb::socket::Tcb;
+
+/// Ingress: hands the TCP segment `seg` of `frame` to the connection that takes it, or
+/// answers it (see the module docs). Returns the frame when it must wait for a TX frame (the
+/// caller keeps it and tries again after egress ran); the frame is dropped otherwise.
+pub(crate) fn ingress(
+    st: &mut State,
+    mut frame: RxFrame,
+    seg: TcpSeg,
+    now: Instant,
+    waker: &Waker,
+    counters: &Counters,
+) -> Option<RxFrame> {
+    let Some((repr, payload_at)) = parse(&frame, &seg) else {
+        counters.drop(DropReason::Malformed);
+        return None;
+    };
+    // Every segment may need an answer: make sure a frame is there for it first.
+    if !reserve(st, waker) {
+        return Some(frame);
+    }
+    let ip = IpRepr::new(
+        seg.src,
+        seg.dst,
+        IpProtocol::Tcp,
+        repr.buffer_len() + payload_at.map_or(0, |(_, len)| len),
+        seg.hop_limit,
+    );
+    let ip_mtu = st.link.caps.ip_mtu();
+    let reply = match st.tcp.find(&ip, &repr) {
+        Some(i) => {
+            // The payload stays in the frame: the frame, trimmed to it, goes to the connection
+            // (which queues it or drops it).
+            let payload = match payload_at {
+                Some((at, len)) if frame.advance(at).is_ok() && frame.truncate(len).is_ok() => {
+                    Some(frame)
+                }
+                _ => {
+                    drop(frame);
+                    None
+                }
+            };
+            // `find` returned a place in use.
+            let e = st.tcp.at(i)?;
+            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
+            let reply = e.tcb.process(&mut cx, &ip, &repr, payload);
+            let drops = e.tcb.take_rx_drops();
+            counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));
+            counters.drop_n(DropReason::TcpOutOfOrderPurged, u64::from(drops.purged));
+            reply
+        }
+        None => {
+            if repr.control == TcpControl::Syn
+                && repr.ack_number.is_none()
+                && st.listener_ports.contains(repr.dst_port)
+            {
+                // Every listening socket of a TcpListener is busy: drop the SYN, the client
+                // retries (`transport/tcp/backlog.rs`).
+                counters.drop(DropReason::BacklogFull);
+                return None;
+            }
+            if repr.control == TcpControl::Rst {
+                // Never answer a reset with a reset.
+                return None;
+            }
+            counters.drop(DropReason::NoSocket);
+            drop(frame);
+            Some(Tcb::rst_reply(&ip, &repr))
+        }
+    };
+    if let Some((ip, tcp)) = reply {
+        let hop = hop_for(st, ip.dst_addr(), now);
+        let mut out = out(st, waker, counters, now);
+        // A spare frame was reserved above: this cannot starve.
+        let _ = emit(&mut out, hop, &ip, &tcp, None, None);
+    }
+    None
+}
+
+/// Parses the TCP segment `seg` of `frame`: its header (a `TcpRepr` with an empty payload,
+/// borrowing nothing) and, when it carries any, where its payload lies in the frame (offset
+/// and length). `None` when malformed.
+fn parse(frame: &RxFrame, seg: &TcpSeg) -> Option<(TcpRepr<'static>, Option<(usize, usize)>)> {
+    let bytes = frame.get(seg.start..seg.start.checked_add(seg.len)?)?;
+    let packet = TcpPacket::new_checked(bytes).ok()?;
+    // The checksum was verified by `rx_check` (or by the device). Errors: port 0, options cut
+    // short.
+    let header = super::header::parse(&packet)?;
+    let len = packet.payload().len();
+    let at = (len > 0).then(|| (seg.start + usize::from(packet.header_len()), len));
+    Some((header, at))
+}

@@ -1,0 +1,19 @@
+//! zcnet's TCP, from a received segment to the one it sends back:
+//!
+//! * [`header`]: reads a received TCP header (options included) into a `TcpRepr`;
+//! * [`input`]: ingress hands a checked segment to the connection that takes it, or answers
+//!   it;
+//! * [`output`]: egress asks the connections that are due for segments and writes their IP
+//!   and Ethernet headers;
+//! * [`table`]: the connection table (one place per socket slot), demultiplexing, kept
+//!   deadlines;
+//! * [`backlog`]: the listen backlog's ports and the tasks waiting for a free place;
+//! * [`tcb`]: one connection's state machine, its timers, RTT, congestion control and loss
+//!   recovery.
+
+pub(crate) mod backlog;
+pub(crate) mod header;
+pub(crate) mod input;
+pub(crate) mod output;
+pub(crate) mod table;
+pub(crate) mod tcb;
