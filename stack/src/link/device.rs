@@ -195,10 +195,7 @@ impl phy::TxToken for FrameTx<'_, '_> {
             // this one's headers tells whether smoltcp refused the received frame.
             dev.refused |= is_refusal(dev.caps.medium, &frame);
         }
-        match dev.driver.transmit(frame) {
-            Ok(()) => dev.counters.frame_out(),
-            Err(e) => dev.counters.tx_refused(e),
-        }
+        let _ = super::transmit(&mut *dev.driver, frame, dev.counters);
         r
     }
 }

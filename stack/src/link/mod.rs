@@ -10,8 +10,14 @@ pub(crate) mod device;
 pub(crate) mod driver;
 pub(crate) mod neighbor;
 
-use smoltcp::phy::DeviceCapabilities;
-use zcnet_buffer::TxFrame;
+use smoltcp::iface::Interface;
+use smoltcp::phy::{DeviceCapabilities, Medium};
+use smoltcp::time::Instant;
+use smoltcp::wire::{HardwareAddress, IpAddress};
+use zcnet_buffer::{Driver, TxError, TxFrame, ETHERNET_HEADER_LEN};
+
+use crate::datagram::DatagramError;
+use crate::stats::Counters;
 
 /// The link layer's part of the stack's state: the driver and what the stack knows of it.
 pub(crate) struct LinkLayer {
@@ -34,4 +40,97 @@ pub(crate) struct LinkLayer {
     pub(crate) carrier: carrier::Link,
     /// The zero-copy send path's neighbour table and held frames (`neighbor.rs`).
     pub(crate) neighbors: neighbor::Neighbors,
+}
+
+/// What became of an IP packet given to [`LinkLayer::send_ip`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// Handed to the driver.
+    Out,
+    /// Held until its next hop resolves; the ticket tells the outcome
+    /// ([`neighbor::Neighbors::poll_held`]).
+    Held(u32),
+}
+
+impl LinkLayer {
+    /// The link-layer header's length: Ethernet's on an Ethernet link, none on an IP link.
+    pub(crate) fn header_len(&self) -> usize {
+        match self.caps.medium {
+            Medium::Ethernet => ETHERNET_HEADER_LEN,
+            _ => 0,
+        }
+    }
+
+    /// Hands a finished frame to the driver (see [`transmit`]); while the carrier is down the
+    /// frame is dropped instead, counted as [`DropReason::LinkDown`](crate::DropReason::LinkDown).
+    pub(crate) fn transmit(&mut self, frame: TxFrame, counters: &Counters) -> Result<(), TxError> {
+        if !self.carrier.is_up() {
+            // The frame's slot goes back to the pool; the sender hears why.
+            counters.tx_refused(TxError::LinkDown);
+            return Err(TxError::LinkDown);
+        }
+        transmit(&mut *self.driver, frame, counters)
+    }
+
+    /// Sends the IP packet in `frame` (IP header first) towards `hop`, its next hop (`None`:
+    /// an IP link, no link-layer header). On Ethernet the destination MAC is the group address
+    /// of a broadcast or multicast hop, else the neighbour table's: an unresolved hop holds
+    /// the frame ([`Sent::Held`]; egress sends the ARP request or neighbour solicitation) and
+    /// a stale one is used while it is refreshed. Then the Ethernet header goes in front and
+    /// the frame to the driver ([`transmit`](Self::transmit)). `datagram`: a zero-copy
+    /// datagram, counted as such when it goes out.
+    ///
+    /// Errors: no room in the neighbour table, no headroom for the Ethernet header, the link
+    /// down or the driver's refusal (those two counted, the others left to the caller).
+    pub(crate) fn send_ip(
+        &mut self,
+        mut frame: TxFrame,
+        hop: Option<IpAddress>,
+        iface: &Interface,
+        now: Instant,
+        counters: &Counters,
+        datagram: bool,
+    ) -> Result<Sent, DatagramError> {
+        if let Some(hop) = hop {
+            let HardwareAddress::Ethernet(our_mac) = iface.hardware_addr() else {
+                return Err(DatagramError::Unaddressable);
+            };
+            let mac = match neighbor::group_mac(iface, hop) {
+                Some(m) => m,
+                None => match self.neighbors.lookup(hop, now)? {
+                    neighbor::Lookup::Known(m) => m,
+                    neighbor::Lookup::Unknown => {
+                        return self.neighbors.hold(frame, hop, datagram).map(Sent::Held)
+                    }
+                },
+            };
+            let ethertype = neighbor::ethertype_of(&frame);
+            neighbor::push_ethernet(&mut frame, our_mac, mac, ethertype)?;
+        }
+        self.transmit(frame, counters)
+            .map_err(DatagramError::Driver)?;
+        if datagram {
+            counters.datagram_out();
+        }
+        Ok(Sent::Out)
+    }
+}
+
+/// Hands a finished frame to `driver`: the one place the stack transmits, counted as a frame
+/// out, or as a drop with the driver's reason ([`Counters::tx_refused`]).
+pub(crate) fn transmit(
+    driver: &mut (dyn Driver + Send),
+    frame: TxFrame,
+    counters: &Counters,
+) -> Result<(), TxError> {
+    match driver.transmit(frame) {
+        Ok(()) => {
+            counters.frame_out();
+            Ok(())
+        }
+        Err(e) => {
+            counters.tx_refused(e);
+            Err(e)
+        }
+    }
 }

@@ -374,47 +374,10 @@ pub(crate) fn push_ethernet(
 }
 
 /// The EtherType of an IP packet held in `frame` (by its version nibble).
-fn ethertype_of(frame: &TxFrame) -> EthernetProtocol {
+pub(crate) fn ethertype_of(frame: &TxFrame) -> EthernetProtocol {
     match frame.first().map(|b| b >> 4) {
         Some(6) => EthernetProtocol::Ipv6,
         _ => EthernetProtocol::Ipv4,
-    }
-}
-
-/// Hands a finished datagram to the driver, counting it.
-pub(crate) fn transmit(
-    st: &mut State,
-    frame: TxFrame,
-    counters: &Counters,
-) -> Result<(), DatagramError> {
-    transmit_counted(st, frame, counters, true)
-}
-
-/// Hands a finished frame to the driver, counting it (as a zero-copy datagram too when
-/// `datagram`).
-fn transmit_counted(
-    st: &mut State,
-    frame: TxFrame,
-    counters: &Counters,
-    datagram: bool,
-) -> Result<(), DatagramError> {
-    if !st.link.carrier.is_up() {
-        // The frame's slot goes back to the pool; the sender hears why.
-        counters.drop(DropReason::LinkDown);
-        return Err(DatagramError::Driver(zcnet_buffer::TxError::LinkDown));
-    }
-    match st.link.driver.transmit(frame) {
-        Ok(()) => {
-            counters.frame_out();
-            if datagram {
-                counters.datagram_out();
-            }
-            Ok(())
-        }
-        Err(e) => {
-            counters.tx_refused(e);
-            Err(DatagramError::Driver(e))
-        }
     }
 }
 
@@ -460,8 +423,15 @@ fn learn(st: &mut State, ip: IpAddress, mac: EthernetAddress, now: Instant, coun
         };
         let Some(mut frame) = frame else { continue };
         let ethertype = ethertype_of(&frame);
-        let outcome = push_ethernet(&mut frame, src, mac, ethertype)
-            .and_then(|()| transmit_counted(st, frame, counters, datagram));
+        let outcome = push_ethernet(&mut frame, src, mac, ethertype).and_then(|()| {
+            st.link
+                .transmit(frame, counters)
+                .map_err(DatagramError::Driver)?;
+            if datagram {
+                counters.datagram_out();
+            }
+            Ok(())
+        });
         settle(&mut st.link.neighbors.held[i], outcome);
     }
 }
@@ -584,10 +554,7 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
                 {
                     counters.drop(DropReason::TxHeadroom);
                 } else if build_request(&st.iface, &st.link.caps.checksum, ip, &mut frame) {
-                    match st.link.driver.transmit(frame) {
-                        Ok(()) => counters.frame_out(),
-                        Err(e) => counters.tx_refused(e),
-                    }
+                    let _ = st.link.transmit(frame, counters);
                 }
                 if let Some(n) = &mut st.link.neighbors.entries[i] {
                     n.request_at = Some((now + NEIGHBOR_RETRY).min(give_up));

@@ -96,15 +96,17 @@ use smoltcp::phy::Medium;
 use smoltcp::socket::Socket;
 use smoltcp::time::Instant;
 use smoltcp::wire::{
-    EthernetFrame, EthernetProtocol, HardwareAddress, IpAddress, IpProtocol, Ipv4Packet,
-    Ipv6Packet, UdpPacket,
+    EthernetFrame, EthernetProtocol, HardwareAddress, IpAddress, IpProtocol, IpRepr, Ipv4Packet,
+    Ipv4Repr, Ipv6Packet, Ipv6Repr, UdpPacket,
 };
 use zcnet_buffer::{RxFrame, TxError, TxFrame, ETHERNET_HEADER_LEN};
 
 pub use smoltcp::wire::IpVersion;
 
 use crate::config::{IpEndpoint, IpListenEndpoint};
-use crate::link::neighbor::{self, Lookup};
+use crate::ip::emit::write_header;
+use crate::link::neighbor::{self};
+use crate::link::Sent;
 use crate::stack::{Stack, State};
 use crate::stats::{Counters, DropReason};
 use crate::StackError;
@@ -597,17 +599,9 @@ fn classify_v6(st: &mut State, ip: &[u8], l3: usize, now: Instant, counters: &Co
     }
 }
 
-/// Link-layer header length of the stack's medium.
-fn link_len(st: &State) -> usize {
-    match st.link.caps.medium {
-        Medium::Ethernet => ETHERNET_HEADER_LEN,
-        _ => 0,
-    }
-}
-
 /// Headroom of a frame from `tx_frame`: the driver's, then room for the largest headers.
 fn tx_headroom(st: &State) -> usize {
-    st.link.tx_headroom + link_len(st) + IPV6_HEADER_LEN + UDP_HEADER_LEN
+    st.link.tx_headroom + st.link.header_len() + IPV6_HEADER_LEN + UDP_HEADER_LEN
 }
 
 /// Writes the UDP and IP headers, picks the next hop, and transmits the frame or holds it.
@@ -650,7 +644,7 @@ fn start_send(
         IpAddress::Ipv4(_) => IPV4_HEADER_LEN,
         IpAddress::Ipv6(_) => IPV6_HEADER_LEN,
     };
-    let link = link_len(st);
+    let link = st.link.header_len();
     let payload = frame.len();
     if link + ip_len + UDP_HEADER_LEN + payload > st.link.caps.max_transmission_unit {
         return Err(DatagramError::TooLarge);
@@ -683,70 +677,42 @@ fn start_send(
         }
     }
     // IP header.
+    let repr = match (src, remote.addr) {
+        (IpAddress::Ipv4(s), IpAddress::Ipv4(d)) => IpRepr::Ipv4(Ipv4Repr {
+            src_addr: s,
+            dst_addr: d,
+            next_header: IpProtocol::Udp,
+            payload_len: udp_len,
+            hop_limit: HOP_LIMIT,
+        }),
+        (IpAddress::Ipv6(s), IpAddress::Ipv6(d)) => IpRepr::Ipv6(Ipv6Repr {
+            src_addr: s,
+            dst_addr: d,
+            next_header: IpProtocol::Udp,
+            payload_len: udp_len,
+            hop_limit: HOP_LIMIT,
+        }),
+        _ => return Err(DatagramError::Unaddressable), // versions were checked above
+    };
     let h = frame
         .push_header(ip_len)
         .map_err(|_| DatagramError::NoHeadroom)?;
-    let ethertype = match (src, remote.addr) {
-        (IpAddress::Ipv4(s), IpAddress::Ipv4(d)) => {
-            let mut ip = Ipv4Packet::new_unchecked(h);
-            ip.set_version(4);
-            ip.set_header_len(IPV4_HEADER_LEN as u8);
-            ip.set_dscp(0);
-            ip.set_ecn(0);
-            ip.set_total_len((IPV4_HEADER_LEN + udp_len) as u16);
-            ip.set_ident(st.ipv4_ident);
-            st.ipv4_ident = st.ipv4_ident.wrapping_add(1);
-            ip.clear_flags();
-            ip.set_dont_frag(true);
-            ip.set_frag_offset(0);
-            ip.set_hop_limit(HOP_LIMIT);
-            ip.set_next_header(IpProtocol::Udp);
-            ip.set_src_addr(s);
-            ip.set_dst_addr(d);
-            if st.link.caps.checksum.ipv4.tx() {
-                ip.fill_checksum();
-            } else {
-                ip.set_checksum(0);
-            }
-            EthernetProtocol::Ipv4
+    write_header(h, &repr, &mut st.ipv4_ident, &st.link.caps.checksum);
+    match st
+        .link
+        .send_ip(frame, hop, &st.iface, now, counters, true)?
+    {
+        Sent::Held(ticket) => {
+            st.signal_egress(); // egress sends the ARP request / solicitation
+            Ok(Some(ticket))
         }
-        (IpAddress::Ipv6(s), IpAddress::Ipv6(d)) => {
-            let mut ip = Ipv6Packet::new_unchecked(h);
-            ip.set_version(6);
-            ip.set_traffic_class(0);
-            ip.set_flow_label(0);
-            ip.set_payload_len(udp_len as u16);
-            ip.set_next_header(IpProtocol::Udp);
-            ip.set_hop_limit(HOP_LIMIT);
-            ip.set_src_addr(s);
-            ip.set_dst_addr(d);
-            EthernetProtocol::Ipv6
-        }
-        _ => return Err(DatagramError::Unaddressable), // versions were checked above
-    };
-    let Some(hop) = hop else {
-        // IP medium: no link-layer header.
-        return neighbor::transmit(st, frame, counters).map(|()| None);
-    };
-    let HardwareAddress::Ethernet(our_mac) = st.iface.hardware_addr() else {
-        return Err(DatagramError::Unaddressable);
-    };
-    let mac = match neighbor::group_mac(&st.iface, hop) {
-        Some(m) => m,
-        None => match st.link.neighbors.lookup(hop, now)? {
-            Lookup::Known(m) => m,
-            Lookup::Unknown => {
-                let ticket = st.link.neighbors.hold(frame, hop, true)?;
-                st.signal_egress(); // egress sends the ARP request / solicitation
-                return Ok(Some(ticket));
+        Sent::Out => {
+            if st.link.neighbors.deadline().is_some() {
+                st.signal_egress(); // a stale entry's refresh
             }
-        },
-    };
-    if st.link.neighbors.deadline().is_some() {
-        st.signal_egress(); // a stale entry's refresh
+            Ok(None)
+        }
     }
-    neighbor::push_ethernet(&mut frame, our_mac, mac, ethertype)?;
-    neighbor::transmit(st, frame, counters).map(|()| None)
 }
 
 /// A zero-copy UDP socket: received datagrams stay in the driver's slots, sent payloads are
@@ -902,7 +868,7 @@ impl DatagramSocket {
             st.link
                 .caps
                 .max_transmission_unit
-                .saturating_sub(link_len(st) + ip + UDP_HEADER_LEN)
+                .saturating_sub(st.link.header_len() + ip + UDP_HEADER_LEN)
         })
     }
 

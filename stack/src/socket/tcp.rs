@@ -193,12 +193,7 @@ fn frame_budget(bytes: usize) -> usize {
 /// Headroom of a TCP frame: the driver's, Ethernet (on an Ethernet link), IPv6 (the larger IP
 /// header) and TCP with the most options (60).
 fn tcp_headroom(st: &crate::stack::State) -> usize {
-    let link = if st.link.caps.medium == smoltcp::phy::Medium::Ethernet {
-        zcnet_buffer::ETHERNET_HEADER_LEN
-    } else {
-        0
-    };
-    st.link.tx_headroom + link + smoltcp::wire::IPV6_HEADER_LEN + 60
+    st.link.tx_headroom + st.link.header_len() + smoltcp::wire::IPV6_HEADER_LEN + 60
 }
 
 /// Adds a closed TCP connection with `buffers` to the stack. The send side is a queue of the

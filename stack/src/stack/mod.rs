@@ -810,7 +810,7 @@ impl Stack {
 pub(crate) struct TcpCx<'a> {
     pub(crate) meta: &'a mut TcpMeta,
     pub(crate) egress_waker: Option<&'a Waker>,
-    /// [`State::local`], for the wakes the operation makes and the wakers it registers.
+    /// [`Tasks::local`](crate::runner::Tasks::local), for the wakes the operation makes and the wakers it registers.
     pub(crate) local: Option<zcnet_executor::LocalSpawner>,
 }
 

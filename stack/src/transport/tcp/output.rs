@@ -36,15 +36,14 @@ use core::task::{Context, Poll, Waker};
 use smoltcp::iface::Interface;
 use smoltcp::phy::Medium;
 use smoltcp::time::Instant;
-use smoltcp::wire::{
-    EthernetProtocol, HardwareAddress, IpAddress, IpRepr, Ipv4Packet, TcpPacket, TcpRepr,
-    TcpSeqNumber,
-};
+use smoltcp::wire::{IpAddress, IpRepr, TcpPacket, TcpRepr, TcpSeqNumber};
 use zcnet_buffer::ledger::{self, CopySite};
-use zcnet_buffer::{TxFrame, ETHERNET_HEADER_LEN};
+use zcnet_buffer::TxFrame;
 
-use crate::link::neighbor::{self, Lookup};
-use crate::link::LinkLayer;
+use crate::datagram::DatagramError;
+use crate::ip::emit::write_header;
+use crate::link::neighbor::{self};
+use crate::link::{LinkLayer, Sent};
 use crate::runner::Tasks;
 use crate::stack::State;
 use crate::stats::{Counters, DropReason};
@@ -170,8 +169,7 @@ pub(super) fn emit(
             Poll::Pending => return Err(Starved),
         },
     };
-    let ethernet = out.link.caps.medium == Medium::Ethernet;
-    let link = if ethernet { ETHERNET_HEADER_LEN } else { 0 };
+    let link = out.link.header_len();
     if frame.set_headroom(out.link.tx_headroom + link).is_err() {
         out.counters.drop(DropReason::TxHeadroom);
         return Ok(());
@@ -186,15 +184,7 @@ pub(super) fn emit(
         return Ok(());
     }
     let buf = &mut frame[..];
-    ip.emit(&mut buf[..ip_len], &out.link.caps.checksum);
-    if let IpRepr::Ipv4(_) = ip {
-        let mut p = Ipv4Packet::new_unchecked(&mut buf[..ip_len]);
-        p.set_ident(*out.ident);
-        *out.ident = out.ident.wrapping_add(1);
-        if out.link.caps.checksum.ipv4.tx() {
-            p.fill_checksum();
-        }
-    }
+    write_header(buf, ip, out.ident, &out.link.caps.checksum);
     // The payload: a part of a queued frame sent alone (the peer's window cut it), copied into
     // this fresh frame.
     let body = &mut buf[ip_len + tcp_len..];
@@ -222,7 +212,7 @@ pub(super) fn emit(
         &ip.dst_addr(),
         &out.link.caps.checksum,
     );
-    send(out, frame, hop, ip.dst_addr());
+    send(out, frame, hop);
     Ok(())
 }
 
@@ -245,11 +235,7 @@ fn emit_in_place(
     {
         return Err(Starved);
     }
-    let link = if out.link.caps.medium == Medium::Ethernet {
-        ETHERNET_HEADER_LEN
-    } else {
-        0
-    };
+    let link = out.link.header_len();
     let ip_len = ip.header_len();
     let tcp_len = tcp.header_len();
     if frame.headroom() < out.link.tx_headroom + link + ip_len + tcp_len {
@@ -264,15 +250,7 @@ fn emit_in_place(
     let _ = frame.push_header(tcp_len);
     let _ = frame.push_header(ip_len);
     let buf = &mut frame[..];
-    ip.emit(&mut buf[..ip_len], &out.link.caps.checksum);
-    if let IpRepr::Ipv4(_) = ip {
-        let mut p = Ipv4Packet::new_unchecked(&mut buf[..ip_len]);
-        p.set_ident(*out.ident);
-        *out.ident = out.ident.wrapping_add(1);
-        if out.link.caps.checksum.ipv4.tx() {
-            p.fill_checksum();
-        }
-    }
+    write_header(buf, ip, out.ident, &out.link.caps.checksum);
     // `tcp.payload` is empty: the header goes over the start of the packet and the checksum
     // covers the payload in place.
     tcp.emit(
@@ -281,57 +259,30 @@ fn emit_in_place(
         &ip.dst_addr(),
         &out.link.caps.checksum,
     );
-    send(out, frame, hop, ip.dst_addr());
+    send(out, frame, hop);
     Ok(())
 }
 
-/// Puts the Ethernet header in front of a finished IP packet (resolving `hop`, holding the
-/// frame meanwhile) and hands it to the driver, or drops it, counted.
-fn send(out: &mut Out<'_>, mut frame: TxFrame, hop: Option<IpAddress>, dst: IpAddress) {
-    if out.link.caps.medium == Medium::Ethernet {
-        let Some(hop) = hop else {
-            // No route (the address or route went away under the connection).
-            out.counters.drop(DropReason::NotForUs);
-            return;
-        };
-        let HardwareAddress::Ethernet(our_mac) = out.iface.hardware_addr() else {
-            return;
-        };
-        let ethertype = match dst {
-            IpAddress::Ipv4(_) => EthernetProtocol::Ipv4,
-            IpAddress::Ipv6(_) => EthernetProtocol::Ipv6,
-        };
-        let mac = match neighbor::group_mac(out.iface, hop) {
-            Some(m) => m,
-            None => match out.link.neighbors.lookup(hop, out.now) {
-                Ok(Lookup::Known(m)) => m,
-                Ok(Lookup::Unknown) => {
-                    // Held until the next hop answers (egress sends the request), then sent by
-                    // ingress; dropped and counted if it never does. Nobody waits on it.
-                    match out.link.neighbors.hold(frame, hop, false) {
-                        Ok(ticket) => out.link.neighbors.detach(ticket),
-                        Err(_) => out.counters.drop(DropReason::NeighborTimeout),
-                    }
-                    return;
-                }
-                Err(_) => {
-                    out.counters.drop(DropReason::NeighborTimeout);
-                    return;
-                }
-            },
-        };
-        if neighbor::push_ethernet(&mut frame, our_mac, mac, ethertype).is_err() {
-            out.counters.drop(DropReason::TxHeadroom);
-            return;
-        }
-    }
-    if !out.link.carrier.is_up() {
-        out.counters.drop(DropReason::LinkDown);
+/// Hands a finished IP packet to the link layer ([`LinkLayer::send_ip`]): sent, held while
+/// `hop` resolves (nobody waits on it: the connection's retransmission covers a hold that
+/// fails), or dropped, counted.
+fn send(out: &mut Out<'_>, frame: TxFrame, hop: Option<IpAddress>) {
+    if out.link.caps.medium == Medium::Ethernet && hop.is_none() {
+        // No route (the address or route went away under the connection).
+        out.counters.drop(DropReason::NotForUs);
         return;
     }
-    match out.link.driver.transmit(frame) {
-        Ok(()) => out.counters.frame_out(),
-        Err(e) => out.counters.tx_refused(e),
+    match out
+        .link
+        .send_ip(frame, hop, out.iface, out.now, out.counters, false)
+    {
+        Ok(Sent::Out) => {}
+        Ok(Sent::Held(ticket)) => out.link.neighbors.detach(ticket),
+        // Counted by the link layer.
+        Err(DatagramError::Driver(_)) => {}
+        Err(DatagramError::NoHeadroom) => out.counters.drop(DropReason::TxHeadroom),
+        Err(DatagramError::Unaddressable) => out.counters.drop(DropReason::NotForUs),
+        Err(_) => out.counters.drop(DropReason::NeighborTimeout),
     }
 }
 
