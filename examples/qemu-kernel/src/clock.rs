@@ -2,8 +2,8 @@
 //! measurement gives the LAPIC timer's rate for deadlines.
 //!
 //! The TSC is the cheap clock (one instruction, no device access) but its rate is unknown
-//! (under TCG it runs at the host's rate and tracks wall-clock time; TCG's CPUID has no leaf
-//! 0x15/0x16 that would state it), so [`calibrate`] counts TSC and LAPIC timer ticks across
+//! (under TCG it runs at the host's rate and tracks wall-clock time; TCG's CPUID stops at leaf
+//! 0xD, with the default CPU and `-cpu max` alike, so no leaf 0x15/0x16 states it), so [`calibrate`] counts TSC and LAPIC timer ticks across
 //! about 60 ms of a reference timer's time. The reference is the first of these that answers:
 //!
 //! * **the HPET** at its fixed address 0xFED00000 (q35; ACPI's HPET table agrees, so no ACPI
@@ -15,7 +15,7 @@
 //!   often than that and sums the differences. Its interrupt stays masked (the 8259s and the
 //!   IOAPIC pin alike); afterwards the channel is left in one-shot mode, so QEMU stops timing
 //!   it. Channel 0 needs no gate: channel 2's gate (port 0x61) is QEMU's PC-speaker device,
-//!   which microvm does not have.
+//!   which microvm does not have (the port reads 0xFF there).
 
 use core::arch::x86_64::_rdtsc;
 use core::ptr::{read_volatile, write_volatile};
@@ -38,8 +38,9 @@ const PIT_CH0_RATE_GENERATOR: u8 = 0x34;
 const PIT_CH0_ONE_SHOT: u8 = 0x30;
 /// Channel 0, counter latch.
 const PIT_CH0_LATCH: u8 = 0x00;
-/// Read-backs in a row without the count changing after which the PIT is taken as absent (a
-/// read-back takes a few microseconds; the count changes every 0.84 µs).
+/// Read-backs in a row without the count changing after which the PIT is taken as absent: the
+/// count changes every 0.84 µs, a read-back takes about 0.15 µs under TCG, so this is over a
+/// millisecond of reads.
 const PIT_STUCK_READS: u32 = 10_000;
 const NO_TIMER: &str =
     "no timer to calibrate the TSC against (no HPET, and the PIT does not count)";
@@ -89,25 +90,52 @@ fn rdtsc() -> u64 {
     unsafe { _rdtsc() }
 }
 
-/// A reference timer's ticks since it was started, and its rate.
-trait Ticks {
-    /// Ticks per second.
-    fn hz(&self) -> u64;
-    /// Ticks since the timer was started; `None` if it is not counting.
-    fn elapsed(&mut self) -> Option<u64>;
+fn pit_read() -> u16 {
+    // SAFETY: the latch command freezes channel 0's count for the two reads that follow (low
+    // byte, high byte); it changes nothing else.
+    unsafe {
+        outb(PIT_COMMAND, PIT_CH0_LATCH);
+        u16::from_le_bytes([inb(PIT_CHANNEL0), inb(PIT_CHANNEL0)])
+    }
 }
 
-/// The HPET, if the capabilities register states a plausible period (at most 100 ns).
-struct Hpet {
-    period_fs: u64,
-    start: u64,
+/// Programs PIT channel 0 with `mode` and the 16-bit `count` (0: 65536).
+fn pit_program(mode: u8, count: u16) {
+    let [low, high] = count.to_le_bytes();
+    // SAFETY: reprograms channel 0 only; its interrupt (IRQ 0) is masked at the 8259s
+    // (`pic::disable`) and at the IOAPIC (its reset state, never unmasked here).
+    unsafe {
+        outb(PIT_COMMAND, mode);
+        outb(PIT_CHANNEL0, low);
+        outb(PIT_CHANNEL0, high);
+    }
 }
 
-impl Hpet {
-    fn start() -> Option<Hpet> {
+/// The reference timer, with the state its tick count needs.
+enum Timer {
+    /// The HPET's 64-bit main counter.
+    Hpet { period_fs: u64 },
+    /// PIT channel 0 counting down from 65536 over and over: the last count read, the ticks
+    /// summed so far, and reads in a row that saw no change.
+    Pit {
+        last: u16,
+        total: u64,
+        unchanged: u32,
+    },
+}
+
+impl Timer {
+    /// The HPET if its capabilities state a plausible period (at most 100 ns), started; else
+    /// the PIT, started as a rate generator.
+    fn start() -> Timer {
         let period_fs = hpet_read(HPET_CAPABILITIES) >> 32;
         if period_fs == 0 || period_fs > 100_000_000 {
-            return None;
+            pit_program(PIT_CH0_RATE_GENERATOR, 0);
+            return Timer::Pit {
+                last: pit_read(),
+                total: 0,
+                unchanged: 0,
+            };
         }
         // SAFETY: setting the HPET's enable bit starts its main counter; nothing else uses it.
         unsafe {
@@ -116,88 +144,35 @@ impl Hpet {
                 hpet_read(HPET_CONFIG) | 1,
             )
         };
-        Some(Hpet {
-            period_fs,
-            start: hpet_read(HPET_COUNTER),
-        })
+        Timer::Hpet { period_fs }
     }
-}
 
-impl Ticks for Hpet {
     fn hz(&self) -> u64 {
-        1_000_000_000_000_000 / self.period_fs
-    }
-
-    fn elapsed(&mut self) -> Option<u64> {
-        Some(hpet_read(HPET_COUNTER).wrapping_sub(self.start))
-    }
-}
-
-/// The PIT's channel 0 as a free-running 16-bit down-counter.
-struct Pit {
-    last: u16,
-    total: u64,
-    unchanged: u32,
-}
-
-fn pit_read() -> u16 {
-    // SAFETY: the latch command freezes channel 0's count for the two reads that follow (low
-    // byte, high byte); it changes nothing else.
-    unsafe {
-        outb(PIT_COMMAND, PIT_CH0_LATCH);
-        let low = inb(PIT_CHANNEL0);
-        let high = inb(PIT_CHANNEL0);
-        u16::from_le_bytes([low, high])
-    }
-}
-
-impl Pit {
-    fn start() -> Pit {
-        // SAFETY: reprograms channel 0 to count down from 65536 over and over; its interrupt
-        // (IRQ 0) is masked at the 8259s (`pic::disable`) and at the IOAPIC (reset state).
-        unsafe {
-            outb(PIT_COMMAND, PIT_CH0_RATE_GENERATOR);
-            outb(PIT_CHANNEL0, 0);
-            outb(PIT_CHANNEL0, 0);
-        }
-        Pit {
-            last: pit_read(),
-            total: 0,
-            unchanged: 0,
+        match self {
+            Timer::Hpet { period_fs } => 1_000_000_000_000_000 / period_fs,
+            Timer::Pit { .. } => PIT_HZ,
         }
     }
 
-    /// Leaves channel 0 counting once down from 1: QEMU then has no more transitions to time.
-    fn stop(&self) {
-        // SAFETY: as in `start`; mode 0 raises the (masked) line once and then stays quiet.
-        unsafe {
-            outb(PIT_COMMAND, PIT_CH0_ONE_SHOT);
-            outb(PIT_CHANNEL0, 1);
-            outb(PIT_CHANNEL0, 0);
-        }
-    }
-}
-
-impl Ticks for Pit {
-    fn hz(&self) -> u64 {
-        PIT_HZ
-    }
-
-    fn elapsed(&mut self) -> Option<u64> {
-        let now = pit_read();
-        // A down-counter: the ticks since the last read, across one wrap at most.
-        let ticks = self.last.wrapping_sub(now);
-        self.last = now;
-        if ticks == 0 {
-            self.unchanged += 1;
-            if self.unchanged >= PIT_STUCK_READS {
-                return None;
+    /// A running tick count. Panics if the PIT's count stops changing (no PIT).
+    fn ticks(&mut self) -> u64 {
+        match self {
+            Timer::Hpet { .. } => hpet_read(HPET_COUNTER),
+            Timer::Pit {
+                last,
+                total,
+                unchanged,
+            } => {
+                let now = pit_read();
+                // A down-counter: the ticks since the last read, across one wrap at most.
+                let ticks = last.wrapping_sub(now);
+                *last = now;
+                *unchanged = if ticks == 0 { *unchanged + 1 } else { 0 };
+                assert!(*unchanged < PIT_STUCK_READS, "{NO_TIMER}");
+                *total += u64::from(ticks);
+                *total
             }
-        } else {
-            self.unchanged = 0;
         }
-        self.total += u64::from(ticks);
-        Some(self.total)
     }
 }
 
@@ -205,31 +180,14 @@ impl Ticks for Pit {
 /// where there is no HPET, and returns which. Call once, after `apic::init` and
 /// `pic::disable`, before [`now_ns`] is used. Panics if neither timer counts.
 pub fn calibrate() -> Reference {
-    let reference = match Hpet::start() {
-        Some(mut hpet) => {
-            measure(&mut hpet);
-            Reference::Hpet
-        }
-        None => {
-            let mut pit = Pit::start();
-            measure(&mut pit);
-            pit.stop();
-            Reference::Pit
-        }
-    };
-    REFERENCE.store(reference as u8, Relaxed);
-    reference
-}
-
-/// Counts TSC and LAPIC timer ticks over [`CALIBRATION_NS`] of `timer` and stores the rates.
-fn measure(timer: &mut impl Ticks) {
+    let mut timer = Timer::start();
     let hz = timer.hz();
     let wanted = CALIBRATION_NS * hz / 1_000_000_000;
-    let base = timer.elapsed().expect(NO_TIMER);
+    let base = timer.ticks();
     let t0 = rdtsc();
     crate::apic::start_masked_count(u32::MAX);
     let (ticks, t1) = loop {
-        let ticks = timer.elapsed().expect(NO_TIMER) - base;
+        let ticks = timer.ticks().wrapping_sub(base);
         if ticks >= wanted {
             break (ticks, rdtsc());
         }
@@ -246,6 +204,16 @@ fn measure(timer: &mut impl Ticks) {
         Relaxed,
     );
     TSC_ORIGIN.store(t0, Relaxed);
+    let reference = match timer {
+        Timer::Hpet { .. } => Reference::Hpet,
+        Timer::Pit { .. } => {
+            // Counting once from 1 and then staying quiet: QEMU has no more transitions to time.
+            pit_program(PIT_CH0_ONE_SHOT, 1);
+            Reference::Pit
+        }
+    };
+    REFERENCE.store(reference as u8, Relaxed);
+    reference
 }
 
 /// The timer [`calibrate`] measured against (`None` before it ran).
