@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Boots the zcnet example kernel in QEMU (TCG, q35, PVH, virtio-net-pci).
+# Boots the zcnet example kernel in QEMU (TCG, PVH) on q35 (virtio-net-pci, MSI-X) or on
+# microvm (no PCI, no ACPI: virtio-net on virtio-mmio, its line through the IOAPIC).
 #
-#   ./run.sh [--tap IFNAME | --ports HTTP,ECHO,IPERF3] [--append "KEY=VALUE ..."] [--kernel ELF]
+#   ./run.sh [--machine q35|microvm] [--tap IFNAME | --ports HTTP,ECHO,IPERF3]
+#            [--append "KEY=VALUE ..."] [--kernel ELF]
+#
+# --machine picks the QEMU machine (default q35); the same kernel finds its NIC on either (the
+# console's `nic:` line and /stats' "machine" say which).
 #
 # Without --kernel it builds the release kernel first (cargo build --release here). As cargo's
 # runner (.cargo/config.toml) it is called with --kernel and the freshly built ELF.
@@ -21,6 +26,7 @@ kernel=""
 tap=""
 append=""
 ports="5555,5556,5201"
+machine="q35"
 
 usage() {
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
@@ -28,6 +34,7 @@ usage() {
 
 while [ $# -gt 0 ]; do
     case "$1" in
+        --machine) machine="${2:?--machine needs q35 or microvm}"; shift 2 ;;
         --tap) tap="${2:?--tap needs an interface name}"; shift 2 ;;
         --append) append="${2?--append needs a value}"; shift 2 ;;
         --ports) ports="${2:?--ports needs HTTP,ECHO,IPERF3}"; shift 2 ;;
@@ -36,6 +43,21 @@ while [ $# -gt 0 ]; do
         *) echo "run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
 done
+
+case "$machine" in
+    q35)
+        machine_args=(-machine q35)
+        nic_args=(-device virtio-net-pci,netdev=n0,disable-legacy=on,romfile=)
+        ;;
+    microvm)
+        # acpi=off: QEMU then names each virtio-mmio transport on the kernel command line
+        # (virtio_mmio.device=512@0xfeb00e00:12), with its GSI. force-legacy=false: the modern
+        # (version 2) interface, which the kernel requires.
+        machine_args=(-machine microvm,acpi=off)
+        nic_args=(-global virtio-mmio.force-legacy=false -device virtio-net-device,netdev=n0)
+        ;;
+    *) echo "run.sh: --machine wants q35 or microvm, not $machine" >&2; exit 2 ;;
+esac
 
 if [ -z "$kernel" ]; then
     (cd "$here" && cargo build --release --quiet)
@@ -59,12 +81,12 @@ fi
 # QEMU runs as a child so its status can be mapped below; a SIGTERM or SIGINT sent to this
 # script (timeout, a test harness) is passed on to it, so it never outlives the script.
 qemu-system-x86_64 \
-    -accel tcg -machine q35 -m 256M \
+    -accel tcg "${machine_args[@]}" -m 256M \
     -display none -serial stdio -no-reboot \
     -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
     -kernel "$kernel" -append "$append" \
     -netdev "$netdev" \
-    -device virtio-net-pci,netdev=n0,disable-legacy=on,romfile= \
+    "${nic_args[@]}" \
     <&0 &
 qemu=$!
 trap 'kill -TERM "$qemu" 2>/dev/null' TERM INT HUP

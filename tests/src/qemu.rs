@@ -5,8 +5,9 @@
 //!   directory, whose `.cargo/config.toml` selects the freestanding flags, with a cleared
 //!   environment so the outer cargo's variables — `RUSTFLAGS`, `CARGO_TARGET_DIR`, … — do not
 //!   leak into the nested build) and returns the ELF's path.
-//! * [`qemu_args`] is the QEMU command line (TCG, q35, serial on stdio, `isa-debug-exit`, a
-//!   modern-only virtio-net-pci on the given `-netdev`).
+//! * [`qemu_args`] is the QEMU command line for a [`Machine`] (TCG; q35 with a modern-only
+//!   virtio-net-pci, or microvm without ACPI with a modern virtio-net on virtio-mmio; serial on
+//!   stdio, `isa-debug-exit`, the NIC on the given `-netdev`).
 //! * [`Qemu`] runs it, collects the guest's serial output from QEMU's stdout on a thread, waits
 //!   for lines and for the exit code, and kills QEMU on drop. Every wait is bounded; a failure
 //!   (including any panic in the test while a [`Qemu`] is alive) prints the whole serial log.
@@ -120,16 +121,82 @@ fn build_kernel() -> Result<PathBuf, String> {
     }
 }
 
-/// QEMU's arguments: TCG (no KVM on these machines), q35, 256 MiB, no display, the serial port
-/// on stdio, no reboot, `isa-debug-exit` at 0xf4, the PVH `kernel` with command line `append`,
-/// and a modern-only virtio-net-pci (no option ROM) on `-netdev <netdev>`, whose id must be
-/// `n0` (e.g. `user,id=n0,hostfwd=tcp:127.0.0.1:8080-:80`).
-pub fn qemu_args(kernel: &Path, netdev: &str, append: &str) -> Vec<String> {
+/// The QEMU machine the kernel boots on: the same kernel finds its NIC, interrupt route and
+/// clock reference on either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Machine {
+    /// `q35`: virtio-net-pci (modern only, no option ROM), MSI-X, an HPET.
+    Q35,
+    /// `microvm,acpi=off`: no PCI, no HPET; a modern virtio-net on virtio-mmio (QEMU's default
+    /// `force-legacy=true` would give the legacy interface), its line through the IOAPIC, the
+    /// PIT. QEMU names the transport on the kernel command line (`virtio_mmio.device=`).
+    Microvm,
+}
+
+impl Machine {
+    /// Both machines.
+    pub const ALL: [Machine; 2] = [Machine::Q35, Machine::Microvm];
+
+    /// Its QEMU name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Machine::Q35 => "q35",
+            Machine::Microvm => "microvm",
+        }
+    }
+
+    /// `-machine`'s value.
+    pub fn qemu_machine(self) -> &'static str {
+        match self {
+            Machine::Q35 => "q35",
+            Machine::Microvm => "microvm,acpi=off",
+        }
+    }
+
+    /// The arguments that add the NIC on `-netdev` id `n0`.
+    pub fn nic_args(self) -> &'static [&'static str] {
+        match self {
+            Machine::Q35 => &[
+                "-device",
+                "virtio-net-pci,netdev=n0,disable-legacy=on,romfile=",
+            ],
+            Machine::Microvm => &[
+                "-global",
+                "virtio-mmio.force-legacy=false",
+                "-device",
+                "virtio-net-device,netdev=n0",
+            ],
+        }
+    }
+
+    /// What the kernel's `/stats` reports as `kernel.machine.nic_transport` on this machine.
+    pub fn nic_transport(self) -> &'static str {
+        match self {
+            Machine::Q35 => "pci",
+            Machine::Microvm => "mmio",
+        }
+    }
+
+    /// What the kernel's `/stats` reports as `kernel.machine.clock_reference` on this machine
+    /// (q35 has an HPET, microvm only the PIT).
+    pub fn clock_reference(self) -> &'static str {
+        match self {
+            Machine::Q35 => "hpet",
+            Machine::Microvm => "pit",
+        }
+    }
+}
+
+/// QEMU's arguments: TCG (no KVM on these machines), `machine`, 256 MiB, no display, the serial
+/// port on stdio, no reboot, `isa-debug-exit` at 0xf4, the PVH `kernel` with command line
+/// `append`, and the machine's virtio-net ([`Machine::nic_args`]) on `-netdev <netdev>`, whose
+/// id must be `n0` (e.g. `user,id=n0,hostfwd=tcp:127.0.0.1:8080-:80`).
+pub fn qemu_args(machine: Machine, kernel: &Path, netdev: &str, append: &str) -> Vec<String> {
     let mut a: Vec<String> = [
         "-accel",
         "tcg",
         "-machine",
-        "q35",
+        machine.qemu_machine(),
         "-m",
         "256M",
         "-display",
@@ -144,17 +211,9 @@ pub fn qemu_args(kernel: &Path, netdev: &str, append: &str) -> Vec<String> {
     .map(String::from)
     .to_vec();
     a.push(kernel.display().to_string());
-    a.extend(
-        [
-            "-append",
-            append,
-            "-device",
-            "virtio-net-pci,netdev=n0,disable-legacy=on,romfile=",
-            "-netdev",
-            netdev,
-        ]
-        .map(String::from),
-    );
+    a.extend(["-append", append].map(String::from));
+    a.extend(machine.nic_args().iter().map(|s| s.to_string()));
+    a.extend(["-netdev", netdev].map(String::from));
     a
 }
 

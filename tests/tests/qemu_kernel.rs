@@ -1,5 +1,10 @@
 //! The example kernel (`examples/qemu-kernel/`: a freestanding x86_64 PVH kernel running zcnet
-//! over QEMU's virtio-net) booted under QEMU (TCG) and driven by unmodified Linux tools:
+//! over QEMU's virtio-net) booted under QEMU (TCG) and driven by unmodified Linux tools, each
+//! scenario on both machines the kernel supports ([`Machine`]): `q35` (virtio-net-pci, MSI-X,
+//! HPET) and `microvm` without ACPI (virtio-mmio, its line through the IOAPIC, the PIT). A
+//! scenario is one function taking the machine; [`on_each_machine!`] makes it two tests,
+//! `<scenario>::q35` and `<scenario>::microvm`, and `/stats` must show the machine's own NIC
+//! transport and clock reference:
 //!
 //! * user networking (slirp, no root): DHCP from QEMU, `curl` through a `hostfwd` on 127.0.0.1
 //!   to the HTTP server (`/`, `/stats`), then `GET /exit` makes the guest check its invariants
@@ -22,9 +27,35 @@ use std::time::{Duration, Instant};
 use zcnet_examples::json::{self, Json};
 use zcnet_tests::netns::{tap_name, ChildGuard, Netns};
 use zcnet_tests::qemu::{
-    field, free_local_port, hmp, kernel, monitor_args, qemu_args, run_bounded, Qemu, TempDir,
-    ToolOutput, QEMU,
+    field, free_local_port, hmp, kernel, monitor_args, qemu_args, run_bounded, Machine, Qemu,
+    TempDir, ToolOutput, QEMU,
 };
+
+/// Makes each scenario function (`fn(Machine)`) a module of two tests, `q35` and `microvm`,
+/// that run it on that machine.
+macro_rules! on_each_machine {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            use super::Machine;
+
+            #[test]
+            fn q35() {
+                super::$scenario(Machine::Q35)
+            }
+
+            #[test]
+            fn microvm() {
+                super::$scenario(Machine::Microvm)
+            }
+        }
+    )*};
+}
+
+on_each_machine!(
+    qemu_kernel_serves_http_over_user_networking,
+    qemu_kernel_over_tap_in_a_netns_dhcp_ping_echo_iperf3,
+    qemu_kernel_idles_without_wakeups_or_polls,
+);
 
 /// From spawning QEMU to the guest's `READY` line (boot takes 0.1–0.3 s; DHCP a moment).
 const READY_LIMIT: Duration = Duration::from_secs(30);
@@ -70,8 +101,8 @@ fn curl(mut cmd: Command, url: &str) -> (String, String, ToolOutput) {
 /// `/stats` parses as JSON and holds the stack's and the virtio driver's counters (which saw
 /// at least this request's handshake and head, and no device error), the pool's occupancy, the
 /// copy ledger, and the kernel's own counters (the traffic woke its idle loop through the
-/// device).
-fn check_stats(body: &str) {
+/// device; the NIC's transport and the clock's reference are `machine`'s).
+fn check_stats(body: &str, machine: Machine) {
     let j = json::parse(body.as_bytes()).unwrap_or_else(|e| panic!("/stats: {e}: {body}"));
     let num = |path: &[&str]| {
         j.path(path)
@@ -84,6 +115,22 @@ fn check_stats(body: &str) {
     assert!(num(&["pool", "slots"]) > 0, "{body}");
     assert!(j.get("copy_ledger").is_some(), "no copy_ledger in {body}");
     assert!(num(&["kernel", "wakeups", "device"]) >= 1, "{body}");
+    let text = |path: &[&str]| {
+        j.path(path)
+            .and_then(Json::as_str)
+            .unwrap_or_else(|| panic!("no string at {path:?} in /stats: {body}"))
+            .to_string()
+    };
+    assert_eq!(
+        text(&["kernel", "machine", "nic_transport"]),
+        machine.nic_transport(),
+        "{body}"
+    );
+    assert_eq!(
+        text(&["kernel", "machine", "clock_reference"]),
+        machine.clock_reference(),
+        "{body}"
+    );
 }
 
 /// `GET /exit` (the guest answers, checks its invariants — pool audit, driver drop and error
@@ -99,18 +146,22 @@ fn exit_through_http(qemu: &mut Qemu, cmd: Command, url: &str) {
 /// the link pulled and restored from QEMU's monitor (the guest sees both changes through the
 /// configuration interrupt, leases its address again and serves `/stats` after); then
 /// `GET /exit` → exit code 33.
-#[test]
-fn qemu_kernel_serves_http_over_user_networking() {
+fn qemu_kernel_serves_http_over_user_networking(machine: Machine) {
     require_tool(QEMU, "--version", "qemu-system-x86");
     require_tool("curl", "--version", "curl");
     let elf = kernel();
     let port = free_local_port();
-    let dir = TempDir::new("qemu-user-net");
+    // Per machine and process: the two machines' tests (and another checkout's) run at once.
+    let dir = TempDir::new(&format!(
+        "qemu-user-net-{}-{}",
+        machine.name(),
+        std::process::id()
+    ));
     let monitor = dir.0.join("monitor.sock");
     let netdev = format!("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:80");
     let mut qemu = Qemu::spawn(
         Command::new(QEMU)
-            .args(qemu_args(elf, &netdev, "test=1"))
+            .args(qemu_args(machine, elf, &netdev, "test=1"))
             .args(monitor_args(&monitor)),
     );
     let ready = qemu.wait_for_line("READY ", READY_LIMIT);
@@ -129,7 +180,7 @@ fn qemu_kernel_serves_http_over_user_networking() {
 
     let (body, code, _) = curl(Command::new("curl"), &format!("{base}/stats"));
     assert_eq!(code, "200", "GET /stats: {body}");
-    check_stats(&body);
+    check_stats(&body, machine);
 
     // Link state from the device: QEMU's `set_link` flips virtio-net's status bit and raises
     // the configuration interrupt; the guest prints what its stack saw.
@@ -241,8 +292,7 @@ fn iperf3(netns: &Netns, extra: &[&str]) -> (f64, f64) {
 /// from dnsmasq, answers 100 pings without loss, echoes 20 MB of TCP byte-exact (SHA-256) while
 /// the client writes and reads concurrently, serves `iperf3 -c` and `-R`, echoes UDP, and exits
 /// 33 on `GET /exit`.
-#[test]
-fn qemu_kernel_over_tap_in_a_netns_dhcp_ping_echo_iperf3() {
+fn qemu_kernel_over_tap_in_a_netns_dhcp_ping_echo_iperf3(machine: Machine) {
     require_tool(QEMU, "--version", "qemu-system-x86");
     for (tool, package) in [
         ("dnsmasq", "dnsmasq-base"),
@@ -288,7 +338,11 @@ fn qemu_kernel_over_tap_in_a_netns_dhcp_ping_echo_iperf3() {
     let _show_log = ShowOnPanic(log.clone());
 
     let netdev = format!("tap,id=n0,ifname={tap},script=no,downscript=no");
-    let mut qemu = Qemu::spawn(netns.command(QEMU).args(qemu_args(elf, &netdev, "test=1")));
+    let mut qemu = Qemu::spawn(
+        netns
+            .command(QEMU)
+            .args(qemu_args(machine, elf, &netdev, "test=1")),
+    );
     let ready = qemu.wait_for_line("READY ", READY_LIMIT);
     eprintln!("{ready} after {:.2?}", qemu.elapsed());
     assert_eq!(ready_ip(&ready), GUEST, "{ready}");
@@ -382,7 +436,7 @@ print("udp ok")
 
     let (body, code, _) = curl(netns.command("curl"), &format!("http://{GUEST}/stats"));
     assert_eq!(code, "200", "GET /stats: {body}");
-    check_stats(&body);
+    check_stats(&body, machine);
 
     exit_through_http(
         &mut qemu,
@@ -395,11 +449,11 @@ print("udp ok")
 /// nothing on the wire. Over the guest's 3 s window its `hlt` loop wakes only for the timer
 /// that ends the window, never for the device or anything else, and the stack is never
 /// polled.
-#[test]
-fn qemu_kernel_idles_without_wakeups_or_polls() {
+fn qemu_kernel_idles_without_wakeups_or_polls(machine: Machine) {
     require_tool(QEMU, "--version", "qemu-system-x86");
     let elf = kernel();
     let mut qemu = Qemu::spawn(Command::new(QEMU).args(qemu_args(
+        machine,
         elf,
         "user,id=n0,restrict=on,ipv6=off",
         "ip=10.0.2.15/24 gw=10.0.2.2 idle=3",

@@ -6,11 +6,13 @@
 //! | `gw` | `A.B.C.D` | none | default gateway for a static address |
 //! | `test` | `0`, `1` | `0` | serve `GET /exit`: check invariants and stop QEMU with the verdict |
 //! | `idle` | seconds | off | once addressed, measure wakeups and polls over that many idle seconds |
-//! | `irq` | `msix`, `intx` | `msix` | how the NIC interrupts (`intx`: force the IOAPIC fallback) |
+//! | `irq` | `msix`, `intx` | `msix` | how a PCI NIC interrupts (`intx`: force the IOAPIC fallback) |
+//! | `virtio_mmio.device` | `SIZE@ADDRESS:GSI` | none | a virtio-mmio transport (Linux's syntax; QEMU's microvm adds one per device) |
 //!
 //! PVH passes the line's physical address at offset 24 of the `hvm_start_info` structure whose
-//! address arrives in `%ebx` (`boot.rs`). Unknown keys and bad values are reported on the
-//! console and ignored: a typo must not stop the kernel.
+//! address arrives in `%ebx` (`boot.rs`), and the ACPI RSDP's at offset 32 ([`BootInfo`]).
+//! Unknown keys and bad values are reported on the console and ignored: a typo must not stop
+//! the kernel.
 
 use core::net::Ipv4Addr;
 
@@ -42,6 +44,50 @@ pub enum IrqMode {
     Intx,
 }
 
+/// The most `virtio_mmio.device=` words kept (QEMU's microvm has 8 transports without ACPI).
+pub const MAX_VIRTIO_MMIO: usize = 8;
+
+/// One `virtio_mmio.device=SIZE@ADDRESS:GSI` word: where a virtio-mmio transport's registers
+/// are and which interrupt line it raises. `SIZE` may end in `K` or `M`; numbers are decimal
+/// or `0x` hexadecimal (QEMU writes `512@0xfeb00e00:12`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VirtioMmioArg {
+    /// Physical address of the registers.
+    pub address: u64,
+    /// Bytes of register space (header and device configuration).
+    pub size: u64,
+    /// The global system interrupt (IOAPIC input) it raises.
+    pub gsi: u32,
+}
+
+impl VirtioMmioArg {
+    fn parse(value: &str) -> Option<VirtioMmioArg> {
+        let (size, rest) = value.split_once('@')?;
+        // Linux accepts a fourth `:ID` field (the platform device's id); it names nothing here.
+        let mut fields = rest.split(':');
+        let address = parse_number(fields.next()?)?;
+        let gsi = u32::try_from(parse_number(fields.next()?)?).ok()?;
+        let (size, unit) = match size.as_bytes().last()? {
+            b'K' | b'k' => (&size[..size.len() - 1], 1 << 10),
+            b'M' | b'm' => (&size[..size.len() - 1], 1 << 20),
+            _ => (size, 1),
+        };
+        Some(VirtioMmioArg {
+            address,
+            size: parse_number(size)?.checked_mul(unit)?,
+            gsi,
+        })
+    }
+}
+
+/// A decimal or `0x` hexadecimal number.
+fn parse_number(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
 /// The parsed command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cmdline {
@@ -55,6 +101,8 @@ pub struct Cmdline {
     pub idle_secs: Option<u32>,
     /// `irq=`.
     pub irq: IrqMode,
+    /// `virtio_mmio.device=` words, in order.
+    pub virtio_mmio: [Option<VirtioMmioArg>; MAX_VIRTIO_MMIO],
 }
 
 impl Default for Cmdline {
@@ -65,6 +113,7 @@ impl Default for Cmdline {
             test: false,
             idle_secs: None,
             irq: IrqMode::Msix,
+            virtio_mmio: [None; MAX_VIRTIO_MMIO],
         }
     }
 }
@@ -103,9 +152,18 @@ impl Cmdline {
                     _ => return None,
                 }
             }
+            "virtio_mmio.device" => {
+                let arg = VirtioMmioArg::parse(value)?;
+                *self.virtio_mmio.iter_mut().find(|a| a.is_none())? = Some(arg);
+            }
             _ => return None,
         }
         Some(())
+    }
+
+    /// The `virtio_mmio.device=` words, in order.
+    pub fn virtio_mmio(&self) -> impl Iterator<Item = VirtioMmioArg> + '_ {
+        self.virtio_mmio.iter().flatten().copied()
     }
 
     /// Reads and parses the command line PVH handed over.
@@ -128,6 +186,43 @@ impl Cmdline {
                 Cmdline::default()
             }
         }
+    }
+}
+
+/// What the kernel takes from PVH's start info: the command line, and whether the machine has
+/// ACPI tables (QEMU's microvm with `acpi=off` has none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BootInfo {
+    /// The parsed command line.
+    pub cmdline: Cmdline,
+    /// `hvm_start_info.rsdp_paddr`: the ACPI RSDP's physical address, if there is one.
+    pub rsdp: Option<u64>,
+}
+
+impl BootInfo {
+    /// Reads PVH's start info.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Cmdline::from_start_info`].
+    pub unsafe fn from_start_info(start_info: usize) -> BootInfo {
+        // SAFETY: passed on from the caller.
+        let cmdline = unsafe { Cmdline::from_start_info(start_info) };
+        let rsdp = if start_info == 0 {
+            None
+        } else {
+            let info = start_info as *const u8;
+            // SAFETY: the start-info structure is at least 56 bytes, identity mapped (caller);
+            // `rsdp_paddr` is the u64 at offset 32.
+            let (magic, rsdp) = unsafe {
+                (
+                    info.cast::<u32>().read_unaligned(),
+                    info.add(32).cast::<u64>().read_unaligned(),
+                )
+            };
+            (magic == START_INFO_MAGIC && rsdp != 0).then_some(rsdp)
+        };
+        BootInfo { cmdline, rsdp }
     }
 }
 

@@ -4,13 +4,16 @@
 //! What a kernel supplies to use zcnet, and where this one does it:
 //!
 //! * **a clock, a wait and a signal** for the executor: [`platform`] (TSC calibrated against
-//!   the HPET in [`clock`], LAPIC one-shot deadlines in [`apic`], `hlt`), no periodic tick;
+//!   the HPET, or the PIT where there is none, in [`clock`], LAPIC one-shot deadlines in
+//!   [`apic`], `hlt`), no periodic tick;
 //! * **DMA memory and address translation** for the driver: [`hal`] (virtio-drivers' `Hal`,
 //!   identity mapped, no bounce buffers) and the frame pool in [`net`] (a `StaticPool` in
 //!   `.bss`, which identity mapping makes DMA memory as is);
+//! * **the NIC on either machine**: [`nic`] finds virtio-net on PCI ([`pci`], QEMU's q35) or
+//!   on virtio-mmio ([`mmio`], QEMU's microvm) at boot;
 //! * **interrupt wiring**: [`idt`] and [`gdt`] (gates on IST stacks, SSE state saved),
-//!   [`pic`] silenced, [`nic_irq`] (MSI-X vectors per queue, or INTx), each calling the
-//!   driver's `VirtioIrq`;
+//!   [`pic`] silenced, [`nic_irq`] (MSI-X vectors per queue, INTx, or the virtio-mmio line
+//!   through the IOAPIC), each calling the driver's `VirtioIrq`;
 //! * **a heap** for the services' tasks and buffers: [`heap`].
 //!
 //! The rest is what any freestanding Rust program needs ([`boot`], [`serial`], [`libc`],
@@ -34,7 +37,9 @@ pub mod hal;
 pub mod heap;
 pub mod idt;
 pub mod libc;
+pub mod mmio;
 pub mod net;
+pub mod nic;
 pub mod nic_irq;
 pub mod pci;
 pub mod pic;
@@ -49,7 +54,7 @@ use core::panic::PanicInfo;
 
 use zcnet_executor::Executor;
 
-use crate::cmdline::Cmdline;
+use crate::cmdline::BootInfo;
 use crate::exit::{exit, ExitCode};
 
 /// The executor, on the kernel's platform.
@@ -58,23 +63,23 @@ pub static EXECUTOR: Executor = Executor::new(&platform::PLATFORM);
 /// The kernel, entered from `boot.rs` with the physical address of PVH's start info.
 pub fn kernel_main(start_info: usize) -> ! {
     // SAFETY: called once, first thing, with QEMU's start-info address.
-    let cmdline = unsafe { init(start_info) };
+    let boot = unsafe { init(start_info) };
     #[cfg(feature = "baseline")]
-    baseline::run(cmdline);
+    baseline::run(boot);
     #[cfg(not(feature = "baseline"))]
-    run(cmdline)
+    run(boot)
 }
 
 /// Brings the machine up: console, command line, descriptor tables, interrupt controllers,
-/// clock, heap; returns with interrupts enabled.
+/// clock, heap; returns with interrupts enabled, and what PVH's start info said.
 ///
 /// # Safety
 ///
 /// Call once, at boot, with interrupts disabled and `start_info` as QEMU passed it.
-pub unsafe fn init(start_info: usize) -> Cmdline {
+pub unsafe fn init(start_info: usize) -> BootInfo {
     serial::init();
     // SAFETY: nothing has reused the memory of the start info and the command line yet.
-    let cmdline = unsafe { Cmdline::from_start_info(start_info) };
+    let boot = unsafe { BootInfo::from_start_info(start_info) };
     // SAFETY: once, at boot, interrupts off; the GDT (with the IST stacks) before the IDT.
     unsafe {
         gdt::init();
@@ -82,25 +87,27 @@ pub unsafe fn init(start_info: usize) -> Cmdline {
     }
     pic::disable();
     apic::init();
-    clock::calibrate();
+    let reference = clock::calibrate();
     heap::init();
     idt::set_handler(apic::TIMER_VECTOR, idt::IrqKind::Timer, || {});
     idt::enable();
     println!(
-        "zcnet kernel: TSC {} MHz, LAPIC timer {} kHz",
+        "zcnet kernel: TSC {} MHz, LAPIC timer {} kHz (measured against the {}), ACPI {}",
         clock::tsc_hz() / 1_000_000,
-        clock::lapic_hz() / 1000
+        clock::lapic_hz() / 1000,
+        reference.name(),
+        if boot.rsdp.is_some() { "yes" } else { "no" }
     );
-    cmdline
+    boot
 }
 
 /// zcnet over virtio-net, the services, and the executor's loop.
-fn run(cmdline: Cmdline) -> ! {
+fn run(boot: BootInfo) -> ! {
     // SAFETY: this kernel runs on one core, and the loop below (`EXECUTOR.run()`, on this
     // thread of control) is the only one that ever runs the executor; interrupt handlers only
     // wake tasks, they never run the loop.
     let spawner = unsafe { EXECUTOR.local_spawner_unchecked() };
-    let net = match net::start(spawner, &cmdline) {
+    let net = match net::start(spawner, &boot) {
         Ok(net) => net,
         Err(e) => {
             println!("net: {e}");
@@ -113,7 +120,7 @@ fn run(cmdline: Cmdline) -> ! {
         net.pool.slot_count(),
         net.pool.slot_size()
     );
-    services::spawn(net, cmdline, spawner);
+    services::spawn(net, boot.cmdline, spawner);
     EXECUTOR.run()
 }
 

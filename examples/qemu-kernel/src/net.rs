@@ -6,28 +6,30 @@
 //!  MSI-X: RX vector ─► NET_IRQ.handle_rx_interrupt ─► wakes ingress  │ on the executor
 //!         TX vector ─► NET_IRQ.handle_tx_interrupt ─► wakes egress ◄─┘
 //!         config vector ─► NET_IRQ.handle_config_interrupt ─► wakes the stack's link task
+//!  INTx / virtio-mmio line: status bit 0 ─► NET_IRQ.handle_interrupt, bit 1 ─► config
 //! ```
 //!
-//! The PCI transport sits in a `static` lock ([`SharedTransport`]) so the driver can read the
+//! The transport (PCI on q35, virtio-mmio on microvm: `nic.rs` finds it, as one
+//! `SomeTransport`) sits in a `static` lock ([`SharedTransport`]) so the driver can read the
 //! device's link status while virtio-drivers' `VirtIONetRaw` owns the transport.
 //!
 //! The order matters: virtio-drivers' `VirtIONetRaw::new` initialises the device, which resets
-//! its MSI-X vectors, so the interrupts are routed (`nic_irq.rs`) only after the driver exists.
+//! its MSI-X vectors, so the interrupts are routed (`nic.rs`) only after the driver exists.
 
 use alloc::boxed::Box;
 use core::fmt;
 
 use virtio_drivers::device::net::VirtIONetRaw;
-use virtio_drivers::transport::pci::PciTransport;
+use virtio_drivers::transport::SomeTransport;
 use zcnet_buffer::{FramePool, PoolError, StaticPool, DEFAULT_HEADROOM};
 use zcnet_executor::LocalSpawner;
 use zcnet_stack::{Config, Ipv4Cidr, Ipv4Config, Stack, StackError, StackResources, StaticV4};
 use zcnet_virtio::{SharedTransport, VirtioError, VirtioIrq, VirtioNet};
 
-use crate::cmdline::{Cmdline, IpSetting, IrqMode};
+use crate::cmdline::{BootInfo, IpSetting};
 use crate::hal::KernelHal;
-use crate::nic_irq::{self, Routing};
-use crate::pci::{self, NicPci, PciError};
+use crate::nic::{self, Handlers, NicError};
+use crate::nic_irq::Routing;
 
 /// Frames in the pool (8 MiB): the RX ring (256) stays full, the rest is for frames in flight,
 /// held by sockets, or being built. Each TCP socket reserves its buffers' frame budget when it
@@ -45,14 +47,14 @@ pub const QUEUE_SIZE: usize = 256;
 pub const SOCKETS: usize = 128;
 
 /// The zcnet driver type this kernel uses.
-pub type Nic = VirtioNet<KernelHal, SharedTransport<PciTransport>, QUEUE_SIZE>;
+pub type Nic = VirtioNet<KernelHal, SharedTransport<SomeTransport<'static>>, QUEUE_SIZE>;
 
 /// Shared between the driver and the NIC's interrupt handlers.
 pub static NET_IRQ: VirtioIrq = VirtioIrq::new();
 static POOL: StaticPool<POOL_SLOTS, SLOT_SIZE> = StaticPool::new();
 static RESOURCES: StackResources<SOCKETS> = StackResources::new();
 /// The NIC's transport, shared by `VirtIONetRaw` and the driver's link-status reads.
-static TRANSPORT: spin::Once<spin::Mutex<PciTransport>> = spin::Once::new();
+static TRANSPORT: spin::Once<spin::Mutex<SomeTransport<'static>>> = spin::Once::new();
 
 /// The running network: the stack and what `/stats` and the test checks look at.
 #[derive(Clone, Copy, Debug)]
@@ -70,14 +72,12 @@ pub struct Net {
 pub enum NetError {
     /// The frame pool could not be built.
     Pool(PoolError),
-    /// No usable virtio-net device.
-    Pci(PciError),
+    /// No usable virtio-net device, or no route for its interrupts.
+    Nic(NicError),
     /// virtio-drivers could not initialise the device.
     Device(virtio_drivers::Error),
     /// zcnet's driver refused the device or the pool.
     Driver(VirtioError),
-    /// Neither MSI-X nor INTx could be routed.
-    Interrupts,
     /// The stack could not be built.
     Stack(StackError),
 }
@@ -86,10 +86,9 @@ impl fmt::Display for NetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NetError::Pool(e) => write!(f, "frame pool: {e:?}"),
-            NetError::Pci(e) => write!(f, "PCI: {e:?}"),
+            NetError::Nic(e) => write!(f, "{e}"),
             NetError::Device(e) => write!(f, "virtio-net: {e}"),
             NetError::Driver(e) => write!(f, "zcnet-virtio: {e}"),
-            NetError::Interrupts => f.write_str("no interrupt route for the NIC"),
             NetError::Stack(e) => write!(f, "stack: {e}"),
         }
     }
@@ -103,7 +102,8 @@ fn tx_interrupt() {
     NET_IRQ.handle_tx_interrupt();
 }
 
-/// INTx: `isr` is the ISR status the handler read (bit 1: configuration change).
+/// INTx or virtio-mmio: `isr` is the interrupt status the handler acknowledged (bit 0: a queue,
+/// bit 1: a configuration change).
 fn shared_interrupt(isr: u8) {
     if isr & 1 != 0 {
         NET_IRQ.handle_interrupt();
@@ -118,32 +118,27 @@ fn config_interrupt() {
     NET_IRQ.handle_config_interrupt();
 }
 
-/// MSI-X unless the command line asks for INTx or MSI-X setup fails; then INTx.
-fn route_interrupts(nic: &NicPci, mode: IrqMode) -> Result<Routing, NetError> {
-    if mode == IrqMode::Msix {
-        match nic_irq::setup_msix(nic, rx_interrupt, tx_interrupt, config_interrupt) {
-            Ok(routing) => return Ok(routing),
-            Err(e) => println!("net: MSI-X unavailable ({e:?}), using INTx"),
-        }
-    }
-    nic_irq::setup_intx(nic, shared_interrupt).map_err(|e| {
-        println!("net: INTx unavailable ({e:?})");
-        NetError::Interrupts
-    })
-}
+/// The handlers `nic::route_interrupts` wires up.
+const HANDLERS: Handlers = Handlers {
+    rx: rx_interrupt,
+    tx: tx_interrupt,
+    config: config_interrupt,
+    shared: shared_interrupt,
+};
 
 /// Builds the pool, finds and initialises the NIC, wraps it in zcnet's driver, routes its
 /// interrupts and starts the stack's tasks on `exec`.
-pub fn start(spawner: LocalSpawner, cmdline: &Cmdline) -> Result<Net, NetError> {
+pub fn start(spawner: LocalSpawner, boot: &BootInfo) -> Result<Net, NetError> {
+    let cmdline = &boot.cmdline;
     let exec = spawner.executor();
     let pool = POOL.init(DEFAULT_HEADROOM).map_err(NetError::Pool)?;
-    let (transport, nic) = pci::find_virtio_net().map_err(NetError::Pci)?;
+    let (transport, nic) = nic::find_virtio_net(boot).map_err(NetError::Nic)?;
     let transport = SharedTransport::new(TRANSPORT.call_once(|| spin::Mutex::new(transport)));
     let raw = VirtIONetRaw::<KernelHal, _, QUEUE_SIZE>::new(transport).map_err(NetError::Device)?;
     let driver: Nic = VirtioNet::new(raw, pool, &NET_IRQ)
         .map_err(NetError::Driver)?
         .with_link_status(transport);
-    let routing = route_interrupts(&nic, cmdline.irq)?;
+    let routing = nic::route_interrupts(&nic, cmdline.irq, HANDLERS).map_err(NetError::Nic)?;
     let ipv4 = match cmdline.ip {
         IpSetting::Dhcp => Ipv4Config::Dhcp,
         IpSetting::Static { address, prefix } => Ipv4Config::Static(StaticV4 {

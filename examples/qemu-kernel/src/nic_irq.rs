@@ -15,6 +15,11 @@
 //! virtio ISR status register before the EOI: the read acknowledges the interrupt and lowers
 //! the line, which would otherwise fire again at once.
 //!
+//! **virtio-mmio** ([`setup_mmio`]). One level-triggered line per transport, on the IOAPIC input
+//! of the GSI the transport was found with (QEMU's microvm: no PCI, no MSI). The handler reads
+//! `InterruptStatus` and writes the same bits to `InterruptACK`, which lowers the line, before
+//! the EOI.
+//!
 //! Handlers are plain `fn()`s, called in interrupt context before the EOI (see
 //! [`idt::set_handler`]), so a driver other than zcnet's can reuse this routing.
 
@@ -24,6 +29,7 @@ use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use virtio_drivers::transport::pci::bus::ConfigurationAccess;
 
 use crate::idt::{self, IrqKind};
+use crate::mmio::{self, NicMmio};
 use crate::pci::{NicPci, PortCam};
 
 /// Vector for RX-queue interrupts (MSI-X table entry 0).
@@ -32,7 +38,7 @@ pub const RX_VECTOR: u8 = 0x40;
 pub const TX_VECTOR: u8 = 0x41;
 /// Vector for configuration changes (entry 2).
 pub const CONFIG_VECTOR: u8 = 0x42;
-/// Vector for the INTx line.
+/// Vector for the INTx line, or a virtio-mmio transport's line.
 pub const INTX_VECTOR: u8 = 0x43;
 
 // Offsets in virtio's common configuration structure.
@@ -48,6 +54,11 @@ pub enum Routing {
     Msix,
     /// INTx through this IOAPIC pin.
     Intx {
+        /// The IOAPIC input.
+        pin: u8,
+    },
+    /// A virtio-mmio transport's line through this IOAPIC pin.
+    Mmio {
         /// The IOAPIC input.
         pin: u8,
     },
@@ -70,8 +81,8 @@ pub enum MsixError {
 /// Why INTx could not be set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntxError {
-    /// The Interrupt Line register names no IOAPIC pin.
-    NoPin(u8),
+    /// The IOAPIC has no such input.
+    NoPin(u32),
 }
 
 fn common_write(nic: &NicPci, offset: usize, value: u16) {
@@ -134,34 +145,78 @@ pub fn setup_msix(nic: &NicPci, rx: fn(), tx: fn(), config: fn()) -> Result<Rout
     Ok(Routing::Msix)
 }
 
-/// The ISR status register and the handler of the INTx route.
+/// The handler of the line route (INTx or virtio-mmio): a `fn(u8)` as `usize`.
+static LINE_HANDLER: AtomicUsize = AtomicUsize::new(0);
+/// The ISR status register of the INTx route.
 static INTX_ISR: AtomicUsize = AtomicUsize::new(0);
-static INTX_HANDLER: AtomicUsize = AtomicUsize::new(0);
+/// The virtio-mmio transport's registers.
+static MMIO_BASE: AtomicUsize = AtomicUsize::new(0);
+
+/// Passes the acknowledged interrupt status to the line's handler; 0 (the line is shared and
+/// another device raised it) calls nothing.
+fn call_line_handler(status: u8) {
+    if status == 0 {
+        return;
+    }
+    let handler = LINE_HANDLER.load(Relaxed);
+    // SAFETY: only `route_line` stores it, and it stores a `fn(u8)`, before the line is
+    // unmasked.
+    let handler: fn(u8) = unsafe { core::mem::transmute::<usize, fn(u8)>(handler) };
+    handler(status);
+}
+
+/// Routes IOAPIC input `pin`, level-triggered, to `entry` (which acknowledges the device and
+/// calls [`call_line_handler`]), with `handler` as the line's handler.
+fn route_line(pin: u8, handler: fn(u8), entry: fn()) -> bool {
+    LINE_HANDLER.store(handler as usize, Relaxed);
+    idt::set_handler(INTX_VECTOR, IrqKind::Device, entry);
+    crate::apic::ioapic_route_level(pin, INTX_VECTOR)
+}
 
 fn intx_interrupt() {
     let isr = INTX_ISR.load(Relaxed);
     // SAFETY: `isr` is the device's ISR status byte (set in `setup_intx` before the line was
     // unmasked); reading it acknowledges the interrupt, which is what this handler is for.
-    let status = unsafe { read_volatile(isr as *const u8) };
-    if status == 0 {
-        return; // not this device's interrupt
-    }
-    let handler = INTX_HANDLER.load(Relaxed);
-    // SAFETY: only `setup_intx` stores it, and it stores a `fn(u8)`.
-    let handler: fn(u8) = unsafe { core::mem::transmute::<usize, fn(u8)>(handler) };
-    handler(status);
+    call_line_handler(unsafe { read_volatile(isr as *const u8) });
 }
 
 /// Routes the NIC's INTx line to `handler`, called with the ISR status just read (bit 0: a
-/// queue interrupt, bit 1: a configuration change). MSI-X must be disabled (it is unless [`setup_msix`]
-/// succeeded).
+/// queue interrupt, bit 1: a configuration change). MSI-X must be disabled (it is unless
+/// [`setup_msix`] succeeded).
 pub fn setup_intx(nic: &NicPci, handler: fn(u8)) -> Result<Routing, IntxError> {
     let pin = nic.interrupt_line;
     INTX_ISR.store(nic.isr, Relaxed);
-    INTX_HANDLER.store(handler as usize, Relaxed);
-    idt::set_handler(INTX_VECTOR, IrqKind::Device, intx_interrupt);
-    if !crate::apic::ioapic_route_level(pin, INTX_VECTOR) {
-        return Err(IntxError::NoPin(pin));
+    if !route_line(pin, handler, intx_interrupt) {
+        return Err(IntxError::NoPin(pin.into()));
     }
     Ok(Routing::Intx { pin })
+}
+
+fn mmio_interrupt() {
+    let base = MMIO_BASE.load(Relaxed);
+    // SAFETY: `base` is the transport's register block (set in `setup_mmio` before the line
+    // was unmasked), identity mapped. InterruptStatus and InterruptACK are outside the
+    // queue-selected registers the driver uses, so touching them here cannot disturb a driver
+    // access this interrupt cut into; the write acknowledges what was read and lowers the line.
+    let status = unsafe {
+        let status = read_volatile((base + mmio::REG_INTERRUPT_STATUS) as *const u32);
+        if status != 0 {
+            write_volatile((base + mmio::REG_INTERRUPT_ACK) as *mut u32, status);
+        }
+        status
+    };
+    // Bits 0 and 1 are all virtio 1.x defines.
+    call_line_handler(status as u8);
+}
+
+/// Routes a virtio-mmio transport's line to `handler`, called with the `InterruptStatus` bits
+/// just acknowledged (bit 0: a used buffer in either queue, bit 1: a configuration change).
+/// Its GSI is taken as the input of the one IOAPIC (GSI base 0), as on microvm without ACPI.
+pub fn setup_mmio(nic: &NicMmio, handler: fn(u8)) -> Result<Routing, IntxError> {
+    let pin = u8::try_from(nic.gsi).map_err(|_| IntxError::NoPin(nic.gsi))?;
+    MMIO_BASE.store(nic.base, Relaxed);
+    if !route_line(pin, handler, mmio_interrupt) {
+        return Err(IntxError::NoPin(nic.gsi));
+    }
+    Ok(Routing::Mmio { pin })
 }

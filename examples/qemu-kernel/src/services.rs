@@ -166,8 +166,9 @@ fn virtio_json(s: &VirtioStats) -> Json {
     ])
 }
 
-/// The kernel's section of `/stats`: why the CPU woke from `hlt`, CPU time, heap use and how
-/// the NIC interrupts. (Its `"copies"` section beside this one counts every `memcpy` and
+/// The kernel's section of `/stats`: why the CPU woke from `hlt`, CPU time, heap use, the
+/// machine (the NIC's transport and address, the clock's calibration reference) and how the
+/// NIC interrupts. (Its `"copies"` section beside this one counts every `memcpy` and
 /// `memmove` in the kernel, smoltcp's and zcnet's alike.) The smoltcp baseline reports the same
 /// section.
 pub fn kernel_json(routing: Routing) -> Json {
@@ -176,7 +177,28 @@ pub fn kernel_json(routing: Routing) -> Json {
     let irq = match routing {
         Routing::Msix => "msix".to_string(),
         Routing::Intx { pin } => alloc::format!("intx (IOAPIC pin {pin})"),
+        Routing::Mmio { pin } => alloc::format!("virtio-mmio line (IOAPIC pin {pin})"),
     };
+    let nic = crate::nic::location();
+    let machine = object([
+        (
+            "nic_transport",
+            nic.map_or("none", |n| n.transport()).into(),
+        ),
+        (
+            "nic",
+            nic.map(|n| alloc::format!("{n}"))
+                .unwrap_or_default()
+                .as_str()
+                .into(),
+        ),
+        (
+            "clock_reference",
+            crate::clock::reference()
+                .map_or("none", |r| r.name())
+                .into(),
+        ),
+    ]);
     object([
         (
             "wakeups",
@@ -195,6 +217,7 @@ pub fn kernel_json(routing: Routing) -> Json {
                 ("free", (heap_free as u64).into()),
             ]),
         ),
+        ("machine", machine),
         ("nic_interrupts", irq.as_str().into()),
     ])
 }

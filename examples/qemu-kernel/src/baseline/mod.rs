@@ -13,7 +13,8 @@
 //!      deadline = min(now + iface.poll_delay(), the services' own timeouts, idle / exit timers)
 //!      PLATFORM.wait(deadline): cli; signalled? return; arm the LAPIC one-shot; sti; hlt
 //!  }
-//!  NIC interrupt (MSI-X RX / TX / config, or INTx) ─► PLATFORM.signal() ─► the wait returns
+//!  NIC interrupt (MSI-X RX / TX / config, INTx, or the virtio-mmio line) ─► PLATFORM.signal()
+//!      ─► the wait returns
 //! ```
 //!
 //! **Why this is a strong baseline, not a straw man.** The loop never busy-polls: with nothing
@@ -58,16 +59,16 @@ use smoltcp::socket::dhcpv4;
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, Ipv4Address, Ipv4Cidr};
 use virtio_drivers::device::net::VirtIONetRaw;
-use virtio_drivers::transport::pci::PciTransport;
+use virtio_drivers::transport::SomeTransport;
 use zcnet_examples::json::{object, Json};
 use zcnet_executor::Platform;
 
-use crate::cmdline::{Cmdline, IpSetting, IrqMode};
+use crate::cmdline::{BootInfo, IpSetting};
 use crate::exit::{exit, ExitCode};
 use crate::hal::KernelHal;
 use crate::net::QUEUE_SIZE;
-use crate::nic_irq::{self, Routing};
-use crate::pci::{self, NicPci};
+use crate::nic::{self, Handlers};
+use crate::nic_irq::Routing;
 use crate::platform::{self, wakeups, PLATFORM};
 
 use device::{CopyingNet, DeviceMode, DeviceStats};
@@ -86,7 +87,7 @@ const EXIT_GRACE: Duration = Duration::from_millis(200);
 /// Settling time between `READY` and the idle measurement (as the zcnet kernel does).
 const IDLE_SETTLE: Duration = Duration::from_secs(1);
 
-type Nic = CopyingNet<KernelHal, PciTransport, QUEUE_SIZE>;
+type Nic = CopyingNet<KernelHal, SomeTransport<'static>, QUEUE_SIZE>;
 
 /// The NIC's interrupts only end the CPU's halt: the signal makes a wait that has not halted
 /// yet return at once, so an interrupt that lands between the loop's last `poll` and its
@@ -99,18 +100,13 @@ fn now() -> Instant {
     Instant::from_micros((crate::clock::now_ns() / 1000) as i64)
 }
 
-/// MSI-X unless the command line asks for INTx or MSI-X setup fails; then INTx.
-fn route_interrupts(nic: &NicPci, mode: IrqMode) -> Option<Routing> {
-    if mode == IrqMode::Msix {
-        match nic_irq::setup_msix(nic, nic_interrupt, nic_interrupt, nic_interrupt) {
-            Ok(routing) => return Some(routing),
-            Err(e) => println!("net: MSI-X unavailable ({e:?}), using INTx"),
-        }
-    }
-    nic_irq::setup_intx(nic, |_isr| nic_interrupt())
-        .map_err(|e| println!("net: INTx unavailable ({e:?})"))
-        .ok()
-}
+/// Every NIC interrupt, whatever its source, only signals the loop.
+const HANDLERS: Handlers = Handlers {
+    rx: nic_interrupt,
+    tx: nic_interrupt,
+    config: nic_interrupt,
+    shared: |_status| nic_interrupt(),
+};
 
 /// The measurement `idle=N` asks for.
 enum Idle {
@@ -276,11 +272,12 @@ fn ipv4(iface: &Interface) -> Option<(Ipv4Cidr, Option<Ipv4Address>)> {
 }
 
 /// Brings up the NIC and the services on plain smoltcp and runs the poll loop forever.
-pub fn run(cmdline: Cmdline) -> ! {
-    let (transport, nic) = match pci::find_virtio_net() {
+pub fn run(boot: BootInfo) -> ! {
+    let cmdline = boot.cmdline;
+    let (transport, nic) = match nic::find_virtio_net(&boot) {
         Ok(found) => found,
         Err(e) => {
-            println!("net: PCI: {e:?}");
+            println!("net: {e}");
             exit(ExitCode::Failure)
         }
     };
@@ -292,7 +289,7 @@ pub fn run(cmdline: Cmdline) -> ! {
         }
     };
     let mut dev: Nic = CopyingNet::new(raw, DEVICE_MODE);
-    let Some(routing) = route_interrupts(&nic, cmdline.irq) else {
+    let Ok(routing) = nic::route_interrupts(&nic, cmdline.irq, HANDLERS) else {
         exit(ExitCode::Failure)
     };
     println!(

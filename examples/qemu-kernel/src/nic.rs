@@ -1,0 +1,164 @@
+//! The NIC on either machine: virtio-net behind PCI (QEMU's `q35`) or behind virtio-mmio
+//! (QEMU's `microvm`), found at boot, and its interrupts routed to plain `fn` handlers.
+//!
+//! ```text
+//!  find_virtio_net:  PCI bus 0 has 1af4:1041? ─yes─► PciTransport        (q35)
+//!                        │ no (microvm has no PCI: configuration reads return all ones)
+//!                        └► virtio-mmio slots ─► MmioTransport           (microvm)
+//!  route_interrupts: PCI  ─► MSI-X (RX, TX, config vectors), INTx as the fallback
+//!                    MMIO ─► its line through the IOAPIC
+//! ```
+//!
+//! Both transports become one virtio-drivers [`SomeTransport`], so the rest of the kernel (the
+//! zcnet driver, the smoltcp baseline) is the same on both machines. What was found is kept for
+//! `/stats` and the console ([`location`]).
+
+use core::fmt;
+
+use virtio_drivers::transport::SomeTransport;
+
+use crate::cmdline::{BootInfo, IrqMode};
+use crate::mmio::{self, MmioError, NicMmio};
+use crate::nic_irq::{self, Routing};
+use crate::pci::{self, NicPci, PciError};
+
+/// Where the NIC was found.
+#[derive(Clone, Copy, Debug)]
+pub enum Location {
+    /// A virtio-net PCI function (q35).
+    Pci(NicPci),
+    /// A virtio-mmio transport (microvm).
+    Mmio(NicMmio),
+}
+
+impl Location {
+    /// The transport's name, for `/stats`: `"pci"` or `"mmio"`.
+    pub fn transport(&self) -> &'static str {
+        match self {
+            Location::Pci(_) => "pci",
+            Location::Mmio(_) => "mmio",
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Pci(nic) => write!(
+                f,
+                "virtio-net-pci at {:02x}:{:02x}.{}",
+                nic.function.bus, nic.function.device, nic.function.function
+            ),
+            Location::Mmio(nic) => write!(
+                f,
+                "virtio-mmio at {:#x} ({} bytes, GSI {}, {})",
+                nic.base,
+                nic.size,
+                nic.gsi,
+                if nic.from_cmdline {
+                    "from the command line"
+                } else {
+                    "probed"
+                }
+            ),
+        }
+    }
+}
+
+/// Why the NIC could not be found or its interrupts routed.
+#[derive(Debug)]
+pub enum NicError {
+    /// A PCI virtio-net function exists but cannot be used.
+    Pci(PciError),
+    /// No PCI virtio-net, and none on virtio-mmio either.
+    Mmio(MmioError),
+    /// No interrupt route could be set up (the reason was printed).
+    Interrupts,
+}
+
+impl fmt::Display for NicError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NicError::Pci(e) => write!(f, "PCI: {e:?}"),
+            NicError::Mmio(MmioError::NotFound) => {
+                f.write_str("no virtio-net device, neither on PCI nor on virtio-mmio")
+            }
+            NicError::Mmio(MmioError::Legacy { base }) => write!(
+                f,
+                "the virtio-mmio network device at {base:#x} is legacy (version 1): start \
+                 QEMU with -global virtio-mmio.force-legacy=false"
+            ),
+            NicError::Mmio(MmioError::AcpiOnly) => f.write_str(
+                "no virtio_mmio.device= on the command line and the machine has ACPI: boot \
+                 microvm with acpi=off",
+            ),
+            NicError::Mmio(e) => write!(f, "virtio-mmio: {e:?}"),
+            NicError::Interrupts => f.write_str("no interrupt route for the NIC"),
+        }
+    }
+}
+
+/// What was found, once [`find_virtio_net`] succeeded.
+static LOCATION: spin::Once<Location> = spin::Once::new();
+
+/// Where the NIC is, once found.
+pub fn location() -> Option<Location> {
+    LOCATION.get().copied()
+}
+
+/// Finds virtio-net: on PCI bus 0 if there is one there, else on virtio-mmio (see
+/// [`mmio::find_virtio_net`]). Prints what it found and keeps it for [`location`].
+pub fn find_virtio_net(boot: &BootInfo) -> Result<(SomeTransport<'static>, Location), NicError> {
+    let (transport, location) = match pci::find_virtio_net() {
+        Ok((transport, nic)) => (SomeTransport::from(transport), Location::Pci(nic)),
+        Err(PciError::NotFound) => {
+            let (transport, nic) = mmio::find_virtio_net(boot).map_err(NicError::Mmio)?;
+            (SomeTransport::from(transport), Location::Mmio(nic))
+        }
+        Err(e) => return Err(NicError::Pci(e)),
+    };
+    println!("nic: {location}");
+    LOCATION.call_once(|| location);
+    Ok((transport, location))
+}
+
+/// The NIC's interrupt handlers. MSI-X calls `rx`, `tx` and `config` from their own vectors;
+/// INTx and virtio-mmio call `shared` with the interrupt status bits just acknowledged (bit 0:
+/// a queue, bit 1: a configuration change).
+#[derive(Clone, Copy, Debug)]
+pub struct Handlers {
+    /// RX queue (MSI-X).
+    pub rx: fn(),
+    /// TX queue (MSI-X).
+    pub tx: fn(),
+    /// Configuration change (MSI-X).
+    pub config: fn(),
+    /// The one line of INTx or virtio-mmio.
+    pub shared: fn(u8),
+}
+
+/// Routes the NIC's interrupts. PCI: MSI-X unless `mode` asks for INTx or MSI-X setup fails,
+/// then INTx. virtio-mmio: its line (`mode` does not apply). Call after the driver is
+/// constructed (device initialisation resets PCI's MSI-X vectors).
+pub fn route_interrupts(
+    location: &Location,
+    mode: IrqMode,
+    handlers: Handlers,
+) -> Result<Routing, NicError> {
+    let result = match location {
+        Location::Pci(nic) => {
+            if mode == IrqMode::Msix {
+                match nic_irq::setup_msix(nic, handlers.rx, handlers.tx, handlers.config) {
+                    Ok(routing) => return Ok(routing),
+                    Err(e) => println!("nic: MSI-X unavailable ({e:?}), using INTx"),
+                }
+            }
+            nic_irq::setup_intx(nic, handlers.shared)
+        }
+        Location::Mmio(nic) => nic_irq::setup_mmio(nic, handlers.shared),
+    };
+    result.map_err(|e| {
+        println!("nic: no interrupt line ({e:?})");
+        NicError::Interrupts
+    })
+}
