@@ -24,12 +24,12 @@
 //! * A segment the driver refuses, one lost to a link that is down, and one whose next hop
 //!   never answers are counted where they drop ([`DropReason`]); the connection's own
 //!   retransmission covers them, as for a segment lost on the wire.
-//! * Egress asks a connection's `poll_at` before dispatching it, and once more after each
-//!   segment: a connection with one segment to send costs one `dispatch` and two `poll_at`.
-//!   The last answer is kept in the connection's place (`table.rs`, "Kept deadlines")
-//!   until something changes the connection, so a connection nothing happened to costs no
-//!   `poll_at` at all (a kept answer that is due goes straight to `dispatch`), and egress and
-//!   ingress learn the earliest deadline from the kept answers.
+//! * Egress dispatches a connection something happened to (a socket call, a segment in) at
+//!   once, and asks its `poll_at` after each segment: a connection with one segment to send
+//!   costs one `dispatch` and one `poll_at`. The last answer is kept in the connection's place
+//!   (`table.rs`, "Kept deadlines") until something changes the connection, so a connection
+//!   nothing happened to costs no `poll_at` at all (a kept answer that is due goes straight to
+//!   `dispatch`), and egress and ingress learn the earliest deadline from the kept answers.
 
 use core::task::{Context, Poll, Waker};
 
@@ -316,7 +316,8 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
             },
             None => false,
         };
-        // The route is looked up only for a connection that has something due.
+        // The route is looked up only for a connection that is due or that something happened
+        // to.
         let remote = match st.tcp.at(i) {
             Some(e) if due_kept => e.tcb.remote_endpoint(),
             Some(e) => {
@@ -324,22 +325,13 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
                 e.tcb.wake_starved_sender();
                 // Data to resend that the device still has: register for its return first, so
                 // `poll_at` (which then leaves that data out) cannot miss it.
-                let blocked = e
-                    .tcb
+                e.tcb
                     .tx_blocked(Some(st.tasks.egress_waker.as_ref().unwrap_or(waker)));
-                let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
-                let at = e.tcb.poll_at(&mut cx);
-                match deadline_of(at, now) {
-                    Some(t) if t <= now => e.tcb.remote_endpoint(),
-                    later => {
-                        // The device's return of the frame changes the answer behind our back.
-                        if !blocked {
-                            st.tcp.keep(i, at);
-                        }
-                        deadline = crate::stack::earliest(deadline, later);
-                        continue;
-                    }
-                }
+                // Something happened to the connection (a socket call, a segment in): straight
+                // to `dispatch`, which sends whatever is due and nothing else, and the `poll_at`
+                // after it gives the deadline. Asking `poll_at` first would cost a second one
+                // for every connection that has something to send.
+                e.tcb.remote_endpoint()
             }
             None => continue,
         };
