@@ -152,7 +152,9 @@ fn check_tcp(
     let Ok(t) = TcpPacket::new_checked(payload) else {
         return Verdict::Drop(DropReason::Malformed);
     };
-    if st.link.caps.checksum.tcp.rx() && !t.verify_checksum(&src, &dst) {
+    if st.link.caps.checksum.tcp.rx()
+        && !super::checksum::verify(&src, &dst, IpProtocol::Tcp, t.into_inner())
+    {
         return Verdict::Drop(DropReason::BadChecksum);
     }
     if !st.iface.has_ip_addr(dst) {

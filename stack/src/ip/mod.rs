@@ -2,10 +2,12 @@
 //! ([`check`]), and the addresses it holds and how it gets them ([`autoconf`]: static
 //! configuration, DHCPv4, SLAAC and the IPv6 link-local address).
 //!
-//! [`emit`] writes the IP header of the packets zcnet builds itself.
+//! [`emit`] writes the IP header of the packets zcnet builds itself; [`checksum`] verifies and
+//! computes their TCP checksums.
 //!
 //! Depends on [`link`](crate::link) only; the transport layer and the sockets depend on it.
 
 pub(crate) mod autoconf;
 pub(crate) mod check;
+pub(crate) mod checksum;
 pub(crate) mod emit;

@@ -34,13 +34,14 @@
 use core::task::{Context, Poll, Waker};
 
 use smoltcp::iface::Interface;
-use smoltcp::phy::Medium;
+use smoltcp::phy::{ChecksumCapabilities, Medium};
 use smoltcp::time::Instant;
-use smoltcp::wire::{IpAddress, IpRepr, TcpPacket, TcpRepr, TcpSeqNumber};
+use smoltcp::wire::{IpAddress, IpProtocol, IpRepr, TcpPacket, TcpRepr, TcpSeqNumber};
 use zcnet_buffer::ledger::{self, CopySite};
 use zcnet_buffer::TxFrame;
 
 use crate::datagram::DatagramError;
+use crate::ip::checksum;
 use crate::ip::emit::write_header;
 use crate::link::neighbor::{self};
 use crate::link::{LinkLayer, Sent};
@@ -206,12 +207,7 @@ pub(super) fn emit(
         payload: &[],
         ..*tcp
     };
-    header.emit(
-        &mut TcpPacket::new_unchecked(&mut buf[ip_len..]),
-        &ip.src_addr(),
-        &ip.dst_addr(),
-        &out.link.caps.checksum,
-    );
+    write_tcp(&mut buf[ip_len..], ip, &header, &out.link.caps.checksum);
     send(out, frame, hop);
     Ok(())
 }
@@ -253,14 +249,23 @@ fn emit_in_place(
     write_header(buf, ip, out.ident, &out.link.caps.checksum);
     // `tcp.payload` is empty: the header goes over the start of the packet and the checksum
     // covers the payload in place.
-    tcp.emit(
-        &mut TcpPacket::new_unchecked(&mut buf[ip_len..]),
-        &ip.src_addr(),
-        &ip.dst_addr(),
-        &out.link.caps.checksum,
-    );
+    write_tcp(&mut buf[ip_len..], ip, tcp, &out.link.caps.checksum);
     send(out, frame, hop);
     Ok(())
+}
+
+/// Writes `tcp`'s header over the start of `segment` (the header's room, then the payload
+/// already in place) and, unless the driver computes it, the checksum over the whole segment
+/// ([`checksum::compute`]).
+fn write_tcp(segment: &mut [u8], ip: &IpRepr, tcp: &TcpRepr<'_>, caps: &ChecksumCapabilities) {
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let mut packet = TcpPacket::new_unchecked(&mut *segment);
+    // Without a checksum here (smoltcp's would sum the segment again): filled below, once.
+    tcp.emit(&mut packet, &src, &dst, &ChecksumCapabilities::ignored());
+    if caps.tcp.tx() {
+        let sum = checksum::compute(&src, &dst, IpProtocol::Tcp, packet.as_ref());
+        packet.set_checksum(sum);
+    }
 }
 
 /// Hands a finished IP packet to the link layer ([`LinkLayer::send_ip`]): sent, held while
