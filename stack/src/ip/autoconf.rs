@@ -212,6 +212,7 @@ pub(crate) fn restart_dhcp(st: &mut State) {
     if let Some(handle) = st.autoconf.dhcp {
         event!(dhcp_restarted());
         st.sockets.get_mut::<dhcpv4::Socket>(handle).reset();
+        st.smoltcp_touched();
     }
 }
 
@@ -237,6 +238,7 @@ pub(crate) fn setup(st: &mut State, config: &Config) -> Result<Autoconf, StackEr
         #[allow(unreachable_patterns)]
         _ => None,
     };
+    st.smoltcp_touched();
     if let (true, Some(mac)) = (config.ipv6_enabled(), mac) {
         let ll = IpCidr::Ipv6(Ipv6Cidr::new(ipv6_link_local(mac), 64));
         st.iface.update_ip_addrs(|addrs| {
@@ -304,6 +306,16 @@ pub(crate) fn deadline(
     }
 }
 
+/// Before an egress run: with SLAAC on, lets smoltcp apply prefixes and routes that changed
+/// or expired (`poll_maintenance`, smoltcp's only maintenance in this build, which has no IP
+/// fragmentation).
+pub(crate) fn before_egress(st: &mut State, now: SmolInstant) {
+    if st.autoconf.slaac {
+        st.iface.poll_maintenance(now);
+        st.smoltcp_touched();
+    }
+}
+
 /// After an egress run: notes a router solicitation smoltcp sent (its schedule, mirrored), then
 /// as [`after_poll`].
 pub(crate) fn after_egress(st: &mut State, now: SmolInstant, starved: bool, counters: &Counters) {
@@ -321,6 +333,7 @@ pub(crate) fn after_egress(st: &mut State, now: SmolInstant, starved: bool, coun
 pub(crate) fn after_ingress(st: &mut State, now: SmolInstant, counters: &Counters) {
     if st.autoconf.slaac {
         st.iface.poll_maintenance(now);
+        st.smoltcp_touched();
     }
     after_poll(st, now, counters);
 }
@@ -328,6 +341,14 @@ pub(crate) fn after_ingress(st: &mut State, now: SmolInstant, counters: &Counter
 /// After an ingress batch or an egress run: applies what the DHCP client reported and what
 /// SLAAC learned, and wakes the waiters if anything changed. Bounded: one event, one sync.
 fn after_poll(st: &mut State, now: SmolInstant, counters: &Counters) {
+    if st.autoconf.active() {
+        apply_changes(st, now, counters);
+    }
+}
+
+/// [`after_poll`] with DHCP or SLAAC on.
+#[inline(never)]
+fn apply_changes(st: &mut State, now: SmolInstant, counters: &Counters) {
     let mut changed = false;
     let mut gateway = None;
     if let Some(handle) = st.autoconf.dhcp {
@@ -384,6 +405,7 @@ fn after_poll(st: &mut State, now: SmolInstant, counters: &Counters) {
         st.link.neighbors.prime(gw.into(), now);
     }
     if changed {
+        st.smoltcp_touched();
         st.autoconf.changed(counters);
     }
 }

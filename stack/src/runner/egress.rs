@@ -45,7 +45,7 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
         st.tasks.arm_egress_timer(now, None, cx.waker());
         return Poll::Pending;
     }
-    st.iface.poll_maintenance(now);
+    crate::ip::autoconf::before_egress(st, now);
     let before = counters.frames_out();
     // Zero-copy sockets waiting for a TX frame (the driver's TX waiter is ours), then what
     // the TCP connections have due, then due ARP requests / neighbour solicitations (those
@@ -61,9 +61,14 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
     // making a final pass over every socket only to find nothing: a request/response exchange
     // sends one segment per run. When more is due (a bulk sender with window to fill), pass
     // again until a pass finds nothing, without asking `poll_at` after each segment.
+    // Nothing due in smoltcp (its kept `poll_at`, see `State::smoltcp_poll_at`, and SLAAC's
+    // router solicitations, whose schedule smoltcp's `poll_at` does not always tell): no pass.
     let mut known_at = None;
     let mut asked = false;
-    while !starved {
+    let smol_at = st.smoltcp_poll_at(now);
+    let smol_due =
+        crate::ip::autoconf::deadline(st, now, smol_at, false).is_some_and(|at| at <= now);
+    while !starved && smol_due {
         let (mut dev, iface, sockets) = st.step(cx.waker(), None, counters);
         let r = iface.poll_egress(now, &mut dev, sockets);
         starved |= dev.starved;
@@ -89,10 +94,11 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
         // Woken by the driver's TX completion; no timer needed meanwhile.
         None
     } else {
-        // Reuse the loop's `poll_at` unless autoconfiguration may just have changed addresses.
+        // Reuse the loop's `poll_at` unless autoconfiguration may just have changed addresses
+        // (then it forgot the kept answer).
         let at = match known_at {
-            Some(at) if !st.autoconf.active() => at,
-            _ => st.iface.poll_at(now, &st.sockets),
+            Some(at) if !st.autoconf.active() => st.smoltcp_keep(at),
+            _ => st.smoltcp_poll_at(now),
         };
         let at = crate::ip::autoconf::deadline(st, now, at, idle);
         let at = crate::stack::earliest(at, tcp.deadline);

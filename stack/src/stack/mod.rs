@@ -88,6 +88,13 @@ pub(crate) struct State {
     /// IPv4 identification of the next packet zcnet builds itself (TCP segments, zero-copy
     /// datagrams); smoltcp numbers its own packets.
     pub(crate) ipv4_ident: u16,
+    /// smoltcp's last `poll_at` answer (`None`: forgotten), kept until something touches
+    /// smoltcp: a frame or a step for it ([`step`](Self::step)), a socket operation
+    /// ([`with_socket`](Self::with_socket)), a socket added or removed, an address, route or
+    /// DHCP change. Between those, smoltcp's answer moves only with time, so egress and ingress
+    /// reuse it and egress skips smoltcp's `poll_egress` while it is not due: a stack whose
+    /// traffic is all zcnet's TCP pays nothing for smoltcp's sockets.
+    smol_at: Option<Option<SmolInstant>>,
 }
 
 /// Wakes `w`: through the executor's local run queue when `local` is given and `w` is one of
@@ -114,6 +121,7 @@ impl State {
         &'s mut Interface,
         &'s mut SocketSet<'static>,
     ) {
+        self.smol_at = None;
         let dev = StepDevice {
             driver: &mut *self.link.driver,
             tx_waker: self.tasks.egress_waker.as_ref().unwrap_or(waker),
@@ -140,6 +148,7 @@ impl State {
         handle: SocketHandle,
         f: impl FnOnce(&mut T, &mut SocketCx<'_>) -> R,
     ) -> R {
+        self.smol_at = None;
         let sock = self.sockets.get_mut::<T>(handle);
         let mut cx = SocketCx {
             iface: &mut self.iface,
@@ -205,6 +214,7 @@ impl State {
             return Err(StackError::NoSocketSlot);
         }
         self.socket_count += 1;
+        self.smol_at = None;
         let handle = self.sockets.add(socket);
         self.metas.reset(handle);
         Ok(handle)
@@ -245,6 +255,7 @@ impl State {
     /// Removes a socket and frees its slot, waking listeners that wait for a slot to re-arm
     /// (every smoltcp slot freed goes through here: orphans reaped, sockets dropped or closed).
     pub(crate) fn remove_socket(&mut self, handle: SocketHandle) {
+        self.smol_at = None;
         self.sockets.remove(handle);
         self.metas.reset(handle);
         self.socket_count -= 1;
@@ -295,6 +306,7 @@ impl State {
                 continue;
             };
             if self.orphan_done(handle) {
+                self.smol_at = None;
                 self.sockets.remove(handle);
                 self.metas.reset(handle);
                 self.socket_count -= 1;
@@ -382,6 +394,30 @@ impl State {
         self.tcp.orphans_scanned(due);
     }
 
+    /// smoltcp's `poll_at` (see `smol_at`): the kept answer, or a fresh one, kept.
+    pub(crate) fn smoltcp_poll_at(&mut self, now: SmolInstant) -> Option<SmolInstant> {
+        match self.smol_at {
+            Some(at) => at,
+            None => {
+                let at = self.iface.poll_at(now, &self.sockets);
+                self.smol_at = Some(at);
+                at
+            }
+        }
+    }
+
+    /// Keeps `at`, a `poll_at` answer smoltcp just gave, and returns it.
+    pub(crate) fn smoltcp_keep(&mut self, at: Option<SmolInstant>) -> Option<SmolInstant> {
+        self.smol_at = Some(at);
+        at
+    }
+
+    /// Forgets smoltcp's kept `poll_at` answer: its interface or its sockets changed behind
+    /// [`step`](Self::step) and [`with_socket`](Self::with_socket) (addresses, routes, DHCP).
+    pub(crate) fn smoltcp_touched(&mut self) {
+        self.smol_at = None;
+    }
+
     /// Wakes the egress task: something was queued for it.
     pub(crate) fn signal_egress(&self) {
         self.tasks.signal_egress();
@@ -393,7 +429,7 @@ impl State {
     /// later deadline (an ACK moved a retransmission deadline) keeps the timer where it is
     /// (lazy re-arm, see `arm_egress_timer`): egress then runs once early and re-arms.
     pub(crate) fn signal_egress_if_due(&mut self, now: SmolInstant) {
-        let at = self.iface.poll_at(now, &self.sockets);
+        let at = self.smoltcp_poll_at(now);
         let at = earliest(at, crate::transport::tcp::output::deadline(self, now));
         let at = crate::ip::autoconf::deadline(self, now, at, false);
         let at = earliest(at, self.link.neighbors.deadline());
@@ -713,6 +749,7 @@ impl Stack {
             autoconf: crate::ip::autoconf::Autoconf::EMPTY,
             zc: crate::socket::datagram::ZcSockets::new(),
             ipv4_ident: 1,
+            smol_at: None,
         };
         state.iface.update_ip_addrs(|addrs| {
             if let Ipv4Config::Static(v4) = config.ipv4 {

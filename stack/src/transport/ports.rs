@@ -198,6 +198,8 @@ impl State {
         name: &str,
         kind: DnsQueryType,
     ) -> Result<dns::QueryHandle, DnsStartError> {
+        // A query to send, or one cancelled: smoltcp's next deadline changes.
+        self.smoltcp_touched();
         for _ in 0..DNS_PORT_TRIES {
             let d = self.sockets.get_mut::<dns::Socket>(handle);
             let (before, n) = port_sum(d);
