@@ -597,6 +597,12 @@ impl Executor {
         }
     }
 
+    /// Whether the local run queue is empty (for the crate's tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn local_queue_is_empty(&self) -> bool {
+        self.local.is_empty()
+    }
+
     /// Whether the local run queue has tasks; `owns` is what [`owns_local`](Self::owns_local)
     /// said (the queue is not looked at otherwise).
     #[inline]
@@ -632,6 +638,29 @@ impl Executor {
             }
         }
         polls
+    }
+
+    /// A wake of `task` through its `Waker`: with `std`, when `task` is one of this executor's
+    /// local tasks and the calling thread owns them, it goes on the local run queue, as
+    /// [`LocalSpawner::wake`] would put it: no locked instruction, where the lock-free path
+    /// costs a compare-exchange, a push, the loop's take and the end of the poll. That thread
+    /// is the only one that polls local tasks and the only one that touches the local queue,
+    /// and it is not inside the loop's wait while it runs this. `false`: wake as usual (other
+    /// threads, tasks that are not local, no `std`, loom).
+    ///
+    /// Wakers must not be woken from a signal handler on that thread (they never are
+    /// async-signal-safe: a foreign wake may take the platform's lock).
+    #[inline]
+    pub(crate) fn wake_on_owner_thread(&self, task: TaskRef) -> bool {
+        #[cfg(all(feature = "std", not(loom)))]
+        {
+            if task.header().local && self.owns_local() {
+                self.local.push(task);
+                return true;
+            }
+        }
+        let _ = task;
+        false
     }
 
     /// Before a local task's poll: with `std`, panics unless the calling thread owns the

@@ -19,12 +19,22 @@ unsafe fn clone(data: *const ()) -> RawWaker {
 }
 
 unsafe fn wake(data: *const ()) {
+    let task = task(data);
+    if task.core().wake_on_owner_thread(task) {
+        // SAFETY: `wake` consumes the waker, and with it one reference; the task is not used
+        // afterwards (the local queue holds it through the executor's local reference).
+        unsafe { task.ref_dec() };
+        return;
+    }
     // SAFETY: `wake` consumes the waker, and with it one reference.
-    unsafe { task(data).wake_and_release() };
+    unsafe { task.wake_and_release() };
 }
 
 unsafe fn wake_by_ref(data: *const ()) {
-    task(data).wake_by_ref();
+    let task = task(data);
+    if !task.core().wake_on_owner_thread(task) {
+        task.wake_by_ref();
+    }
 }
 
 unsafe fn drop_waker(data: *const ()) {

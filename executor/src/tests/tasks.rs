@@ -475,6 +475,29 @@ fn a_local_wake_polls_the_task_from_the_local_queue() {
 }
 
 #[test]
+fn a_local_tasks_own_waker_woken_on_the_owner_thread_takes_the_local_queue() {
+    let (_, exec) = virtual_executor();
+    let local = exec.local_spawner();
+    let (polls, stash) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(None)));
+    let h = local.spawn(counted_until(polls.clone(), stash.clone(), 3));
+    exec.run_until_idle();
+    let w = stash.lock().unwrap().take().unwrap();
+    // Through the `Waker` itself, by reference: the local queue, not the lock-free one.
+    assert!(exec.local_queue_is_empty());
+    w.wake_by_ref();
+    assert!(!exec.local_queue_is_empty(), "queued locally");
+    assert_eq!(exec.run_until_idle(), 1);
+    assert_eq!(polls.load(SeqCst), 2);
+    // By value: queued locally too, and the waker's reference is given back (the task is
+    // freed once it completes: no leak, no double free).
+    let w = stash.lock().unwrap().take().unwrap();
+    w.wake();
+    assert!(!exec.local_queue_is_empty(), "queued locally");
+    assert_eq!(exec.block_on(h), 3);
+    assert!(exec.local_queue_is_empty());
+}
+
+#[test]
 fn a_local_wake_during_the_poll_polls_again() {
     let (_, exec) = virtual_executor();
     let local = exec.local_spawner();
