@@ -571,6 +571,11 @@ impl<D: Driver, S: PcapSink> Driver for Capture<'_, D, S> {
         sent
     }
 
+    fn flush(&mut self) {
+        // The wrapped driver's doorbells (not this type's own `flush`, which flushes the sink).
+        Driver::flush(&mut self.inner)
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
