@@ -24,7 +24,7 @@
 //!   back-pressure: the stack's egress waits for the TX interrupt, the only time the driver
 //!   asks for one.
 //! * **Doorbells**: posting only publishes; [`Driver::flush`](zcnet_buffer::Driver::flush) (which
-//!   the stack calls at the end of each ingress and egress run) notifies each queue once, and
+//!   the stack calls after every run of transmits and refills) notifies each queue once, and
 //!   only when the device's event index asks for it.
 //! * **Interrupts**: [`VirtioIrq`], in a `static`, is what the kernel's interrupt handler calls:
 //!   it counts and wakes the waiting task, without a lock, so it is safe in interrupt context.

@@ -237,7 +237,8 @@ impl core::error::Error for VirtioError {}
 ///   it.
 /// * **Doorbells**: [`Driver::flush`] notifies the device of everything published since the
 ///   last flush, if the device asked for it; so do the `poll_*` methods before they return
-///   `Pending`. Until its user first calls `flush`, the driver notifies after each transmit.
+///   `Pending`. Until its user first calls `flush`, the driver notifies after each transmit;
+///   from then on it relies on a flush after every run of transmits, as the trait asks.
 /// * **Errors from the device**: a used element for a buffer the driver never posted, or a used
 ///   index that runs ahead of the buffers posted, marks the device broken (`device_errors`):
 ///   the driver stops touching the queues and keeps every slot the device might still write.

@@ -162,7 +162,7 @@ impl core::error::Error for TxError {}
 ///   and drops it then. A driver never silently drops a frame it accepted.
 /// * **Doorbells.** A driver may batch the device notifications its `poll_*` and
 ///   [`transmit`](Self::transmit) calls would cause (virtio's doorbells) and ring them in
-///   [`flush`](Self::flush), which the stack calls at the end of every ingress and egress run.
+///   [`flush`](Self::flush), which the stack calls after every run of such calls.
 ///   A driver never waits on a queue of its device without having told the device what is
 ///   pending there: a `poll_*` method that returns `Pending` has notified that queue first.
 /// * **Retained frames.** A TCP socket keeps its frames until acknowledged and hands the very
@@ -269,9 +269,10 @@ pub trait Driver {
 
     /// Tells the device about everything handed to it since the last flush: drivers that batch
     /// doorbells (device notifications) ring them here, once per queue, instead of once per
-    /// frame or refill. The stack calls it at the end of every ingress run (after the
-    /// [`poll_receive`](Self::poll_receive) calls that refilled the RX ring) and every egress
-    /// run (after its [`transmit`](Self::transmit) calls).
+    /// frame or refill. The caller flushes after every run of [`transmit`](Self::transmit) and
+    /// [`poll_receive`](Self::poll_receive) calls: the stack at the end of each ingress run,
+    /// each egress run, and each socket call that transmits by itself (a zero-copy datagram's
+    /// `send_to`). A frame transmitted and never followed by a flush may wait for the next one.
     ///
     /// The default does nothing: right for drivers that notify their device as they go.
     fn flush(&mut self) {}
