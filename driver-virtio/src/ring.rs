@@ -488,3 +488,305 @@ impl<H: Hal, const SIZE: usize> Ring<H, SIZE> {
         self.queue
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use std::alloc::{alloc_zeroed, Layout};
+    use std::vec;
+    use std::vec::Vec;
+
+    use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus};
+    use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+    use super::*;
+
+    /// Device addresses are CPU addresses; DMA pages are leaked heap pages.
+    struct TestHal;
+
+    // SAFETY: `dma_alloc` returns zeroed, page-aligned pages that are never freed, and device
+    // addresses equal CPU addresses in this process.
+    unsafe impl Hal for TestHal {
+        fn dma_alloc(pages: usize, _direction: BufferDirection) -> (PhysAddr, NonNull<u8>) {
+            let layout = Layout::from_size_align(pages * PAGE_SIZE, PAGE_SIZE).unwrap();
+            // SAFETY: the layout's size is not zero.
+            let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).unwrap();
+            (ptr.as_ptr() as PhysAddr, ptr)
+        }
+        unsafe fn dma_dealloc(_paddr: PhysAddr, _vaddr: NonNull<u8>, _pages: usize) -> i32 {
+            0
+        }
+        unsafe fn mmio_phys_to_virt(paddr: PhysAddr, _size: usize) -> NonNull<u8> {
+            NonNull::new(paddr as *mut u8).unwrap()
+        }
+        unsafe fn share(buffer: NonNull<[u8]>, _direction: BufferDirection) -> PhysAddr {
+            buffer.cast::<u8>().as_ptr() as PhysAddr
+        }
+        unsafe fn unshare(_paddr: PhysAddr, _buffer: NonNull<[u8]>, _direction: BufferDirection) {}
+    }
+
+    /// Records where the ring was placed; everything else is inert.
+    #[derive(Default)]
+    struct Areas {
+        descriptors: u64,
+        driver: u64,
+        device: u64,
+    }
+
+    impl Transport for Areas {
+        fn device_type(&self) -> DeviceType {
+            DeviceType::Network
+        }
+        fn read_device_features(&mut self) -> u64 {
+            0
+        }
+        fn write_driver_features(&mut self, _driver_features: u64) {}
+        fn max_queue_size(&mut self, _queue: u16) -> u32 {
+            256
+        }
+        fn notify(&mut self, _queue: u16) {}
+        fn get_status(&self) -> DeviceStatus {
+            DeviceStatus::empty()
+        }
+        fn set_status(&mut self, _status: DeviceStatus) {}
+        fn set_guest_page_size(&mut self, _guest_page_size: u32) {}
+        fn requires_legacy_layout(&self) -> bool {
+            true
+        }
+        fn queue_set(&mut self, _queue: u16, _size: u32, d: PhysAddr, a: PhysAddr, u: PhysAddr) {
+            (self.descriptors, self.driver, self.device) = (d, a, u);
+        }
+        fn queue_unset(&mut self, _queue: u16) {}
+        fn queue_used(&mut self, _queue: u16) -> bool {
+            false
+        }
+        fn ack_interrupt(&mut self) -> InterruptStatus {
+            InterruptStatus::empty()
+        }
+        fn read_config_generation(&self) -> u32 {
+            0
+        }
+        fn read_config_space<V: FromBytes + IntoBytes>(
+            &self,
+            _offset: usize,
+        ) -> virtio_drivers::Result<V> {
+            Err(virtio_drivers::Error::Unsupported)
+        }
+        fn write_config_space<V: IntoBytes + Immutable>(
+            &mut self,
+            _offset: usize,
+            _value: V,
+        ) -> virtio_drivers::Result<()> {
+            Err(virtio_drivers::Error::Unsupported)
+        }
+    }
+
+    const N: usize = 8;
+
+    fn read16(addr: u64) -> u16 {
+        // SAFETY: `addr` is a ring field in the test's live, leaked DMA pages; single-threaded.
+        unsafe { (addr as *const u16).read_volatile() }
+    }
+
+    fn write16(addr: u64, value: u16) {
+        // SAFETY: as in `read16`.
+        unsafe { (addr as *mut u16).write_volatile(value) }
+    }
+
+    /// The device's view of descriptor `i`: address, length, flags, next.
+    fn descriptor(areas: &Areas, i: u16) -> (u64, u32, u16, u16) {
+        let d = areas.descriptors + 16 * u64::from(i);
+        // SAFETY: descriptor `i < N` of the table the ring gave; single-threaded.
+        unsafe {
+            (
+                (d as *const u64).read_volatile(),
+                ((d + 8) as *const u32).read_volatile(),
+                ((d + 12) as *const u16).read_volatile(),
+                ((d + 14) as *const u16).read_volatile(),
+            )
+        }
+    }
+
+    /// The chain the device finds from head `i`: each buffer's address, length and whether the
+    /// device writes it.
+    fn walk(areas: &Areas, mut i: u16) -> Vec<(u64, u32, bool)> {
+        let mut chain = Vec::new();
+        loop {
+            let (addr, len, flags, next) = descriptor(areas, i);
+            chain.push((addr, len, flags & DESC_F_WRITE != 0));
+            if flags & DESC_F_NEXT == 0 || chain.len() > N {
+                return chain;
+            }
+            i = next;
+        }
+    }
+
+    /// The device puts `(id, len)` on the used ring.
+    fn push_used(areas: &Areas, id: u32, len: u32) {
+        let idx = read16(areas.device + 2);
+        let elem = areas.device + 4 + 8 * (u64::from(idx) % N as u64);
+        // SAFETY: used element of the ring's used area; single-threaded.
+        unsafe {
+            (elem as *mut u32).write_volatile(id);
+            ((elem + 4) as *mut u32).write_volatile(len);
+        }
+        write16(areas.device + 2, idx.wrapping_add(1));
+    }
+
+    fn ring(event_idx: bool) -> (Ring<TestHal, N>, Areas) {
+        let mut areas = Areas::default();
+        let ring = Ring::new(&mut areas, 0, event_idx).unwrap();
+        (ring, areas)
+    }
+
+    fn out(b: &mut [u8]) -> (NonNull<[u8]>, BufferDirection) {
+        (NonNull::from(b), BufferDirection::DriverToDevice)
+    }
+
+    fn inp(b: &mut [u8]) -> (NonNull<[u8]>, BufferDirection) {
+        (NonNull::from(b), BufferDirection::DeviceToDriver)
+    }
+
+    #[test]
+    fn need_event_is_the_specifications_window_modulo_2_16() {
+        // `event` in [old, new): notify.
+        assert!(need_event(0, 1, 0));
+        assert!(need_event(6, 10, 6));
+        assert!(need_event(9, 10, 6));
+        assert!(!need_event(5, 10, 6));
+        assert!(!need_event(10, 10, 6));
+        // Across the wrap.
+        assert!(need_event(65535, 2, 65534));
+        assert!(need_event(1, 2, 65534));
+        assert!(!need_event(2, 2, 65534));
+        assert!(!need_event(65533, 2, 65534));
+        // virtio-drivers' `avail_idx >= avail_event + 1` says no here (1 >= 65535 is false):
+        // the device waits for a doorbell that would never come.
+        assert!(need_event(65534, 1, 65533));
+        // ... and yes here (a ring kept full: the device is far behind, it did not ask).
+        assert!(!need_event(100, 300, 299));
+    }
+
+    #[test]
+    fn the_layout_is_the_legacy_one_every_transport_accepts() {
+        let (_ring, areas) = ring(true);
+        assert_eq!(areas.descriptors % PAGE_SIZE as u64, 0);
+        assert_eq!(areas.driver - areas.descriptors, 16 * N as u64);
+        let avail_end = 16 * N as u64 + 2 * (N as u64 + 3);
+        assert_eq!(
+            areas.device - areas.descriptors,
+            avail_end.next_multiple_of(PAGE_SIZE as u64)
+        );
+    }
+
+    #[test]
+    fn chains_of_several_buffers_come_back_whole_in_any_order() {
+        let (mut ring, areas) = ring(true);
+        let mut bufs: Vec<Vec<u8>> = (1..=8).map(|n| vec![n as u8; 10 * n]).collect();
+        let [a0, a1, a2, b0, c0, c1, c2, c3] = bufs.as_mut_slice() else {
+            unreachable!()
+        };
+        // SAFETY: the buffers outlive the ring's use of them (popped below, before `bufs`
+        // is dropped) and are not touched meanwhile.
+        let (a, b, c) = unsafe {
+            (
+                ring.add(&[out(a0), out(a1), inp(a2)]).unwrap(),
+                ring.add(&[inp(b0)]).unwrap(),
+                ring.add(&[out(c0), out(c1), inp(c2), inp(c3)]).unwrap(),
+            )
+        };
+        assert_eq!((ring.free(), ring.in_flight()), (0, 3));
+        let mut extra = [0u8; 4];
+        // SAFETY: refused, so never shared.
+        assert_eq!(unsafe { ring.add(&[out(&mut extra)]) }, None, "ring full");
+
+        // The device sees three chains in order, each buffer where and as posted.
+        assert_eq!(read16(areas.driver + 2), 3);
+        let heads: Vec<u16> = (0..3).map(|s| read16(areas.driver + 4 + 2 * s)).collect();
+        assert_eq!(heads, [a, b, c]);
+        let lens = |chain: Vec<(u64, u32, bool)>| -> Vec<(u32, bool)> {
+            chain.into_iter().map(|(_, l, w)| (l, w)).collect()
+        };
+        assert_eq!(
+            lens(walk(&areas, a)),
+            [(10, false), (20, false), (30, true)]
+        );
+        assert_eq!(lens(walk(&areas, b)), [(40, true)]);
+        assert_eq!(
+            lens(walk(&areas, c)),
+            [(50, false), (60, false), (70, true), (80, true)]
+        );
+        assert_eq!(walk(&areas, a)[2].0, bufs[2].as_ptr() as u64);
+
+        // Completed out of order: each pop frees exactly its chain.
+        push_used(&areas, u32::from(c), 150);
+        push_used(&areas, u32::from(a), 30);
+        push_used(&areas, u32::from(b), 40);
+        assert_eq!(ring.pop_used(), Ok(Some(Used { head: c, len: 150 })));
+        assert_eq!((ring.free(), ring.in_flight()), (4, 2));
+        assert_eq!(ring.pop_used(), Ok(Some(Used { head: a, len: 30 })));
+        assert_eq!(ring.free(), 7);
+        assert_eq!(ring.pop_used(), Ok(Some(Used { head: b, len: 40 })));
+        assert_eq!((ring.free(), ring.in_flight()), (8, 0));
+        assert_eq!(ring.pop_used(), Ok(None));
+
+        // The free list is whole: one chain of all eight descriptors fits, each used once.
+        let mut all: Vec<Vec<u8>> = (0..N).map(|_| vec![0u8; 8]).collect();
+        let list: Vec<_> = all.iter_mut().map(|b| inp(b)).collect();
+        // SAFETY: as above; popped before `all` is dropped.
+        let head = unsafe { ring.add(&list) }.unwrap();
+        let mut seen: Vec<u64> = walk(&areas, head).iter().map(|d| d.0).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), N);
+        push_used(&areas, u32::from(head), 64);
+        assert_eq!(ring.pop_used(), Ok(Some(Used { head, len: 64 })));
+        assert_eq!(ring.free(), N);
+    }
+
+    #[test]
+    fn used_elements_the_driver_did_not_post_are_errors() {
+        let (mut ring, areas) = ring(true);
+        let mut bufs = [[0u8; 16]; 2];
+        let [x, y] = &mut bufs;
+        // SAFETY: the buffers outlive the ring (never popped: the ring is dropped first, and
+        // no device touches them).
+        let head = unsafe { ring.add(&[out(x), inp(y)]) }.unwrap();
+        let (_, _, _, second) = descriptor(&areas, head);
+        // The second descriptor of a chain is not a chain's head.
+        push_used(&areas, u32::from(second), 16);
+        assert_eq!(ring.pop_used(), Err(RingError::UsedId));
+        assert_eq!(ring.in_flight(), 1, "nothing changed");
+        // Two used entries for one chain in flight.
+        push_used(&areas, u32::from(head), 16);
+        assert_eq!(ring.pop_used(), Err(RingError::UsedIndex));
+    }
+
+    #[test]
+    fn interrupt_requests_move_used_event_and_flags() {
+        let (mut ring, areas) = ring(true);
+        let used_event = areas.driver + 4 + 2 * N as u64;
+        assert_eq!(
+            read16(used_event),
+            65535,
+            "off from the start: just behind 0"
+        );
+        assert!(!ring.enable_interrupts(3));
+        assert_eq!(read16(used_event), 3, "after three more, at the fourth");
+        assert_eq!(read16(areas.driver), 0, "flags stay 0 with event index");
+        let mut buf = [0u8; 8];
+        // SAFETY: popped below, before `buf` goes.
+        let head = unsafe { ring.add(&[inp(&mut buf)]) }.unwrap();
+        ring.disable_interrupts();
+        push_used(&areas, u32::from(head), 8);
+        assert!(ring.has_used());
+        assert_eq!(ring.pop_used(), Ok(Some(Used { head, len: 8 })));
+        assert_eq!(read16(used_event), 0, "kept just behind what was popped");
+
+        let (mut ring, areas) = super::tests::ring(false);
+        assert_eq!(read16(areas.driver), AVAIL_F_NO_INTERRUPT);
+        assert!(!ring.enable_interrupts(0));
+        assert_eq!(read16(areas.driver), 0);
+    }
+}
