@@ -490,10 +490,13 @@ impl<H: Hal, const SIZE: usize> Ring<H, SIZE> {
 }
 
 #[cfg(test)]
+#[path = "../tests/support/identity_hal.rs"]
+mod identity_hal;
+
+#[cfg(test)]
 mod tests {
     extern crate std;
 
-    use std::alloc::{alloc_zeroed, Layout};
     use std::vec;
     use std::vec::Vec;
 
@@ -502,29 +505,7 @@ mod tests {
 
     use super::*;
 
-    /// Device addresses are CPU addresses; DMA pages are leaked heap pages.
-    struct TestHal;
-
-    // SAFETY: `dma_alloc` returns zeroed, page-aligned pages that are never freed, and device
-    // addresses equal CPU addresses in this process.
-    unsafe impl Hal for TestHal {
-        fn dma_alloc(pages: usize, _direction: BufferDirection) -> (PhysAddr, NonNull<u8>) {
-            let layout = Layout::from_size_align(pages * PAGE_SIZE, PAGE_SIZE).unwrap();
-            // SAFETY: the layout's size is not zero.
-            let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).unwrap();
-            (ptr.as_ptr() as PhysAddr, ptr)
-        }
-        unsafe fn dma_dealloc(_paddr: PhysAddr, _vaddr: NonNull<u8>, _pages: usize) -> i32 {
-            0
-        }
-        unsafe fn mmio_phys_to_virt(paddr: PhysAddr, _size: usize) -> NonNull<u8> {
-            NonNull::new(paddr as *mut u8).unwrap()
-        }
-        unsafe fn share(buffer: NonNull<[u8]>, _direction: BufferDirection) -> PhysAddr {
-            buffer.cast::<u8>().as_ptr() as PhysAddr
-        }
-        unsafe fn unshare(_paddr: PhysAddr, _buffer: NonNull<[u8]>, _direction: BufferDirection) {}
-    }
+    use super::identity_hal::IdentityHal as TestHal;
 
     /// Records where the ring was placed; everything else is inert.
     #[derive(Default)]

@@ -8,14 +8,13 @@
 //! queue, an exhausted pool, a copying `Hal`, a device that breaks the protocol, and exact
 //! doorbell and interrupt counts.
 
-use std::alloc::{alloc_zeroed, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
 use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus, Transport};
-use virtio_drivers::{BufferDirection, Hal, PhysAddr, PAGE_SIZE};
+use virtio_drivers::{BufferDirection, Hal, PhysAddr};
 use zcnet_buffer::{
     Driver, FramePool, HardwareAddress, LinkState, PoolConfig, SlotState, TxError, TxFrame,
 };
@@ -41,34 +40,9 @@ const F_VERSION_1: u64 = 1 << 32;
 /// What the fake device offers by default: MAC, event index, VERSION_1.
 const FEATURES: u64 = F_MAC | F_EVENT_IDX | F_VERSION_1;
 
-/// A `Hal` for a host process: DMA pages from the heap, device addresses are CPU addresses.
-struct IdentityHal;
-
-// SAFETY: `dma_alloc` returns zeroed, page-aligned memory that is never freed while in use (the
-// tests leak it), and device addresses equal CPU addresses in this process.
-unsafe impl Hal for IdentityHal {
-    fn dma_alloc(pages: usize, _direction: BufferDirection) -> (PhysAddr, NonNull<u8>) {
-        let layout = Layout::from_size_align(pages * PAGE_SIZE, PAGE_SIZE).unwrap();
-        // SAFETY: the layout has a non-zero size (the driver never asks for 0 pages).
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).expect("out of memory");
-        (ptr.as_ptr() as PhysAddr, ptr)
-    }
-
-    unsafe fn dma_dealloc(_paddr: PhysAddr, _vaddr: NonNull<u8>, _pages: usize) -> i32 {
-        // Leaked: the fake device may still look at a queue the test dropped.
-        0
-    }
-
-    unsafe fn mmio_phys_to_virt(paddr: PhysAddr, _size: usize) -> NonNull<u8> {
-        NonNull::new(paddr as *mut u8).unwrap()
-    }
-
-    unsafe fn share(buffer: NonNull<[u8]>, _direction: BufferDirection) -> PhysAddr {
-        buffer.cast::<u8>().as_ptr() as PhysAddr
-    }
-
-    unsafe fn unshare(_paddr: PhysAddr, _buffer: NonNull<[u8]>, _direction: BufferDirection) {}
-}
+#[path = "support/identity_hal.rs"]
+mod identity_hal;
+use identity_hal::IdentityHal;
 
 /// A `Hal` whose `share` hands the device a bounce buffer instead of the caller's memory, as a
 /// copying `Hal` does.
