@@ -497,11 +497,16 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     }
 
     /// Posts free slots until the RX queue is full or the pool is empty; an empty pool registers
-    /// `cx` with the pool.
+    /// `cx` with the pool. Frames the device has finished sending are reclaimed first when the
+    /// pool runs dry (nothing else returns them while the stack is not transmitting).
     fn refill(&mut self, cx: &mut Context<'_>) {
         while self.rx.free() > 0 && !self.broken {
             let slot = match self.pool.try_alloc_rx() {
                 Some(slot) => slot,
+                None if self.tx.has_used() => {
+                    self.reclaim_tx();
+                    continue;
+                }
                 None => match self.pool.poll_alloc_rx(cx) {
                     Poll::Ready(slot) => slot,
                     Poll::Pending => {

@@ -578,6 +578,38 @@ fn frames_the_app_holds_drain_spare_slots_then_starve_and_recover() {
 }
 
 #[test]
+fn rx_refill_takes_back_the_slots_of_frames_the_device_has_sent() {
+    // Q ring slots + 2 spare + 1 the start-up check returns.
+    let (mut net, device, pool, irq) = setup(Q + 2);
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(net.poll_receive(&mut cx).is_pending());
+    send(&mut net, &mut cx, 1);
+    send(&mut net, &mut cx, 2);
+    assert!(
+        pool.try_alloc_rx().is_none(),
+        "the spares are TX frames now"
+    );
+    // The device sends both (no TX interrupt: nobody waits), then receives two frames.
+    assert_eq!(device.transmit_all().len(), 2);
+    assert!(device.receive(&frame(60, 3), None));
+    assert!(device.receive(&frame(60, 4), None));
+    let held: Vec<_> = (0..2)
+        .map(|_| match net.poll_receive(&mut cx) {
+            Poll::Ready(rx) => rx,
+            Poll::Pending => panic!("two frames were received"),
+        })
+        .collect();
+    assert_eq!(
+        irq.stats().rx_posted,
+        Q as u64,
+        "the sent frames' slots refilled the ring"
+    );
+    assert_eq!(irq.stats().tx_in_flight, 0);
+    drop(held);
+    pool.audit().unwrap();
+}
+
+#[test]
 fn runt_and_oversize_completions_are_dropped_and_counted() {
     let (mut net, device, pool, irq) = setup(64);
     let (_count, w) = waker();
