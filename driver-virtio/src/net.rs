@@ -235,9 +235,10 @@ impl core::error::Error for VirtioError {}
 ///   interrupt and registers the caller's waker (back-pressure, never a drop or a spin).
 ///   [`Driver::transmit`] writes the virtio-net header into the frame's headroom and publishes
 ///   it.
-/// * **Doorbells**: [`Driver::flush`] notifies the device of everything published since the
-///   last flush, if the device asked for it; so do the `poll_*` methods before they return
-///   `Pending`. Until its user first calls `flush`, the driver notifies after each transmit;
+/// * **Doorbells**: [`Driver::flush`] returns the frames the device has finished sending to
+///   the pool (or, retained ones, to their sockets) and notifies the device of everything
+///   published since the last flush, if the device asked for it; the `poll_*` methods notify
+///   before they return `Pending`, and [`Driver::poll_receive`] returns sent frames then too. Until its user first calls `flush`, the driver notifies after each transmit;
 ///   from then on it relies on a flush after every run of transmits, as the trait asks.
 /// * **Errors from the device**: a used element for a buffer the driver never posted, or a used
 ///   index that runs ahead of the buffers posted, marks the device broken (`device_errors`):
@@ -739,6 +740,8 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
             }
             if !self.rx.enable_interrupts(0) {
                 self.kick_rx();
+                // The end of an ingress run: sent frames go back, as in `flush`.
+                self.reclaim_tx();
                 return Poll::Pending;
             }
         }
@@ -857,6 +860,9 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
     fn flush(&mut self) {
         self.batched = true;
         if !self.broken {
+            // Frames the device is done with go back now: a socket may wait on a retained
+            // frame's return (to send it again), and no TX interrupt is asked for it.
+            self.reclaim_tx();
             self.kick_rx();
             self.kick_tx();
         }

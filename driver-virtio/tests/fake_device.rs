@@ -610,6 +610,52 @@ fn rx_refill_takes_back_the_slots_of_frames_the_device_has_sent() {
 }
 
 #[test]
+fn a_retained_frame_the_device_has_sent_is_returned_at_the_next_flush() {
+    let (mut net, device, pool, _irq) = setup(64);
+    let (count, w) = waker();
+    let mut cx = Context::from_waker(&w);
+    net.flush();
+    // A socket's frame: sent, then waited for (to send it again) while the device has it.
+    let mut tx = pool.try_alloc_tx().unwrap();
+    tx.append(60).unwrap().fill(7);
+    let mut kept = tx.retain().unwrap();
+    let Poll::Ready(lent) = kept.poll_send(&mut cx) else {
+        panic!("a fresh retained frame goes out");
+    };
+    net.transmit(lent).unwrap();
+    net.flush();
+    assert!(kept.poll_idle(&mut cx).is_pending());
+    assert_eq!(device.transmit_all().len(), 1);
+    assert_eq!(
+        wakes(&count),
+        0,
+        "the device is done, the driver has not looked"
+    );
+    // The end of the socket's next run (a retransmission timeout, say): the flush takes the
+    // frame back and the socket is woken.
+    net.flush();
+    assert_eq!(wakes(&count), 1);
+    assert!(kept.poll_idle(&mut cx).is_ready());
+    assert!(kept.poll_send(&mut cx).is_ready(), "it can be sent again");
+
+    // The same at the end of an ingress run (a receive that finds nothing).
+    let mut kept = {
+        let mut tx = pool.try_alloc_tx().unwrap();
+        tx.append(60).unwrap();
+        tx.retain().unwrap()
+    };
+    let Poll::Ready(lent) = kept.poll_send(&mut cx) else {
+        panic!("sent");
+    };
+    net.transmit(lent).unwrap();
+    net.flush();
+    assert_eq!(device.transmit_all().len(), 1);
+    assert!(!kept.is_idle());
+    assert!(net.poll_receive(&mut cx).is_pending());
+    assert!(kept.is_idle());
+}
+
+#[test]
 fn runt_and_oversize_completions_are_dropped_and_counted() {
     let (mut net, device, pool, irq) = setup(64);
     let (_count, w) = waker();

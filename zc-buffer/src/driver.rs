@@ -159,7 +159,9 @@ impl core::error::Error for TxError {}
 ///   when the device can take it now (its TX queue has room and the pool a slot); otherwise it
 ///   registers the waker for the TX completion that makes room. [`transmit`](Self::transmit)
 ///   takes the frame; the driver keeps it as an [`InFlight`](crate::InFlight) until completion
-///   and drops it then. A driver never silently drops a frame it accepted.
+///   and drops it then, at the latest in the first [`flush`](Self::flush) after the device
+///   completed it (a socket waiting to resend a retained frame is woken by that drop). A driver
+///   never silently drops a frame it accepted.
 /// * **Doorbells.** A driver may batch the device notifications its `poll_*` and
 ///   [`transmit`](Self::transmit) calls would cause (virtio's doorbells) and ring them in
 ///   [`flush`](Self::flush), which the stack calls after every run of such calls.
