@@ -91,6 +91,9 @@ mod config {
     pub(super) const S_LINK_UP: u16 = 1;
 }
 
+/// How many times [`VirtioNet::new`] reads the device status waiting for a reset to finish.
+const RESET_READS: u32 = 1_000_000;
+
 /// Virtqueue indices of the first queue pair.
 const RX_QUEUE: u16 = 0;
 const TX_QUEUE: u16 = 1;
@@ -102,6 +105,8 @@ const TX_QUEUE: u16 = 1;
 pub enum VirtioError {
     /// The transport's device is not a network device.
     NotNetwork,
+    /// The device's status did not read back as 0 after the reset (a million reads).
+    ResetTimeout,
     /// The device did not accept the feature set the driver chose (`FEATURES_OK` did not stick).
     FeaturesRejected,
     /// The device offers no MAC address (`VIRTIO_NET_F_MAC`), and the driver does not invent
@@ -156,6 +161,7 @@ impl fmt::Display for VirtioError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             VirtioError::NotNetwork => f.write_str("the device is not a network device"),
+            VirtioError::ResetTimeout => f.write_str("the device did not finish its reset"),
             VirtioError::FeaturesRejected => {
                 f.write_str("the device did not accept the driver's features")
             }
@@ -350,7 +356,16 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
 
     /// The device initialisation proper (virtio 1.x, 3.1.1), up to `DRIVER_OK`.
     fn init(transport: &mut T, pool: &'static FramePool) -> Result<Setup<H, QUEUE>, VirtioError> {
+        // Reset, and wait for the device to say it is done (virtio 1.x, 4.1.4.3.2).
         transport.set_status(DeviceStatus::empty());
+        let mut reads = 0;
+        while transport.get_status() != DeviceStatus::empty() {
+            reads += 1;
+            if reads == RESET_READS {
+                return Err(VirtioError::ResetTimeout);
+            }
+            core::hint::spin_loop();
+        }
         transport.set_status(DeviceStatus::ACKNOWLEDGE | DeviceStatus::DRIVER);
         let offered = transport.read_device_features();
         let mut features = offered

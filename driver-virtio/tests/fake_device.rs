@@ -89,6 +89,10 @@ struct DeviceState {
     accepted: u64,
     /// The device clears `FEATURES_OK` (it dislikes the driver's features).
     reject_features: bool,
+    /// Status reads after a reset that still show the old status (a reset in progress).
+    reset_reads: usize,
+    /// Status reads the driver made.
+    status_reads: usize,
     status: u32,
     /// `mac`, `status`, `max_virtqueue_pairs`, `mtu`.
     config: [u8; 12],
@@ -214,6 +218,8 @@ impl FakeDevice {
             offered,
             accepted: 0,
             reject_features: false,
+            reset_reads: 0,
+            status_reads: 0,
             status: 0,
             config,
             queues: Default::default(),
@@ -350,7 +356,13 @@ impl Transport for FakeTransport {
         self.device.0.lock().unwrap().notified[usize::from(queue)] += 1;
     }
     fn get_status(&self) -> DeviceStatus {
-        DeviceStatus::from_bits_retain(self.device.0.lock().unwrap().status)
+        let mut state = self.device.0.lock().unwrap();
+        state.status_reads += 1;
+        if state.status == 0 && state.reset_reads > 0 {
+            state.reset_reads -= 1;
+            return DeviceStatus::ACKNOWLEDGE;
+        }
+        DeviceStatus::from_bits_retain(state.status)
     }
     fn set_status(&mut self, status: DeviceStatus) {
         let mut state = self.device.0.lock().unwrap();
@@ -941,6 +953,26 @@ fn a_device_that_rejects_the_features_or_has_no_mac_is_refused() {
     let err = Net::new(transport(&device), pool, leak_irq()).unwrap_err();
     assert_eq!(err, VirtioError::NoMacAddress);
     assert!(device.status().contains(DeviceStatus::FAILED));
+}
+
+#[test]
+fn the_driver_waits_for_the_reset_to_finish_and_gives_up_on_a_device_that_never_does() {
+    let device = FakeDevice::new(FEATURES);
+    device.0.lock().unwrap().reset_reads = 5;
+    let pool = FramePool::leak(PoolConfig::new(32)).unwrap();
+    Net::new(transport(&device), pool, leak_irq()).expect("a slow reset is waited for");
+    assert_eq!(
+        device.0.lock().unwrap().reset_reads,
+        0,
+        "every pending read was made"
+    );
+
+    let device = FakeDevice::new(FEATURES);
+    device.0.lock().unwrap().reset_reads = usize::MAX;
+    let err = Net::new(transport(&device), pool, leak_irq()).unwrap_err();
+    assert_eq!(err, VirtioError::ResetTimeout);
+    assert_eq!(device.0.lock().unwrap().status_reads, 1_000_000);
+    assert_eq!(device.accepted(), 0, "no feature was negotiated");
 }
 
 #[test]
