@@ -21,9 +21,10 @@
 //! Posting a buffer only publishes it in the avail ring. The device is notified (a doorbell, on
 //! PCI a register write that exits to the hypervisor) at a flush point — [`Driver::flush`],
 //! and before the driver waits on the device (a `poll_*` about to return `Pending`) — and only
-//! if the device asked for it (the event-index rule, in [`Ring::kick_needed`]). A driver whose
-//! user never calls [`Driver::flush`] notifies after every transmit instead, still under that
-//! rule, so frames never wait for a flush that does not come.
+//! if the device asked for it (the event-index rule, in [`Ring::kick_needed`]). Until its user
+//! first calls [`Driver::flush`], the driver notifies after every transmit instead, still under
+//! that rule, so a user that never flushes still gets its frames out; from the first flush on
+//! it counts on one after every run of transmits.
 //!
 //! Interrupts: the RX queue's used-buffer notification is asked for once per batch, when
 //! [`Driver::poll_receive`] finds nothing and is about to return `Pending`; TX completions
