@@ -128,6 +128,11 @@ pub(crate) struct Counters {
     pub(crate) config_interrupts: AtomicU64,
     pub(crate) rx_posted: AtomicU64,
     pub(crate) tx_in_flight: AtomicU64,
+    pub(crate) rx_kicks: AtomicU64,
+    pub(crate) tx_kicks: AtomicU64,
+    pub(crate) kicks_suppressed: AtomicU64,
+    pub(crate) rx_interrupt_requests: AtomicU64,
+    pub(crate) tx_interrupt_requests: AtomicU64,
 }
 
 impl Counters {
@@ -150,6 +155,11 @@ impl Counters {
             config_interrupts: AtomicU64::new(0),
             rx_posted: AtomicU64::new(0),
             tx_in_flight: AtomicU64::new(0),
+            rx_kicks: AtomicU64::new(0),
+            tx_kicks: AtomicU64::new(0),
+            kicks_suppressed: AtomicU64::new(0),
+            rx_interrupt_requests: AtomicU64::new(0),
+            tx_interrupt_requests: AtomicU64::new(0),
         }
     }
 
@@ -178,6 +188,11 @@ impl Counters {
             config_interrupts: get(&self.config_interrupts),
             rx_posted: get(&self.rx_posted),
             tx_in_flight: get(&self.tx_in_flight),
+            rx_kicks: get(&self.rx_kicks),
+            tx_kicks: get(&self.tx_kicks),
+            kicks_suppressed: get(&self.kicks_suppressed),
+            rx_interrupt_requests: get(&self.rx_interrupt_requests),
+            tx_interrupt_requests: get(&self.tx_interrupt_requests),
         }
     }
 }
@@ -226,4 +241,15 @@ pub struct VirtioStats {
     pub rx_posted: u64,
     /// TX frames the device holds now.
     pub tx_in_flight: u64,
+    /// Notifications (doorbells) of the RX queue: the device had asked to hear of new buffers.
+    pub rx_kicks: u64,
+    /// Notifications (doorbells) of the TX queue.
+    pub tx_kicks: u64,
+    /// Notification decisions with something new published where the device had asked not to
+    /// be notified (it was still working through the queue): doorbells saved.
+    pub kicks_suppressed: u64,
+    /// Times the driver asked for an RX interrupt: once per drained batch.
+    pub rx_interrupt_requests: u64,
+    /// Times the driver asked for a TX interrupt: only while the stack waits for TX room.
+    pub tx_interrupt_requests: u64,
 }

@@ -1,14 +1,17 @@
 //! # zcnet-virtio: virtio-net without copies
 //!
 //! ```text
-//!  FramePool ─PostedSlot─► receive_begin (RX virtqueue, kept full) ─► completion ─► RxFrame
-//!  TxFrame (virtio-net header written into its headroom) ─► transmit_begin ─► InFlight ─► drop
+//!  FramePool ─PostedSlot─► RX virtqueue (kept full, published) ─► used ─► RxFrame
+//!  TxFrame (virtio-net header written into its headroom) ─► TX virtqueue (published) ─► InFlight ─► drop
+//!  Driver::flush ─► one doorbell per queue, only if the device asked (event index)
 //!  device interrupt ─► VirtioIrq::handle_rx_interrupt / handle_tx_interrupt ─► task woken
 //! ```
 //!
-//! [`VirtioNet`] implements [`zcnet_buffer::Driver`] over virtio-drivers' `VirtIONetRaw`, for any
-//! `Hal` and any transport (PCI or MMIO). The pool's slots are the device's buffers in both
-//! directions:
+//! [`VirtioNet`] implements [`zcnet_buffer::Driver`] for a virtio-net device over any
+//! virtio-drivers `Transport` (PCI or MMIO) and `Hal`: it initialises the device itself and
+//! drives its own split virtqueues (the reason is in the `ring` module: virtio-drivers 0.13's
+//! `VirtQueue` cannot suppress notifications and interrupts as the specification allows). The
+//! pool's slots are the device's buffers in both directions:
 //!
 //! * **RX**: the receive virtqueue is kept full of pool slots, each posted so that the virtio-net
 //!   header lands at the end of the slot's headroom and the Ethernet frame where an
@@ -18,13 +21,17 @@
 //! * **TX**: the virtio-net header is written into the [`TxFrame`](zcnet_buffer::TxFrame)'s
 //!   headroom, header and frame go to the device as one buffer, and the slot stays an
 //!   [`InFlight`](zcnet_buffer::InFlight) until the device returns it. A full TX queue is
-//!   back-pressure: the stack's egress waits for the TX interrupt.
+//!   back-pressure: the stack's egress waits for the TX interrupt, the only time the driver
+//!   asks for one.
+//! * **Doorbells**: posting only publishes; [`Driver::flush`](zcnet_buffer::Driver::flush) (which
+//!   the stack calls after every run of transmits and refills) notifies each queue once, and
+//!   only when the device's event index asks for it.
 //! * **Interrupts**: [`VirtioIrq`], in a `static`, is what the kernel's interrupt handler calls:
 //!   it counts and wakes the waiting task, without a lock, so it is safe in interrupt context.
-//! * **Link state**: read from the device's configuration space through a [`SharedTransport`]
-//!   ([`VirtioNet::with_link_status`]); a configuration-change interrupt wakes the stack's link
-//!   watcher.
-//! * **Counters**: [`VirtioIrq::stats`] gives frames, bytes, drops by reason and interrupts.
+//! * **Link state**: read from the device's configuration space (`VIRTIO_NET_F_STATUS`); a
+//!   configuration-change interrupt wakes the stack's link watcher.
+//! * **Counters**: [`VirtioIrq::stats`] gives frames, bytes, drops by reason, doorbells and
+//!   interrupts.
 //!
 //! The driver copies nothing and allocates nothing after [`VirtioNet::new`]. It depends on
 //! `zcnet-buffer` only (not on the stack), so it works with anything that consumes the
@@ -67,6 +74,7 @@ mod logging;
 
 mod irq;
 mod net;
+mod ring;
 mod shared;
 
 pub use irq::{VirtioIrq, VirtioStats};

@@ -1,4 +1,5 @@
-//! [`VirtioNet`]: the [`Driver`] over virtio-drivers' `VirtIONetRaw`.
+//! [`VirtioNet`]: the [`Driver`] for a virtio-net device, over virtio-drivers' `Transport` and
+//! this crate's split virtqueues ([`Ring`]).
 //!
 //! # Where a slot's bytes go
 //!
@@ -11,44 +12,125 @@
 //!   device writes the virtio-net header into the end of the headroom and the frame exactly where
 //!   [`PostedSlot::complete_range`] makes the [`RxFrame`] start. No copy, no bounce buffer.
 //! * **TX**: the stack builds the frame in a [`TxFrame`] with headroom left in front; the driver
-//!   pushes the virtio-net header into that headroom and hands header and frame to the device as
-//!   one buffer. The frame stays an [`InFlight`] lease until the device returns its token.
+//!   pushes a zeroed virtio-net header into that headroom and hands header and frame to the
+//!   device as one descriptor. The frame stays an [`InFlight`] lease until the device returns
+//!   it.
+//!
+//! # Notifications
+//!
+//! Posting a buffer only publishes it in the avail ring. The device is notified (a doorbell, on
+//! PCI a register write that exits to the hypervisor) at a flush point — [`Driver::flush`],
+//! and before the driver waits on the device (a `poll_*` about to return `Pending`) — and only
+//! if the device asked for it (the event-index rule, in [`Ring::kick_needed`]). Until its user
+//! first calls [`Driver::flush`], the driver notifies after every transmit instead, still under
+//! that rule, so a user that never flushes still gets its frames out; from the first flush on
+//! it counts on one after every run of transmits.
+//!
+//! Interrupts: the RX queue's used-buffer notification is asked for once per batch, when
+//! [`Driver::poll_receive`] finds nothing and is about to return `Pending`; TX completions
+//! interrupt only while the stack waits for room (a `poll_transmit_*` returning `Pending`).
 //!
 //! # The token tables
 //!
-//! virtio-drivers names each buffer chain by a token: the index of its first descriptor, always
-//! below `QUEUE`. `rx_slots[token]` holds the [`PostedSlot`] the device is filling and
-//! `tx_frames[token]` the [`InFlight`] frame it is sending. Both are bounded by the queue size,
-//! allocated once, and looked up in O(1).
+//! A [`Ring`] names each buffer chain by its head descriptor, always below `QUEUE`.
+//! `rx_slots[token]` holds the [`PostedSlot`] the device is filling and `tx_frames[token]` the
+//! [`InFlight`] frame it is sending. Both are bounded by the queue size, allocated once, and
+//! looked up in O(1).
 
 use core::fmt;
 use core::ptr::NonNull;
-use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use core::task::{Context, Poll};
 
 use heapless::Vec;
-use virtio_drivers::device::net::VirtIONetRaw;
-use virtio_drivers::transport::Transport;
-use virtio_drivers::{BufferDirection, Hal};
+use virtio_drivers::transport::{DeviceStatus, DeviceType, Transport};
+use virtio_drivers::{BufferDirection, Hal, PAGE_SIZE};
 use zcnet_buffer::{
     Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, InFlight, LinkState,
     Medium, PostedSlot, RxFrame, TxError, TxFrame, ETHERNET_HEADER_LEN,
 };
 
 use crate::irq::{Counters, VirtioIrq};
-use crate::shared::{LinkSource, SharedTransport};
+use crate::ring::{Ring, Used};
 
-/// The largest IP packet the driver carries: virtio-drivers 0.13 negotiates neither the MTU
-/// feature nor mergeable receive buffers, so the link is standard Ethernet.
+/// The IP MTU of the link when the device advises none (no `VIRTIO_NET_F_MTU`), or advises one
+/// the pool's slots cannot hold: standard Ethernet.
 pub const MTU: usize = 1500;
 
-/// The smallest receive buffer virtio-drivers accepts (a 1514-byte frame plus a 12-byte
-/// virtio-net header). A slot must offer this much from `headroom − header` to its end.
+/// The smallest receive buffer the driver posts: a 1514-byte frame behind the 12-byte
+/// virtio-net header, as the virtio specification asks of drivers without merged receive
+/// buffers. A pool slot must offer this much from `headroom − header` to its end.
 pub const MIN_RX_BUFFER: usize = 1526;
 
-/// Why [`VirtioNet::new`] refused a device or pool.
+/// The smallest MTU the driver accepts from the device (IPv4's minimum).
+const MIN_DEVICE_MTU: usize = 68;
+
+/// Feature bits (virtio 1.x, sections 5.1.3 and 6). Only these are ever accepted; whatever the
+/// device does not offer is not used.
+mod feature {
+    /// The device advises an MTU (configuration field `mtu`).
+    pub(super) const MTU: u64 = 1 << 3;
+    /// The device has a MAC address (configuration field `mac`).
+    pub(super) const MAC: u64 = 1 << 5;
+    /// The configuration field `status` (link up) is valid.
+    pub(super) const STATUS: u64 = 1 << 16;
+    /// The `used_event` / `avail_event` fields suppress notifications.
+    pub(super) const RING_EVENT_IDX: u64 = 1 << 29;
+    /// virtio 1.0 or later (a 12-byte virtio-net header).
+    pub(super) const VERSION_1: u64 = 1 << 32;
+}
+
+/// Offsets in the virtio-net configuration space.
+mod config {
+    /// `u8[6]`: the MAC address.
+    pub(super) const MAC: usize = 0;
+    /// `le16`: bit 0 is link up.
+    pub(super) const STATUS: usize = 6;
+    /// `le16`: the MTU the device advises.
+    pub(super) const MTU: usize = 10;
+    /// `status` bit: the link is up (`VIRTIO_NET_S_LINK_UP`).
+    pub(super) const S_LINK_UP: u16 = 1;
+}
+
+/// How many times [`VirtioNet::new`] reads the device status waiting for a reset to finish.
+const RESET_READS: u32 = 1_000_000;
+
+/// Virtqueue indices of the first queue pair.
+const RX_QUEUE: u16 = 0;
+const TX_QUEUE: u16 = 1;
+
+/// Why [`VirtioNet::new`] refused a device or pool. After any of these the device has been
+/// marked `FAILED` (if it was reached at all) and nothing was posted to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum VirtioError {
+    /// The transport's device is not a network device.
+    NotNetwork,
+    /// The device's status did not read back as 0 after the reset (a million reads).
+    ResetTimeout,
+    /// The device did not accept the feature set the driver chose (`FEATURES_OK` did not stick).
+    FeaturesRejected,
+    /// The device offers no MAC address (`VIRTIO_NET_F_MAC`), and the driver does not invent
+    /// one.
+    NoMacAddress,
+    /// The configuration space could not be read.
+    ConfigSpace,
+    /// The virtqueue is already set up on the device.
+    QueueInUse {
+        /// The virtqueue's index.
+        queue: u16,
+    },
+    /// The device's virtqueue is smaller than the driver's `QUEUE`.
+    QueueTooSmall {
+        /// The virtqueue's index.
+        queue: u16,
+        /// The largest size the device offers.
+        max: u32,
+        /// The driver's `QUEUE`.
+        needed: usize,
+    },
+    /// The `Hal`'s `dma_alloc` returned no memory for a virtqueue.
+    DmaAlloc,
     /// The pool's headroom cannot hold the virtio-net header in front of a frame.
     HeadroomTooSmall {
         /// The pool's headroom.
@@ -79,6 +161,19 @@ pub enum VirtioError {
 impl fmt::Display for VirtioError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
+            VirtioError::NotNetwork => f.write_str("the device is not a network device"),
+            VirtioError::ResetTimeout => f.write_str("the device did not finish its reset"),
+            VirtioError::FeaturesRejected => {
+                f.write_str("the device did not accept the driver's features")
+            }
+            VirtioError::NoMacAddress => f.write_str("the device offers no MAC address"),
+            VirtioError::ConfigSpace => f.write_str("the configuration space could not be read"),
+            VirtioError::QueueInUse { queue } => write!(f, "virtqueue {queue} is already in use"),
+            VirtioError::QueueTooSmall { queue, max, needed } => write!(
+                f,
+                "virtqueue {queue} holds at most {max} entries, the driver needs {needed}"
+            ),
+            VirtioError::DmaAlloc => f.write_str("the Hal allocated no DMA memory for a queue"),
             VirtioError::HeadroomTooSmall { headroom, needed } => write!(
                 f,
                 "pool headroom of {headroom} bytes cannot hold the {needed}-byte virtio-net header"
@@ -101,18 +196,26 @@ impl core::error::Error for VirtioError {}
 
 /// A virtio-net device as a zcnet [`Driver`]: pool slots in both virtqueues, no copies.
 ///
-/// `QUEUE` is the virtqueue size (a power of two, at most what the device offers; QEMU offers
-/// 256). Build the `VirtIONetRaw` with the same `QUEUE`, over any transport (PCI or MMIO), then
-/// wrap it:
+/// `QUEUE` is the size of each virtqueue (a power of two, at most what the device offers; QEMU
+/// offers 256). [`new`](Self::new) takes the device's transport (PCI or MMIO) and does the whole
+/// device initialisation:
 ///
 /// ```ignore
 /// static POOL: StaticPool<1024, 2048> = StaticPool::new();
 /// static NET_IRQ: VirtioIrq = VirtioIrq::new();
 ///
-/// let pool = POOL.init(DEFAULT_HEADROOM)?;          // identity-mapped DMA memory
-/// let raw = VirtIONetRaw::<KernelHal, PciTransport, 256>::new(transport)?;
-/// let net = VirtioNet::new(raw, pool, &NET_IRQ)?;    // then route the interrupts to NET_IRQ
+/// let pool = POOL.init(DEFAULT_HEADROOM)?;              // identity-mapped DMA memory
+/// let net = VirtioNet::<KernelHal, PciTransport, 256>::new(transport, pool, &NET_IRQ)?;
+/// // then route the device's interrupts to NET_IRQ
 /// ```
+///
+/// # Features
+///
+/// The driver accepts, of what the device offers: `VIRTIO_F_VERSION_1`, `VIRTIO_F_EVENT_IDX`
+/// (notification suppression), `VIRTIO_NET_F_MAC` (required: the driver refuses a device
+/// without it), `VIRTIO_NET_F_STATUS` (link state) and `VIRTIO_NET_F_MTU` when the advised MTU
+/// fits the pool's slots (otherwise the link runs at [`MTU`]). Without `VERSION_1` the device is
+/// driven with the 10-byte legacy header.
 ///
 /// # What the kernel provides
 ///
@@ -132,75 +235,148 @@ impl core::error::Error for VirtioError {}
 ///   application holds use up the pool's spare slots, never the ring. An empty pool registers
 ///   the caller with the pool (a returned slot wakes it) and is counted as `rx_starved`.
 ///   Completions shorter than the header (`rx_runt`) or longer than `mtu + 14`
-///   (`rx_oversize`) are dropped and counted.
+///   (`rx_oversize`) are dropped and counted. The RX interrupt is asked for only when the
+///   queue has been drained.
 /// * **Transmit**: [`Driver::poll_transmit_frame`] first reclaims completed frames, then gives
-///   out a pool frame only while the TX queue has room; a full queue registers the caller's
-///   waker for the TX interrupt (back-pressure, never a drop or a spin).
-///   [`Driver::transmit`] writes the virtio-net header into the frame's headroom and queues it.
-/// * **Errors from the device**: a token the driver never issued, or a completion that cannot be
-///   popped, marks the device broken (`device_errors`): the driver stops touching the queues and
-///   keeps every slot the device might still write.
-/// * **Link state** ([`Driver::poll_link_state`]) is the device's `VIRTIO_NET_S_LINK_UP` bit
-///   when the driver was given a [`SharedTransport`] through
-///   [`with_link_status`](Self::with_link_status); a configuration-change interrupt
-///   ([`VirtioIrq::handle_config_interrupt`]) wakes the caller. Without it (or when the device
-///   does not offer `VIRTIO_NET_F_STATUS`, or the read fails) the link reads as up, as the
-///   virtio specification says a driver must then assume.
-/// * **Drop**: virtio-drivers cannot reset a PCI device's queues, so slots still posted or in
-///   flight are left with the device (they stay POSTED / DEVICE in the pool) rather than
-///   returned to a pool the device could still write into.
+///   out a pool frame only while the TX queue has a free descriptor; otherwise it asks for a TX
+///   interrupt and registers the caller's waker (back-pressure, never a drop or a spin).
+///   [`Driver::transmit`] writes the virtio-net header into the frame's headroom and publishes
+///   it.
+/// * **Doorbells**: [`Driver::flush`] returns the frames the device has finished sending to
+///   the pool (or, retained ones, to their sockets) and notifies the device of everything
+///   published since the last flush, if the device asked for it; the `poll_*` methods notify
+///   before they return `Pending`, and [`Driver::poll_receive`] returns sent frames then too. Until its user first calls `flush`, the driver notifies after each transmit;
+///   from then on it relies on a flush after every run of transmits, as the trait asks.
+/// * **Errors from the device**: a used element for a buffer the driver never posted, or a used
+///   index that runs ahead of the buffers posted, marks the device broken (`device_errors`):
+///   the driver stops touching the queues and keeps every slot the device might still write.
+/// * **Link state** ([`Driver::poll_link_state`]) is the device's `VIRTIO_NET_S_LINK_UP` bit,
+///   read from the configuration space, when the device offers `VIRTIO_NET_F_STATUS`; a
+///   configuration-change interrupt ([`VirtioIrq::handle_config_interrupt`]) wakes the caller.
+///   Without that feature (or when the read fails) the link reads as up, as the virtio
+///   specification says a driver must then assume.
+/// * **Drop**: slots still posted or in flight, and the virtqueues, are left with the device
+///   (they stay POSTED / DEVICE in the pool) rather than returned to memory the device could
+///   still write.
 pub struct VirtioNet<H: Hal, T: Transport, const QUEUE: usize> {
-    raw: VirtIONetRaw<H, T, QUEUE>,
+    transport: T,
+    rx: Ring<H, QUEUE>,
+    tx: Ring<H, QUEUE>,
     pool: &'static FramePool,
     irq: &'static VirtioIrq,
     /// Where in a slot the device starts writing: `headroom - header_len`.
     rx_offset: usize,
     /// Size of the virtio-net header this device uses (12 with VERSION_1, 10 for legacy).
     header_len: usize,
+    /// The link's IP MTU.
+    mtu: usize,
     mac: [u8; 6],
+    /// The features accepted.
+    features: u64,
     /// Invariant: `rx_slots[t]` is `Some` exactly while the device owns RX token `t`; the slot
-    /// is POSTED and nothing reads or writes its bytes until `receive_complete` for `t`.
+    /// is POSTED and nothing reads or writes its bytes until the ring pops `t`.
     /// `QUEUE` entries, one per possible token.
     rx_slots: Vec<Option<PostedSlot>, QUEUE>,
-    /// Number of `Some` entries in `rx_slots`.
-    rx_posted: usize,
     /// Invariant: `tx_frames[t]` is `Some` exactly while the device owns TX token `t`.
     tx_frames: Vec<Option<InFlight>, QUEUE>,
-    /// Number of `Some` entries in `tx_frames`.
-    tx_in_flight: usize,
     /// Set when the RX ring ran dry for want of slots; cleared when a slot is posted again, so
     /// each dry spell counts once.
     starved: bool,
     /// The device broke the queue protocol: the driver no longer touches the queues.
     broken: bool,
-    /// Where the link status is read ([`with_link_status`](Self::with_link_status)); `None`:
-    /// always up.
-    link: Option<&'static dyn LinkSource>,
+    /// The user calls [`Driver::flush`]: transmits only publish, the flush notifies.
+    batched: bool,
+}
+
+/// What device initialisation settled, before the driver takes the transport.
+struct Setup<H: Hal, const QUEUE: usize> {
+    rx: Ring<H, QUEUE>,
+    tx: Ring<H, QUEUE>,
+    rx_offset: usize,
+    header_len: usize,
+    mtu: usize,
+    mac: [u8; 6],
+    features: u64,
 }
 
 impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
-    /// Wraps an initialised `VirtIONetRaw` whose RX and TX buffers will be slots of `pool`, with
-    /// `irq` shared with the device's interrupt handler.
+    /// Initialises the virtio-net device behind `transport` (reset, feature negotiation, one RX
+    /// and one TX virtqueue of `QUEUE` entries, `DRIVER_OK`) for RX and TX buffers that will be
+    /// slots of `pool`, with `irq` shared with the device's interrupt handler.
     ///
-    /// Errors if the pool's headroom cannot hold the virtio-net header, if its slots cannot hold
-    /// [`MIN_RX_BUFFER`] bytes behind `headroom − header`, if it has no free slot, or if the
-    /// `Hal` maps pool memory elsewhere than the pool's address map (see
-    /// [`VirtioError::DmaAddressMismatch`]). Nothing is posted yet: the first
-    /// [`Driver::poll_receive`] fills the RX queue.
+    /// Errors (see [`VirtioError`]) if the device is not a network device, rejects the
+    /// features, has no MAC address or too small queues; if the pool's headroom cannot hold the
+    /// virtio-net header, its slots cannot hold [`MIN_RX_BUFFER`] bytes behind
+    /// `headroom − header`, it has no free slot, or the `Hal` maps pool memory elsewhere than
+    /// the pool's address map ([`VirtioError::DmaAddressMismatch`]). Nothing is posted yet: the
+    /// first [`Driver::poll_receive`] fills the RX queue.
+    ///
+    /// The initialisation resets the device, and with it any MSI-X vectors: program them after
+    /// this returns.
     pub fn new(
-        raw: VirtIONetRaw<H, T, QUEUE>,
+        mut transport: T,
         pool: &'static FramePool,
         irq: &'static VirtioIrq,
     ) -> Result<Self, VirtioError> {
-        let mut probe = [0u8; 32];
-        // A 32-byte buffer holds either header layout, so this cannot fail; if a future
-        // virtio-drivers grew its header, refusing the pool is the safe answer.
-        let header_len =
-            raw.fill_buffer_header(&mut probe)
-                .map_err(|_| VirtioError::HeadroomTooSmall {
-                    headroom: pool.headroom(),
-                    needed: probe.len(),
-                })?;
+        if transport.device_type() != DeviceType::Network {
+            return Err(VirtioError::NotNetwork);
+        }
+        let setup = match Self::init(&mut transport, pool) {
+            Ok(setup) => setup,
+            Err(e) => {
+                error!("virtio-net: initialisation failed: {}", e);
+                transport.set_status(DeviceStatus::FAILED);
+                return Err(e);
+            }
+        };
+        let mut rx_slots = Vec::new();
+        let mut tx_frames = Vec::new();
+        for _ in 0..QUEUE {
+            // Both have capacity QUEUE, so neither push can fail.
+            let _ = rx_slots.push(None);
+            let _ = tx_frames.push(None);
+        }
+        Ok(Self {
+            transport,
+            rx: setup.rx,
+            tx: setup.tx,
+            pool,
+            irq,
+            rx_offset: setup.rx_offset,
+            header_len: setup.header_len,
+            mtu: setup.mtu,
+            mac: setup.mac,
+            features: setup.features,
+            rx_slots,
+            tx_frames,
+            starved: false,
+            broken: false,
+            batched: false,
+        })
+    }
+
+    /// The device initialisation proper (virtio 1.x, 3.1.1), up to `DRIVER_OK`.
+    fn init(transport: &mut T, pool: &'static FramePool) -> Result<Setup<H, QUEUE>, VirtioError> {
+        // Reset, and wait for the device to say it is done (virtio 1.x, 4.1.4.3.2).
+        transport.set_status(DeviceStatus::empty());
+        let mut reads = 0;
+        while transport.get_status() != DeviceStatus::empty() {
+            reads += 1;
+            if reads == RESET_READS {
+                return Err(VirtioError::ResetTimeout);
+            }
+            core::hint::spin_loop();
+        }
+        transport.set_status(DeviceStatus::ACKNOWLEDGE | DeviceStatus::DRIVER);
+        let offered = transport.read_device_features();
+        let mut features = offered
+            & (feature::MAC | feature::STATUS | feature::RING_EVENT_IDX | feature::VERSION_1);
+        let header_len = if features & feature::VERSION_1 != 0 {
+            12
+        } else {
+            10
+        };
+
         let headroom = pool.headroom();
         let Some(rx_offset) = headroom.checked_sub(header_len) else {
             return Err(VirtioError::HeadroomTooSmall {
@@ -217,50 +393,65 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         }
         check_dma_mapping::<H>(pool, rx_offset)?;
 
+        // The advised MTU is accepted only if a frame that large fits a posted slot: a driver
+        // that accepts it must post buffers that hold one. (Transport::begin_init would accept
+        // the features before this could be looked at, so the driver does the steps itself.)
+        let mut mtu = MTU;
+        if offered & feature::MTU != 0 {
+            let room = pool.slot_size() - rx_offset - header_len - ETHERNET_HEADER_LEN;
+            match transport.read_config_space::<u16>(config::MTU) {
+                Ok(advised) if (MIN_DEVICE_MTU..=room).contains(&usize::from(advised)) => {
+                    mtu = usize::from(advised);
+                    features |= feature::MTU;
+                }
+                Ok(advised) => info!(
+                    "virtio-net: advised MTU {} ignored: slots hold at most {}",
+                    advised, room
+                ),
+                Err(_) => warn!("virtio-net: advised MTU unreadable: using {}", MTU),
+            }
+        }
+
+        transport.write_driver_features(features);
+        transport.set_status(
+            DeviceStatus::ACKNOWLEDGE | DeviceStatus::DRIVER | DeviceStatus::FEATURES_OK,
+        );
+        if !transport.get_status().contains(DeviceStatus::FEATURES_OK) {
+            return Err(VirtioError::FeaturesRejected);
+        }
+        transport.set_guest_page_size(PAGE_SIZE as u32);
+
+        if features & feature::MAC == 0 {
+            return Err(VirtioError::NoMacAddress);
+        }
+        let mac = transport
+            .read_consistent(|| transport.read_config_space::<[u8; 6]>(config::MAC))
+            .map_err(|_| VirtioError::ConfigSpace)?;
+
+        let event_idx = features & feature::RING_EVENT_IDX != 0;
+        let rx = Ring::new(transport, RX_QUEUE, event_idx)?;
+        let tx = Ring::new(transport, TX_QUEUE, event_idx)?;
+        transport.finish_init();
+
         info!(
-            "virtio-net: {} entries per queue, {}-byte virtio-net header, {} pool slots",
+            "virtio-net: features {:#x} of {:#x}, {} entries per queue, {}-byte header, MTU {}, \
+             {} pool slots",
+            features,
+            offered,
             QUEUE,
             header_len,
+            mtu,
             pool.slot_count()
         );
-        let mut rx_slots = Vec::new();
-        let mut tx_frames = Vec::new();
-        for _ in 0..QUEUE {
-            // Both have capacity QUEUE, so neither push can fail.
-            let _ = rx_slots.push(None);
-            let _ = tx_frames.push(None);
-        }
-        Ok(Self {
-            mac: raw.mac_address(),
-            raw,
-            pool,
-            irq,
+        Ok(Setup {
+            rx,
+            tx,
             rx_offset,
             header_len,
-            rx_slots,
-            rx_posted: 0,
-            tx_frames,
-            tx_in_flight: 0,
-            starved: false,
-            broken: false,
-            link: None,
+            mtu,
+            mac,
+            features,
         })
-    }
-
-    /// Reads the link state from the device's configuration space through `transport`, a copy
-    /// of the [`SharedTransport`] this driver's `VirtIONetRaw` was built over. Route the
-    /// device's configuration-change interrupt to [`VirtioIrq::handle_config_interrupt`] so
-    /// that a change wakes the task in [`Driver::poll_link_state`].
-    ///
-    /// A device that does not offer `VIRTIO_NET_F_STATUS` has no valid status field: the link
-    /// then stays up, as without this call.
-    pub fn with_link_status<X: Transport + Send>(mut self, transport: SharedTransport<X>) -> Self {
-        let source = transport.link_source();
-        self.link = source.offers_status().then_some(source);
-        if self.link.is_none() {
-            info!("virtio-net: the device reports no link status: the link is taken as up");
-        }
-        self
     }
 
     /// The counters and wakers shared with the interrupt handler.
@@ -274,9 +465,15 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         self.header_len
     }
 
+    /// The feature bits the driver accepted (virtio 1.x numbering: bit 5 `VIRTIO_NET_F_MAC`,
+    /// 29 `VIRTIO_F_EVENT_IDX`, 32 `VIRTIO_F_VERSION_1`, ...).
+    pub fn features(&self) -> u64 {
+        self.features
+    }
+
     /// The largest frame the link carries, Ethernet header included.
     fn max_frame_len(&self) -> usize {
-        MTU + ETHERNET_HEADER_LEN
+        self.mtu + ETHERNET_HEADER_LEN
     }
 
     fn counters(&self) -> &'static Counters {
@@ -293,16 +490,44 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         Counters::bump(&self.counters().device_errors);
     }
 
+    /// Notifies the RX queue if the device asked to hear of what was posted since the last
+    /// notification decision.
+    fn kick_rx(&mut self) {
+        let counters = self.counters();
+        kick(
+            &mut self.rx,
+            &mut self.transport,
+            &counters.rx_kicks,
+            counters,
+        );
+    }
+
+    /// As [`kick_rx`](Self::kick_rx), for the TX queue.
+    fn kick_tx(&mut self) {
+        let counters = self.counters();
+        kick(
+            &mut self.tx,
+            &mut self.transport,
+            &counters.tx_kicks,
+            counters,
+        );
+    }
+
     /// Posts free slots until the RX queue is full or the pool is empty; an empty pool registers
-    /// `cx` with the pool.
+    /// `cx` with the pool. Frames the device has finished sending are reclaimed first when the
+    /// pool runs dry (nothing else returns them while the stack is not transmitting).
     fn refill(&mut self, cx: &mut Context<'_>) {
-        while self.rx_posted < QUEUE && !self.broken {
+        while self.rx.free() > 0 && !self.broken {
             let slot = match self.pool.try_alloc_rx() {
                 Some(slot) => slot,
+                None if self.tx.has_used() => {
+                    self.reclaim_tx();
+                    continue;
+                }
                 None => match self.pool.poll_alloc_rx(cx) {
                     Poll::Ready(slot) => slot,
                     Poll::Pending => {
-                        if self.rx_posted == 0 && !self.starved {
+                        if self.rx.in_flight() == 0 && !self.starved {
                             warn!("virtio-net: RX queue empty: the pool has no free slot");
                             self.starved = true;
                             Counters::bump(&self.counters().rx_starved);
@@ -315,95 +540,89 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         }
         self.counters()
             .rx_posted
-            .store(self.rx_posted as u64, Relaxed);
+            .store(self.rx.in_flight() as u64, Relaxed);
     }
 
-    /// Gives one slot to the device as a receive buffer.
+    /// Publishes one slot to the device as a receive buffer.
     fn post(&mut self, mut slot: PostedSlot) {
-        let offset = self.rx_offset;
-        let buffer = &mut slot.buffer_mut()[offset..];
+        let buffer = NonNull::from(&mut slot.buffer_mut()[self.rx_offset..]);
         // SAFETY: the slot is POSTED and owned by this driver; it is stored in `rx_slots` under
-        // the returned token and nothing touches its bytes until `receive_complete` for that
-        // token passes the same range back (the `rx_slots` invariant). If the device breaks the
-        // protocol the slot is kept, never returned to the pool, so DMA cannot hit reused memory.
-        match unsafe { self.raw.receive_begin(buffer) } {
-            Ok(token) => match self.rx_slots.get_mut(usize::from(token)) {
-                Some(entry @ None) => {
-                    *entry = Some(slot);
-                    self.rx_posted += 1;
-                    self.starved = false;
-                }
-                _ => {
-                    // A token out of range or already in use: virtio-drivers and the device
-                    // disagree with our bookkeeping. The device may write this slot: keep it.
-                    core::mem::forget(slot);
-                    self.fail("RX token out of range or in use");
-                }
-            },
-            Err(_) => {
-                // The queue has no free descriptor although we track fewer than QUEUE posted
-                // buffers: bookkeeping and device disagree. The slot was not handed over.
+        // the returned token and nothing touches its bytes until the ring pops that token (the
+        // `rx_slots` invariant). If the device breaks the protocol the slot is kept, never
+        // returned to the pool, so DMA cannot hit reused memory.
+        let token = unsafe { self.rx.add(&[(buffer, BufferDirection::DeviceToDriver)]) };
+        match token.map(|t| self.rx_slots.get_mut(usize::from(t))) {
+            Some(Some(entry @ None)) => {
+                *entry = Some(slot);
+                self.starved = false;
+            }
+            Some(_) => {
+                // The ring handed out a token our table says is taken: keep the slot, the
+                // device may write it.
+                core::mem::forget(slot);
+                self.fail("RX token already in use");
+            }
+            None => {
+                // Not published (the caller checked for a free descriptor; the slot is not
+                // empty): bookkeeping disagrees. The device never saw the slot.
                 drop(slot);
                 self.fail("no free RX descriptor");
             }
         }
     }
 
-    /// Pops the RX completion for `token`. Returns the frame, or `None` when it was dropped
-    /// (counted) or the device broke the protocol.
-    fn complete_rx(&mut self, token: u16) -> Option<RxFrame> {
-        let index = usize::from(token);
-        let Some(mut slot) = self.rx_slots.get_mut(index).and_then(Option::take) else {
+    /// Takes the next used RX buffer: `None` when there is none (or the device broke the
+    /// protocol); `Some(None)` when it was dropped (counted).
+    fn next_rx(&mut self) -> Option<Option<RxFrame>> {
+        match self.rx.pop_used() {
+            Ok(Some(used)) => Some(self.complete_rx(used)),
+            Ok(None) => None,
+            Err(e) => {
+                self.fail(e.describe());
+                None
+            }
+        }
+    }
+
+    /// Turns the used RX buffer `used` into a frame, or `None` when it was dropped (counted) or
+    /// the device broke the protocol.
+    fn complete_rx(&mut self, used: Used) -> Option<RxFrame> {
+        let Some(slot) = self
+            .rx_slots
+            .get_mut(usize::from(used.head))
+            .and_then(Option::take)
+        else {
             self.fail("RX completion for a token not posted");
             return None;
         };
-        let offset = self.rx_offset;
-        // SAFETY: `slot` is the buffer posted under `token` (the `rx_slots` invariant), and the
-        // same range of it is passed back, as `receive_complete` requires.
-        let done = unsafe {
-            self.raw
-                .receive_complete(token, &mut slot.buffer_mut()[offset..])
-        };
         let counters = self.counters();
-        match done {
-            Ok((header, len)) => {
-                self.rx_posted -= 1;
-                if len > self.max_frame_len() {
-                    debug!(
-                        "virtio-net: received frame of {} bytes dropped: over {}",
-                        len,
-                        self.max_frame_len()
-                    );
-                    Counters::bump(&counters.rx_oversize);
-                    return None;
-                }
-                match slot.complete_range(offset + header, len) {
-                    Ok(frame) => {
-                        Counters::bump(&counters.rx_frames);
-                        counters.rx_bytes.fetch_add(len as u64, Relaxed);
-                        Some(frame)
-                    }
-                    Err(_) => {
-                        debug!(
-                            "virtio-net: received frame of {} bytes dropped: over the slot",
-                            len
-                        );
-                        Counters::bump(&counters.rx_oversize);
-                        None
-                    }
-                }
-            }
-            Err(virtio_drivers::Error::IoError) => {
-                // Popped, but shorter than the virtio-net header.
-                self.rx_posted -= 1;
-                debug!("virtio-net: received buffer shorter than the virtio-net header dropped");
-                Counters::bump(&counters.rx_runt);
-                None
+        let written = used.len as usize;
+        let Some(len) = written.checked_sub(self.header_len) else {
+            debug!("virtio-net: received buffer shorter than the virtio-net header dropped");
+            Counters::bump(&counters.rx_runt);
+            return None;
+        };
+        if len > self.max_frame_len() {
+            debug!(
+                "virtio-net: received frame of {} bytes dropped: over {}",
+                len,
+                self.max_frame_len()
+            );
+            Counters::bump(&counters.rx_oversize);
+            return None;
+        }
+        match slot.complete_range(self.rx_offset + self.header_len, len) {
+            Ok(frame) => {
+                Counters::bump(&counters.rx_frames);
+                counters.rx_bytes.fetch_add(len as u64, Relaxed);
+                Some(frame)
             }
             Err(_) => {
-                // Not popped: the device still owns the buffer. Keep the slot where it was.
-                self.rx_slots[index] = Some(slot);
-                self.fail("RX completion not popped");
+                debug!(
+                    "virtio-net: received frame of {} bytes dropped: over the slot",
+                    len
+                );
+                Counters::bump(&counters.rx_oversize);
                 None
             }
         }
@@ -412,30 +631,75 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     /// Returns every frame the device has finished sending to the pool.
     fn reclaim_tx(&mut self) {
         while !self.broken {
-            let Some(token) = self.raw.poll_transmit() else {
-                break;
-            };
-            let index = usize::from(token);
-            let Some(frame) = self.tx_frames.get_mut(index).and_then(Option::take) else {
-                self.fail("TX completion for a token not queued");
-                break;
-            };
-            // SAFETY: `frame` is the buffer queued under `token` (the `tx_frames` invariant),
-            // passed back whole as `transmit_complete` requires.
-            match unsafe { self.raw.transmit_complete(token, &frame) } {
-                Ok(_) => {
-                    self.tx_in_flight -= 1;
-                    drop(frame);
+            let used = match self.tx.pop_used() {
+                Ok(Some(used)) => used,
+                Ok(None) => break,
+                Err(e) => {
+                    self.fail(e.describe());
+                    break;
                 }
-                Err(_) => {
-                    self.tx_frames[index] = Some(frame);
-                    self.fail("TX completion not popped");
-                }
+            };
+            match self
+                .tx_frames
+                .get_mut(usize::from(used.head))
+                .and_then(Option::take)
+            {
+                Some(frame) => drop(frame),
+                None => self.fail("TX completion for a token not queued"),
             }
         }
         self.counters()
             .tx_in_flight
-            .store(self.tx_in_flight as u64, Relaxed);
+            .store(self.tx.in_flight() as u64, Relaxed);
+    }
+
+    /// The TX queue has room (a free descriptor).
+    fn tx_room(&self) -> bool {
+        self.tx.free() > 0
+    }
+
+    /// Before waiting for a TX completion: registers `cx`, asks for the TX interrupt (at the
+    /// next completion if `soon`, otherwise once three quarters of the frames in flight are
+    /// done), makes sure the device knows what was published, and reclaims once more (a
+    /// completion before the request raised no interrupt).
+    fn wait_tx(&mut self, cx: &mut Context<'_>, soon: bool) {
+        self.irq.tx.register(cx.waker());
+        let in_flight = self.tx.in_flight();
+        let after = if soon {
+            0
+        } else {
+            (in_flight * 3 / 4).min(in_flight.saturating_sub(1))
+        };
+        // `after < QUEUE <= 32768`.
+        self.tx.enable_interrupts(after as u16);
+        Counters::bump(&self.counters().tx_interrupt_requests);
+        self.kick_tx();
+        self.reclaim_tx();
+    }
+
+    /// The stack has room again: TX completions need not interrupt.
+    fn tx_interrupts_off(&mut self) {
+        if self.tx.interrupts_enabled() {
+            self.tx.disable_interrupts();
+        }
+    }
+}
+
+/// Notifies `ring`'s queue through `transport` if the device asked to hear of what was published
+/// since the last decision, counted in `kicks` (or as suppressed).
+fn kick<H: Hal, T: Transport, const QUEUE: usize>(
+    ring: &mut Ring<H, QUEUE>,
+    transport: &mut T,
+    kicks: &AtomicU64,
+    counters: &Counters,
+) {
+    match ring.kick_needed() {
+        Some(true) => {
+            transport.notify(ring.queue());
+            Counters::bump(kicks);
+        }
+        Some(false) => Counters::bump(&counters.kicks_suppressed),
+        None => {}
     }
 }
 
@@ -470,20 +734,30 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         }
         self.refill(cx);
         loop {
-            if let Some(token) = self.raw.poll_receive() {
-                let frame = self.complete_rx(token);
+            while let Some(frame) = self.next_rx() {
                 // A fresh slot in the completed one's place before anything is handed up.
                 self.refill(cx);
-                match frame {
-                    Some(frame) => return Poll::Ready(frame),
-                    None if self.broken => return Poll::Pending,
-                    None => continue,
+                if let Some(frame) = frame {
+                    if self.rx.interrupts_enabled() {
+                        // A batch begins: no RX interrupts until it has been drained.
+                        self.rx.disable_interrupts();
+                    }
+                    return Poll::Ready(frame);
                 }
             }
-            // Register, then look once more: a completion after this look raises an RX
-            // interrupt, which wakes the waker registered here.
+            if self.broken {
+                return Poll::Pending;
+            }
+            // Drained. Register, then ask for the RX interrupt and look once more: a buffer
+            // used before the request raised no interrupt.
             self.irq.rx.register(cx.waker());
-            if self.raw.poll_receive().is_none() {
+            if !self.rx.interrupts_enabled() {
+                Counters::bump(&self.counters().rx_interrupt_requests);
+            }
+            if !self.rx.enable_interrupts(0) {
+                self.kick_rx();
+                // The end of an ingress run: sent frames go back, as in `flush`.
+                self.reclaim_tx();
                 return Poll::Pending;
             }
         }
@@ -494,22 +768,28 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
             return Poll::Pending;
         }
         self.reclaim_tx();
-        if self.tx_in_flight < QUEUE {
+        if self.broken {
+            return Poll::Pending;
+        }
+        if self.tx_room() {
             if let Poll::Ready(frame) = self.pool.poll_alloc_tx(cx) {
+                self.tx_interrupts_off();
                 return Poll::Ready(frame);
             }
-            if self.tx_in_flight == 0 {
+            if self.tx.in_flight() == 0 {
                 // Only a slot returned elsewhere can help; the pool wakes us then.
                 return Poll::Pending;
             }
         }
         // The queue is full, or frames the device still holds are the slots we lack: wait for
-        // a TX completion. Register, then reclaim once more, since a completion between the
-        // reclaim above and the registration raised its interrupt before anyone listened.
-        self.irq.tx.register(cx.waker());
-        self.reclaim_tx();
-        if self.tx_in_flight < QUEUE {
-            return self.pool.poll_alloc_tx(cx);
+        // a TX completion (the next one, if it is a slot we lack).
+        let pool_dry = self.tx_room();
+        self.wait_tx(cx, pool_dry);
+        if self.tx_room() && !self.broken {
+            if let Poll::Ready(frame) = self.pool.poll_alloc_tx(cx) {
+                self.tx_interrupts_off();
+                return Poll::Ready(frame);
+            }
         }
         Poll::Pending
     }
@@ -519,17 +799,14 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
             return Poll::Pending;
         }
         self.reclaim_tx();
-        if self.tx_in_flight < QUEUE {
-            return Poll::Ready(());
+        if !self.tx_room() {
+            self.wait_tx(cx, false);
         }
-        // Register, then reclaim once more (as in `poll_transmit_frame`).
-        self.irq.tx.register(cx.waker());
-        self.reclaim_tx();
-        if self.tx_in_flight < QUEUE {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
+        if !self.tx_room() || self.broken {
+            return Poll::Pending;
         }
+        self.tx_interrupts_off();
+        Poll::Ready(())
     }
 
     fn transmit(&mut self, mut frame: TxFrame) -> Result<(), TxError> {
@@ -544,9 +821,12 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         if self.broken {
             return Err(TxError::Device);
         }
-        if self.tx_in_flight >= QUEUE {
+        if !self.tx_room() {
             self.reclaim_tx();
-            if self.tx_in_flight >= QUEUE {
+            if self.broken {
+                return Err(TxError::Device);
+            }
+            if !self.tx_room() {
                 debug!("virtio-net: frame refused: TX queue full");
                 Counters::bump(&counters.tx_queue_full);
                 return Err(TxError::Device);
@@ -557,34 +837,35 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
             Counters::bump(&counters.tx_no_headroom);
             return Err(TxError::NoHeadroom);
         };
-        if self.raw.fill_buffer_header(header).is_err() {
-            Counters::bump(&counters.tx_no_headroom);
-            return Err(TxError::NoHeadroom);
-        }
+        // No offloads: flags, GSO type and the rest are zero.
+        header.fill(0);
         let frame = frame.into_device();
+        let buffer = NonNull::from(&*frame);
         // SAFETY: `frame` (DEVICE state, owned by this driver) is stored in `tx_frames` under
-        // the returned token and not touched until `transmit_complete` passes it back whole.
-        match unsafe { self.raw.transmit_begin(&frame) } {
-            Ok(token) => match self.tx_frames.get_mut(usize::from(token)) {
-                Some(entry @ None) => {
-                    *entry = Some(frame);
-                    self.tx_in_flight += 1;
-                    counters
-                        .tx_in_flight
-                        .store(self.tx_in_flight as u64, Relaxed);
-                    Counters::bump(&counters.tx_frames);
-                    counters.tx_bytes.fetch_add(len as u64, Relaxed);
-                    Ok(())
+        // the returned token and neither read mutably nor dropped until the ring pops that
+        // token; the device only reads it.
+        let token = unsafe { self.tx.add(&[(buffer, BufferDirection::DriverToDevice)]) };
+        match token.map(|t| self.tx_frames.get_mut(usize::from(t))) {
+            Some(Some(entry @ None)) => {
+                *entry = Some(frame);
+                counters
+                    .tx_in_flight
+                    .store(self.tx.in_flight() as u64, Relaxed);
+                Counters::bump(&counters.tx_frames);
+                counters.tx_bytes.fetch_add(len as u64, Relaxed);
+                if !self.batched {
+                    self.kick_tx();
                 }
-                _ => {
-                    // The device may read this frame: keep its slot out of the pool.
-                    core::mem::forget(frame);
-                    self.fail("TX token out of range or in use");
-                    Err(TxError::Device)
-                }
-            },
-            Err(_) => {
-                // Not queued (no free descriptor although fewer than QUEUE are in flight).
+                Ok(())
+            }
+            Some(_) => {
+                // The device may read this frame: keep its slot out of the pool.
+                core::mem::forget(frame);
+                self.fail("TX token already in use");
+                Err(TxError::Device)
+            }
+            None => {
+                // Not published although a descriptor was free: bookkeeping disagrees.
                 drop(frame);
                 self.fail("no free TX descriptor");
                 Err(TxError::Device)
@@ -592,10 +873,21 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         }
     }
 
+    fn flush(&mut self) {
+        self.batched = true;
+        if !self.broken {
+            // Frames the device is done with go back now: a socket may wait on a retained
+            // frame's return (to send it again), and no TX interrupt is asked for it.
+            self.reclaim_tx();
+            self.kick_rx();
+            self.kick_tx();
+        }
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             medium: Medium::Ethernet,
-            mtu: MTU,
+            mtu: self.mtu,
             tx_headroom: self.header_len,
             checksum: ChecksumOffloads::empty(),
             max_burst: Some(QUEUE),
@@ -607,22 +899,22 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
     }
 
     fn poll_link_state(&mut self, cx: &mut Context<'_>) -> LinkState {
-        let Some(source) = self.link else {
+        if self.features & feature::STATUS == 0 {
             // The state never changes, so there is no change to register for.
             return LinkState::Up;
-        };
+        }
         // Registered before the read: a change after it raises an interrupt that wakes `cx`.
         self.irq.link.register(cx.waker());
-        match source.link_up() {
-            Some(false) => {
+        match self.transport.read_config_space::<u16>(config::STATUS) {
+            Ok(status) if status & config::S_LINK_UP == 0 => {
                 debug!("virtio-net: link status: down");
                 LinkState::Down
             }
-            Some(true) => {
+            Ok(_) => {
                 debug!("virtio-net: link status: up");
                 LinkState::Up
             }
-            None => {
+            Err(_) => {
                 warn!("virtio-net: link status unreadable: taken as up");
                 LinkState::Up
             }
@@ -632,8 +924,9 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
 
 impl<H: Hal, T: Transport, const QUEUE: usize> Drop for VirtioNet<H, T, QUEUE> {
     fn drop(&mut self) {
-        // The device may still write posted buffers and read queued frames (PCI queues cannot be
-        // unset): leave those slots with it instead of returning them to the pool.
+        // The device may still write posted buffers and read queued frames: leave those slots
+        // (and the rings, which `Ring` never frees) with it instead of returning them to a pool
+        // the device could still write into.
         for entry in self.rx_slots.iter_mut() {
             if let Some(slot) = entry.take() {
                 core::mem::forget(slot);
@@ -651,8 +944,11 @@ impl<H: Hal, T: Transport, const QUEUE: usize> fmt::Debug for VirtioNet<H, T, QU
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VirtioNet")
             .field("mac", &HardwareAddress::Ethernet(self.mac))
-            .field("rx_posted", &self.rx_posted)
-            .field("tx_in_flight", &self.tx_in_flight)
+            .field("mtu", &self.mtu)
+            .field("features", &self.features)
+            .field("rx_posted", &self.rx.in_flight())
+            .field("tx_in_flight", &self.tx.in_flight())
+            .field("batched", &self.batched)
             .field("broken", &self.broken)
             .finish_non_exhaustive()
     }

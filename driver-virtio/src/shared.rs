@@ -1,48 +1,39 @@
-//! [`SharedTransport`]: one transport used by `VirtIONetRaw` and, for the link status, by
-//! [`VirtioNet`](crate::VirtioNet).
+//! [`SharedTransport`]: one transport used by [`VirtioNet`](crate::VirtioNet) and by other code
+//! of the kernel.
 //!
-//! virtio-drivers' `VirtIONetRaw` owns its transport and offers no way to read the device's
-//! configuration space once built, so the virtio-net `status` field (bit 0: link up) is out of
-//! the driver's reach. A `SharedTransport` is a `Transport` that forwards every call to a
-//! transport kept in a `'static` [`spin::Mutex`]; `VirtIONetRaw` gets the `SharedTransport`,
-//! [`VirtioNet::with_link_status`](crate::VirtioNet::with_link_status) gets a copy of it and
-//! reads `status` through the same lock.
+//! [`VirtioNet::new`](crate::VirtioNet::new) takes its transport by value and keeps it. A kernel
+//! that must reach the same device elsewhere (its configuration space, the ISR status a shared
+//! interrupt line needs read) puts the transport in a `'static` [`spin::Mutex`] and gives the
+//! driver a `SharedTransport`, a `Transport` that forwards every call through that lock; it keeps
+//! a copy for itself.
 //!
 //! # Ground rules
 //!
-//! * Only the driver's task takes the lock: `VirtIONetRaw`'s calls (from the driver) and the
-//!   status read (from [`Driver::poll_link_state`](zcnet_buffer::Driver::poll_link_state)) run
-//!   one after the other, never nested, so the lock is never contended and never spins.
-//! * An interrupt handler must never touch the transport (it would deadlock if it interrupted
-//!   the driver holding the lock): it calls [`VirtioIrq`](crate::VirtioIrq)'s `handle_*`
-//!   methods, which take no lock.
+//! * Only task context takes the lock: the driver's calls (from its `Driver` methods) and the
+//!   kernel's own run one after the other, never nested, so the lock is never contended for
+//!   long.
+//! * An interrupt handler must never touch the transport through it (it would deadlock if it
+//!   interrupted a holder of the lock): it calls [`VirtioIrq`](crate::VirtioIrq)'s `handle_*`
+//!   methods, which take no lock, and reads the ISR status through its own mapping.
 
 use spin::Mutex;
 use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus, Transport};
 use virtio_drivers::PhysAddr;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-/// Offset of the virtio-net configuration's `status` field (after the 6-byte `mac`).
-const NET_CONFIG_STATUS: usize = 6;
-/// `status` bit: the link is up (`VIRTIO_NET_S_LINK_UP`).
-const NET_S_LINK_UP: u16 = 1;
-/// Device feature bit: the `status` field is valid (`VIRTIO_NET_F_STATUS`).
-const NET_F_STATUS: u64 = 1 << 16;
-
-/// A [`Transport`] that forwards to one kept in a `'static` lock, so that the zcnet driver can
-/// read the device's link status while `VirtIONetRaw` owns the transport. `Copy`: each copy
-/// refers to the same transport.
+/// A [`Transport`] that forwards to one kept in a `'static` lock, so that the kernel can reach
+/// the device while [`VirtioNet`](crate::VirtioNet) owns a `SharedTransport` of it. `Copy`: each
+/// copy refers to the same transport.
 ///
 /// ```ignore
 /// static NIC: spin::Once<spin::Mutex<PciTransport>> = spin::Once::new();
 ///
 /// let shared = SharedTransport::new(NIC.call_once(|| spin::Mutex::new(transport)));
-/// let raw = VirtIONetRaw::<KernelHal, _, 256>::new(shared)?;
-/// let net = VirtioNet::new(raw, pool, &NET_IRQ)?.with_link_status(shared);
-/// // Route the configuration-change interrupt to NET_IRQ.handle_config_interrupt().
+/// let net = VirtioNet::<KernelHal, _, 256>::new(shared, pool, &NET_IRQ)?;
+/// // The kernel keeps `shared` (or the `&'static Mutex`) for its own calls.
 /// ```
 ///
-/// Only the driver's task may use it (see the module's ground rules): never call into the
+/// Only task context may use it (see the module's ground rules): never call into the
 /// transport from an interrupt handler.
 pub struct SharedTransport<T: 'static> {
     cell: &'static Mutex<T>,
@@ -133,31 +124,5 @@ impl<T: Transport> Transport for SharedTransport<T> {
         value: V,
     ) -> virtio_drivers::Result<()> {
         self.cell.lock().write_config_space(offset, value)
-    }
-}
-
-/// What [`VirtioNet`](crate::VirtioNet) needs of a shared transport, with its type erased.
-pub(crate) trait LinkSource: Sync {
-    /// Whether the device offers a valid `status` field (`VIRTIO_NET_F_STATUS`).
-    fn offers_status(&self) -> bool;
-    /// The link-up bit of the device's `status` field; `None` if the read failed.
-    fn link_up(&self) -> Option<bool>;
-}
-
-impl<T: Transport + Send> LinkSource for Mutex<T> {
-    fn offers_status(&self) -> bool {
-        self.lock().read_device_features() & NET_F_STATUS != 0
-    }
-
-    fn link_up(&self) -> Option<bool> {
-        let status: u16 = self.lock().read_config_space(NET_CONFIG_STATUS).ok()?;
-        Some(status & NET_S_LINK_UP != 0)
-    }
-}
-
-impl<T: Transport + Send> SharedTransport<T> {
-    /// The type-erased view the driver keeps.
-    pub(crate) fn link_source(self) -> &'static dyn LinkSource {
-        self.cell
     }
 }

@@ -571,6 +571,11 @@ impl<D: Driver, S: PcapSink> Driver for Capture<'_, D, S> {
         sent
     }
 
+    fn flush(&mut self) {
+        // The wrapped driver's doorbells (not this type's own `flush`, which flushes the sink).
+        Driver::flush(&mut self.inner)
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
@@ -744,6 +749,8 @@ mod tests {
         back: Option<RxFrame>,
         medium: Medium,
         refuse: bool,
+        /// `Driver::flush` calls.
+        flushes: usize,
     }
 
     impl Driver for Loopback {
@@ -764,6 +771,9 @@ mod tests {
                     .map_err(|_| TxError::Device)?,
             );
             Ok(())
+        }
+        fn flush(&mut self) {
+            self.flushes += 1;
         }
         fn capabilities(&self) -> Capabilities {
             Capabilities {
@@ -788,6 +798,7 @@ mod tests {
             back: None,
             medium,
             refuse: false,
+            flushes: 0,
         }
     }
 
@@ -961,6 +972,21 @@ mod tests {
         assert_eq!(lo.pool.audit().unwrap().free, 4);
         assert_eq!(out.len(), 24 + 3 * (16 + 60));
         assert_eq!(le32(&out), MAGIC_NANOS);
+    }
+
+    #[test]
+    fn the_drivers_flush_reaches_the_wrapped_driver_and_the_sink_keeps_its_own() {
+        static COUNTERS: CaptureCounters = CaptureCounters::new();
+        let mut dev = Capture::new(loopback(Medium::Ethernet), Vec::new(), || 0, &COUNTERS);
+        round_trip(&mut dev, 60);
+        Driver::flush(&mut dev);
+        assert_eq!(dev.inner_mut().flushes, 1, "Driver::flush is forwarded");
+        dev.flush().unwrap();
+        assert_eq!(
+            dev.inner_mut().flushes,
+            1,
+            "the inherent flush is the sink's"
+        );
     }
 
     #[test]

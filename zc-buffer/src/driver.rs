@@ -159,7 +159,14 @@ impl core::error::Error for TxError {}
 ///   when the device can take it now (its TX queue has room and the pool a slot); otherwise it
 ///   registers the waker for the TX completion that makes room. [`transmit`](Self::transmit)
 ///   takes the frame; the driver keeps it as an [`InFlight`](crate::InFlight) until completion
-///   and drops it then. A driver never silently drops a frame it accepted.
+///   and drops it then, at the latest in the first [`flush`](Self::flush) after the device
+///   completed it (a socket waiting to resend a retained frame is woken by that drop). A driver
+///   never silently drops a frame it accepted.
+/// * **Doorbells.** A driver may batch the device notifications its `poll_*` and
+///   [`transmit`](Self::transmit) calls would cause (virtio's doorbells) and ring them in
+///   [`flush`](Self::flush), which the stack calls after every run of such calls.
+///   A driver never waits on a queue of its device without having told the device what is
+///   pending there: a `poll_*` method that returns `Pending` has notified that queue first.
 /// * **Retained frames.** A TCP socket keeps its frames until acknowledged and hands the very
 ///   slot to [`transmit`](Self::transmit), as a retained [`TxFrame`]
 ///   ([`is_retained`](TxFrame::is_retained)) that did not come from
@@ -261,6 +268,16 @@ pub trait Driver {
     /// Hands `frame` (its bytes are the whole link-layer frame) to the device. On an error the
     /// frame's slot has gone back to the pool (a retained frame's to its socket).
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError>;
+
+    /// Tells the device about everything handed to it since the last flush: drivers that batch
+    /// doorbells (device notifications) ring them here, once per queue, instead of once per
+    /// frame or refill. The caller flushes after every run of [`transmit`](Self::transmit) and
+    /// [`poll_receive`](Self::poll_receive) calls: the stack at the end of each ingress run,
+    /// each egress run, and each socket call that transmits by itself (a zero-copy datagram's
+    /// `send_to`). A frame transmitted and never followed by a flush may wait for the next one.
+    ///
+    /// The default does nothing: right for drivers that notify their device as they go.
+    fn flush(&mut self) {}
 
     /// What the device can do. Constant for the driver's lifetime.
     fn capabilities(&self) -> Capabilities;

@@ -10,21 +10,20 @@
 //! ```
 //!
 //! The transport (PCI on q35, virtio-mmio on microvm: `nic.rs` finds it, as one
-//! `SomeTransport`) sits in a `static` lock ([`SharedTransport`]) so the driver can read the
-//! device's link status while virtio-drivers' `VirtIONetRaw` owns the transport.
+//! `SomeTransport`) goes to the driver, which initialises the device itself (features,
+//! queues) and reads the link status through it.
 //!
-//! The order matters: virtio-drivers' `VirtIONetRaw::new` initialises the device, which resets
-//! its MSI-X vectors, so the interrupts are routed (`nic.rs`) only after the driver exists.
+//! The order matters: `VirtioNet::new` initialises the device, which resets its MSI-X vectors,
+//! so the interrupts are routed (`nic.rs`) only after the driver exists.
 
 use alloc::boxed::Box;
 use core::fmt;
 
-use virtio_drivers::device::net::VirtIONetRaw;
 use virtio_drivers::transport::SomeTransport;
 use zcnet_buffer::{FramePool, PoolError, StaticPool, DEFAULT_HEADROOM};
 use zcnet_executor::LocalSpawner;
 use zcnet_stack::{Config, Ipv4Cidr, Ipv4Config, Stack, StackError, StackResources, StaticV4};
-use zcnet_virtio::{SharedTransport, VirtioError, VirtioIrq, VirtioNet};
+use zcnet_virtio::{VirtioError, VirtioIrq, VirtioNet};
 
 use crate::cmdline::{BootInfo, IpSetting};
 use crate::hal::KernelHal;
@@ -47,14 +46,12 @@ pub const QUEUE_SIZE: usize = 256;
 pub const SOCKETS: usize = 128;
 
 /// The zcnet driver type this kernel uses.
-pub type Nic = VirtioNet<KernelHal, SharedTransport<SomeTransport<'static>>, QUEUE_SIZE>;
+pub type Nic = VirtioNet<KernelHal, SomeTransport<'static>, QUEUE_SIZE>;
 
 /// Shared between the driver and the NIC's interrupt handlers.
 pub static NET_IRQ: VirtioIrq = VirtioIrq::new();
 static POOL: StaticPool<POOL_SLOTS, SLOT_SIZE> = StaticPool::new();
 static RESOURCES: StackResources<SOCKETS> = StackResources::new();
-/// The NIC's transport, shared by `VirtIONetRaw` and the driver's link-status reads.
-static TRANSPORT: spin::Once<spin::Mutex<SomeTransport<'static>>> = spin::Once::new();
 
 /// The running network: the stack and what `/stats` and the test checks look at.
 #[derive(Clone, Copy, Debug)]
@@ -74,9 +71,7 @@ pub enum NetError {
     Pool(PoolError),
     /// No usable virtio-net device, or no route for its interrupts.
     Nic(NicError),
-    /// virtio-drivers could not initialise the device.
-    Device(virtio_drivers::Error),
-    /// zcnet's driver refused the device or the pool.
+    /// zcnet's driver could not initialise the device, or refused it or the pool.
     Driver(VirtioError),
     /// The stack could not be built.
     Stack(StackError),
@@ -87,7 +82,6 @@ impl fmt::Display for NetError {
         match self {
             NetError::Pool(e) => write!(f, "frame pool: {e:?}"),
             NetError::Nic(e) => write!(f, "{e}"),
-            NetError::Device(e) => write!(f, "virtio-net: {e}"),
             NetError::Driver(e) => write!(f, "zcnet-virtio: {e}"),
             NetError::Stack(e) => write!(f, "stack: {e}"),
         }
@@ -126,18 +120,14 @@ const HANDLERS: Handlers = Handlers {
     shared: shared_interrupt,
 };
 
-/// Builds the pool, finds and initialises the NIC, wraps it in zcnet's driver, routes its
+/// Builds the pool, finds the NIC and initialises it with zcnet's driver, routes its
 /// interrupts and starts the stack's tasks on `exec`.
 pub fn start(spawner: LocalSpawner, boot: &BootInfo) -> Result<Net, NetError> {
     let cmdline = &boot.cmdline;
     let exec = spawner.executor();
     let pool = POOL.init(DEFAULT_HEADROOM).map_err(NetError::Pool)?;
     let (transport, nic) = nic::find_virtio_net(boot).map_err(NetError::Nic)?;
-    let transport = SharedTransport::new(TRANSPORT.call_once(|| spin::Mutex::new(transport)));
-    let raw = VirtIONetRaw::<KernelHal, _, QUEUE_SIZE>::new(transport).map_err(NetError::Device)?;
-    let driver: Nic = VirtioNet::new(raw, pool, &NET_IRQ)
-        .map_err(NetError::Driver)?
-        .with_link_status(transport);
+    let driver: Nic = VirtioNet::new(transport, pool, &NET_IRQ).map_err(NetError::Driver)?;
     let routing = nic::route_interrupts(&nic, cmdline.irq, HANDLERS).map_err(NetError::Nic)?;
     let ipv4 = match cmdline.ip {
         IpSetting::Dhcp => Ipv4Config::Dhcp,

@@ -113,6 +113,8 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
         })
     };
     st.reap_orphans(now);
+    // Everything this run transmitted: one doorbell per queue (`Driver::flush`).
+    st.link.driver.flush();
     st.tasks.arm_egress_timer(now, next, cx.waker());
     Poll::Pending
 }

@@ -119,5 +119,7 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
         crate::ip::autoconf::after_ingress(&mut st, now, counters);
         st.signal_egress_if_due(now);
     }
+    // Refills posted and answers sent in this run: one doorbell per queue (`Driver::flush`).
+    st.link.driver.flush();
     Poll::Pending
 }

@@ -932,7 +932,12 @@ impl DatagramSocket {
         let stack = self.stack;
         let now = stack.now();
         let counters = &stack.inner.counters;
-        let held = stack.with(|st| start_send(st, self.index, frame, remote, now, counters))?;
+        let held = stack.with(|st| {
+            let sent = start_send(st, self.index, frame, remote, now, counters);
+            // Sent from the application's call, outside ingress and egress: its doorbell.
+            st.link.driver.flush();
+            sent
+        })?;
         match held {
             None => Ok(()),
             Some(ticket) => {
