@@ -24,13 +24,16 @@
 //!   multiplex through that owner; registering it in the same cell would displace the first.
 //! * **Retained slots** (SENT, RETAINED: a TCP frame kept until acknowledged, see `slot.rs`)
 //!   have two owners while SENT: the socket's [`RetainedFrame`](crate::RetainedFrame) and the
-//!   device's retained [`TxFrame`] / [`InFlight`](crate::InFlight). Each lets go with a compare-exchange on the slot's state byte
-//!   (in every build, not only the debug check), so exactly one of them frees the slot: the
-//!   device moves SENT → RETAINED, or frees a slot the socket left in DEVICE; the socket frees
-//!   a RETAINED slot, or leaves a SENT one in DEVICE for the device to free. Whoever waits for a
-//!   SENT slot to come back (the stack's egress, to retransmit it) registers in the pool's one
-//!   *retained waker* and then checks the state again; every SENT → RETAINED wakes that cell
-//!   after its compare-exchange, so one of the two always sees the other.
+//!   device's retained [`TxFrame`] / [`InFlight`](crate::InFlight). Out of SENT each lets go
+//!   with a compare-exchange on the slot's state byte (in every build, not only the debug
+//!   check), so exactly one of them frees the slot: the device moves SENT → RETAINED, or frees
+//!   a slot the socket left in DEVICE; the socket leaves a SENT slot in DEVICE for the device to
+//!   free. A RETAINED slot has the socket as its only owner (the device moved it there as it
+//!   let go), so the socket's moves out of RETAINED (resend: → SENT; let go: → FREE) are a load
+//!   and a store. Whoever waits for a SENT slot to come back (the stack's egress, to retransmit
+//!   it) registers in the pool's one *retained waker* and then checks the state again; every
+//!   SENT → RETAINED wakes that cell after its compare-exchange, so one of the two always sees
+//!   the other.
 //!
 //! ```text
 //!  head: | tag (38 bits) | TX waiting | RX waiting | index of the first free slot (24 bits) |
@@ -655,7 +658,18 @@ impl FramePool {
 
     /// The socket lets go of a retained slot: RETAINED → FREE, or SENT → DEVICE for the device's
     /// completion to free it.
+    ///
+    /// A RETAINED slot has one owner, the socket (the device moved it there when it let go, and
+    /// only the socket moves it on): a load that sees RETAINED (Acquire: the device's release
+    /// of the bytes) is followed by a plain store, no compare-exchange. A SENT slot races the
+    /// device's completion, so that edge keeps its compare-exchange.
     pub(crate) fn socket_done(&self, slot: u32) {
+        let state = &self.meta[slot as usize].state;
+        if state.load(Acquire) == SlotState::Retained as u8 {
+            state.store(SlotState::Free as u8, Relaxed);
+            self.push(slot);
+            return;
+        }
         loop {
             if self.cas(slot, SlotState::Retained, SlotState::Free).is_ok() {
                 self.push(slot);
@@ -671,8 +685,19 @@ impl FramePool {
     }
 
     /// RETAINED → SENT, or `false` if the slot is SENT (the device still has it).
+    ///
+    /// Only the socket, the caller, moves a slot out of RETAINED (see
+    /// [`socket_done`](Self::socket_done)), so a load and a store do: the load (Acquire) sees
+    /// the device's SENT → RETAINED with the device done with the bytes, and the store
+    /// (Release) hands the device the bytes written since, as the compare-exchange that
+    /// takes it back out of SENT acquires them.
     pub(crate) fn try_resend(&self, slot: u32) -> bool {
-        self.cas(slot, SlotState::Retained, SlotState::Sent).is_ok()
+        let state = &self.meta[slot as usize].state;
+        if state.load(Acquire) != SlotState::Retained as u8 {
+            return false;
+        }
+        state.store(SlotState::Sent as u8, Release);
+        true
     }
 
     /// Whether a retained slot is RETAINED (device done) rather than SENT.
