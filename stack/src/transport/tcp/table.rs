@@ -13,15 +13,16 @@
 //!   budget may hold (receive and send frames) when it is placed; the table keeps the sum
 //!   ([`TcpTable::reserved`]), which the stack keeps within its TCP share of the pool
 //!   (`State::add_tcb`), and gives a place's reservation back when the place is emptied.
-//! * **Lookup** ([`TcpTable::find`]): the connection whose [`Tcb::accepts`] takes the segment,
-//!   tried first at the place that took the previous segment (a bulk transfer finds its
-//!   connection at once), then at the place the segment's four-tuple hashes to in a small
-//!   direct-mapped cache of places ([`DEMUX_BUCKETS`] buckets, keyed with the stack's seed),
-//!   else over every
-//!   connection (not listening), which refills the bucket, else over the listening places. A
-//!   connection always wins over a listener, whatever their places. The cache only ever
-//!   saves the walk: a bucket's place is always checked with `accepts`, so a stale or
-//!   colliding bucket costs a walk, never a wrong match.
+//! * **Lookup** ([`TcpTable::find`]): an index of the places by the keyed hash of their
+//!   connection's four-tuple ([`DEMUX_BUCKETS`] buckets, each a chain of places linked
+//!   through the places themselves), plus a chain of the listening places. A segment's
+//!   connection is in its bucket's chain (tried after the place that took the previous
+//!   segment, which a bulk transfer hits at once); when none there takes it, a listening place
+//!   may. A connection always wins over a listener. So a segment costs its bucket's chain, not
+//!   a walk over every connection, whatever it is (a SYN for a listener, a segment for no
+//!   connection at all). A connection's four-tuple and state change only while the table
+//!   hands it out mutably, so every such access puts the place on a list that the next lookup
+//!   re-files first (`reindex`); debug builds check every lookup against a walk over all places.
 //! * **Close causes** ([`TcpMeta`]): a connection that ended other than by an orderly
 //!   exchange of FINs reports why. `abort()` records [`CloseCause::Aborted`]; a connection with
 //!   a timeout set (*watched*) that egress's `dispatch` closes records [`CloseCause::TimedOut`]
@@ -261,6 +262,29 @@ pub(crate) struct TcpSlot {
     /// [`TcpTable::first_used`]); [`NO_PLACE`] at the ends and while the place is free.
     next_used: u32,
     prev_used: u32,
+    /// The lookup index chain the place is linked into (see [`Chain`]), and its successor
+    /// there ([`NO_PLACE`]: the end).
+    chain: Chain,
+    chain_next: u32,
+    /// The connection was handed out mutably since the index last looked at it, so its chain
+    /// may be stale (its four-tuple or state may have changed): it is on the table's list of
+    /// such places, linked through `stale_next`.
+    stale: bool,
+    stale_next: u32,
+    /// The connection's [`Tcb::index_epoch`] when the place was last filed in its chain
+    /// (`None`: never, since the connection was placed).
+    filed_epoch: Option<u32>,
+}
+
+/// Which chain of the lookup index a place is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Chain {
+    /// None: the place is free, or its connection has no four-tuple and does not listen.
+    None,
+    /// The bucket its connection's four-tuple hashes to.
+    Bucket(u16),
+    /// The listening places.
+    Listen,
 }
 
 /// No place: the end of the list of used places.
@@ -276,6 +300,11 @@ impl TcpSlot {
         kept: None,
         next_used: NO_PLACE,
         prev_used: NO_PLACE,
+        chain: Chain::None,
+        chain_next: NO_PLACE,
+        stale: false,
+        stale_next: NO_PLACE,
+        filed_epoch: None,
     };
 }
 
@@ -316,9 +345,15 @@ pub(crate) struct TcpTable {
     orphan_due: Option<Instant>,
     /// The place that took the last segment, tried first by [`find`](Self::find).
     last_hit: usize,
-    /// Place + 1 of the connection a four-tuple hashed to last (0: none), tried next by
-    /// [`find`](Self::find).
-    demux: [u16; DEMUX_BUCKETS],
+    /// The lookup index: per bucket of the keyed four-tuple hash, the first place of its chain
+    /// ([`NO_PLACE`]: empty). Every connection with a four-tuple is in the chain of its
+    /// tuple's bucket once [`reindex`](Self::reindex) has run (see the module docs).
+    demux: [u32; DEMUX_BUCKETS],
+    /// The first listening place ([`NO_PLACE`]: none), chained like a bucket.
+    listeners: u32,
+    /// The first place whose chain may be stale ([`NO_PLACE`]: none), linked through
+    /// `stale_next`.
+    stale_head: u32,
     /// The key of the four-tuple hash.
     demux_key: u64,
     /// Initial sequence numbers (seeded from [`Config::random_seed`](crate::Config)).
@@ -347,7 +382,9 @@ impl TcpTable {
             orphan_touched: false,
             orphan_due: None,
             last_hit: 0,
-            demux: [0; DEMUX_BUCKETS],
+            demux: [NO_PLACE; DEMUX_BUCKETS],
+            listeners: NO_PLACE,
+            stale_head: NO_PLACE,
             demux_key: seed.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15 | 1,
             rand: TcpRand::new(seed),
         }
@@ -366,6 +403,8 @@ impl TcpTable {
         slot.kept = None;
         slot.prev_used = NO_PLACE;
         slot.next_used = self.used_head;
+        slot.filed_epoch = None;
+        self.mark_stale(i);
         if let Some(head) = self.slots.get_mut(self.used_head as usize) {
             head.prev_used = i as u32;
         }
@@ -399,6 +438,7 @@ impl TcpTable {
             tcb.reset();
             slot.kept = None;
             slot.meta.set_cause(CloseCause::ShutDown);
+            self.mark_stale(i);
         }
         removed
     }
@@ -410,9 +450,11 @@ impl TcpTable {
 
     /// Empties the place of `h` (its connection and buffers are dropped).
     pub(crate) fn remove(&mut self, h: TcpHandle) {
-        let Some(slot) = self.slots.get_mut(h.0) else {
+        if h.0 >= self.slots.len() {
             return;
-        };
+        }
+        self.unlink(h.0);
+        let slot = &mut self.slots[h.0];
         let was_used = slot.tcb.take().is_some();
         if was_used {
             self.used -= 1;
@@ -447,6 +489,7 @@ impl TcpTable {
     /// The connection and record of `h`. Panics if the place is empty: a handle lives only
     /// as long as the socket that owns the place (a bug otherwise, never the network's doing).
     pub(crate) fn get(&mut self, h: TcpHandle) -> (&mut Tcb<'static>, &mut TcpMeta) {
+        self.mark_stale(h.0);
         let slot = &mut self.slots[h.0];
         slot.kept = None;
         self.orphan_touched |= slot.meta.orphan.is_some();
@@ -517,7 +560,9 @@ impl TcpTable {
 
     /// The connection at place `i`, if the place is in use, with what a call into it needs.
     pub(crate) fn at(&mut self, i: usize) -> Option<Entry<'_>> {
-        let slot = self.slots.get_mut(i)?;
+        self.slots.get(i)?.tcb.as_ref()?;
+        self.mark_stale(i);
+        let slot = &mut self.slots[i];
         let tcb = slot.tcb.as_mut()?;
         slot.kept = None;
         self.orphan_touched |= slot.meta.orphan.is_some();
@@ -594,28 +639,56 @@ impl TcpTable {
 
     /// The place whose connection takes the segment `repr` in `ip` (see the module docs).
     pub(crate) fn find(&mut self, ip: &IpRepr, repr: &TcpRepr) -> Option<usize> {
+        self.reindex();
+        let found = self.lookup(ip, repr);
+        debug_assert_eq!(
+            found.map(|i| self.slots[i].tcb.as_ref().map(Tcb::state) == Some(State::Listen)),
+            self.find_by_walk(ip, repr)
+                .map(|i| self.slots[i].tcb.as_ref().map(Tcb::state) == Some(State::Listen)),
+            "the lookup index and a walk over every place disagree"
+        );
+        if let Some(i) = found {
+            self.last_hit = i;
+        }
+        found
+    }
+
+    /// [`find`](Self::find) over the index, once it is fresh.
+    fn lookup(&self, ip: &IpRepr, repr: &TcpRepr) -> Option<usize> {
         if self.takes(self.last_hit, ip, repr) {
             return Some(self.last_hit);
         }
-        let bucket = self.bucket(ip, repr);
-        let cached = usize::from(self.demux[bucket]).wrapping_sub(1);
-        if self.takes(cached, ip, repr) {
-            self.last_hit = cached;
-            return Some(cached);
+        let bucket = self.bucket(ip.src_addr(), ip.dst_addr(), repr.src_port, repr.dst_port);
+        let mut at = self.demux[bucket];
+        while let Some(slot) = self.slots.get(at as usize) {
+            if self.takes(at as usize, ip, repr) {
+                return Some(at as usize);
+            }
+            at = slot.chain_next;
         }
-        let connection = self.used_places().find(|&i| self.takes(i, ip, repr));
-        if let Some(i) = connection {
-            // Places are fewer than 2^16 (a place per socket slot of `StackResources`).
-            self.demux[bucket] = u16::try_from(i + 1).unwrap_or(0);
-            self.last_hit = i;
-            return Some(i);
+        let mut at = self.listeners;
+        while let Some(slot) = self.slots.get(at as usize) {
+            if slot.tcb.as_ref().is_some_and(|t| t.accepts(ip, repr)) {
+                return Some(at as usize);
+            }
+            at = slot.chain_next;
         }
-        self.used_places().find(|&i| {
-            self.slots[i]
-                .tcb
-                .as_ref()
-                .is_some_and(|t| t.state() == State::Listen && t.accepts(ip, repr))
-        })
+        None
+    }
+
+    /// The lookup without the index: every place in use, connections before listeners. Debug
+    /// builds compare it with the index on every segment.
+    fn find_by_walk(&self, ip: &IpRepr, repr: &TcpRepr) -> Option<usize> {
+        self.used_places()
+            .find(|&i| self.takes(i, ip, repr))
+            .or_else(|| {
+                self.used_places().find(|&i| {
+                    self.slots[i]
+                        .tcb
+                        .as_ref()
+                        .is_some_and(|t| t.state() == State::Listen && t.accepts(ip, repr))
+                })
+            })
     }
 
     /// Whether the connection at place `i` (not listening) takes the segment.
@@ -626,8 +699,88 @@ impl TcpTable {
             .is_some_and(|t| t.state() != State::Listen && t.accepts(ip, repr))
     }
 
-    /// The demultiplexing cache's bucket of a segment's four-tuple (multiply-shift, keyed).
-    fn bucket(&self, ip: &IpRepr, repr: &TcpRepr) -> usize {
+    /// Puts place `i` on the list of places whose chain [`reindex`](Self::reindex) checks:
+    /// its connection is about to be handed out mutably (or was placed or reset).
+    fn mark_stale(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        if !slot.stale {
+            slot.stale = true;
+            slot.stale_next = self.stale_head;
+            self.stale_head = i as u32;
+        }
+    }
+
+    /// Moves every place on the stale list to the chain its connection belongs in now: the
+    /// bucket of its four-tuple, the listeners, or none.
+    fn reindex(&mut self) {
+        while let Some(slot) = self.slots.get_mut(self.stale_head as usize) {
+            let i = self.stale_head as usize;
+            self.stale_head = slot.stale_next;
+            slot.stale = false;
+            slot.stale_next = NO_PLACE;
+            // Neither its four-tuple nor its state changed: its chain is right.
+            let epoch = slot.tcb.as_ref().map(Tcb::index_epoch);
+            if epoch.is_some() && epoch == slot.filed_epoch {
+                continue;
+            }
+            let want = match slot.tcb.as_ref() {
+                None => Chain::None,
+                Some(t) if t.state() == State::Listen => Chain::Listen,
+                Some(t) => match (t.remote_endpoint(), t.local_endpoint()) {
+                    (Some(r), Some(l)) => {
+                        // Buckets number fewer than 2^16 (`DEMUX_BITS`).
+                        Chain::Bucket(self.bucket(r.addr, l.addr, r.port, l.port) as u16)
+                    }
+                    _ => Chain::None,
+                },
+            };
+            if self.slots[i].chain != want {
+                self.unlink(i);
+                let head = match want {
+                    Chain::None => None,
+                    Chain::Bucket(b) => Some(&mut self.demux[usize::from(b)]),
+                    Chain::Listen => Some(&mut self.listeners),
+                };
+                if let Some(head) = head {
+                    let next = core::mem::replace(head, i as u32);
+                    let slot = &mut self.slots[i];
+                    slot.chain = want;
+                    slot.chain_next = next;
+                }
+            }
+            self.slots[i].filed_epoch = epoch;
+        }
+    }
+
+    /// Takes place `i` out of its chain (chains are short: a walk from the head finds it).
+    fn unlink(&mut self, i: usize) {
+        let (chain, next) = (self.slots[i].chain, self.slots[i].chain_next);
+        let head = match chain {
+            Chain::None => return,
+            Chain::Bucket(b) => &mut self.demux[usize::from(b)],
+            Chain::Listen => &mut self.listeners,
+        };
+        if *head == i as u32 {
+            *head = next;
+        } else {
+            let mut at = *head;
+            while let Some(slot) = self.slots.get_mut(at as usize) {
+                if slot.chain_next == i as u32 {
+                    slot.chain_next = next;
+                    break;
+                }
+                at = slot.chain_next;
+            }
+        }
+        let slot = &mut self.slots[i];
+        slot.chain = Chain::None;
+        slot.chain_next = NO_PLACE;
+        slot.filed_epoch = None;
+    }
+
+    /// The lookup index's bucket of a four-tuple, as a received segment names it (multiply-
+    /// shift, keyed).
+    fn bucket(&self, src: IpAddress, dst: IpAddress, src_port: u16, dst_port: u16) -> usize {
         let fold = |a: IpAddress| -> u64 {
             match a {
                 IpAddress::Ipv4(v4) => u64::from(u32::from_be_bytes(v4.octets())),
@@ -640,8 +793,8 @@ impl TcpTable {
                 }
             }
         };
-        let ports = (u64::from(repr.src_port) << 16) | u64::from(repr.dst_port);
-        let x = (fold(ip.src_addr()) ^ fold(ip.dst_addr()).rotate_left(21) ^ ports << 40)
+        let ports = (u64::from(src_port) << 16) | u64::from(dst_port);
+        let x = (fold(src) ^ fold(dst).rotate_left(21) ^ ports << 40)
             .wrapping_add(self.demux_key)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15);
         (x >> (64 - DEMUX_BITS)) as usize

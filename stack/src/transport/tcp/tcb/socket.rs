@@ -79,8 +79,12 @@ pub(crate) struct Tcb<'a> {
     /// Address passed to listen(). Listen address is set when listen() is called and
     /// used every time the socket is reset back to the LISTEN state.
     listen_endpoint: IpListenEndpoint,
-    /// Current 4-tuple (local and remote endpoints).
+    /// Current 4-tuple (local and remote endpoints). Changed only through
+    /// [`set_tuple`](Self::set_tuple), which counts the change in `index_epoch`.
     tuple: Option<Tuple>,
+    /// Bumped by every change of the four-tuple or the state: the connection table's lookup
+    /// index re-files the connection only when this moved (see `table.rs`).
+    index_epoch: u32,
     /// The sequence number corresponding to the beginning of the transmit buffer.
     /// I.e. an ACK(local_seq_no+n) packet removes n bytes from the transmit buffer.
     local_seq_no: TcpSeqNumber,
@@ -237,6 +241,7 @@ impl<'a> Tcb<'a> {
             hop_limit: None,
             listen_endpoint: IpListenEndpoint::default(),
             tuple: None,
+            index_epoch: 0,
             local_seq_no: TcpSeqNumber::default(),
             remote_seq_no: TcpSeqNumber::default(),
             remote_last_seq: TcpSeqNumber::default(),
@@ -641,13 +646,14 @@ impl<'a> Tcb<'a> {
         let rx_cap_log2 = usize::BITS as usize - self.rx_buffer.capacity().leading_zeros() as usize;
 
         self.state = State::Closed;
+        self.index_epoch = self.index_epoch.wrapping_add(1);
         self.timer = Timer::new();
         self.assembler = Assembler::new();
         self.tx_buffer.clear();
         self.rx_buffer.clear();
         self.rx_fin_received = false;
         self.listen_endpoint = IpListenEndpoint::default();
-        self.tuple = None;
+        self.set_tuple(None);
         self.local_seq_no = TcpSeqNumber::default();
         self.remote_seq_no = TcpSeqNumber::default();
         self.remote_last_seq = TcpSeqNumber::default();
@@ -748,7 +754,7 @@ impl<'a> Tcb<'a> {
 
         self.start();
         self.listen_endpoint = local_endpoint;
-        self.tuple = None;
+        self.set_tuple(None);
         self.set_state(State::Listen);
         Ok(())
     }
@@ -810,10 +816,10 @@ impl<'a> Tcb<'a> {
 
         self.start();
         self.arm_timestamps(cx);
-        self.tuple = Some(Tuple {
+        self.set_tuple(Some(Tuple {
             local: local_endpoint,
             remote: remote_endpoint,
-        });
+        }));
         self.set_state(State::SynSent);
 
         let seq = Self::random_seq_no(cx);
@@ -1301,6 +1307,18 @@ impl<'a> Tcb<'a> {
     }
 
     /// Move to `state`, waking both wakers.
+    /// Sets the four-tuple, counting the change for the connection table's index.
+    fn set_tuple(&mut self, tuple: Option<Tuple>) {
+        self.tuple = tuple;
+        self.index_epoch = self.index_epoch.wrapping_add(1);
+    }
+
+    /// Changes of the four-tuple or the state so far (see `index_epoch`): the connection
+    /// table's index re-files the connection when this moved.
+    pub(crate) fn index_epoch(&self) -> u32 {
+        self.index_epoch
+    }
+
     fn set_state(&mut self, state: State) {
         event!(tcp_state(self, state));
         let handshake = |s: State| matches!(s, State::SynSent | State::SynReceived);
@@ -1308,6 +1326,7 @@ impl<'a> Tcb<'a> {
             self.handshake_rtos = 0;
         }
         self.state = state;
+        self.index_epoch = self.index_epoch.wrapping_add(1);
 
         // Wake all tasks waiting. Even if we haven't received/sent data, this
         // is needed because return values of functions may change depending on the state.
@@ -1887,7 +1906,7 @@ impl<'a> Tcb<'a> {
             // that SYN-RECEIVED was actually converted from the LISTEN state (another possible
             // reason is TCP simultaneous open).
             (State::SynReceived, TcpControl::Rst) if self.listen_endpoint.port != 0 => {
-                self.tuple = None;
+                self.set_tuple(None);
                 self.set_state(State::Listen);
                 // The handshake that failed is no connection to report.
                 self.counters = TcpCounters::default();
@@ -1898,7 +1917,7 @@ impl<'a> Tcb<'a> {
             (_, TcpControl::Rst) => {
                 event!(tcp_reset(self));
                 self.set_state(State::Closed);
-                self.tuple = None;
+                self.set_tuple(None);
                 return None;
             }
 
@@ -1914,10 +1933,10 @@ impl<'a> Tcb<'a> {
                     }
                 }
 
-                self.tuple = Some(Tuple {
+                self.set_tuple(Some(Tuple {
                     local: IpEndpoint::new(ip_repr.dst_addr(), repr.dst_port),
                     remote: IpEndpoint::new(ip_repr.src_addr(), repr.src_port),
-                });
+                }));
                 self.local_seq_no = Self::random_seq_no(cx);
                 self.remote_seq_no = repr.seq_number + 1;
                 self.remote_last_seq = self.local_seq_no;
@@ -2039,7 +2058,7 @@ impl<'a> Tcb<'a> {
                 if ack_of_fin {
                     // Clear the remote endpoint, or we'll send an RST there.
                     self.set_state(State::Closed);
-                    self.tuple = None;
+                    self.set_tuple(None);
                 } else if ack_len == 0 {
                     // Duplicate ACK; our FIN has not been acknowledged.
                     // Per RFC 9293 (3.10.7.4), send a challenge ACK.
@@ -2376,7 +2395,7 @@ impl<'a> Tcb<'a> {
         }
         event!(tcp_timed_out(self));
         if self.state == State::SynReceived && self.listen_endpoint.port != 0 {
-            self.tuple = None;
+            self.set_tuple(None);
             self.timer = Timer::new();
             self.rtte = RttEstimator::with_min_rto(self.rtte.min_rto());
             self.set_state(State::Listen);
@@ -3013,7 +3032,7 @@ impl<'a> Tcb<'a> {
 
         if self.state == State::Closed {
             // When aborting a connection, forget about it after sending a single RST packet.
-            self.tuple = None;
+            self.set_tuple(None);
             // Wake tx now so that async users can wait for the RST to be sent
             self.tx_waker.wake();
         }
