@@ -291,6 +291,11 @@ fn send(out: &mut Out<'_>, frame: TxFrame, hop: Option<IpAddress>) {
     }
 }
 
+/// Up to this many connections, egress and ingress's deadline check walk every one (each
+/// kept answer costs a load); beyond, only those without a kept answer, plus every one when a
+/// kept deadline is due (see `table.rs`, "Kept deadlines").
+const WALK_ALL_UP_TO: usize = 8;
+
 /// What one egress pass over the connections found.
 pub(crate) struct Egress {
     /// The driver ran out of TX frames.
@@ -304,9 +309,28 @@ pub(crate) struct Egress {
 pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) -> Egress {
     let mut deadline: Option<Instant> = None;
     let ip_mtu = st.link.caps.ip_mtu();
-    let mut cursor = st.tcp.first_used();
+    // Only the connections without a kept answer (something happened to them) unless a kept
+    // deadline may be due: then every connection (see `table.rs`, "Kept deadlines").
+    // A small table is walked whole: cheaper than keeping the earliest kept deadline exact.
+    let small = st.tcp.used() <= WALK_ALL_UP_TO;
+    if !small {
+        st.tcp.refresh_kept_earliest();
+    }
+    let all = small || st.tcp.kept_due(now);
+    if all {
+        st.tcp.forget_kept_earliest();
+    }
+    let mut cursor = if all {
+        st.tcp.first_used()
+    } else {
+        st.tcp.unkept_first()
+    };
     while let Some(i) = cursor {
-        cursor = st.tcp.next_used(i);
+        cursor = if all {
+            st.tcp.next_used(i)
+        } else {
+            st.tcp.unkept_next(i)
+        };
         // A connection nothing happened to since egress kept its `poll_at` answer (see
         // `transport/tcp/table.rs`, "Kept deadlines"): not due, nothing to do; due, straight to
         // `dispatch` (no writer waits for a slot and no data for the device, or nothing would
@@ -315,6 +339,9 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
             Some(at) => match deadline_of(at, now) {
                 Some(t) if t <= now => true,
                 later => {
+                    if let (true, Some(t)) = (all, later) {
+                        st.tcp.note_kept(t);
+                    }
                     deadline = crate::stack::earliest(deadline, later);
                     continue;
                 }
@@ -408,9 +435,12 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
             st.tcp.keep(i, at);
         }
     }
+    if !small {
+        st.tcp.prune_unkept();
+    }
     Egress {
         starved: false,
-        deadline,
+        deadline: crate::stack::earliest(deadline, st.tcp.kept_earliest()),
     }
 }
 
@@ -421,10 +451,22 @@ pub(crate) fn deadline(st: &mut State, now: Instant) -> Option<Instant> {
         return None;
     }
     let ip_mtu = st.link.caps.ip_mtu();
+    // The kept deadlines, then the connections without a kept answer; a small table whole.
+    let small = st.tcp.used() <= WALK_ALL_UP_TO;
     let mut at = None;
-    let mut cursor = st.tcp.first_used();
+    let mut cursor = if small {
+        st.tcp.first_used()
+    } else {
+        st.tcp.refresh_kept_earliest();
+        at = st.tcp.kept_earliest();
+        st.tcp.unkept_first()
+    };
     while let Some(i) = cursor {
-        cursor = st.tcp.next_used(i);
+        cursor = if small {
+            st.tcp.next_used(i)
+        } else {
+            st.tcp.unkept_next(i)
+        };
         // Kept answers cost nothing; a connection something happened to is asked.
         if let Some(polled) = st.tcp.poll_at(i, now, ip_mtu, &st.iface) {
             at = crate::stack::earliest(at, deadline_of(polled, now));

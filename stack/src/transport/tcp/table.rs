@@ -40,7 +40,10 @@
 //!   no answer that could change without that: while data waits for the device to give a
 //!   frame back (the device does so in another context) or the writer waits for a pool slot.
 //!   So ingress's deadline check and egress's walk ask only the connections something happened
-//!   to; debug builds check every kept answer against a fresh one.
+//!   to; debug builds check every kept answer against a fresh one. Beyond a few connections
+//!   they do not even visit the others: the places without a kept answer are on a list of
+//!   their own, and the table knows the earliest kept deadline, so egress walks every place
+//!   only when a kept deadline is due.
 //! * **Orphans**: a dropped socket whose connection is still closing stays in its place until
 //!   the close completes or its deadline passes (`State::reap_orphans`); a dropped connection
 //!   in TIME-WAIT gives its place up to a new socket when the stack has no free slot
@@ -274,6 +277,10 @@ pub(crate) struct TcpSlot {
     /// The connection's [`Tcb::index_epoch`] when the place was last filed in its chain
     /// (`None`: never, since the connection was placed).
     filed_epoch: Option<u32>,
+    /// The place is on the table's list of places without a kept answer (see
+    /// [`TcpTable::unkept_first`]), linked through `unkept_next`.
+    unkept: bool,
+    unkept_next: u32,
 }
 
 /// Which chain of the lookup index a place is in.
@@ -305,6 +312,8 @@ impl TcpSlot {
         stale: false,
         stale_next: NO_PLACE,
         filed_epoch: None,
+        unkept: false,
+        unkept_next: NO_PLACE,
     };
 }
 
@@ -354,6 +363,18 @@ pub(crate) struct TcpTable {
     /// The first place whose chain may be stale ([`NO_PLACE`]: none), linked through
     /// `stale_next`.
     stale_head: u32,
+    /// The first place of the list of places whose connection has no kept `poll_at` answer
+    /// ([`NO_PLACE`]: none), linked through `unkept_next`. Every place in use without a kept
+    /// answer is on it; a place whose answer was kept since may be too, until
+    /// [`prune_unkept`](Self::prune_unkept) takes it off.
+    unkept_head: u32,
+    /// The earliest deadline among the kept answers (`None`: no kept answer has one): until
+    /// then egress visits only the places without a kept answer. Exact unless
+    /// `kept_earliest_stale`.
+    kept_earliest: Option<Instant>,
+    /// The kept answer that had the earliest deadline was forgotten: `kept_earliest` may be
+    /// early until [`refresh_kept_earliest`](Self::refresh_kept_earliest) recomputes it.
+    kept_earliest_stale: bool,
     /// The key of the four-tuple hash.
     demux_key: u64,
     /// Initial sequence numbers (seeded from [`Config::random_seed`](crate::Config)).
@@ -385,6 +406,9 @@ impl TcpTable {
             demux: [NO_PLACE; DEMUX_BUCKETS],
             listeners: NO_PLACE,
             stale_head: NO_PLACE,
+            unkept_head: NO_PLACE,
+            kept_earliest: None,
+            kept_earliest_stale: false,
             demux_key: seed.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15 | 1,
             rand: TcpRand::new(seed),
         }
@@ -405,6 +429,7 @@ impl TcpTable {
         slot.next_used = self.used_head;
         slot.filed_epoch = None;
         self.mark_stale(i);
+        self.mark_unkept(i);
         if let Some(head) = self.slots.get_mut(self.used_head as usize) {
             head.prev_used = i as u32;
         }
@@ -439,6 +464,7 @@ impl TcpTable {
             slot.kept = None;
             slot.meta.set_cause(CloseCause::ShutDown);
             self.mark_stale(i);
+            self.mark_unkept(i);
         }
         removed
     }
@@ -464,7 +490,9 @@ impl TcpTable {
         slot.prev_used = NO_PLACE;
         slot.next_used = NO_PLACE;
         slot.slots = 0;
-        slot.kept = None;
+        if let Some(PollAt::Time(t)) = slot.kept.take() {
+            self.kept_earliest_stale |= self.kept_earliest.is_some_and(|e| t <= e);
+        }
         if slot.meta.orphan.is_some() {
             self.orphans -= 1;
         }
@@ -490,6 +518,7 @@ impl TcpTable {
     /// as long as the socket that owns the place (a bug otherwise, never the network's doing).
     pub(crate) fn get(&mut self, h: TcpHandle) -> (&mut Tcb<'static>, &mut TcpMeta) {
         self.mark_stale(h.0);
+        self.mark_unkept(h.0);
         let slot = &mut self.slots[h.0];
         slot.kept = None;
         self.orphan_touched |= slot.meta.orphan.is_some();
@@ -516,14 +545,16 @@ impl TcpTable {
     /// [`SegmentReleases::take_pending`] said counts are pending.
     pub(crate) fn fold_releases(&mut self) -> bool {
         let mut update = false;
-        for (slot, release) in self.slots.iter_mut().zip(self.releases) {
+        for i in 0..self.slots.len() {
+            let slot = &mut self.slots[i];
             let Some(tcb) = slot.tcb.as_mut() else {
                 continue;
             };
-            let n = release.take(slot.generation);
+            let n = self.releases[i].take(slot.generation);
             if n != 0 {
                 slot.kept = None;
                 update |= tcb.release_segments(n);
+                self.mark_unkept(i);
             }
         }
         update
@@ -562,6 +593,7 @@ impl TcpTable {
     pub(crate) fn at(&mut self, i: usize) -> Option<Entry<'_>> {
         self.slots.get(i)?.tcb.as_ref()?;
         self.mark_stale(i);
+        self.mark_unkept(i);
         let slot = &mut self.slots[i];
         let tcb = slot.tcb.as_mut()?;
         slot.kept = None;
@@ -621,7 +653,106 @@ impl TcpTable {
     pub(crate) fn keep(&mut self, i: usize, at: PollAt) {
         if let Some(slot) = self.slots.get_mut(i) {
             slot.kept = Some(at);
+            if let PollAt::Time(t) = at {
+                self.note_kept(t);
+            }
         }
+    }
+
+    /// Whether a kept deadline is due at `now`: then egress walks every place in use, else
+    /// only the places without a kept answer ([`unkept_first`](Self::unkept_first)). Call
+    /// [`refresh_kept_earliest`](Self::refresh_kept_earliest) first.
+    pub(crate) fn kept_due(&self, now: Instant) -> bool {
+        self.kept_earliest.is_some_and(|t| t <= now)
+    }
+
+    /// Recomputes the earliest kept deadline if the one that was earliest was forgotten (a
+    /// walk over the places in use; otherwise nothing).
+    pub(crate) fn refresh_kept_earliest(&mut self) {
+        if !self.kept_earliest_stale {
+            return;
+        }
+        self.kept_earliest_stale = false;
+        self.kept_earliest = None;
+        let mut cursor = self.first_used();
+        while let Some(i) = cursor {
+            cursor = self.next_used(i);
+            if let Some(PollAt::Time(t)) = self.slots[i].kept {
+                self.note_kept(t);
+            }
+        }
+    }
+
+    /// Forgets the earliest kept deadline before an egress walk over every place, which
+    /// notes each kept deadline it leaves ([`note_kept`](Self::note_kept)) and keeps new
+    /// answers ([`keep`](Self::keep)).
+    pub(crate) fn forget_kept_earliest(&mut self) {
+        self.kept_earliest = None;
+        self.kept_earliest_stale = false;
+    }
+
+    /// A kept deadline `t` that stays.
+    pub(crate) fn note_kept(&mut self, t: Instant) {
+        self.kept_earliest = Some(self.kept_earliest.map_or(t, |e| e.min(t)));
+    }
+
+    /// The earliest kept deadline (`None`: no kept answer has one); exact after
+    /// [`refresh_kept_earliest`](Self::refresh_kept_earliest).
+    pub(crate) fn kept_earliest(&self) -> Option<Instant> {
+        self.kept_earliest
+    }
+
+    /// Puts place `i` on the list of places without a kept answer (its answer was just
+    /// forgotten).
+    fn mark_unkept(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        if let Some(PollAt::Time(t)) = slot.kept.take() {
+            // The earliest kept deadline may be this one, now gone.
+            self.kept_earliest_stale |= self.kept_earliest.is_some_and(|e| t <= e);
+        }
+        if !slot.unkept {
+            slot.unkept = true;
+            slot.unkept_next = self.unkept_head;
+            self.unkept_head = i as u32;
+        }
+    }
+
+    /// The first place on the list of places without a kept answer, for egress's and
+    /// ingress's walks over the connections something happened to; the list holds every such
+    /// place in use, and may hold others (free places, places kept since).
+    pub(crate) fn unkept_first(&self) -> Option<usize> {
+        (self.unkept_head != NO_PLACE).then_some(self.unkept_head as usize)
+    }
+
+    /// The place after `i` on that list. Fetch it before anything changes `i`.
+    pub(crate) fn unkept_next(&self, i: usize) -> Option<usize> {
+        let next = self.slots.get(i)?.unkept_next;
+        (next != NO_PLACE).then_some(next as usize)
+    }
+
+    /// Takes the places that have a kept answer again, or no connection, off that list.
+    pub(crate) fn prune_unkept(&mut self) {
+        let mut prev = NO_PLACE;
+        let mut at = self.unkept_head;
+        while let Some(slot) = self.slots.get_mut(at as usize) {
+            let next = slot.unkept_next;
+            if slot.kept.is_some() || slot.tcb.is_none() {
+                slot.unkept = false;
+                slot.unkept_next = NO_PLACE;
+                match self.slots.get_mut(prev as usize) {
+                    Some(p) => p.unkept_next = next,
+                    None => self.unkept_head = next,
+                }
+            } else {
+                prev = at;
+            }
+            at = next;
+        }
+    }
+
+    /// Places in use.
+    pub(crate) fn used(&self) -> usize {
+        self.used
     }
 
     /// Whether any place is in use.
