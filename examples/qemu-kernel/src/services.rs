@@ -163,6 +163,11 @@ fn virtio_json(s: &VirtioStats) -> Json {
         ("config_interrupts", s.config_interrupts.into()),
         ("rx_posted", s.rx_posted.into()),
         ("tx_in_flight", s.tx_in_flight.into()),
+        ("rx_kicks", s.rx_kicks.into()),
+        ("tx_kicks", s.tx_kicks.into()),
+        ("kicks_suppressed", s.kicks_suppressed.into()),
+        ("rx_interrupt_requests", s.rx_interrupt_requests.into()),
+        ("tx_interrupt_requests", s.tx_interrupt_requests.into()),
     ])
 }
 
