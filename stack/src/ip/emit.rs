@@ -24,8 +24,9 @@ use smoltcp::wire::{IpProtocol, IpRepr, Ipv4Address, Ipv4Packet};
 
 use crate::keys::{Prf, Use};
 
-/// Counters of [`Ipv4Idents`].
+/// Counters of [`Ipv4Idents`]: one per value of a byte, which indexes them.
 pub(crate) const IDENT_BUCKETS: usize = 256;
+const _: () = assert!(IDENT_BUCKETS == u8::MAX as usize + 1);
 
 /// The IPv4 identification of zcnet's packets: keyed counters per destination (see the
 /// [module docs](self)).
@@ -60,7 +61,7 @@ impl Ipv4Idents {
                 input[4..8].copy_from_slice(&dst.octets());
                 input[8] = u8::from(protocol);
                 let h = self.prf.of(Use::Ipv4Id, &input);
-                // IDENT_BUCKETS is 256: the low byte is the bucket.
+                // The low byte is the bucket (IDENT_BUCKETS is 256, checked above).
                 let (bucket, offset) = (h as u8, (h >> 16) as u16);
                 self.last = Some((src, dst, protocol, bucket, offset));
                 (bucket, offset)
