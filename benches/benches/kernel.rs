@@ -335,7 +335,7 @@ impl Guest {
         let mut child = ns
             .command("qemu-system-x86_64")
             .args([
-                "-accel", "tcg", "-machine", "q35", "-m", GUEST_MEM, "-smp", "1",
+                "-accel", "tcg", "-cpu", "max", "-machine", "q35", "-m", GUEST_MEM, "-smp", "1",
             ])
             .args(["-display", "none", "-serial", "stdio", "-monitor", "none"])
             .args([

@@ -16,6 +16,9 @@
 # 5201 -> 5201 (iperf3); --ports picks other host ports. With --tap IFNAME the guest is on an
 # existing TAP interface instead.
 #
+# The CPU model is `max`: TCG's with everything it emulates, RDRAND among it (CPUID.01H:ECX
+# bit 30), the kernel's source for the stack's secret; without it the kernel stops at boot.
+#
 # Exit status: 0 when the kernel exits through isa-debug-exit with the success code (QEMU's
 # 33), QEMU's own status otherwise (35: a check failed, 37: panic or CPU exception), 1 if QEMU
 # ended without the kernel choosing a status.
@@ -81,7 +84,7 @@ fi
 # QEMU runs as a child so its status can be mapped below; a SIGTERM or SIGINT sent to this
 # script (timeout, a test harness) is passed on to it, so it never outlives the script.
 qemu-system-x86_64 \
-    -accel tcg "${machine_args[@]}" -m 256M \
+    -accel tcg -cpu max "${machine_args[@]}" -m 256M \
     -display none -serial stdio -no-reboot \
     -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
     -kernel "$kernel" -append "$append" \

@@ -26,7 +26,8 @@
 //! ## Features
 //!
 //! * `std` (default): the Linux side. The `demo` module (TAP and network-namespace setup, and
-//!   the hooks filled in for Linux), `stack_demo` (two stacks over an in-memory wire: what
+//!   the hooks filled in for Linux), `secret` (the stack's secret from the OS's random
+//!   source), `stack_demo` (two stacks over an in-memory wire: what
 //!   `cargo run -p zcnet-examples --bin demo` shows), the programs in `src/bin/` and
 //!   `getrusage` as iperf3's CPU clock, and `logger`, the programs' stderr logger: they log the
 //!   stack's and the TAP driver's events (zcnet-stack's and zcnet-tap's `log` feature, which
@@ -52,6 +53,8 @@ pub mod json;
 pub mod limit;
 #[cfg(feature = "std")]
 pub mod logger;
+#[cfg(feature = "std")]
+pub mod secret;
 #[cfg(feature = "std")]
 pub mod stack_demo;
 #[cfg(feature = "std")]

@@ -270,7 +270,8 @@ impl Demo {
                 ));
             }
         }
-        // Before anything is set up, so a bad path leaves nothing behind.
+        // Before anything is set up, so a failure leaves nothing behind.
+        let secret = crate::secret::from_os()?;
         let capture = options.pcap.as_deref().map(PcapFile::create).transpose()?;
         let platform = LinuxPlatform::leak().map_err(|e| format!("epoll: {e}"))?;
         let exec = Executor::leak(platform);
@@ -329,11 +330,7 @@ impl Demo {
                 address: Ipv4Cidr::new(ZCNET_ADDR, 24),
                 gateway: None,
             }),
-            random_seed: u64::from(std::process::id())
-                ^ std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64),
-            ..Config::default()
+            ..Config::new(secret)
         };
         let driver: &'static mut (dyn Driver + Send) = match &capture {
             None => Box::leak(Box::new(tap)),

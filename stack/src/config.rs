@@ -49,7 +49,56 @@ impl From<StaticV4> for Ipv4Config {
     }
 }
 
-/// Stack configuration. Start from [`Config::default`] and set what you need.
+/// The stack's secret: 128 bits the integrator draws from a random source it trusts, anew at
+/// every boot (the OS's random source, RDRAND, a hardware RNG, virtio-rng). The stack keys
+/// SipHash-2-4 with it to derive everything an attacker who is not on the path must not
+/// predict: TCP initial sequence numbers (RFC 6528), TCP timestamp offsets, ephemeral ports
+/// (RFC 6056), IPv4 identification values, and the seed of smoltcp's own generator (DHCP
+/// transaction ids, DNS query ids and ports). There is no default and no constant: a
+/// [`Config`] can only be made from one ([`Config::new`]).
+///
+/// A secret that an attacker can learn or guess (a constant, a boot counter, a timestamp, a
+/// process id) makes all of the above predictable again. `Debug` does not print it.
+///
+/// ```
+/// # use zcnet_stack::{Config, Secret};
+/// # fn platform_random_bytes(b: &mut [u8]) { b.fill(0x5a) } // stands in for the real source
+/// let mut key = [0u8; Secret::LEN];
+/// platform_random_bytes(&mut key);
+/// let config = Config::new(Secret::new(key));
+/// ```
+#[derive(Clone, Copy)]
+pub struct Secret([u8; Secret::LEN]);
+
+impl Secret {
+    /// The secret's length in bytes (128 bits: SipHash's key).
+    pub const LEN: usize = 16;
+
+    /// The secret made of `bytes`, which must come from a random source the integrator trusts.
+    pub const fn new(bytes: [u8; Secret::LEN]) -> Self {
+        Self(bytes)
+    }
+
+    /// The key bytes (for the stack's keyed hash).
+    pub(crate) fn bytes(&self) -> &[u8; Secret::LEN] {
+        &self.0
+    }
+}
+
+impl From<[u8; Secret::LEN]> for Secret {
+    fn from(bytes: [u8; Secret::LEN]) -> Self {
+        Self::new(bytes)
+    }
+}
+
+impl core::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// Stack configuration. Start from [`Config::new`], which takes the stack's [`Secret`] (there
+/// is no `Default`: a stack cannot be configured without one), and set what you need.
 ///
 /// # IPv6 and the link-local address
 ///
@@ -76,8 +125,9 @@ pub struct Config {
     /// [`slaac`](Self::slaac) is set (they imply the link-local address anyway). Needs an
     /// Ethernet driver ([`StackError::NotEthernet`](crate::StackError::NotEthernet) otherwise).
     pub ipv6_link_local: bool,
-    /// Seed for smoltcp's TCP sequence numbers and ephemeral ports; vary it per boot.
-    pub random_seed: u64,
+    /// The stack's secret (see [`Secret`]): drawn by the integrator from a random source at
+    /// every boot.
+    pub secret: Secret,
     /// Frames the ingress task handles per wakeup before it yields to other tasks.
     pub ingress_budget: usize,
     /// DNS servers a [`DnsSocket`](crate::dns::DnsSocket) asks, in order: the first `Some`
@@ -98,25 +148,23 @@ pub struct Config {
 }
 
 impl Config {
-    /// Whether IPv6 is on (see [the type's docs](Config#ipv6-and-the-link-local-address)).
-    pub fn ipv6_enabled(&self) -> bool {
-        self.ipv6.is_some() || self.slaac || self.ipv6_link_local
-    }
-}
-
-impl Default for Config {
-    /// No addresses, no autoconfiguration (IPv6 off), a fixed seed, 32 frames per ingress run,
-    /// three quarters of the pool for TCP budgets.
-    fn default() -> Self {
+    /// No addresses, no autoconfiguration (IPv6 off), 32 frames per ingress run, three
+    /// quarters of the pool for TCP budgets, and `secret` (see [`Secret`]).
+    pub fn new(secret: Secret) -> Self {
         Self {
             ipv4: Ipv4Config::None,
             ipv6: None,
             slaac: false,
             ipv6_link_local: false,
-            random_seed: 0x7a63_6e65_7400_0001,
+            secret,
             ingress_budget: 32,
             dns_servers: [None; MAX_DNS_SERVERS],
             tcp_pool_slots: None,
         }
+    }
+
+    /// Whether IPv6 is on (see [the type's docs](Config#ipv6-and-the-link-local-address)).
+    pub fn ipv6_enabled(&self) -> bool {
+        self.ipv6.is_some() || self.slaac || self.ipv6_link_local
     }
 }

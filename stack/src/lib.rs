@@ -115,6 +115,7 @@ mod events;
 #[doc(hidden)]
 pub mod fuzzing;
 mod ip;
+mod keys;
 mod link;
 mod runner;
 mod socket;
@@ -125,7 +126,7 @@ mod waiters;
 
 pub use config::{
     Config, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv4Cidr, Ipv4Config,
-    Ipv6Address, Ipv6Cidr, StaticV4, StaticV6, MAX_DNS_SERVERS,
+    Ipv6Address, Ipv6Cidr, Secret, StaticV4, StaticV6, MAX_DNS_SERVERS,
 };
 pub use ip::autoconf::{
     eui64_interface_id, ipv6_link_local, Dhcpv4Lease, IpAddrs, Ipv4Settings, MAX_ADDRS,

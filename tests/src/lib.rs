@@ -13,6 +13,8 @@
 //! * [`wire`]: two drivers linked back to back in memory, with seeded fault injection, so two
 //!   stacks can talk inside one process: [`zcnet_buffer::sim::wire`] with its delays on the
 //!   executor's timers.
+//! * [`craft`]: crafted frames (ARP requests, TCP segments) sent to a stack on one end of a
+//!   wire and its answers read back ([`craft::WireTarget`]).
 //! * [`recorder`]: a driver wrapper that records every frame's slot, address, time and bytes,
 //!   and a wire pair built with it, to prove zero copy and to read the segments that crossed
 //!   ([`recorder::tcp_header`]).
@@ -22,6 +24,8 @@
 //!   talks to the real Linux stack (needs root and `/dev/net/tun`).
 //! * [`log_capture::LogCapture`]: records what the stack logs (its `log` feature) on the
 //!   test's thread, for assertions on the log lines.
+//! * [`secret`]: the stack's secret, fixed by a seed for the in-memory tests or from the OS's
+//!   random source for real networks.
 //! * [`audit::assert_slots_back`]: the pool audit a test ends with (every slot back), also as
 //!   [`net::Pair::assert_slots_back`] and [`netns::TapNet::assert_slots_back`].
 //! * [`qemu`]: the example kernel (`examples/qemu-kernel/`) built once and booted under QEMU,
@@ -30,11 +34,13 @@
 pub mod audit;
 pub mod cable;
 pub mod clock;
+pub mod craft;
 pub mod log_capture;
 pub mod net;
 pub mod netns;
 pub mod qemu;
 pub mod recorder;
+pub mod secret;
 pub mod sim_nic;
 pub mod slow_tx;
 pub mod wakers;

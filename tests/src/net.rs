@@ -38,16 +38,16 @@ impl Pair {
 /// Sockets per stack in [`pair`].
 pub const SOCKETS: usize = 160;
 
-/// Side `i`'s starting configuration in a pair: static [`ADDR`]`[i]`/24, no gateway, and
-/// `random_seed` (the pair's tests pick fixed seeds so runs repeat).
-pub fn side_config(i: usize, random_seed: u64) -> Config {
+/// Side `i`'s starting configuration in a pair: static [`ADDR`]`[i]`/24, no gateway, and the
+/// secret [`seeded`](crate::secret::seeded) from `secret_seed` (the pair's tests pick fixed
+/// seeds so runs repeat).
+pub fn side_config(i: usize, secret_seed: u64) -> Config {
     Config {
         ipv4: Ipv4Config::Static(StaticV4 {
             address: Ipv4Cidr::new(ADDR[i], 24),
             gateway: None,
         }),
-        random_seed,
-        ..Config::default()
+        ..Config::new(crate::secret::seeded(secret_seed))
     }
 }
 

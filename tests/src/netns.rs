@@ -276,8 +276,7 @@ impl TapNet {
                 address: Ipv4Cidr::new(ZCNET_ADDR, 24),
                 gateway: None,
             }),
-            random_seed: u64::from(std::process::id()) << 16 | unique().1 as u64,
-            ..Config::default()
+            ..Config::new(crate::secret::from_os())
         };
         configure(&mut config);
         // Boxed: `Stack::shutdown` gives it back, and dropping it closes the TAP.

@@ -187,7 +187,8 @@ impl Machine {
     }
 }
 
-/// QEMU's arguments: TCG (no KVM on these machines), `machine`, 256 MiB, no display, the serial
+/// QEMU's arguments: TCG (no KVM on these machines) with CPU model `max` (RDRAND, the kernel's
+/// source for the stack's secret), `machine`, 256 MiB, no display, the serial
 /// port on stdio, no reboot, `isa-debug-exit` at 0xf4, the PVH `kernel` with command line
 /// `append`, and the machine's virtio-net ([`Machine::nic_args`]) on `-netdev <netdev>`, whose
 /// id must be `n0` (e.g. `user,id=n0,hostfwd=tcp:127.0.0.1:8080-:80`).
@@ -195,6 +196,8 @@ pub fn qemu_args(machine: Machine, kernel: &Path, netdev: &str, append: &str) ->
     let mut a: Vec<String> = [
         "-accel",
         "tcg",
+        "-cpu",
+        "max",
         "-machine",
         machine.qemu_machine(),
         "-m",

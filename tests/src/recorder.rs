@@ -280,7 +280,7 @@ pub fn recorded_pair(
         [Box::new(a) as PairDriver, Box::new(b)]
     };
     let pair = pair_wrapped(exec, faults, slots, wrap, |i, config| {
-        config.random_seed = 0x5678 + i as u64;
+        config.secret = crate::secret::seeded(0x5678 + i as u64);
         configure(i, config);
     });
     (pair, recorders.expect("the pair made its drivers"))

@@ -13,7 +13,9 @@
 //!   skips, without them, like the other TAP tests): DHCP from `dnsmasq`, `ping`, a 20 MB TCP
 //!   echo compared by SHA-256, `iperf3` both ways, UDP echo, `GET /exit`;
 //! * idle: with a static address and nothing on the wire, the guest's `hlt` loop wakes only for
-//!   its own measurement timer, and the stack is not polled at all.
+//!   its own measurement timer, and the stack is not polled at all;
+//! * no random source: on TCG's default CPU model, which lacks RDRAND, the kernel has nothing to
+//!   draw the stack's secret from and stops at boot with a message and the failure code.
 //!
 //! QEMU is launched by the tests themselves (`zcnet_tests::qemu`); the guest's serial output is
 //! QEMU's stdout, printed in full when a test fails. Traffic goes only to 127.0.0.1 (slirp with
@@ -28,7 +30,7 @@ use zcnet_examples::json::{self, Json};
 use zcnet_tests::netns::{tap_name, ChildGuard, Netns};
 use zcnet_tests::qemu::{
     field, free_local_port, hmp, kernel, monitor_args, qemu_args, run_bounded, Machine, Qemu,
-    TempDir, ToolOutput, QEMU,
+    TempDir, ToolOutput, EXIT_FAIL, QEMU,
 };
 
 /// Makes each scenario function (`fn(Machine)`) a module of two tests, `q35` and `microvm`,
@@ -55,6 +57,7 @@ on_each_machine!(
     qemu_kernel_serves_http_over_user_networking,
     qemu_kernel_over_tap_in_a_netns_dhcp_ping_echo_iperf3,
     qemu_kernel_idles_without_wakeups_or_polls,
+    qemu_kernel_without_rdrand_stops_at_boot,
 );
 
 /// From spawning QEMU to the guest's `READY` line (boot takes 0.1–0.3 s; DHCP a moment).
@@ -478,4 +481,31 @@ fn qemu_kernel_idles_without_wakeups_or_polls(machine: Machine) {
     assert!(timer <= 1, "timer wakeups beyond the window's own: {line}");
     assert_eq!(polls, 0, "stack polls while idle: {line}");
     qemu.kill();
+}
+
+/// TCG's default CPU model (`qemu64`) has no RDRAND, the kernel's only source for the stack's
+/// secret: the kernel says so and stops with the failure code before it starts the network
+/// (no `READY`), instead of running with a guessable secret.
+fn qemu_kernel_without_rdrand_stops_at_boot(machine: Machine) {
+    require_tool(QEMU, "--version", "qemu-system-x86");
+    let elf = kernel();
+    let mut args = qemu_args(machine, elf, "user,id=n0,restrict=on", "");
+    let cpu = args
+        .iter()
+        .position(|a| a == "-cpu")
+        .expect("qemu_args picks a CPU model");
+    args[cpu + 1] = "qemu64".to_string();
+    let mut qemu = Qemu::spawn(Command::new(QEMU).args(args));
+    let line = qemu.wait_for_line("zcnet kernel: no secret for the stack", READY_LIMIT);
+    qemu.check(line.contains("RDRAND") && line.contains("-cpu max"), || {
+        format!("the message names the missing RDRAND and the fix: {line}")
+    });
+    let status = qemu.wait_exit(EXIT_LIMIT);
+    qemu.check(status.code() == Some(EXIT_FAIL), || {
+        format!("QEMU exited with {status}, expected {EXIT_FAIL}")
+    });
+    let log = qemu.serial_log();
+    qemu.check(!log.contains("READY") && !log.contains("net:"), || {
+        "the network never started".to_string()
+    });
 }

@@ -153,7 +153,8 @@ fn tasks_end_and_a_static_driver_serves_a_second_stack() {
     let pool = FramePool::leak(PoolConfig::new(32)).unwrap();
     let nic: &'static mut SimNic = Box::leak(Box::new(SimNic::new(pool, 4, 4)));
     let resources: &'static StackResources<4> = StackResources::leak();
-    let (stack, runner) = Stack::new(exec, pool, nic, Config::default(), resources).unwrap();
+    let config = Config::new(zcnet_tests::secret::seeded(1));
+    let (stack, runner) = Stack::new(exec, pool, nic, config, resources).unwrap();
     let mut run = Box::pin(exec.local_spawner().spawn(runner.run()));
     exec.run_until_idle();
     assert!(pending(&mut run));
@@ -168,7 +169,7 @@ fn tasks_end_and_a_static_driver_serves_a_second_stack() {
     // The same driver and pool under a new stack; the old resources stay claimed.
     let second: &'static StackResources<4> = StackResources::leak();
     // Its tasks spawned one by one (the `Runner` is then not needed).
-    let (stack2, _runner) = Stack::new(exec, pool, nic, Config::default(), second).unwrap();
+    let (stack2, _runner) = Stack::new(exec, pool, nic, config, second).unwrap();
     let mut tasks = [
         Box::pin(exec.local_spawner().spawn(Runner::ingress(stack2))),
         Box::pin(exec.local_spawner().spawn(Runner::egress(stack2))),
@@ -182,7 +183,7 @@ fn tasks_end_and_a_static_driver_serves_a_second_stack() {
             exec,
             pool,
             Box::new(SimNic::new(pool, 4, 4)),
-            Config::default(),
+            config,
             resources
         )
         .err(),

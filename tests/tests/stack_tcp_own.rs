@@ -1,7 +1,7 @@
 //! zcnet's own TCP against the wire and against smoltcp's:
 //!
 //! * a segment to a closed port is answered with a RST that zcnet's TCP built (numbered by
-//!   its own IPv4 identification counter, which starts at 1), counted as `NoSocket`;
+//!   its own IPv4 identification counter for the peer), counted as `NoSocket`;
 //! * on a clean exchange (handshake, three data segments from the peer, a reply, FIN both
 //!   ways) zcnet's TCP emits exactly the segments smoltcp's own `tcp::Socket` emits, driven
 //!   through a smoltcp `Interface` by the same scripted peer: flags, sequence and
@@ -11,32 +11,25 @@
 //!   ledger as such, and both pools audit clean afterwards.
 
 use std::collections::VecDeque;
-use std::future::poll_fn;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use smoltcp::iface::{Config as SmolConfig, Interface, SocketSet};
 use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp as smol_tcp;
 use smoltcp::time::Instant as SmolInstant;
-use smoltcp::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, HardwareAddress, IpCidr, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket,
-    TcpRepr, TcpSeqNumber,
-};
+use smoltcp::wire::{HardwareAddress, IpCidr, TcpControl, TcpRepr, TcpSeqNumber};
 use zcnet_buffer::ledger::{CopySite, LEDGER};
-use zcnet_buffer::{Driver, FramePool, PoolConfig};
+use zcnet_buffer::FramePool;
 use zcnet_executor::time::timeout;
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
-use zcnet_stack::{DropReason, Stack, StackResources};
+use zcnet_stack::{DropReason, Stack};
 use zcnet_tests::audit::assert_slots_back;
 use zcnet_tests::clock::VirtualClock;
-use zcnet_tests::net::{pair_on, side_config, ADDR};
-use zcnet_tests::wire::{wire_pair, Faults, WireEnd};
+use zcnet_tests::craft::{self, WireTarget, PEER, STACK};
+use zcnet_tests::net::{pair_on, ADDR};
+use zcnet_tests::wire::Faults;
 
-const PEER_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
-const US_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 2]);
 const PEER_ISN: u32 = 1000;
 const PEER_PORT: u16 = 40000;
 const BUF: usize = 4096;
@@ -51,23 +44,7 @@ trait Target {
 
 /// An ARP request from the peer for 10.0.0.2 (so both implementations learn the peer's MAC).
 fn arp_request() -> Vec<u8> {
-    let arp = ArpRepr::EthernetIpv4 {
-        operation: ArpOperation::Request,
-        source_hardware_addr: PEER_MAC,
-        source_protocol_addr: ADDR[0],
-        target_hardware_addr: EthernetAddress([0; 6]),
-        target_protocol_addr: ADDR[1],
-    };
-    let mut f = vec![0u8; 14 + arp.buffer_len()];
-    let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
-    EthernetRepr {
-        src_addr: PEER_MAC,
-        dst_addr: EthernetAddress::BROADCAST,
-        ethertype: EthernetProtocol::Arp,
-    }
-    .emit(&mut eth);
-    arp.emit(&mut ArpPacket::new_unchecked(eth.payload_mut()));
-    f
+    craft::arp_request(PEER, STACK.ip)
 }
 
 /// A segment from the peer to `port` on 10.0.0.2, checksums computed.
@@ -86,31 +63,7 @@ fn segment(port: u16, control: TcpControl, seq: u32, ack: Option<u32>, payload: 
         timestamp: None,
         payload,
     };
-    let ip = Ipv4Repr {
-        src_addr: ADDR[0],
-        dst_addr: ADDR[1],
-        next_header: IpProtocol::Tcp,
-        payload_len: tcp.buffer_len(),
-        hop_limit: 64,
-    };
-    let mut f = vec![0u8; 14 + ip.buffer_len() + tcp.buffer_len()];
-    let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
-    EthernetRepr {
-        src_addr: PEER_MAC,
-        dst_addr: US_MAC,
-        ethertype: EthernetProtocol::Ipv4,
-    }
-    .emit(&mut eth);
-    let caps = smoltcp::phy::ChecksumCapabilities::default();
-    let mut p = Ipv4Packet::new_unchecked(eth.payload_mut());
-    ip.emit(&mut p, &caps);
-    tcp.emit(
-        &mut TcpPacket::new_unchecked(p.payload_mut()),
-        &ADDR[0].into(),
-        &ADDR[1].into(),
-        &caps,
-    );
-    f
+    craft::tcp_frame(PEER, STACK, &tcp)
 }
 
 /// One emitted TCP segment, as compared: numbers relative to the initial sequence numbers.
@@ -133,42 +86,25 @@ struct Seg {
 /// The TCP segment in `frame` (an Ethernet frame from the implementation), with the IPv4
 /// identification, or `None` for anything else. Checksums are verified.
 fn parse(frame: &[u8], isn: u32) -> Option<(Seg, u16)> {
-    let eth = EthernetFrame::new_checked(frame).ok()?;
-    if eth.ethertype() != EthernetProtocol::Ipv4 {
-        return None;
-    }
-    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
-    assert!(ip.verify_checksum(), "IPv4 header checksum");
-    if ip.next_header() != IpProtocol::Tcp {
-        return None;
-    }
-    let t = TcpPacket::new_checked(ip.payload()).ok()?;
-    assert!(
-        t.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into()),
-        "TCP checksum"
-    );
-    let r = TcpRepr::parse(
-        &t,
-        &ip.src_addr().into(),
-        &ip.dst_addr().into(),
-        &smoltcp::phy::ChecksumCapabilities::default(),
-    )
-    .ok()?;
+    let s = craft::tcp_in(frame)?;
+    let r = &s.tcp;
     let seg = Seg {
-        syn: t.syn(),
-        ack: t.ack(),
-        fin: t.fin(),
-        rst: t.rst(),
-        psh: t.psh(),
-        seq: t.seq_number().0.wrapping_sub(isn as i32) as u32,
-        ack_no: t.ack_number().0.wrapping_sub(PEER_ISN as i32) as u32,
-        window: t.window_len(),
+        syn: r.control == TcpControl::Syn,
+        ack: r.ack_number.is_some(),
+        fin: r.control == TcpControl::Fin,
+        rst: r.control == TcpControl::Rst,
+        psh: r.control == TcpControl::Psh,
+        seq: r.seq_number.0.wrapping_sub(isn as i32) as u32,
+        ack_no: r
+            .ack_number
+            .map_or(0, |a| a.0.wrapping_sub(PEER_ISN as i32) as u32),
+        window: r.window_len,
         payload: r.payload.len(),
         mss: r.max_seg_size,
         wscale: r.window_scale,
         sack_permitted: r.sack_permitted,
     };
-    Some((seg, ip.ident()))
+    Some((seg, s.ident))
 }
 
 /// The next TCP segment the target emits within `within` (frames of other kinds, ARP
@@ -190,11 +126,7 @@ fn exchange(t: &mut dyn Target) -> Vec<Seg> {
     t.send(&arp_request());
     t.send(&segment(80, TcpControl::Syn, PEER_ISN, None, &[]));
     let synack = next_tcp(t, step).expect("SYN-ACK");
-    let isn = {
-        let eth = EthernetFrame::new_checked(&synack[..]).unwrap();
-        let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
-        TcpPacket::new_checked(ip.payload()).unwrap().seq_number().0 as u32
-    };
+    let isn = craft::tcp_in(&synack).unwrap().tcp.seq_number.0 as u32;
     let mut out = vec![parse(&synack, isn).unwrap().0];
     let ack = |n: u32| Some(isn.wrapping_add(n));
     t.send(&segment(80, TcpControl::None, PEER_ISN + 1, ack(1), &[]));
@@ -229,45 +161,21 @@ fn exchange(t: &mut dyn Target) -> Vec<Seg> {
 }
 
 /// zcnet's stack on one end of a wire; the test plays the other end's device.
-struct Zcnet {
-    exec: &'static Executor,
-    end: WireEnd,
-}
-
-impl Target for Zcnet {
+impl Target for WireTarget {
     fn send(&mut self, frame: &[u8]) {
-        let mut cx = Context::from_waker(Waker::noop());
-        let Poll::Ready(mut f) = self.end.poll_transmit_frame(&mut cx) else {
-            panic!("the peer's pool has a free slot");
-        };
-        f.append(frame.len()).unwrap().copy_from_slice(frame);
-        self.end.transmit(f).unwrap();
+        WireTarget::send(self, frame)
     }
 
     fn recv(&mut self, within: Duration) -> Option<Vec<u8>> {
-        let end = &mut self.end;
-        let got = self.exec.block_on(timeout(
-            within,
-            poll_fn(|cx| end.poll_receive(cx).map(|f| f.to_vec())),
-        ));
-        got.ok()
+        WireTarget::recv(self, within)
     }
 }
 
 /// A zcnet stack at 10.0.0.2 on a wire whose other end the test keeps.
-fn zcnet_target(seed: u64) -> (Zcnet, Stack, [&'static FramePool; 2]) {
-    let exec = Executor::leak(VirtualClock::leak());
-    let pools = [
-        FramePool::leak(PoolConfig::new(32)).unwrap(),
-        FramePool::leak(PoolConfig::new(32)).unwrap(),
-    ];
-    let (a, b) = wire_pair(exec, pools, Faults::default());
-    let b: &'static mut WireEnd = Box::leak(Box::new(b));
-    let resources: &'static StackResources<8> = StackResources::leak();
-    let (stack, runner) =
-        Stack::new(exec, pools[1], b, side_config(1, seed), resources).expect("stack");
-    runner.spawn(exec.local_spawner());
-    (Zcnet { exec, end: a }, stack, pools)
+fn zcnet_target(seed: u64) -> (WireTarget, Stack, [&'static FramePool; 2]) {
+    let t = WireTarget::new::<8>(seed, 32);
+    let (stack, pools) = (t.stack, t.pools);
+    (t, stack, pools)
 }
 
 /// The server application both implementations run: accept on 80, read 300 bytes, answer
@@ -336,7 +244,7 @@ impl Smol {
         let mut dev = Queues::default();
         let now = SmolInstant::from_millis(0);
         let mut iface = Interface::new(
-            SmolConfig::new(HardwareAddress::Ethernet(US_MAC)),
+            SmolConfig::new(HardwareAddress::Ethernet(STACK.mac)),
             &mut dev,
             now,
         );
@@ -407,8 +315,8 @@ impl Target for Smol {
 }
 
 /// A segment to a port nobody listens on gets a RST|ACK built by zcnet's TCP: sequence 0,
-/// acknowledging the SYN, IPv4 identification 1 (the first segment of zcnet's counter;
-/// smoltcp numbered its packets from a random start), counted as `NoSocket`.
+/// acknowledging the SYN, counted as `NoSocket`, and numbered by zcnet's IPv4 identification
+/// counter for this peer (smoltcp's packets carry 0): a second RST is the first plus one.
 #[test]
 fn a_segment_to_a_closed_port_gets_a_reset_from_zcnet() {
     let (mut z, stack, pools) = zcnet_target(7);
@@ -418,12 +326,22 @@ fn a_segment_to_a_closed_port_gets_a_reset_from_zcnet() {
     let (seg, ident) = parse(&f, 0).unwrap();
     assert!(seg.rst && seg.ack && !seg.syn, "{seg:?}");
     assert_eq!((seg.seq, seg.ack_no, seg.window), (0, 1, 0), "{seg:?}");
-    assert_eq!(ident, 1, "zcnet's IPv4 identification counter");
+    assert_ne!(ident, 0, "not smoltcp's identification");
     assert_eq!(stack.stats().dropped(DropReason::NoSocket), 1);
     // A RST to the closed port is not answered.
     z.send(&segment(81, TcpControl::Rst, PEER_ISN + 1, None, &[]));
     assert!(next_tcp(&mut z, Duration::from_secs(1)).is_none());
     assert_eq!(stack.stats().dropped(DropReason::NoSocket), 1);
+    z.send(&segment(82, TcpControl::Syn, PEER_ISN, None, &[]));
+    let f = next_tcp(&mut z, Duration::from_secs(1)).expect("a second RST");
+    let (seg, second) = parse(&f, 0).unwrap();
+    assert!(seg.rst, "{seg:?}");
+    assert_eq!(
+        second,
+        ident.wrapping_add(1),
+        "zcnet's counter for this peer"
+    );
+    assert_eq!(stack.stats().dropped(DropReason::NoSocket), 2);
     for p in pools {
         assert_slots_back(p, 0);
     }

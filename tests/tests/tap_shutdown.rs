@@ -99,7 +99,7 @@ fn shutdown_closes_the_tap_and_a_new_stack_takes_over() {
             address: Ipv4Cidr::new(ZCNET_ADDR, 24),
             gateway: None,
         }),
-        ..Config::default()
+        ..Config::new(zcnet_tests::secret::from_os())
     };
     let resources: &'static StackResources<8> = StackResources::leak();
     let (second, runner) =

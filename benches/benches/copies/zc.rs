@@ -97,8 +97,7 @@ fn pair(exec: &'static Executor) -> [Stack; 2] {
                 address: Ipv4Cidr::new(ADDR[i], 24),
                 gateway: None,
             }),
-            random_seed: 0x1234 + i as u64,
-            ..Config::default()
+            ..Config::new(zcnet_tests::secret::seeded(0x1234 + i as u64))
         };
         // The runner's two tasks are spawned below, each in the host's stack scope.
         let (stack, _runner) =

@@ -74,9 +74,8 @@ fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
             address: Ipv4Cidr::new(ZCNET_ADDR, 24),
             gateway: None,
         }),
-        random_seed: u64::from(std::process::id()),
         tcp_pool_slots: Some(usize::MAX),
-        ..Config::default()
+        ..Config::new(zcnet_tests::secret::from_os())
     };
     let driver: &'static mut Tap = Box::leak(Box::new(tap));
     let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");

@@ -16,6 +16,8 @@
 
 use core::net::Ipv4Addr;
 
+use zcnet_stack::Secret;
+
 /// `hvm_start_info.magic`.
 const START_INFO_MAGIC: u32 = 0x336e_c578;
 /// The longest command line read.
@@ -189,23 +191,26 @@ impl Cmdline {
     }
 }
 
-/// What the kernel takes from PVH's start info: the command line, and whether the machine has
-/// ACPI tables (QEMU's microvm with `acpi=off` has none).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the kernel takes from PVH's start info (the command line, and whether the machine has
+/// ACPI tables: QEMU's microvm with `acpi=off` has none) and the stack's secret drawn at boot
+/// (`entropy.rs`).
+#[derive(Clone, Copy, Debug)]
 pub struct BootInfo {
     /// The parsed command line.
     pub cmdline: Cmdline,
     /// `hvm_start_info.rsdp_paddr`: the ACPI RSDP's physical address, if there is one.
     pub rsdp: Option<u64>,
+    /// The stack's secret, from the CPU's random source.
+    pub secret: Secret,
 }
 
 impl BootInfo {
-    /// Reads PVH's start info.
+    /// Reads PVH's start info; `secret` is kept for the stack.
     ///
     /// # Safety
     ///
     /// As for [`Cmdline::from_start_info`].
-    pub unsafe fn from_start_info(start_info: usize) -> BootInfo {
+    pub unsafe fn from_start_info(start_info: usize, secret: Secret) -> BootInfo {
         // SAFETY: passed on from the caller.
         let cmdline = unsafe { Cmdline::from_start_info(start_info) };
         let rsdp = if start_info == 0 {
@@ -222,7 +227,11 @@ impl BootInfo {
             };
             (magic == START_INFO_MAGIC && rsdp != 0).then_some(rsdp)
         };
-        BootInfo { cmdline, rsdp }
+        BootInfo {
+            cmdline,
+            rsdp,
+            secret,
+        }
     }
 }
 

@@ -14,7 +14,9 @@
 //! * **interrupt wiring**: [`idt`] and [`gdt`] (gates on IST stacks, SSE state saved),
 //!   [`pic`] silenced, [`nic_irq`] (MSI-X vectors per queue, INTx, or the virtio-mmio line
 //!   through the IOAPIC), each calling the driver's `VirtioIrq`;
-//! * **a heap** for the services' tasks and buffers: [`heap`].
+//! * **a heap** for the services' tasks and buffers: [`heap`];
+//! * **a secret** for the stack (`zcnet_stack::Secret`, 128 bits, new at every boot): [`entropy`]
+//!   (RDRAND; the boot stops with a message on a CPU without it).
 //!
 //! The rest is what any freestanding Rust program needs ([`boot`], [`serial`], [`libc`],
 //! [`exit`], [`port`]) and this kernel's own choices ([`cmdline`], [`services`]).
@@ -31,6 +33,7 @@ pub mod apic;
 pub mod boot;
 pub mod clock;
 pub mod cmdline;
+pub mod entropy;
 pub mod exit;
 pub mod gdt;
 pub mod hal;
@@ -70,16 +73,25 @@ pub fn kernel_main(start_info: usize) -> ! {
     run(boot)
 }
 
-/// Brings the machine up: console, command line, descriptor tables, interrupt controllers,
-/// clock, heap; returns with interrupts enabled, and what PVH's start info said.
+/// Brings the machine up: console, the stack's secret, command line, descriptor tables,
+/// interrupt controllers, clock, heap; returns with interrupts enabled, what PVH's start info
+/// said and the secret. Stops the machine ([`ExitCode::Failure`]) when there is no random
+/// source for the secret.
 ///
 /// # Safety
 ///
 /// Call once, at boot, with interrupts disabled and `start_info` as QEMU passed it.
 pub unsafe fn init(start_info: usize) -> BootInfo {
     serial::init();
+    let secret = match entropy::secret() {
+        Ok(s) => s,
+        Err(e) => {
+            println!("zcnet kernel: no secret for the stack: {e}");
+            exit(ExitCode::Failure)
+        }
+    };
     // SAFETY: nothing has reused the memory of the start info and the command line yet.
-    let boot = unsafe { BootInfo::from_start_info(start_info) };
+    let boot = unsafe { BootInfo::from_start_info(start_info, secret) };
     // SAFETY: once, at boot, interrupts off; the GDT (with the IST stacks) before the IDT.
     unsafe {
         gdt::init();

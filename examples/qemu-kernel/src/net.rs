@@ -138,9 +138,7 @@ pub fn start(spawner: LocalSpawner, boot: &BootInfo) -> Result<Net, NetError> {
     };
     let config = Config {
         ipv4,
-        // Varies per boot: the TSC at this point depends on how long QEMU and the firmware took.
-        random_seed: crate::clock::now_ns() ^ crate::clock::tsc_hz().rotate_left(32),
-        ..Config::default()
+        ..Config::new(boot.secret)
     };
     let driver: &'static mut Nic = Box::leak(Box::new(driver));
     let (stack, runner) =

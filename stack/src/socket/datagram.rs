@@ -697,7 +697,7 @@ fn start_send(
     let h = frame
         .push_header(ip_len)
         .map_err(|_| DatagramError::NoHeadroom)?;
-    write_header(h, &repr, &mut st.ipv4_ident, &st.link.caps.checksum);
+    write_header(h, &repr, &mut st.ipv4_idents, &st.link.caps.checksum);
     match st
         .link
         .send_ip(frame, hop, &st.iface, now, counters, true)?

@@ -529,12 +529,12 @@ impl TcpSocket {
             if st.shut_down {
                 return Err(TcpError::ShutDown);
             }
-            let port = st.ephemeral_port().ok_or(TcpError::Unaddressable)?;
+            let port = st.connect_port(remote).ok_or(TcpError::Unaddressable)?;
             let ip_mtu = st.link.caps.ip_mtu();
             let Some(e) = st.tcp.at_handle(handle) else {
                 return Err(TcpError::InvalidState);
             };
-            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
+            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.keys);
             e.tcb.connect(&mut cx, remote, port).map_err(|e| match e {
                 ConnectError::InvalidState => TcpError::InvalidState,
                 ConnectError::Unaddressable => TcpError::Unaddressable,

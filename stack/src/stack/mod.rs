@@ -31,6 +31,7 @@ use zcnet_buffer::{FramePool, HardwareAddress, RxFrame};
 use zcnet_executor::{Executor, Instant};
 
 use crate::config::{Config, Ipv4Config, StaticV4};
+use crate::keys::{Prf, Use};
 use crate::link::device::{smoltcp_caps, StepDevice};
 use crate::link::driver::StackDriver;
 use crate::socket::meta::{SocketMeta, SocketMetas};
@@ -77,17 +78,21 @@ pub(crate) struct State {
     /// The stack's counters, for the few counted events inside `State`'s own methods. `None`
     /// only while [`Stack::new`] builds the state (the counters move into place after it).
     counters: Option<&'static Counters>,
-    /// xorshift64 state for ephemeral ports; never zero.
-    rng: u64,
+    /// Random numbers: the keyed hash of a counter (`keys.rs`), unpredictable without the
+    /// secret.
+    random: crate::keys::KeyedStream,
+    /// RFC 6056 algorithm 4's keyed table for the ports of TCP `connect` (`transport/ports.rs`).
+    pub(crate) ports: crate::transport::ports::ConnectPorts,
     /// [`Config::dns_servers`], for the DNS sockets the application opens.
     pub(crate) dns_servers: [Option<crate::config::IpAddress>; crate::config::MAX_DNS_SERVERS],
     /// DHCPv4 client, SLAAC watch, DHCP-learned DNS servers, config waiters (`ip/autoconf.rs`).
     pub(crate) autoconf: crate::ip::autoconf::Autoconf,
     /// Zero-copy datagram sockets (`socket/datagram.rs`).
     pub(crate) zc: crate::socket::datagram::ZcSockets,
-    /// IPv4 identification of the next packet zcnet builds itself (TCP segments, zero-copy
-    /// datagrams); smoltcp numbers its own packets.
-    pub(crate) ipv4_ident: u16,
+    /// IPv4 identification of the packets zcnet builds itself (TCP segments, zero-copy
+    /// datagrams): keyed counters per destination (`ip/emit.rs`); smoltcp numbers its own
+    /// packets.
+    pub(crate) ipv4_idents: crate::ip::emit::Ipv4Idents,
     /// smoltcp's last `poll_at` answer (`None`: forgotten), kept until something touches
     /// smoltcp: a frame or a step for it ([`step`](Self::step)), a socket operation
     /// ([`with_socket`](Self::with_socket)), a socket added or removed, an address, route or
@@ -174,15 +179,9 @@ impl State {
         f(tcb, &mut cx)
     }
 
-    /// The next number of the stack's xorshift generator (seeded from
-    /// [`Config::random_seed`]); for port choice, not for cryptography.
+    /// The next 32 bits of the stack's keyed random stream (from [`Config::secret`]).
     pub(crate) fn random_u32(&mut self) -> u32 {
-        let mut x = self.rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.rng = x;
-        (x >> 32) as u32
+        self.random.next_u32()
     }
 
     /// The DNS servers in effect: [`Config::dns_servers`] if any are configured, else the
@@ -683,8 +682,11 @@ impl Stack {
             HardwareAddress::Ip => SmolHardwareAddress::Ip,
         };
         crate::ip::autoconf::check(&config, &hw)?;
+        let prf = Prf::new(&config.secret);
         let mut iconfig = smoltcp::iface::Config::new(hw);
-        iconfig.random_seed = config.random_seed;
+        // smoltcp's own generator (DHCP transaction ids, DNS query ids and ports) gets a seed
+        // of its own: its outputs, which reveal its state, reveal nothing of the secret.
+        iconfig.random_seed = prf.of(Use::SmoltcpSeed, &[]);
         crate::ip::autoconf::interface_config(&mut iconfig, &config);
         // SAFETY: the caller won `claimed`, which makes this the only access to the socket
         // storage: for good if this call succeeds; if it fails, the state borrowing it is
@@ -722,12 +724,7 @@ impl Stack {
             socket_count: 0,
             socket_capacity,
             metas: SocketMetas::new(metas),
-            tcp: TcpTable::new(
-                tcbs,
-                &resources.releases,
-                &resources.segment_releases,
-                config.random_seed,
-            ),
+            tcp: TcpTable::new(tcbs, &resources.releases, &resources.segment_releases, &prf),
             tcp_slot_limit: config.tcp_pool_slots.unwrap_or(pool.slot_count() / 4 * 3),
             listener_ports: ListenerPorts::new(),
             link: crate::link::LinkLayer {
@@ -744,11 +741,12 @@ impl Stack {
             shut_down: false,
             shutdown_waiters: crate::waiters::WaitList::new(),
             counters: None,
-            rng: config.random_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            random: crate::keys::KeyedStream::new(prf.clone()),
+            ports: crate::transport::ports::ConnectPorts::new(prf.clone()),
             dns_servers: config.dns_servers,
             autoconf: crate::ip::autoconf::Autoconf::EMPTY,
             zc: crate::socket::datagram::ZcSockets::new(),
-            ipv4_ident: 1,
+            ipv4_idents: crate::ip::emit::Ipv4Idents::new(prf),
             smol_at: None,
         };
         state.iface.update_ip_addrs(|addrs| {

@@ -7,10 +7,23 @@
 //! (68), or a [`DnsSocket`](crate::dns::DnsSocket) query is in flight from it. A TCP port is in
 //! use while a TCP socket is bound to it or listens on it.
 //!
-//! [`State::ephemeral_port`] picks a port in the dynamic range (49152–65535) at random, among
-//! those no socket uses for either protocol; TCP `connect`, UDP `bind` to port 0 and zero-copy
-//! `bind` to port 0 all take theirs from it. Binding a UDP or zero-copy socket to a port a DNS
-//! query is using fails with [`StackError::AddressInUse`](crate::StackError::AddressInUse).
+//! Ephemeral ports come from the dynamic range (49152–65535), among the ports no socket uses
+//! for either protocol, chosen so that an attacker off the path cannot guess them (RFC 6056):
+//!
+//! * TCP `connect` takes its port from [`State::connect_port`], RFC 6056's algorithm 4
+//!   ("double-hash"): the port is `49152 + (F(local address, remote address, remote port) +
+//!   table[G(same)]) mod 16384`, with `F` and `G` two halves of the stack's keyed hash
+//!   (`keys.rs`) and `table` [`PORT_TABLE`] counters. Each port tried advances the counter by
+//!   one and a port taken by a further random 0–7 (as Linux does), so successive
+//!   connections to one destination do not get consecutive ports, yet a four-tuple is not
+//!   used again soon; connections to different destinations get unrelated ports, and a peer
+//!   that sees its own connections' ports learns nothing of the ports used towards others.
+//! * UDP `bind` to port 0 and zero-copy `bind` to port 0 have no remote end: their port is
+//!   drawn from the stack's keyed random stream ([`State::ephemeral_port`]; RFC 6056's
+//!   algorithm 1 with an unpredictable generator).
+//!
+//! Binding a UDP or zero-copy socket to a port a DNS query is using fails with
+//! [`StackError::AddressInUse`](crate::StackError::AddressInUse).
 //!
 //! # DNS query ports
 //!
@@ -31,9 +44,50 @@ use core::fmt::{self, Write};
 
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::{dns, Socket};
-use smoltcp::wire::DnsQueryType;
+use smoltcp::wire::{DnsQueryType, IpEndpoint};
 
+use crate::keys::{Prf, Use};
 use crate::stack::State;
+
+/// The first port of the dynamic range (RFC 6335).
+const FIRST: u16 = 49152;
+/// How many ports the dynamic range holds (16384).
+const SPAN: u32 = (u16::MAX - FIRST) as u32 + 1;
+/// Counters in RFC 6056 algorithm 4's table ([`ConnectPorts`]).
+pub(crate) const PORT_TABLE: usize = 256;
+
+/// The state of RFC 6056's algorithm 4 (see the [module docs](self)): the keyed hash and the
+/// table of counters.
+pub(crate) struct ConnectPorts {
+    prf: Prf,
+    table: [u16; PORT_TABLE],
+}
+
+impl ConnectPorts {
+    /// The algorithm keyed with `prf`, its counters at zero (the keyed offset makes their
+    /// starting value unpredictable).
+    pub(crate) fn new(prf: Prf) -> Self {
+        Self {
+            prf,
+            table: [0; PORT_TABLE],
+        }
+    }
+
+    /// The keyed offset and the table index of a connection from `local` to `remote`.
+    fn offset_and_index(
+        &self,
+        local: Option<smoltcp::wire::IpAddress>,
+        remote: IpEndpoint,
+    ) -> (u32, usize) {
+        let h = self.prf.destination(Use::Port, local, remote);
+        (h as u32, (h >> 32) as usize % PORT_TABLE)
+    }
+}
+
+/// Port number `n` of the dynamic range, counted modulo its size.
+fn dynamic_port(n: u32) -> u16 {
+    FIRST + (n % SPAN) as u16
+}
 
 /// How many random ports [`State::start_dns_query`] tries before it gives up.
 pub(crate) const DNS_PORT_TRIES: usize = 16;
@@ -153,15 +207,37 @@ fn port_sum(d: &dns::Socket<'_>) -> (u32, usize) {
 
 impl State {
     /// A port from the dynamic range (49152–65535) that no socket of this stack uses, for TCP
-    /// or UDP (see the [module docs](self)), picked at random (RFC 6056: guessable ports help
-    /// off-path attackers), or `None` when all are taken.
+    /// or UDP, drawn from the keyed random stream (see the [module docs](self)) for binds to
+    /// port 0, or `None` when all are taken.
     pub(crate) fn ephemeral_port(&mut self) -> Option<u16> {
-        const FIRST: u16 = 49152;
-        const SPAN: u32 = (u16::MAX - FIRST) as u32 + 1;
-        let start = self.random_u32() % SPAN;
+        let start = self.random_u32();
         (0..SPAN)
-            .map(|i| FIRST + ((start + i) % SPAN) as u16)
-            .find(|&port| !self.tcp_port_in_use(port) && !self.udp_port_in_use(port, None))
+            .map(|i| dynamic_port(start.wrapping_add(i)))
+            .find(|&port| self.port_free(port))
+    }
+
+    /// The local port for a TCP connection to `remote`: RFC 6056's algorithm 4 (see the
+    /// [module docs](self)), among the ports no socket uses, or `None` when all are taken.
+    pub(crate) fn connect_port(&mut self, remote: IpEndpoint) -> Option<u16> {
+        let local = self.iface.get_source_address(&remote.addr);
+        let (offset, index) = self.ports.offset_and_index(local, remote);
+        for _ in 0..SPAN {
+            let counter = self.ports.table[index];
+            self.ports.table[index] = counter.wrapping_add(1);
+            // SPAN divides 2^32: the sum may wrap.
+            let port = dynamic_port(offset.wrapping_add(u32::from(counter)));
+            if self.port_free(port) {
+                let step = (self.random_u32() % 8) as u16;
+                self.ports.table[index] = self.ports.table[index].wrapping_add(step);
+                return Some(port);
+            }
+        }
+        None
+    }
+
+    /// Whether no socket uses `port`, for TCP or UDP.
+    fn port_free(&self, port: u16) -> bool {
+        !self.tcp_port_in_use(port) && !self.udp_port_in_use(port, None)
     }
 
     fn tcp_port_in_use(&self, port: u16) -> bool {
@@ -264,6 +340,32 @@ mod tests {
         );
         assert_eq!(ports("  port:  port: 80"), [80]);
         assert_eq!(ports(""), []);
+    }
+
+    #[test]
+    fn dynamic_ports_wrap_around_the_range() {
+        use super::{dynamic_port, ConnectPorts, PORT_TABLE};
+        assert_eq!(dynamic_port(0), 49152);
+        assert_eq!(dynamic_port(16383), 65535);
+        assert_eq!(dynamic_port(16384), 49152);
+        // The range's size divides 2^32: a sum that wraps continues where it left off.
+        assert_eq!(dynamic_port(u32::MAX), 65535);
+        assert_eq!(dynamic_port(u32::MAX.wrapping_add(1)), 49152);
+        // Offset and index come from one keyed hash of the destination.
+        let prf = crate::keys::Prf::new(&crate::config::Secret::new([9; 16]));
+        let ports = ConnectPorts::new(prf.clone());
+        let remote = smoltcp::wire::IpEndpoint::new(smoltcp::wire::IpAddress::v4(10, 0, 0, 2), 80);
+        let local = Some(smoltcp::wire::IpAddress::v4(10, 0, 0, 1));
+        let h = prf.destination(crate::keys::Use::Port, local, remote);
+        assert_eq!(
+            ports.offset_and_index(local, remote),
+            (h as u32, (h >> 32) as usize % PORT_TABLE)
+        );
+        let other = smoltcp::wire::IpEndpoint::new(remote.addr, 81);
+        assert_ne!(
+            ports.offset_and_index(local, remote),
+            ports.offset_and_index(local, other)
+        );
     }
 
     #[test]

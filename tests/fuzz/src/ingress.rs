@@ -311,7 +311,7 @@ impl Harness {
         let config = Config {
             ipv4: Ipv4Config::Dhcp,
             slaac: true,
-            ..Config::default()
+            ..Config::new(zcnet_tests::secret::seeded(0xf022))
         };
         let resources: &'static StackResources<SOCKETS> = StackResources::leak();
         let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");

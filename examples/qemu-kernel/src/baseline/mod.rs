@@ -303,8 +303,11 @@ pub fn run(boot: BootInfo) -> ! {
     let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(
         dev.mac_address(),
     )));
-    // Varies per boot, as the zcnet kernel's seed does.
-    config.random_seed = crate::clock::now_ns() ^ crate::clock::tsc_hz().rotate_left(32);
+    // From RDRAND, as the zcnet kernel's secret (`init` checked that the CPU has it).
+    config.random_seed = crate::entropy::random_u64().unwrap_or_else(|e| {
+        println!("baseline: {e}");
+        crate::exit::exit(crate::exit::ExitCode::Failure)
+    });
     let mut iface = Interface::new(config, &mut dev, now());
     let mut sockets = SocketSet::new(Vec::new());
     let dhcp = match cmdline.ip {

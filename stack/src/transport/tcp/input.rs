@@ -71,7 +71,7 @@ pub(crate) fn ingress(
             };
             // `find` returned a place in use.
             let e = st.tcp.at(i)?;
-            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.rand);
+            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.keys);
             let reply = e.tcb.process(&mut cx, &ip, &repr, payload);
             let drops = e.tcb.take_rx_drops();
             counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));

@@ -61,7 +61,7 @@ pub(super) struct Out<'a> {
     link: &'a mut LinkLayer,
     tx_waker: &'a Waker,
     iface: &'a Interface,
-    ident: &'a mut u16,
+    ident: &'a mut crate::ip::emit::Ipv4Idents,
     counters: &'a Counters,
     now: Instant,
 }
@@ -72,7 +72,7 @@ impl<'a> Out<'a> {
         link: &'a mut LinkLayer,
         tasks: &'a Tasks,
         iface: &'a Interface,
-        ident: &'a mut u16,
+        ident: &'a mut crate::ip::emit::Ipv4Idents,
         waker: &'a Waker,
         counters: &'a Counters,
         now: Instant,
@@ -137,7 +137,7 @@ pub(super) fn out<'a>(
         &mut st.link,
         &st.tasks,
         &st.iface,
-        &mut st.ipv4_ident,
+        &mut st.ipv4_idents,
         waker,
         counters,
         now,
@@ -375,13 +375,13 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
             &mut st.link,
             &st.tasks,
             &st.iface,
-            &mut st.ipv4_ident,
+            &mut st.ipv4_idents,
             waker,
             counters,
             now,
         );
         let tcb = e.tcb;
-        let mut cx = TcpContext::new(now, ip_mtu, out.iface, e.rand);
+        let mut cx = TcpContext::new(now, ip_mtu, out.iface, e.keys);
         // The answer of the last `poll_at`, to keep when it is not due.
         let mut kept = None;
         loop {

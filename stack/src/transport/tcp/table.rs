@@ -56,7 +56,8 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpRepr, TcpRepr};
 use zcnet_buffer::WakerCell;
 
-use crate::transport::tcp::tcb::context::{LocalAddrs, PollAt, TcpContext, TcpRand};
+use crate::keys::{Prf, Use};
+use crate::transport::tcp::tcb::context::{LocalAddrs, PollAt, TcpContext, TcpKeys};
 use crate::transport::tcp::tcb::socket::Tcb;
 use crate::transport::tcp::tcb::state::State;
 
@@ -323,8 +324,8 @@ pub(crate) struct Entry<'a> {
     pub(crate) tcb: &'a mut Tcb<'static>,
     /// Its record.
     pub(crate) meta: &'a mut TcpMeta,
-    /// The table's random source (initial sequence numbers).
-    pub(crate) rand: &'a mut TcpRand,
+    /// The stack's keys (initial sequence numbers, timestamp offsets).
+    pub(crate) keys: &'a TcpKeys,
 }
 
 /// A connection's place in the [`TcpTable`].
@@ -375,10 +376,11 @@ pub(crate) struct TcpTable {
     /// The kept answer that had the earliest deadline was forgotten: `kept_earliest` may be
     /// early until [`refresh_kept_earliest`](Self::refresh_kept_earliest) recomputes it.
     kept_earliest_stale: bool,
-    /// The key of the four-tuple hash.
+    /// The key of the four-tuple hash (derived from the stack's secret: a peer that cannot
+    /// compute the buckets cannot pile its connections into one).
     demux_key: u64,
-    /// Initial sequence numbers (seeded from [`Config::random_seed`](crate::Config)).
-    pub(crate) rand: TcpRand,
+    /// Initial sequence numbers and timestamp offsets, keyed with the stack's secret.
+    pub(crate) keys: TcpKeys,
 }
 
 impl TcpTable {
@@ -387,7 +389,7 @@ impl TcpTable {
         slots: &'static mut [TcpSlot],
         releases: &'static [SegmentRelease],
         release_signal: &'static SegmentReleases,
-        seed: u64,
+        prf: &Prf,
     ) -> Self {
         debug_assert_eq!(slots.len(), releases.len());
         // Place numbers fit the list's `u32` links (`NO_PLACE` excluded).
@@ -409,8 +411,8 @@ impl TcpTable {
             unkept_head: NO_PLACE,
             kept_earliest: None,
             kept_earliest_stale: false,
-            demux_key: seed.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15 | 1,
-            rand: TcpRand::new(seed),
+            demux_key: prf.of(Use::Demux, &[]),
+            keys: TcpKeys::new(prf.clone()),
         }
     }
 
@@ -601,7 +603,7 @@ impl TcpTable {
         Some(Entry {
             tcb,
             meta: &mut slot.meta,
-            rand: &mut self.rand,
+            keys: &self.keys,
         })
     }
 
@@ -621,7 +623,7 @@ impl TcpTable {
     ) -> Option<PollAt> {
         let slot = self.slots.get(i)?;
         let tcb = slot.tcb.as_ref()?;
-        let mut cx = TcpContext::new(now, ip_mtu, iface, &mut self.rand);
+        let mut cx = TcpContext::new(now, ip_mtu, iface, &self.keys);
         if let Some(at) = slot.kept {
             debug_assert_eq!(
                 at,

@@ -1,10 +1,14 @@
 //! What the state machine takes from the interface it runs on: the time, the IP MTU, the
-//! interface's addresses and a random source (smoltcp's crate-private `iface::Context`, cut
-//! down to the calls `socket/tcp.rs` makes), and what it gives back: [`PollAt`].
+//! interface's addresses and the stack's keys for initial sequence numbers and timestamp
+//! offsets (smoltcp's crate-private `iface::Context`, cut down to the calls `socket/tcp.rs`
+//! makes, with [`TcpKeys`] in place of its random generator), and what it gives back:
+//! [`PollAt`].
 
 use smoltcp::iface::Interface;
 use smoltcp::time::Instant;
-use smoltcp::wire::IpAddress;
+use smoltcp::wire::{IpAddress, IpEndpoint, TcpSeqNumber};
+
+use crate::keys::{Prf, Use};
 
 /// When a connection next needs `dispatch` (smoltcp's crate-private `socket::PollAt`).
 ///
@@ -42,32 +46,38 @@ impl LocalAddrs for Interface {
     }
 }
 
-/// A small non-cryptographic generator for initial sequence numbers: sPCG32, the generator
-/// smoltcp's interface uses (`smoltcp::rand::Rand`, crate-private there).
-#[derive(Debug, Clone)]
-pub(crate) struct TcpRand {
-    /// The generator's state.
-    state: u64,
+/// The keyed functions behind a connection's initial sequence number and TCP timestamp
+/// offset (the stack's [`Prf`], see `keys.rs`).
+#[derive(Clone)]
+pub(crate) struct TcpKeys {
+    prf: Prf,
 }
 
-impl TcpRand {
-    /// A generator seeded with `seed` (the stack's `Config::random_seed`).
-    pub(crate) const fn new(seed: u64) -> Self {
-        Self { state: seed }
+impl TcpKeys {
+    /// The functions keyed with the stack's secret.
+    pub(crate) fn new(prf: Prf) -> Self {
+        Self { prf }
     }
 
-    /// The next 32 random bits.
-    pub(crate) fn rand_u32(&mut self) -> u32 {
-        // sPCG32 from https://www.pcg-random.org/paper.html
-        // see also https://nullprogram.com/blog/2017/09/21/
-        const M: u64 = 0xbb2e_fcec_3c39_611d;
-        const A: u64 = 0x7590_ef39;
+    /// The initial sequence number of the connection from `local` to `remote` at `now`, as
+    /// RFC 6528 gives it: `ISN = M + F(localip, localport, remoteip, remoteport, secretkey)`,
+    /// with `M` the stack's clock in units of 4 µs and `F` the keyed hash of the four-tuple.
+    /// An attacker who cannot see the connection's segments cannot guess it; a four-tuple
+    /// used again later starts above the earlier incarnation's numbers (the clock moved on),
+    /// as RFC 793's clock-driven ISNs did.
+    pub(crate) fn isn(&self, now: Instant, local: IpEndpoint, remote: IpEndpoint) -> TcpSeqNumber {
+        // The clock in 4 µs units, modulo 2^32 (it wraps about every 4.77 hours).
+        let m = now.total_micros().div_euclid(4) as u32;
+        let f = self.prf.tuple(Use::Isn, local, remote) as u32;
+        TcpSeqNumber(m.wrapping_add(f) as i32)
+    }
 
-        let s = self.state.wrapping_mul(M).wrapping_add(A);
-        self.state = s;
-
-        let shift = 29 - (s >> 61);
-        (s >> shift) as u32
+    /// The offset added to the millisecond clock for the TSvals of the connection from
+    /// `local` to `remote` (RFC 7323 §7.1): a keyed hash of the four-tuple, so the peer learns
+    /// nothing of the stack's clock or of other connections' offsets, and a four-tuple used
+    /// again gets the same offset and so TSvals that keep increasing across incarnations.
+    pub(crate) fn ts_offset(&self, local: IpEndpoint, remote: IpEndpoint) -> u32 {
+        self.prf.tuple(Use::TsOffset, local, remote) as u32
     }
 }
 
@@ -83,8 +93,8 @@ pub(crate) struct TcpContext<'a> {
     /// The interface's addresses: source selection for `connect`, and the check in `dispatch`
     /// that the connection's local address still exists.
     pub(crate) addrs: &'a dyn LocalAddrs,
-    /// The random source for initial sequence numbers.
-    pub(crate) rand: &'a mut TcpRand,
+    /// The keys for initial sequence numbers and timestamp offsets.
+    pub(crate) keys: &'a TcpKeys,
 }
 
 impl<'a> TcpContext<'a> {
@@ -93,13 +103,13 @@ impl<'a> TcpContext<'a> {
         now: Instant,
         ip_mtu: usize,
         addrs: &'a dyn LocalAddrs,
-        rand: &'a mut TcpRand,
+        keys: &'a TcpKeys,
     ) -> Self {
         Self {
             now,
             ip_mtu,
             addrs,
-            rand,
+            keys,
         }
     }
 
@@ -121,8 +131,11 @@ impl core::fmt::Debug for TcpContext<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{PollAt, TcpRand};
+    use super::{PollAt, TcpKeys};
+    use crate::config::Secret;
+    use crate::keys::{Prf, Use};
     use smoltcp::time::Instant;
+    use smoltcp::wire::{IpAddress, IpEndpoint, TcpSeqNumber};
 
     #[test]
     fn poll_at_orders_now_then_time_then_ingress() {
@@ -133,11 +146,44 @@ mod tests {
         assert!(late < PollAt::Ingress);
     }
 
+    fn keys(b: u8) -> TcpKeys {
+        TcpKeys::new(Prf::new(&Secret::new([b; Secret::LEN])))
+    }
+
+    fn ep(last: u8, port: u16) -> IpEndpoint {
+        IpEndpoint::new(IpAddress::v4(10, 0, 0, last), port)
+    }
+
     #[test]
-    fn rand_is_spcg32() {
-        // sPCG32 (smoltcp's `Rand`) from seed 12345, computed independently.
-        let mut r = TcpRand::new(12345);
-        let got = [r.rand_u32(), r.rand_u32(), r.rand_u32(), r.rand_u32()];
-        assert_eq!(got, [950466856, 3767854651, 3239089691, 2878797761]);
+    fn isn_is_the_4us_clock_plus_the_keyed_hash_of_the_tuple() {
+        let k = keys(3);
+        let (l, r) = (ep(2, 80), ep(1, 40000));
+        let f = k.prf.tuple(Use::Isn, l, r) as u32;
+        assert_eq!(k.isn(Instant::ZERO, l, r), TcpSeqNumber(f as i32));
+        // 1 ms is 250 ticks of 4 µs; 3 µs is not yet one.
+        assert_eq!(
+            k.isn(Instant::from_millis(1), l, r),
+            TcpSeqNumber(f.wrapping_add(250) as i32)
+        );
+        assert_eq!(k.isn(Instant::from_micros(3), l, r), TcpSeqNumber(f as i32));
+        // The clock wraps modulo 2^32 ticks.
+        let wrap = Instant::from_micros(4 * (1i64 << 32) + 8);
+        assert_eq!(k.isn(wrap, l, r), TcpSeqNumber(f.wrapping_add(2) as i32));
+    }
+
+    #[test]
+    fn isn_and_timestamp_offset_depend_on_the_secret_and_the_tuple() {
+        let (l, r) = (ep(2, 80), ep(1, 40000));
+        let now = Instant::from_secs(5);
+        assert_ne!(keys(3).isn(now, l, r), keys(4).isn(now, l, r));
+        assert_ne!(keys(3).isn(now, l, r), keys(3).isn(now, l, ep(1, 40001)));
+        assert_ne!(keys(3).ts_offset(l, r), keys(4).ts_offset(l, r));
+        assert_ne!(keys(3).ts_offset(l, r), keys(3).ts_offset(l, ep(1, 40001)));
+        assert_eq!(keys(3).ts_offset(l, r), keys(3).ts_offset(l, r));
+        // Not the ISN's hash: the TSval offset reveals nothing of the ISN.
+        assert_ne!(
+            keys(3).ts_offset(l, r),
+            keys(3).isn(Instant::ZERO, l, r).0 as u32
+        );
     }
 }

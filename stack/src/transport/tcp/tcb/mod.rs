@@ -14,7 +14,7 @@
 //! an incoming segment, `accepts` then `process` (which may return a segment to send back); for
 //! outgoing ones, `dispatch` while `poll_at` says so (`transport/tcp/input.rs`, `output.rs`). Each call takes a
 //! [`TcpContext`](context::TcpContext) with the time, the IP MTU, the interface's addresses and
-//! the random source. The connections live in the stack's table (`transport/tcp/table.rs`); the
+//! the stack's keys. The connections live in the stack's table (`transport/tcp/table.rs`); the
 //! application reaches them through `TcpSocket` (`socket/tcp.rs`).
 //!
 //! Parts of smoltcp's socket API the stack does not offer (ACK delay, hop limit, `peek`,
@@ -27,9 +27,11 @@
 //!   (`TcpSocket`, in `socket/tcp.rs`, is the application's type).
 //! * The interface context is `TcpContext` (smoltcp's `iface::Context` is crate-private):
 //!   `now`, `ip_mtu`, the addresses (`LocalAddrs`, implemented for smoltcp's `Interface`, so
-//!   source selection and the address check are smoltcp's) and an sPCG32 `TcpRand` for
-//!   initial sequence numbers (smoltcp's generator). `PollAt` and the waker registration are
-//!   copies of smoltcp's crate-private types.
+//!   source selection and the address check are smoltcp's) and `TcpKeys`, the keyed hash of
+//!   the stack's secret that gives initial sequence numbers per RFC 6528 (a 4 µs clock plus
+//!   the hash of the four-tuple; smoltcp draws them from its non-cryptographic generator) and
+//!   timestamp offsets. `PollAt` and the waker registration are copies of smoltcp's
+//!   crate-private types.
 //! * Buffers: the state machine reaches its data only through `RecvBuffer` and `SendBuffer`
 //!   ([`recv`], [`send`]). The send buffer is a queue of pool frames, one segment's payload
 //!   each; the receive buffer is a queue of the received frames themselves: `process` takes
@@ -75,8 +77,8 @@
 //!   floor), settable per socket; smoltcp's, RFC 6298's, is 1 s. The timeout before the first
 //!   measurement stays 1 s.
 //! * TCP timestamps (RFC 7323) are on unless the application turns them off, and used when
-//!   the peer offers them: TSval is the stack's clock in milliseconds plus a random offset per
-//!   connection (smoltcp's is a global `fn() -> u32` the application supplies); every ACK of
+//!   the peer offers them: TSval is the stack's clock in milliseconds plus an offset keyed by
+//!   the connection's four-tuple (smoltcp's is a global `fn() -> u32` the application supplies); every ACK of
 //!   new data gives an RTT sample from its TSecr; PAWS drops segments older than TS.Recent;
 //!   TS.Recent moves only with segments at the left edge of the window, and an out-of-order
 //!   segment's ACK echoes it (smoltcp echoes every segment's TSval).

@@ -298,18 +298,19 @@ impl<'a> Tcb<'a> {
     }
 
     /// Whether connections opened from now on offer TCP timestamps (RFC 7323): TSval is the
-    /// stack's clock in milliseconds plus a random offset per connection; RTT samples come
+    /// stack's clock in milliseconds plus an offset keyed by the four-tuple; RTT samples come
     /// from the echoed TSecr; segments older than the last one in order are rejected (PAWS).
     /// The remote must offer them too (on its SYN or SYN-ACK).
     pub(crate) fn set_timestamps(&mut self, enabled: bool) {
         self.timestamps_wanted = enabled;
     }
 
-    /// Picks this connection's TSval offset, if timestamps are wanted.
+    /// Sets this connection's TSval offset (keyed by its four-tuple, which must be set), if
+    /// timestamps are wanted.
     fn arm_timestamps(&mut self, cx: &mut TcpContext<'_>) {
-        if self.timestamps_wanted {
+        if let (true, Some(t)) = (self.timestamps_wanted, self.tuple) {
             self.tsval_generator = Some(TsvalSource::Clock {
-                offset: cx.rand.rand_u32(),
+                offset: cx.keys.ts_offset(t.local, t.remote),
             });
         }
     }
@@ -815,31 +816,32 @@ impl<'a> Tcb<'a> {
         }
 
         self.start();
-        self.arm_timestamps(cx);
-        self.set_tuple(Some(Tuple {
+        let tuple = Tuple {
             local: local_endpoint,
             remote: remote_endpoint,
-        }));
+        };
+        self.set_tuple(Some(tuple));
+        self.arm_timestamps(cx);
         self.set_state(State::SynSent);
 
-        let seq = Self::random_seq_no(cx);
+        let seq = Self::initial_seq_no(cx, tuple);
         self.local_seq_no = seq;
         self.remote_last_seq = seq;
         Ok(())
     }
 
-    /// A random initial sequence number. Unit tests expect a fixed one (as smoltcp's do):
-    /// they draw from the random source all the same, then use 10000.
+    /// The initial sequence number of `tuple`. Unit tests expect a fixed one (as smoltcp's
+    /// do): 10000.
     #[cfg(test)]
-    fn random_seq_no(cx: &mut TcpContext<'_>) -> TcpSeqNumber {
-        let _ = cx.rand.rand_u32();
+    fn initial_seq_no(_: &TcpContext<'_>, _: Tuple) -> TcpSeqNumber {
         TcpSeqNumber(10000)
     }
 
-    /// A random initial sequence number.
+    /// The initial sequence number of `tuple`: RFC 6528's clock plus keyed hash
+    /// ([`TcpKeys::isn`](super::context::TcpKeys::isn)).
     #[cfg(not(test))]
-    fn random_seq_no(cx: &mut TcpContext<'_>) -> TcpSeqNumber {
-        TcpSeqNumber(cx.rand.rand_u32() as i32)
+    fn initial_seq_no(cx: &TcpContext<'_>, tuple: Tuple) -> TcpSeqNumber {
+        cx.keys.isn(cx.now, tuple.local, tuple.remote)
     }
 
     /// Close the transmit half of the full-duplex connection.
@@ -1933,11 +1935,12 @@ impl<'a> Tcb<'a> {
                     }
                 }
 
-                self.set_tuple(Some(Tuple {
+                let tuple = Tuple {
                     local: IpEndpoint::new(ip_repr.dst_addr(), repr.dst_port),
                     remote: IpEndpoint::new(ip_repr.src_addr(), repr.src_port),
-                }));
-                self.local_seq_no = Self::random_seq_no(cx);
+                };
+                self.set_tuple(Some(tuple));
+                self.local_seq_no = Self::initial_seq_no(cx, tuple);
                 self.remote_seq_no = repr.seq_number + 1;
                 self.remote_last_seq = self.local_seq_no;
                 self.remote_has_sack = repr.sack_permitted;
@@ -3112,9 +3115,9 @@ mod tests;
 /// Where a connection's TSval comes from (TCP timestamps, RFC 7323).
 #[derive(Debug, Clone, Copy)]
 enum TsvalSource {
-    /// The stack's clock in milliseconds plus `offset`, random per connection (RFC 7323
-    /// section 7.1: the peer learns nothing of our clock, and values do not repeat across
-    /// connections to the same port).
+    /// The stack's clock in milliseconds plus `offset`, a keyed hash of the connection's
+    /// four-tuple (RFC 7323 section 7.1: the peer learns nothing of our clock or of other
+    /// connections' offsets; a four-tuple used again continues where it left off).
     Clock {
         /// Added to the clock's milliseconds.
         offset: u32,

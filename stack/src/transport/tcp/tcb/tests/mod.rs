@@ -25,7 +25,7 @@ use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
 use smoltcp::wire::{HardwareAddress, IpCidr, IpRepr};
 
 use super::*;
-use crate::transport::tcp::tcb::context::TcpRand;
+use crate::transport::tcp::tcb::context::TcpKeys;
 use crate::transport::tcp::tcb::recv::{test_frame, MIN_SEGMENTS};
 use crate::transport::tcp::tcb::timer::CLOSE_DELAY;
 
@@ -104,7 +104,9 @@ fn test_context() -> TcpContext<'static> {
         Instant::ZERO,
         NoDevice.capabilities().ip_mtu(),
         iface,
-        Box::leak(Box::new(TcpRand::new(0))),
+        Box::leak(Box::new(TcpKeys::new(crate::keys::Prf::new(
+            &crate::config::Secret::new([0; crate::config::Secret::LEN]),
+        )))),
     )
 }
 
