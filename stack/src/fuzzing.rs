@@ -243,7 +243,7 @@ impl Probe {
     pub fn tcp_connections(&self, mut f: impl FnMut(TcpEntry)) {
         self.stack.with(|st| {
             for place in 0..st.tcp.len() {
-                let orphan = st.tcp.orphan_at(place).is_some();
+                let orphan = st.tcp.is_orphan(place);
                 let Some(e) = st.tcp.at(place) else {
                     continue;
                 };

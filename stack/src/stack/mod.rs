@@ -312,29 +312,10 @@ impl State {
                 return true;
             }
         }
-        let mut oldest: Option<(TcpHandle, SmolInstant)> = None;
-        for i in 0..self.tcp.orphan_scan_len() {
-            let Some((handle, until, state)) = self.tcp.orphan_at(i) else {
-                continue;
-            };
-            if state == TcpState::Closed {
-                oldest = Some((handle, until));
-                break;
-            }
-            // Every TCP orphan gets the same grace period, so the earliest deadline is the
-            // socket dropped first.
-            if state == TcpState::TimeWait && oldest.is_none_or(|(_, u)| until < u) {
-                oldest = Some((handle, until));
-            }
-        }
-        let Some((handle, _)) = oldest else {
+        let Some((handle, state)) = self.tcp.evictable_orphan() else {
             return false;
         };
-        if self
-            .tcp
-            .tcb(handle)
-            .is_some_and(|t| t.state() != TcpState::Closed)
-        {
+        if state != TcpState::Closed {
             if let Some(c) = self.counters {
                 c.time_wait_eviction();
             }
@@ -365,8 +346,8 @@ impl State {
 
     /// Removes orphaned sockets that have finished their work or reached their deadline. A TCP
     /// connection still open at its deadline was already reset by its own timeout (set when it
-    /// was orphaned); the deadline is a backstop. The TCP places are walked only when an orphan
-    /// may have closed or a deadline has come (`TcpTable::orphans_due`).
+    /// was orphaned); the deadline is a backstop. Only the TCP orphans that changed since the
+    /// last reaping and those whose deadline came are looked at (`TcpTable::next_reapable`).
     pub(crate) fn reap_orphans(&mut self, now: SmolInstant) {
         for i in 0..self.metas.orphan_scan_len() {
             let Some((handle, until)) = self.metas.orphan_at(i) else {
@@ -379,18 +360,9 @@ impl State {
         if !self.tcp.orphans_due(now) {
             return;
         }
-        let mut due: Option<SmolInstant> = None;
-        for i in 0..self.tcp.orphan_scan_len() {
-            let Some((handle, until, state)) = self.tcp.orphan_at(i) else {
-                continue;
-            };
-            if state == TcpState::Closed || now >= until {
-                self.remove_tcb(handle);
-            } else {
-                due = earliest(due, Some(until));
-            }
+        while let Some(handle) = self.tcp.next_reapable(now) {
+            self.remove_tcb(handle);
         }
-        self.tcp.orphans_scanned(due);
     }
 
     /// smoltcp's `poll_at` (see `smol_at`): the kept answer, or a fresh one, kept.

@@ -47,7 +47,10 @@
 //! * **Orphans**: a dropped socket whose connection is still closing stays in its place until
 //!   the close completes or its deadline passes (`State::reap_orphans`); a dropped connection
 //!   in TIME-WAIT gives its place up to a new socket when the stack has no free slot
-//!   (`State::free_orphan_slot`).
+//!   (`State::free_orphan_slot`). The orphans are listed oldest first (every one gets the same
+//!   grace period, so that is deadline order too), and those handed out mutably since the last
+//!   reaping on a list of their own: reaping looks at those and at the expired ones, and an
+//!   eviction takes the first closed or TIME-WAIT orphan, without a walk over every place.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use core::task::Waker;
@@ -282,6 +285,14 @@ pub(crate) struct TcpSlot {
     /// [`TcpTable::unkept_first`]), linked through `unkept_next`.
     unkept: bool,
     unkept_next: u32,
+    /// An orphan's neighbours in the table's list of orphans, oldest first ([`NO_PLACE`]: an
+    /// end, or not an orphan).
+    orphan_prev: u32,
+    orphan_next: u32,
+    /// The place is on the table's list of orphans handed out mutably since the last reaping
+    /// (one of them may have closed), linked through `touched_next`.
+    touched: bool,
+    touched_next: u32,
 }
 
 /// Which chain of the lookup index a place is in.
@@ -315,6 +326,10 @@ impl TcpSlot {
         filed_epoch: None,
         unkept: false,
         unkept_next: NO_PLACE,
+        orphan_prev: NO_PLACE,
+        orphan_next: NO_PLACE,
+        touched: false,
+        touched_next: NO_PLACE,
     };
 }
 
@@ -348,11 +363,13 @@ pub(crate) struct TcpTable {
     reserved: usize,
     /// Places holding an orphan: while zero, orphan scans are skipped.
     orphans: usize,
-    /// An orphan was handed out mutably since the last reaping scan (its connection may have
-    /// closed), or one was adopted: the next [`orphans_due`](Self::orphans_due) says yes.
-    orphan_touched: bool,
-    /// The earliest deadline of the orphans the last reaping scan left (`None`: none).
-    orphan_due: Option<Instant>,
+    /// The oldest and the newest orphan ([`NO_PLACE`]: none). Every orphan gets the same grace
+    /// period, so the list is in deadline order too.
+    orphan_head: u32,
+    orphan_tail: u32,
+    /// The first orphan handed out mutably (or adopted) since the last reaping: its connection
+    /// may have closed ([`NO_PLACE`]: none), linked through `touched_next`.
+    touched_head: u32,
     /// The place that took the last segment, tried first by [`find`](Self::find).
     last_hit: usize,
     /// The lookup index: per bucket of the keyed four-tuple hash, the first place of its chain
@@ -402,8 +419,9 @@ impl TcpTable {
             used: 0,
             reserved: 0,
             orphans: 0,
-            orphan_touched: false,
-            orphan_due: None,
+            orphan_head: NO_PLACE,
+            orphan_tail: NO_PLACE,
+            touched_head: NO_PLACE,
             last_hit: 0,
             demux: [NO_PLACE; DEMUX_BUCKETS],
             listeners: NO_PLACE,
@@ -495,10 +513,12 @@ impl TcpTable {
         if let Some(PollAt::Time(t)) = slot.kept.take() {
             self.kept_earliest_stale |= self.kept_earliest.is_some_and(|e| t <= e);
         }
-        if slot.meta.orphan.is_some() {
-            self.orphans -= 1;
-        }
+        let orphan = slot.meta.orphan.is_some();
         slot.meta = TcpMeta::EMPTY;
+        if orphan {
+            self.orphans -= 1;
+            self.unlink_orphan(h.0);
+        }
         if was_used {
             // Out of the list of used places.
             match self.slots.get_mut(prev as usize) {
@@ -523,7 +543,10 @@ impl TcpTable {
         self.mark_unkept(h.0);
         let slot = &mut self.slots[h.0];
         slot.kept = None;
-        self.orphan_touched |= slot.meta.orphan.is_some();
+        if slot.meta.orphan.is_some() {
+            self.touch_orphan(h.0);
+        }
+        let slot = &mut self.slots[h.0];
         match &mut slot.tcb {
             Some(t) => (t, &mut slot.meta),
             None => panic!("TCP handle {} has no connection", h.0),
@@ -562,11 +585,6 @@ impl TcpTable {
         update
     }
 
-    /// The connection of `h`, if its place holds one.
-    pub(crate) fn tcb(&self, h: TcpHandle) -> Option<&Tcb<'static>> {
-        self.slots.get(h.0).and_then(|s| s.tcb.as_ref())
-    }
-
     /// Number of places (used or not).
     #[cfg(feature = "fuzzing")]
     pub(crate) fn len(&self) -> usize {
@@ -596,10 +614,12 @@ impl TcpTable {
         self.slots.get(i)?.tcb.as_ref()?;
         self.mark_stale(i);
         self.mark_unkept(i);
+        if self.slots[i].meta.orphan.is_some() {
+            self.touch_orphan(i);
+        }
         let slot = &mut self.slots[i];
         let tcb = slot.tcb.as_mut()?;
         slot.kept = None;
-        self.orphan_touched |= slot.meta.orphan.is_some();
         Some(Entry {
             tcb,
             meta: &mut slot.meta,
@@ -940,42 +960,127 @@ impl TcpTable {
         })
     }
 
-    /// Marks `h` an orphan, to be removed once closed or at `until`.
+    /// Marks `h` an orphan, to be removed once closed or at `until` (the same grace period for
+    /// every orphan: the list of orphans stays in deadline order).
     pub(crate) fn adopt(&mut self, h: TcpHandle, until: Instant) {
-        if let Some(slot) = self.slots.get_mut(h.0) {
-            if slot.meta.orphan.replace(until).is_none() {
-                self.orphans += 1;
+        let Some(slot) = self.slots.get_mut(h.0) else {
+            return;
+        };
+        if slot.meta.orphan.replace(until).is_none() {
+            self.orphans += 1;
+            debug_assert!(
+                self.slots
+                    .get(self.orphan_tail as usize)
+                    .and_then(|t| t.meta.orphan)
+                    .is_none_or(|t| t <= until),
+                "orphans adopted out of deadline order"
+            );
+            let slot = &mut self.slots[h.0];
+            slot.orphan_prev = self.orphan_tail;
+            slot.orphan_next = NO_PLACE;
+            match self.slots.get_mut(self.orphan_tail as usize) {
+                Some(t) => t.orphan_next = h.0 as u32,
+                None => self.orphan_head = h.0 as u32,
             }
-            self.orphan_touched = true;
+            self.orphan_tail = h.0 as u32;
+        }
+        self.touch_orphan(h.0);
+    }
+
+    /// Takes place `i`, an orphan, off the list of orphans.
+    fn unlink_orphan(&mut self, i: usize) {
+        let (prev, next) = (self.slots[i].orphan_prev, self.slots[i].orphan_next);
+        match self.slots.get_mut(prev as usize) {
+            Some(p) => p.orphan_next = next,
+            None => self.orphan_head = next,
+        }
+        match self.slots.get_mut(next as usize) {
+            Some(n) => n.orphan_prev = prev,
+            None => self.orphan_tail = prev,
+        }
+        let slot = &mut self.slots[i];
+        slot.orphan_prev = NO_PLACE;
+        slot.orphan_next = NO_PLACE;
+    }
+
+    /// Puts orphan place `i` on the list of orphans that may have closed.
+    fn touch_orphan(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        if !slot.touched {
+            slot.touched = true;
+            slot.touched_next = self.touched_head;
+            self.touched_head = i as u32;
         }
     }
 
-    /// Whether a reaping scan can find something at `now`: an orphan may have closed (one was
-    /// changed or adopted since the last scan) or one's deadline has come. Otherwise the
-    /// stack skips the scan (`State::reap_orphans`), which would walk every place.
+    /// Whether reaping can find something at `now`: an orphan may have closed (one was changed
+    /// or adopted since the last reaping) or the oldest one's deadline has come.
     pub(crate) fn orphans_due(&self, now: Instant) -> bool {
-        self.orphans != 0 && (self.orphan_touched || self.orphan_due.is_some_and(|t| t <= now))
+        self.touched_head != NO_PLACE || self.oldest_orphan_until().is_some_and(|t| t <= now)
     }
 
-    /// A reaping scan ended, leaving orphans whose earliest deadline is `due`.
-    pub(crate) fn orphans_scanned(&mut self, due: Option<Instant>) {
-        self.orphan_touched = false;
-        self.orphan_due = due;
+    /// The deadline of the oldest orphan, the earliest of all.
+    fn oldest_orphan_until(&self) -> Option<Instant> {
+        self.slots
+            .get(self.orphan_head as usize)
+            .and_then(|s| s.meta.orphan)
     }
 
-    /// How many places to look at for orphans: none while there are none, else all.
-    pub(crate) fn orphan_scan_len(&self) -> usize {
-        if self.orphans == 0 {
-            0
-        } else {
-            self.slots.len()
+    /// An orphan to remove now, if any: one whose connection closed, among those changed
+    /// since the last call, else the oldest if its deadline has come. Each call looks at each
+    /// changed orphan once, so reaping costs the orphans that changed and those that expired,
+    /// not a walk over every place.
+    pub(crate) fn next_reapable(&mut self, now: Instant) -> Option<TcpHandle> {
+        while let Some(slot) = self.slots.get_mut(self.touched_head as usize) {
+            let i = self.touched_head as usize;
+            self.touched_head = slot.touched_next;
+            slot.touched = false;
+            slot.touched_next = NO_PLACE;
+            let closed = slot.meta.orphan.is_some()
+                && slot
+                    .tcb
+                    .as_ref()
+                    .is_some_and(|t| t.state() == State::Closed);
+            if closed {
+                return Some(TcpHandle(i));
+            }
         }
+        self.oldest_orphan_until()
+            .is_some_and(|t| now >= t)
+            .then_some(TcpHandle(self.orphan_head as usize))
     }
 
-    /// The orphan at place `i`, as (handle, deadline, state).
-    pub(crate) fn orphan_at(&self, i: usize) -> Option<(TcpHandle, Instant, State)> {
-        let s = self.slots.get(i)?;
-        let until = s.meta.orphan?;
-        Some((TcpHandle(i), until, s.tcb.as_ref()?.state()))
+    /// The orphan to evict for a new socket when every slot is taken: one whose connection
+    /// closed, else the oldest in TIME-WAIT (see `State::free_orphan_slot`), with its state.
+    /// Orphans still closing in another state are passed over.
+    pub(crate) fn evictable_orphan(&self) -> Option<(TcpHandle, State)> {
+        let mut at = self.touched_head;
+        while let Some(slot) = self.slots.get(at as usize) {
+            if slot.meta.orphan.is_some()
+                && slot
+                    .tcb
+                    .as_ref()
+                    .is_some_and(|t| t.state() == State::Closed)
+            {
+                return Some((TcpHandle(at as usize), State::Closed));
+            }
+            at = slot.touched_next;
+        }
+        let mut at = self.orphan_head;
+        while let Some(slot) = self.slots.get(at as usize) {
+            match slot.tcb.as_ref().map(Tcb::state) {
+                Some(state @ (State::Closed | State::TimeWait)) => {
+                    return Some((TcpHandle(at as usize), state))
+                }
+                _ => at = slot.orphan_next,
+            }
+        }
+        None
+    }
+
+    /// Whether place `i` holds an orphan.
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn is_orphan(&self, i: usize) -> bool {
+        self.slots.get(i).is_some_and(|s| s.meta.orphan.is_some())
     }
 }
