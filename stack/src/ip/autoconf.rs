@@ -402,7 +402,7 @@ fn apply_changes(st: &mut State, now: SmolInstant, counters: &Counters) {
     if let Some(gw) = gateway {
         // Learn the gateway's MAC now, before a peer that learned ours without ARP (from the
         // DHCP answer) sends something smoltcp would answer (see `Neighbors::prime`).
-        st.link.neighbors.prime(gw.into(), now);
+        st.link.neighbors.prime(gw.into(), now, counters);
     }
     if changed {
         st.smoltcp_touched();

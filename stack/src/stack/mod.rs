@@ -769,7 +769,10 @@ impl Stack {
                 .add_default_ipv4_route(gw)
                 .map_err(|_| StackError::TooManyRoutes)?;
             // Resolve the gateway at once (see `Neighbors::prime`); egress's first run asks.
-            state.link.neighbors.prime(gw.into(), smol_now(exec));
+            state
+                .link
+                .neighbors
+                .prime(gw.into(), smol_now(exec), &counters);
         }
         if let Some(gw) = config.ipv6.and_then(|v| v.gateway) {
             state
