@@ -95,6 +95,9 @@ pub(crate) struct State {
     /// reuse it and egress skips smoltcp's `poll_egress` while it is not due: a stack whose
     /// traffic is all zcnet's TCP pays nothing for smoltcp's sockets.
     smol_at: Option<Option<SmolInstant>>,
+    /// The DHCP and DNS servers smoltcp's requests went to, for ingress to take answers from
+    /// those only (`ip/asked.rs`).
+    pub(crate) asked: crate::ip::asked::Asked,
 }
 
 /// Wakes `w`: through the executor's local run queue when `local` is given and `w` is one of
@@ -137,6 +140,7 @@ impl State {
             starved: false,
             spare: &mut self.link.spare_tx,
             refused: false,
+            watch: Some(&mut self.asked),
         };
         (dev, &mut self.iface, &mut self.sockets)
     }
@@ -715,6 +719,7 @@ impl Stack {
                     spare: &mut spare,
                     ingress: false,
                     refused: false,
+                    watch: None,
                 };
                 Interface::new(iconfig, &mut dev, now)
             },
@@ -750,6 +755,7 @@ impl Stack {
             zc: crate::socket::datagram::ZcSockets::new(),
             ipv4_ident: 1,
             smol_at: None,
+            asked: crate::ip::asked::Asked::new(),
         };
         state.iface.update_ip_addrs(|addrs| {
             if let Ipv4Config::Static(v4) = config.ipv4 {
