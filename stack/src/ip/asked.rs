@@ -7,7 +7,8 @@
 //! (RFC 2131 §4.3.2 has servers tell their replies apart by that identifier); its DNS socket
 //! accepts an answer from any of its servers on port 53, or from anyone on port 5353
 //! (multicast DNS, which zcnet never sends a query for). So every frame smoltcp transmits
-//! passes [`Asked::sent`] ([`TxWatch`], `link/device.rs`):
+//! passes [`Asked::sent`] ([`TxWatch`], `link/device.rs`) while a DNS socket is open or the
+//! DHCP client runs:
 //!
 //! * a DHCPDISCOVER forgets the server (offers come from anyone); a DHCPREQUEST with a server
 //!   identifier option (the client chose that server's offer) records it with the transaction
@@ -54,6 +55,9 @@ pub(crate) struct Asked {
     dns: [Option<(u16, IpAddress)>; DNS_QUERIES],
     /// The record the next new query port takes.
     next: usize,
+    /// [`DnsSocket`](crate::dns::DnsSocket)s open: with none, and no DHCP client, nothing
+    /// needs watching ([`watch`](Self::watch)).
+    pub(crate) resolvers: usize,
 }
 
 impl Asked {
@@ -62,6 +66,17 @@ impl Asked {
             dhcp: None,
             dns: [None; DNS_QUERIES],
             next: 0,
+            resolvers: 0,
+        }
+    }
+
+    /// The watch for a step's device: `self` while a DNS socket is open or the stack runs a
+    /// DHCP client (`dhcp`), else none (a frame costs nothing then).
+    pub(crate) fn watch(&mut self, dhcp: bool) -> Option<&mut dyn TxWatch> {
+        if self.resolvers > 0 || dhcp {
+            Some(self)
+        } else {
+            None
         }
     }
 

@@ -173,6 +173,11 @@ pub(crate) struct Autoconf {
 }
 
 impl Autoconf {
+    /// Whether the DHCPv4 client runs.
+    pub(crate) fn runs_dhcp(&self) -> bool {
+        self.dhcp.is_some()
+    }
+
     /// Whether a DHCP client or SLAAC runs (either may change addresses during a poll).
     pub(crate) fn active(&self) -> bool {
         self.dhcp.is_some() || self.slaac

@@ -202,7 +202,11 @@ impl DnsSocket {
         socket: dns::Socket<'static>,
         slots: usize,
     ) -> Result<Self, StackError> {
-        let handle = stack.with(|st| st.add_socket(socket))?;
+        let handle = stack.with(|st| {
+            let handle = st.add_socket(socket)?;
+            st.asked.resolvers += 1;
+            Ok::<_, StackError>(handle)
+        })?;
         Ok(Self {
             stack,
             handle,
@@ -394,6 +398,9 @@ impl Drop for QueryGuard<'_> {
 impl Drop for DnsSocket {
     fn drop(&mut self) {
         let handle = self.handle;
-        self.stack.with(|st| st.remove_socket(handle));
+        self.stack.with(|st| {
+            st.remove_socket(handle);
+            st.asked.resolvers -= 1;
+        });
     }
 }

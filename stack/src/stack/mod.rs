@@ -140,7 +140,7 @@ impl State {
             starved: false,
             spare: &mut self.link.spare_tx,
             refused: false,
-            watch: Some(&mut self.asked),
+            watch: self.asked.watch(self.autoconf.runs_dhcp()),
         };
         (dev, &mut self.iface, &mut self.sockets)
     }
