@@ -305,7 +305,7 @@ fn neighbour_flood_does_not_stall_a_transfer_through_the_gateway() {
         .expect("the server saw the end");
     assert_eq!(got, CHUNK * CHUNKS, "every byte through the gateway");
     assert_eq!(sum, sent);
-    assert!(sources >= 16 * 40, "the flood ran: {sources} sources");
+    assert!(sources >= 16 * 20, "the flood ran: {sources} sources");
     let asked = exec.block_on(sampler);
     assert_eq!(asked, 1, "the gateway's entry was never pushed out");
     let stats = a.stats();
