@@ -18,7 +18,9 @@ use zcnet_buffer::TxFrame;
 
 use crate::config::{IpAddress, IpEndpoint};
 use crate::datagram::DatagramError;
-use crate::link::neighbor::{self, Lookup};
+use crate::link::neighbor::{
+    self, Lookup, Traffic, MAX_UNSOLICITED_HELD, MAX_UNSOLICITED_NEIGHBORS,
+};
 use crate::socket::datagram::{self as dg, Class};
 use crate::stack::Stack;
 use crate::tcp::TcpState;
@@ -118,20 +120,46 @@ impl Probe {
         })
     }
 
-    /// A send's next-hop lookup for `ip` at `now_ms`.
-    pub fn lookup(&self, ip: IpAddress, now_ms: u64) -> Resolution {
-        self.stack
-            .with(|st| match st.link.neighbors.lookup(ip, at(now_ms)) {
+    /// A send's next-hop lookup for `ip` at `now_ms`: an unsolicited answer's (a reset, a
+    /// SYN-ACK) when `unsolicited`, else the stack's own traffic's.
+    pub fn lookup(&self, ip: IpAddress, now_ms: u64, unsolicited: bool) -> Resolution {
+        let inner = self.stack.inner;
+        let traffic = if unsolicited {
+            Traffic::Unsolicited
+        } else {
+            Traffic::Own
+        };
+        self.stack.with(|st| {
+            match st
+                .link
+                .neighbors
+                .lookup(ip, at(now_ms), traffic, &inner.counters)
+            {
                 Ok(Lookup::Known(mac)) => Resolution::Known(mac.0),
                 Ok(Lookup::Unknown) => Resolution::Unknown,
                 Err(_) => Resolution::Full,
-            })
+            }
+        })
     }
 
     /// Starts resolving `ip` ahead of any send (what the stack does for its IPv4 gateway).
     pub fn prime(&self, ip: IpAddress, now_ms: u64) {
+        let inner = self.stack.inner;
         self.stack
-            .with(|st| st.link.neighbors.prime(ip, at(now_ms)));
+            .with(|st| st.link.neighbors.prime(ip, at(now_ms), &inner.counters));
+    }
+
+    /// Whether the table holds an entry for `ip`, and whether it is resolved.
+    pub fn entry(&self, ip: IpAddress) -> Option<bool> {
+        self.stack.with(|st| {
+            st.link
+                .neighbors
+                .entries
+                .iter()
+                .flatten()
+                .find(|n| n.ip == ip)
+                .map(|n| n.mac.is_some())
+        })
     }
 
     /// Holds `frame` until `next_hop` resolves, as a send does after
@@ -201,10 +229,18 @@ impl Probe {
     /// * a held frame waits for a next hop that has an unresolved entry (else nothing would
     ///   ever send or fail it), and has no outcome yet;
     /// * a place whose frame is gone has an outcome, and a detached place with an outcome has
-    ///   been freed.
+    ///   been freed;
+    /// * at most [`MAX_UNSOLICITED_NEIGHBORS`] entries are unsolicited, and at most
+    ///   [`MAX_UNSOLICITED_HELD`] frames are held for them (what unsolicited traffic may take).
     pub fn check(&self) -> Result<(), &'static str> {
         self.stack.with(|st| {
             let nb = &st.link.neighbors;
+            if nb.unsolicited_entries() > MAX_UNSOLICITED_NEIGHBORS {
+                return Err("more unsolicited entries than allowed");
+            }
+            if nb.unsolicited_held() > MAX_UNSOLICITED_HELD {
+                return Err("more frames held for unsolicited entries than allowed");
+            }
             let entries = || nb.entries.iter().flatten();
             for (i, a) in entries().enumerate() {
                 if entries().skip(i + 1).any(|b| b.ip == a.ip) {

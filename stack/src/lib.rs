@@ -135,7 +135,8 @@ pub use ip::autoconf::{
 pub use link::carrier::LINK_DOWN_RECHECK;
 pub use link::driver::StackDriver;
 pub use link::neighbor::{
-    MAX_HELD_FRAMES, MAX_NEIGHBORS, NEIGHBOR_LIFETIME, NEIGHBOR_RETRY, NEIGHBOR_TIMEOUT,
+    MAX_HELD_FRAMES, MAX_NEIGHBORS, MAX_UNSOLICITED_HELD, MAX_UNSOLICITED_NEIGHBORS, NEIGHBOR_IDLE,
+    NEIGHBOR_LIFETIME, NEIGHBOR_RETRY, NEIGHBOR_TIMEOUT,
 };
 pub use runner::{Never, Runner};
 pub use socket::{datagram, dns, icmp, raw, tcp, udp, PacketBuffers, PacketMetadata};

@@ -29,6 +29,19 @@ pub enum DropReason {
     /// because no ARP / NDP answer came in time; its sender got
     /// [`DatagramError::NeighborTimeout`](crate::datagram::DatagramError::NeighborTimeout).
     NeighborTimeout,
+    /// A frame for a next hop the neighbour table had no room for: a TCP segment whose next
+    /// hop got no entry (the room unsolicited answers may take was used up, see
+    /// `link/neighbor.rs`) or no place to wait in, or a held frame (a zero-copy datagram,
+    /// whose sender got
+    /// [`DatagramError::NeighborQueueFull`](crate::datagram::DatagramError::NeighborQueueFull),
+    /// or a TCP segment) whose unresolved entry was evicted for a newer one.
+    NeighborTableFull,
+    /// A forged or stray answer, dropped before smoltcp could take it (`ip/asked.rs`): a DHCP
+    /// ACK or NAK for the client's current request from another server than the one it chose
+    /// (another server identifier), or a datagram smoltcp's DNS socket would take that is not
+    /// from port 53 of the server its query asked (any source port 5353, a server not asked,
+    /// an answer to no query in flight).
+    UnexpectedAnswer,
     /// A received frame smoltcp cannot parse: shorter than its Ethernet or IP header, IP
     /// lengths beyond the frame, the wrong IP version, a TCP, UDP or ICMP header cut short, a
     /// broken IPv6 hop-by-hop header.
@@ -63,7 +76,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    const COUNT: usize = 14;
+    const COUNT: usize = 16;
     /// Every reason, in the order [`StackStats::drops`] lists them.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TxTooLong,
@@ -73,6 +86,8 @@ impl DropReason {
         DropReason::DatagramQueueFull,
         DropReason::BadChecksum,
         DropReason::NeighborTimeout,
+        DropReason::NeighborTableFull,
+        DropReason::UnexpectedAnswer,
         DropReason::Malformed,
         DropReason::NotForUs,
         DropReason::Unsupported,
@@ -92,6 +107,8 @@ impl DropReason {
             DropReason::DatagramQueueFull => "datagram_queue_full",
             DropReason::BadChecksum => "bad_checksum",
             DropReason::NeighborTimeout => "neighbor_timeout",
+            DropReason::NeighborTableFull => "neighbor_table_full",
+            DropReason::UnexpectedAnswer => "unexpected_answer",
             DropReason::Malformed => "malformed",
             DropReason::NotForUs => "not_for_us",
             DropReason::Unsupported => "unsupported",

@@ -1,18 +1,23 @@
 //! Address autoconfiguration between two stacks over the in-memory wire: a DHCPv4 lease from a
 //! small DHCP server written here on stack B (and its loss when B stops renewing it), SLAAC from
 //! a router advertisement injected on the wire, and the IPv6 link-local address from the MAC.
+//! Forged DHCP replies (another server identifier) and DNS answers (another source than the
+//! server asked, port 5353), injected on the wire, are dropped and counted.
 
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use log::Level;
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{IpProtocol, IpRepr, UdpPacket, UdpRepr};
 use zcnet_executor::time::{sleep, timeout};
 use zcnet_executor::Executor;
 use zcnet_stack::dns::{DnsError, DnsKind, DnsSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_stack::{
-    IpAddress, IpCidr, IpEndpoint, Ipv4Address, Ipv4Cidr, Ipv4Config, Ipv6Address, Ipv6Cidr, Stack,
-    StaticV6,
+    Config, DropReason, IpAddress, IpCidr, IpEndpoint, Ipv4Address, Ipv4Cidr, Ipv4Config,
+    Ipv6Address, Ipv6Cidr, Stack, StaticV6,
 };
 use zcnet_tests::clock::VirtualClock;
 use zcnet_tests::log_capture::LogCapture;
@@ -170,6 +175,21 @@ async fn dhcp_server(s: UdpSocket, terms: Terms, mut acks: usize, log: Arc<Mutex
     }
 }
 
+/// A pair on simulated time with `slots` pool slots each, A's configuration changed by
+/// `configure`.
+fn virtual_pair(slots: usize, configure: impl Fn(&mut Config)) -> Pair {
+    pair_on_with(
+        Executor::leak(VirtualClock::leak()),
+        Faults::default(),
+        slots,
+        |i, c| {
+            if i == 0 {
+                configure(c);
+            }
+        },
+    )
+}
+
 /// A pair on simulated time where A is a DHCP client and B (10.0.0.2) runs the server.
 fn dhcp_pair(lease_secs: u32, acks: usize) -> (Pair, Arc<Mutex<Vec<Seen>>>) {
     dhcp_pair_on(Terms::usual(lease_secs), acks)
@@ -177,16 +197,7 @@ fn dhcp_pair(lease_secs: u32, acks: usize) -> (Pair, Arc<Mutex<Vec<Seen>>>) {
 
 /// [`dhcp_pair`] granting `terms`.
 fn dhcp_pair_on(terms: Terms, acks: usize) -> (Pair, Arc<Mutex<Vec<Seen>>>) {
-    let p = pair_on_with(
-        Executor::leak(VirtualClock::leak()),
-        Faults::default(),
-        128,
-        |i, c| {
-            if i == 0 {
-                c.ipv4 = Ipv4Config::Dhcp;
-            }
-        },
-    );
+    let p = virtual_pair(128, |a| a.ipv4 = Ipv4Config::Dhcp);
     let log = Arc::new(Mutex::new(Vec::new()));
     // Bound before anything runs, so the client's first DISCOVER finds it.
     let server = udp(p.stacks[1], 67);
@@ -605,4 +616,200 @@ fn slaac_without_a_router_does_not_spin_next_to_socket_timers() {
         s.egress_polls < 120,
         "at most about one egress run a second in the stale state: {s:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forged answers (`stack/src/ip/asked.rs`)
+
+/// A UDP datagram `src` → `dst` (IPv4) carrying `payload`, as an Ethernet frame from B's MAC to
+/// `dst_mac`; checksums right.
+fn udp_frame(dst_mac: [u8; 6], src: IpEndpoint, dst: IpEndpoint, payload: &[u8]) -> Vec<u8> {
+    let caps = ChecksumCapabilities::default();
+    let udp = UdpRepr {
+        src_port: src.port,
+        dst_port: dst.port,
+    };
+    let ip = IpRepr::new(
+        src.addr,
+        dst.addr,
+        IpProtocol::Udp,
+        udp.header_len() + payload.len(),
+        64,
+    );
+    let mut f = vec![0u8; 14 + ip.buffer_len()];
+    f[..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    ip.emit(&mut f[14..], &caps);
+    let at = 14 + ip.header_len();
+    udp.emit(
+        &mut UdpPacket::new_unchecked(&mut f[at..]),
+        &src.addr,
+        &dst.addr,
+        payload.len(),
+        |p| p.copy_from_slice(payload),
+        &caps,
+    );
+    f
+}
+
+/// `reply` (a server's DHCP message) with its server identifier option set to `server`.
+fn with_server_id(mut reply: Vec<u8>, server: Ipv4Address) -> Vec<u8> {
+    let mut i = 240;
+    while i + 1 < reply.len() && reply[i] != 255 {
+        let len = usize::from(reply[i + 1]);
+        if reply[i] == 54 {
+            reply[i + 2..i + 2 + len].copy_from_slice(&server.octets());
+        }
+        i += 2 + len;
+    }
+    reply
+}
+
+/// A DHCP ACK or NAK for the client's transaction and MAC, but from another server than the one
+/// whose offer it took (another server identifier), is dropped before smoltcp, counted as
+/// `UnexpectedAnswer`: the forged ACK gives no lease, the forged NAK does not send the client
+/// back to DISCOVER. The same ACK with the chosen server's identifier then gives the lease.
+#[test]
+fn dhcp_replies_from_a_server_not_chosen_are_ignored() {
+    const NAK: u8 = 6;
+    let forger = Ipv4Address::new(10, 0, 0, 66);
+    let p = virtual_pair(128, |a| a.ipv4 = Ipv4Config::Dhcp);
+    let a = p.stacks[0];
+    let ends = p.ends;
+    // B (server identifier 10.0.0.2) offers, and records what the client sends; the test
+    // plays every answer after the offer.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let server = udp(p.stacks[1], 67);
+    let log = seen.clone();
+    drop(p.exec.local_spawner().spawn(async move {
+        let mut buf = [0u8; 1024];
+        loop {
+            let Ok((n, _)) = server.recv_from(&mut buf).await else {
+                continue;
+            };
+            let Some((kind, xid, chaddr)) = parse_client(&buf[..n]) else {
+                continue;
+            };
+            log.lock().unwrap().push((kind, xid, chaddr));
+            if kind == DISCOVER {
+                let offer = server_reply(OFFER, xid, chaddr, Terms::usual(3600));
+                let to = IpEndpoint::new(Ipv4Address::BROADCAST.into(), 68);
+                server.send_to(&offer, to).await.unwrap();
+            }
+        }
+    }));
+    let count = |kind: u8| seen.lock().unwrap().iter().filter(|m| m.0 == kind).count();
+    p.exec.block_on(async {
+        while count(REQUEST) == 0 {
+            sleep(Duration::from_millis(100)).await;
+        }
+        let discovers = count(DISCOVER);
+        // The messages so far: the DISCOVERs, then the REQUEST for B's offer.
+        let (_, xid, chaddr) = seen.lock().unwrap()[discovers];
+        let frame = |m: &[u8]| {
+            udp_frame(
+                [0xff; 6],
+                IpEndpoint::new(forger.into(), 67),
+                IpEndpoint::new(Ipv4Address::BROADCAST.into(), 68),
+                m,
+            )
+        };
+        let ack = server_reply(ACK, xid, chaddr, Terms::usual(3600));
+        let nak = server_reply(NAK, xid, chaddr, Terms::usual(3600));
+        ends[1].inject(&frame(&with_server_id(ack.clone(), forger)));
+        ends[1].inject(&frame(&with_server_id(nak, forger)));
+        sleep(Duration::from_secs(2)).await;
+        assert_eq!(a.dhcp_lease(), None, "the forged ACK gave no lease");
+        assert_eq!(
+            count(DISCOVER),
+            discovers,
+            "the forged NAK did not restart the client"
+        );
+        assert_eq!(a.stats().dropped(DropReason::UnexpectedAnswer), 2);
+
+        // The chosen server's identifier (whatever the IP source): taken.
+        ends[1].inject(&frame(&ack));
+        timeout(Duration::from_secs(5), a.wait_ipv4())
+            .await
+            .expect("the chosen server's ACK gives the lease");
+        assert_eq!(a.dhcp_lease().map(|l| l.server), Some(ADDR[1]));
+        assert_eq!(a.stats().dropped(DropReason::UnexpectedAnswer), 2);
+    });
+}
+
+/// The queries a server received: each one's source port and bytes.
+type Queries = Arc<Mutex<Vec<(u16, Vec<u8>)>>>;
+
+/// The query (source port, transaction ID and question) of each datagram `sock` receives;
+/// nothing is answered.
+async fn silent_dns_server(sock: UdpSocket, queries: Queries) {
+    let mut q = [0u8; 512];
+    loop {
+        if let Ok((n, from)) = sock.recv_from(&mut q).await {
+            queries.lock().unwrap().push((from.port, q[..n].to_vec()));
+        }
+    }
+}
+
+/// An answer to `query` (transaction ID and question copied) giving `addr`.
+fn dns_answer(query: &[u8], addr: Ipv4Address) -> Vec<u8> {
+    let mut r = query[..2].to_vec();
+    r.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+    r.extend_from_slice(&query[12..]);
+    r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 1, 0, 0, 4]);
+    r.extend_from_slice(&addr.octets());
+    r
+}
+
+/// Forged answers with the query's port and transaction ID are dropped before smoltcp, counted
+/// as `UnexpectedAnswer`: from another address's port 53, from port 5353 (smoltcp's DNS socket
+/// takes any of those), and an answer from the server to a port no query uses. The answer from
+/// the server's port 53 is taken.
+#[test]
+fn dns_answers_only_from_the_server_asked() {
+    let forger = Ipv4Address::new(10, 0, 0, 66);
+    let p = virtual_pair(64, |a| a.dns_servers[0] = Some(ADDR[1].into()));
+    let a = p.stacks[0];
+    let ends = p.ends;
+    let queries = Arc::new(Mutex::new(Vec::new()));
+    drop(
+        p.exec
+            .local_spawner()
+            .spawn(silent_dns_server(udp(p.stacks[1], 53), queries.clone())),
+    );
+    let resolver = Rc::new(DnsSocket::with_capacity(a, 1).unwrap());
+    let r = resolver.clone();
+    let lookup = p.exec.local_spawner().spawn(async move {
+        r.resolve_timeout("host.test", DnsKind::A, Duration::from_secs(5))
+            .await
+    });
+    p.exec.block_on(async {
+        while queries.lock().unwrap().is_empty() {
+            sleep(Duration::from_millis(1)).await;
+        }
+        let (port, query) = queries.lock().unwrap()[0].clone();
+        let a_mac = p.ends[0].mac();
+        let from = |addr: Ipv4Address, sport: u16, dport: u16, answer: Ipv4Address| {
+            udp_frame(
+                a_mac,
+                IpEndpoint::new(addr.into(), sport),
+                IpEndpoint::new(ADDR[0].into(), dport),
+                &dns_answer(&query, answer),
+            )
+        };
+        let bad = Ipv4Address::new(6, 6, 6, 6);
+        ends[1].inject(&from(forger, 53, port, bad));
+        ends[1].inject(&from(forger, 5353, port, bad));
+        ends[1].inject(&from(ADDR[1], 5353, port, bad));
+        ends[1].inject(&from(ADDR[1], 53, port ^ 1, bad));
+        sleep(Duration::from_millis(100)).await;
+        assert_eq!(a.stats().dropped(DropReason::UnexpectedAnswer), 4);
+
+        let good = Ipv4Address::new(10, 1, 2, 3);
+        ends[1].inject(&from(ADDR[1], 53, port, good));
+    });
+    let got = p.exec.block_on(lookup).expect("the server's answer");
+    assert_eq!(&got[..], &[IpAddress::Ipv4(Ipv4Address::new(10, 1, 2, 3))]);
+    assert_eq!(a.stats().dropped(DropReason::UnexpectedAnswer), 4);
 }

@@ -173,6 +173,11 @@ pub(crate) struct Autoconf {
 }
 
 impl Autoconf {
+    /// Whether the DHCPv4 client runs.
+    pub(crate) fn runs_dhcp(&self) -> bool {
+        self.dhcp.is_some()
+    }
+
     /// Whether a DHCP client or SLAAC runs (either may change addresses during a poll).
     pub(crate) fn active(&self) -> bool {
         self.dhcp.is_some() || self.slaac
@@ -402,7 +407,7 @@ fn apply_changes(st: &mut State, now: SmolInstant, counters: &Counters) {
     if let Some(gw) = gateway {
         // Learn the gateway's MAC now, before a peer that learned ours without ARP (from the
         // DHCP answer) sends something smoltcp would answer (see `Neighbors::prime`).
-        st.link.neighbors.prime(gw.into(), now);
+        st.link.neighbors.prime(gw.into(), now, counters);
     }
     if changed {
         st.smoltcp_touched();

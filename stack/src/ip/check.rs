@@ -19,6 +19,7 @@
 //! | [`Malformed`](DropReason::Malformed) | headers smoltcp cannot parse: a frame shorter than its Ethernet or IP header, IP lengths beyond the frame, the wrong IP version, a UDP or ICMP header cut short, a broken IPv6 hop-by-hop header; a router advertisement of a multicast prefix (smoltcp's SLAAC would panic on it: dropped by ingress); a TCP header cut short, a TCP segment from an unspecified, broadcast or multicast source, or with port 0 | the same `smoltcp::wire` checks smoltcp makes; smoltcp still gets the frame and drops it (TCP: dropped by ingress or zcnet's TCP) |
 //! | [`NotForUs`](DropReason::NotForUs) | an Ethernet destination that is neither ours, broadcast nor multicast; an IP destination that is none of the interface's addresses, broadcast or multicast; a TCP segment to a broadcast or multicast address | as above (TCP: dropped by ingress) |
 //! | [`Unsupported`](DropReason::Unsupported) | an Ethernet type other than ARP, IPv4 and IPv6; an IPv4 fragment (the stack does not reassemble) | as above |
+//! | [`UnexpectedAnswer`](DropReason::UnexpectedAnswer) | a DHCP ACK or NAK for the client's request from another server than the one it chose; a datagram smoltcp's DNS socket would take that is not from port 53 of the server its query asked | ingress, before smoltcp (`ip/asked.rs`; DNS: [`Verdict::DnsAnswer`], judged by `socket/dns.rs`) |
 //! | [`NoSocket`](DropReason::NoSocket) | a datagram no socket took: smoltcp answered it with an ICMP destination unreachable, or an ICMPv6 parameter problem for an unknown next header; a TCP segment no connection or listener takes, answered with a reset by zcnet's TCP | the answer smoltcp writes while it handles the frame; for TCP, zcnet's TCP as it answers |
 //!
 //! A frame is counted once, when smoltcp has handled it (a frame kept for a later retry is not
@@ -50,8 +51,8 @@
 use smoltcp::phy::{Checksum, ChecksumCapabilities, Medium};
 use smoltcp::wire::{
     EthernetFrame, EthernetProtocol, HardwareAddress, Icmpv4Packet, Icmpv6Message, Icmpv6Packet,
-    IpAddress, IpProtocol, IpVersion, Ipv4Packet, Ipv6ExtHeader, Ipv6Packet, NdiscRepr, TcpPacket,
-    UdpPacket,
+    IpAddress, IpEndpoint, IpProtocol, IpVersion, Ipv4Packet, Ipv6ExtHeader, Ipv6Packet, NdiscRepr,
+    TcpPacket, UdpPacket,
 };
 
 use crate::link::neighbor::is_v4_broadcast;
@@ -95,8 +96,18 @@ pub(crate) enum Verdict {
     Tcp(TcpSeg),
     /// smoltcp gets it and will drop it: count the reason once smoltcp has handled it.
     Doomed(DropReason),
-    /// A checksum ingress verifies for smoltcp is wrong: drop it here, counted.
+    /// A checksum ingress verifies for smoltcp is wrong, or a DHCP reply comes from a server
+    /// the client did not ask: drop it here, counted.
     Drop(DropReason),
+    /// A UDP datagram from port 53 or 5353 that passed every check: smoltcp gets it unless
+    /// the DNS layer finds it is no answer to a query of ours from the server asked
+    /// (`socket/dns.rs`), and then it drops, counted.
+    DnsAnswer {
+        /// Its source.
+        src: IpEndpoint,
+        /// Its destination.
+        dst: IpEndpoint,
+    },
 }
 
 /// Looks at `frame` as smoltcp will (see the [module docs](self)).
@@ -212,13 +223,17 @@ fn check_v4(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
             payload,
         );
     }
-    check_transport(
+    let verdict = check_transport(
         ck,
         p.next_header(),
         IpAddress::Ipv4(src),
         IpAddress::Ipv4(dst),
         payload,
-    )
+    );
+    if verdict == Verdict::Pass && p.next_header() == IpProtocol::Udp {
+        return check_answer(st, IpAddress::Ipv4(src), IpAddress::Ipv4(dst), payload);
+    }
+    verdict
 }
 
 fn check_v6(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
@@ -261,7 +276,34 @@ fn check_v6(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
     {
         return Verdict::Drop(DropReason::Malformed);
     }
+    if verdict == Verdict::Pass && next == IpProtocol::Udp {
+        return check_answer(
+            st,
+            IpAddress::Ipv6(p.src_addr()),
+            IpAddress::Ipv6(dst),
+            payload,
+        );
+    }
     verdict
+}
+
+/// The verdict on a UDP datagram `udp` from `src` to `dst` that passed its checks: a DHCP
+/// reply from a server the client did not ask drops here (`ip/asked.rs`); one from port 53 or
+/// 5353 is [`Verdict::DnsAnswer`]; anything else goes to smoltcp.
+fn check_answer(st: &State, src: IpAddress, dst: IpAddress, udp: &[u8]) -> Verdict {
+    let Ok(u) = UdpPacket::new_checked(udp) else {
+        return Verdict::Pass;
+    };
+    match (u.src_port(), u.dst_port()) {
+        (67, 68) if !super::asked::dhcp_reply_expected(st, u.payload()) => {
+            Verdict::Drop(DropReason::UnexpectedAnswer)
+        }
+        (53 | 5353, port) => Verdict::DnsAnswer {
+            src: IpEndpoint::new(src, u.src_port()),
+            dst: IpEndpoint::new(dst, port),
+        },
+        _ => Verdict::Pass,
+    }
 }
 
 /// Whether `icmp` is a router advertisement whose prefix option (the one smoltcp keeps) is a

@@ -2,11 +2,15 @@
 //! ([`check`]), and the addresses it holds and how it gets them ([`autoconf`]: static
 //! configuration, DHCPv4, SLAAC and the IPv6 link-local address).
 //!
+//! [`asked`] remembers which DHCP and DNS servers the stack asked, so that ingress takes
+//! answers from those only.
+//!
 //! [`emit`] writes the IP header of the packets zcnet builds itself; [`checksum`] verifies and
 //! computes their TCP checksums.
 //!
 //! Depends on [`link`](crate::link) only; the transport layer and the sockets depend on it.
 
+pub(crate) mod asked;
 pub(crate) mod autoconf;
 pub(crate) mod check;
 pub(crate) mod checksum;

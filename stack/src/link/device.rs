@@ -54,6 +54,13 @@ pub(crate) fn smoltcp_caps(caps: &zcnet_buffer::Capabilities) -> DeviceCapabilit
     c
 }
 
+/// Looks at every frame smoltcp transmits through a [`StepDevice`], once it is written: the
+/// layers above learn what their protocols asked, and of whom (`ip/asked.rs`).
+pub(crate) trait TxWatch {
+    /// `frame` (link-layer header first) goes to the driver now.
+    fn sent(&mut self, frame: &[u8]);
+}
+
 /// One step's device: at most one received frame, and TX frames on demand.
 pub(crate) struct StepDevice<'s> {
     pub(crate) driver: &'s mut (dyn Driver + Send),
@@ -80,6 +87,8 @@ pub(crate) struct StepDevice<'s> {
     /// An answer written in this ingress step refused the received frame (a TCP reset, an ICMP
     /// destination unreachable, an ICMPv6 parameter problem for an unknown next header).
     pub(crate) refused: bool,
+    /// Shown every frame smoltcp transmits.
+    pub(crate) watch: Option<&'s mut dyn TxWatch>,
 }
 
 impl StepDevice<'_> {
@@ -194,6 +203,9 @@ impl phy::TxToken for FrameTx<'_, '_> {
             // Answers during ingress are rare (most replies go out from egress): a look at
             // this one's headers tells whether smoltcp refused the received frame.
             dev.refused |= is_refusal(dev.caps.medium, &frame);
+        }
+        if let Some(w) = dev.watch.as_deref_mut() {
+            w.sent(&frame);
         }
         let _ = super::transmit(&mut *dev.driver, frame, dev.counters);
         r

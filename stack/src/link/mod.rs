@@ -42,6 +42,16 @@ pub(crate) struct LinkLayer {
     pub(crate) neighbors: neighbor::Neighbors,
 }
 
+/// Whose IP packet [`LinkLayer::send_ip`] sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sender {
+    /// An application's zero-copy datagram (the stack's own traffic), counted as a datagram
+    /// out when it goes out.
+    Datagram,
+    /// A TCP segment, the stack's own or an unsolicited answer.
+    Tcp(neighbor::Traffic),
+}
+
 /// What became of an IP packet given to [`LinkLayer::send_ip`].
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Sent {
@@ -77,8 +87,9 @@ impl LinkLayer {
     /// of a broadcast or multicast hop, else the neighbour table's: an unresolved hop holds
     /// the frame ([`Sent::Held`]; egress sends the ARP request or neighbour solicitation) and
     /// a stale one is used while it is refreshed. Then the Ethernet header goes in front and
-    /// the frame to the driver ([`transmit`](Self::transmit)). `datagram`: a zero-copy
-    /// datagram, counted as such when it goes out.
+    /// the frame to the driver ([`transmit`](Self::transmit)). `sender` decides the room the
+    /// packet may take in the neighbour table ([`neighbor::Traffic`]) and whether it counts
+    /// as a datagram out.
     ///
     /// Errors: no room in the neighbour table, no headroom for the Ethernet header, the link
     /// down or the driver's refusal (those two counted, the others left to the caller).
@@ -89,15 +100,19 @@ impl LinkLayer {
         iface: &Interface,
         now: Instant,
         counters: &Counters,
-        datagram: bool,
+        sender: Sender,
     ) -> Result<Sent, DatagramError> {
+        let (datagram, traffic) = match sender {
+            Sender::Datagram => (true, neighbor::Traffic::Own),
+            Sender::Tcp(t) => (false, t),
+        };
         if let Some(hop) = hop {
             let HardwareAddress::Ethernet(our_mac) = iface.hardware_addr() else {
                 return Err(DatagramError::Unaddressable);
             };
             let mac = match neighbor::group_mac(iface, hop) {
                 Some(m) => m,
-                None => match self.neighbors.lookup(hop, now)? {
+                None => match self.neighbors.lookup(hop, now, traffic, counters)? {
                     neighbor::Lookup::Known(m) => m,
                     neighbor::Lookup::Unknown => {
                         return self.neighbors.hold(frame, hop, datagram).map(Sent::Held)

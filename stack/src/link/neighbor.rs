@@ -25,6 +25,30 @@
 //! * **Freshness**: an entry is trusted for [`NEIGHBOR_LIFETIME`]; a send to a stale entry still
 //!   goes out at once and asks egress to re-resolve in the background. An entry whose refresh
 //!   goes unanswered is forgotten (the next send resolves again, holding frames).
+//! * **Room** (what an attacker on the link can take): every entry is either the stack's own
+//!   ([`Traffic::Own`]: made or last used by an application's datagram, a connection the
+//!   application opened or past its handshake, or the gateway's priming) or *unsolicited*
+//!   ([`Traffic::Unsolicited`]: made for an answer to an address that may be forged, a reset
+//!   for a segment no connection takes or a half-open connection's SYN-ACK, or snooped from an
+//!   ARP request or neighbour solicitation from an address the table did not hold). Own
+//!   traffic to an unsolicited entry makes it the stack's own. At most
+//!   [`MAX_UNSOLICITED_NEIGHBORS`] entries are unsolicited, and at most
+//!   [`MAX_UNSOLICITED_HELD`] frames are held for them. A new entry takes a free place, else
+//!   the least recently used (by sends) entry it may take, resolved or not: for own traffic an
+//!   unsolicited entry first, then an own one; for unsolicited traffic an unsolicited entry,
+//!   or, below the unsolicited bound, an own entry no send used for [`NEIGHBOR_IDLE`]. So
+//!   unsolicited traffic, however much, never pushes out an entry the stack's own traffic
+//!   uses, such as the gateway of a transfer. The frames held for an evicted entry fail
+//!   ([`DatagramError::NeighborQueueFull`]), counted ([`DropReason::NeighborTableFull`]).
+//! * **Advertisements** (RFC 4861 §7.2.5): a neighbour advertisement only updates an entry the
+//!   table holds, never makes one. An unresolved entry takes its target link-layer address
+//!   (fresh if the Solicited flag is set, else stale: used, and refreshed at once). For a
+//!   resolved entry, an advertisement without the Override flag does not replace a different
+//!   MAC (a fresh entry only turns stale); with the Override flag, or with the same MAC, or
+//!   without one, the MAC is taken and the Solicited flag makes the entry fresh. An
+//!   advertisement to a multicast address with the Solicited flag set is invalid (§7.1.2) and
+//!   ignored. ARP replies likewise only update entries the table holds; an ARP request for one
+//!   of our addresses makes an unsolicited entry for its sender (as smoltcp's cache does).
 //!
 //! Next hops come from the interface's addresses and routes (the [`Config`](crate::Config)
 //! gateways, DHCP and SLAAC routes): on-link destinations are their own next hop, anything else
@@ -39,7 +63,7 @@ use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
     HardwareAddress, Icmpv6Packet, Icmpv6Repr, IpAddress, IpCidr, IpProtocol, Ipv4Address,
-    Ipv6Address, Ipv6Packet, Ipv6Repr, NdiscRepr,
+    Ipv6Address, Ipv6Packet, Ipv6Repr, NdiscNeighborFlags, NdiscRepr,
 };
 use zcnet_buffer::{TxFrame, ETHERNET_HEADER_LEN};
 
@@ -47,10 +71,21 @@ use crate::datagram::DatagramError;
 use crate::stack::State;
 use crate::stats::{Counters, DropReason};
 
-/// Next hops the table remembers at once. When it is full, the stalest resolved entry with no
-/// frames held makes room; a send that finds no room fails with
-/// [`DatagramError::NeighborQueueFull`].
+/// Next hops the table remembers at once. When it is full, the least recently used entry that
+/// a new one may take makes room (see the module docs, "Room"); an unsolicited answer that
+/// finds none is dropped, counted ([`DropReason::NeighborTableFull`]).
 pub const MAX_NEIGHBORS: usize = 16;
+/// Entries made for unsolicited traffic (answers to addresses that may be forged, snooped
+/// requests from strangers) the table holds at most; another one takes the place of the least
+/// recently used of them.
+pub const MAX_UNSOLICITED_NEIGHBORS: usize = MAX_NEIGHBORS / 4;
+/// Frames held at most for unsolicited entries while they resolve; an answer beyond this is
+/// dropped, counted ([`DropReason::NeighborTableFull`]), leaving the other places of
+/// [`MAX_HELD_FRAMES`] to the stack's own traffic.
+pub const MAX_UNSOLICITED_HELD: usize = MAX_HELD_FRAMES / 4;
+/// How long an entry of the stack's own must go unused by any send before an unsolicited one
+/// may take its place.
+pub const NEIGHBOR_IDLE: Duration = Duration::from_secs(60);
 /// Frames held stack-wide while their next hop resolves; a send beyond this fails with
 /// [`DatagramError::NeighborQueueFull`] (the frame's slot returns to the pool).
 pub const MAX_HELD_FRAMES: usize = 16;
@@ -72,6 +107,23 @@ pub(crate) struct Neighbor {
     pub(crate) request_at: Option<Instant>,
     /// When an unanswered resolution (or refresh) gives up.
     pub(crate) give_up_at: Instant,
+    /// When a send last looked the entry up (or when it was made): the order of eviction.
+    pub(crate) used: Instant,
+    /// Made for unsolicited traffic and not used by the stack's own since (see the module
+    /// docs, "Room").
+    pub(crate) unsolicited: bool,
+}
+
+/// Which traffic a send is, for the room it may take in the table (see the module docs,
+/// "Room").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Traffic {
+    /// The stack's own: an application's datagram, a segment of a connection the application
+    /// opened or past its handshake, the gateway's priming.
+    Own,
+    /// An answer to an address that may be forged: a reset for a segment no connection
+    /// takes, a half-open connection's SYN-ACK.
+    Unsolicited,
 }
 
 #[derive(Debug)]
@@ -122,35 +174,126 @@ impl Neighbors {
         self.entries.iter_mut().flatten().find(|n| n.ip == ip)
     }
 
-    fn held_for(&self, ip: IpAddress) -> bool {
+    /// Whether the table holds an entry for `ip` marked unsolicited.
+    fn is_unsolicited(&self, ip: IpAddress) -> bool {
+        self.entries
+            .iter()
+            .flatten()
+            .any(|n| n.ip == ip && n.unsolicited)
+    }
+
+    /// Unsolicited entries in the table.
+    pub(crate) fn unsolicited_entries(&self) -> usize {
+        self.entries
+            .iter()
+            .flatten()
+            .filter(|n| n.unsolicited)
+            .count()
+    }
+
+    /// Frames held (not yet sent or failed) for unsolicited entries.
+    pub(crate) fn unsolicited_held(&self) -> usize {
         self.held
             .iter()
             .flatten()
-            .any(|h| h.frame.is_some() && h.next_hop == ip)
+            .filter(|h| h.frame.is_some() && self.is_unsolicited(h.next_hop))
+            .count()
     }
 
-    /// A place for a new entry: a free one, else the stalest resolved entry with nothing held.
-    fn vacancy(&mut self) -> Option<usize> {
-        if let Some(i) = self.entries.iter().position(Option::is_none) {
-            return Some(i);
-        }
-        let mut best: Option<(usize, Instant)> = None;
-        for (i, n) in self.entries.iter().enumerate() {
-            let Some(n) = n else { continue };
-            if n.mac.is_none() || self.held_for(n.ip) {
-                continue;
+    /// A place for a new entry made for `traffic` at `now` (see the module docs, "Room"): a
+    /// free one, else the least recently used entry that traffic may take. `None`: none.
+    fn vacancy(&self, traffic: Traffic, now: Instant) -> Option<usize> {
+        let lru = |take: &dyn Fn(&Neighbor) -> bool| {
+            let mut best: Option<(usize, Instant)> = None;
+            for (i, n) in self.entries.iter().enumerate() {
+                let Some(n) = n else { continue };
+                if take(n) && best.is_none_or(|(_, t)| n.used < t) {
+                    best = Some((i, n.used));
+                }
             }
-            if best.is_none_or(|(_, t)| n.fresh_until < t) {
-                best = Some((i, n.fresh_until));
+            best.map(|(i, _)| i)
+        };
+        let free = || self.entries.iter().position(Option::is_none);
+        match traffic {
+            Traffic::Own => free()
+                .or_else(|| lru(&|n| n.unsolicited))
+                .or_else(|| lru(&|_| true)),
+            Traffic::Unsolicited if self.unsolicited_entries() >= MAX_UNSOLICITED_NEIGHBORS => {
+                lru(&|n| n.unsolicited)
             }
+            Traffic::Unsolicited => free()
+                .or_else(|| lru(&|n| n.unsolicited))
+                .or_else(|| lru(&|n| now - n.used >= NEIGHBOR_IDLE)),
         }
-        best.map(|(i, _)| i)
     }
 
-    /// The MAC for `ip`, or `Unknown` after starting a resolution (egress sends the request).
-    /// Errors when the table has no room for a new entry.
-    pub(crate) fn lookup(&mut self, ip: IpAddress, now: Instant) -> Result<Lookup, DatagramError> {
+    /// Makes a new entry for `ip` made for `traffic` in the place [`vacancy`](Self::vacancy)
+    /// finds, evicting what is there: the frames held for an evicted entry fail, counted.
+    /// `None` when there is no place.
+    fn make(
+        &mut self,
+        ip: IpAddress,
+        mac: Option<EthernetAddress>,
+        traffic: Traffic,
+        now: Instant,
+        counters: &Counters,
+    ) -> Option<&mut Neighbor> {
+        let i = self.vacancy(traffic, now)?;
+        if let Some(old) = self.entries[i].take() {
+            for place in self.held.iter_mut() {
+                if place
+                    .as_ref()
+                    .is_some_and(|h| h.next_hop == old.ip && h.frame.is_some())
+                {
+                    if let Some(h) = place.as_mut() {
+                        drop(h.frame.take());
+                    }
+                    counters.drop(DropReason::NeighborTableFull);
+                    settle(place, Err(DatagramError::NeighborQueueFull));
+                }
+            }
+        }
+        let resolving = mac.is_none();
+        self.entries[i] = Some(Neighbor {
+            ip,
+            mac,
+            fresh_until: if resolving {
+                now
+            } else {
+                now + NEIGHBOR_LIFETIME
+            },
+            request_at: resolving.then_some(now),
+            give_up_at: now
+                + if resolving {
+                    NEIGHBOR_TIMEOUT
+                } else {
+                    Duration::ZERO
+                },
+            used: now,
+            unsolicited: traffic == Traffic::Unsolicited,
+        });
+        if resolving {
+            self.requests_wanted = true;
+        }
+        self.entries[i].as_mut()
+    }
+
+    /// The MAC for `ip`, or `Unknown` after starting a resolution (egress sends the request),
+    /// for a send of `traffic`. Errors when the table has no room for a new entry that traffic
+    /// may take (see the module docs, "Room"); an entry evicted to make room fails its held
+    /// frames, counted.
+    pub(crate) fn lookup(
+        &mut self,
+        ip: IpAddress,
+        now: Instant,
+        traffic: Traffic,
+        counters: &Counters,
+    ) -> Result<Lookup, DatagramError> {
         if let Some(n) = self.find(ip) {
+            n.used = now;
+            if traffic == Traffic::Own {
+                n.unsolicited = false;
+            }
             return Ok(match n.mac {
                 Some(mac) => {
                     if now >= n.fresh_until && n.request_at.is_none() {
@@ -164,15 +307,8 @@ impl Neighbors {
                 None => Lookup::Unknown,
             });
         }
-        let i = self.vacancy().ok_or(DatagramError::NeighborQueueFull)?;
-        self.entries[i] = Some(Neighbor {
-            ip,
-            mac: None,
-            fresh_until: now,
-            request_at: Some(now),
-            give_up_at: now + NEIGHBOR_TIMEOUT,
-        });
-        self.requests_wanted = true;
+        self.make(ip, None, traffic, now, counters)
+            .ok_or(DatagramError::NeighborQueueFull)?;
         Ok(Lookup::Unknown)
     }
 
@@ -180,20 +316,25 @@ impl Neighbors {
     /// sends the request, and the answer (an ARP reply aimed at us) also fills smoltcp's own
     /// cache. The stack primes its IPv4 gateway when an address is configured, because smoltcp
     /// learns a neighbour only from ARP and drops a reply it generates to an unknown one (the
-    /// first echo reply to a peer that learned our MAC from a DHCP answer, without ARP). A full
-    /// table skips the priming: it is an optimisation, nothing waits on it.
-    pub(crate) fn prime(&mut self, ip: IpAddress, now: Instant) {
-        let _ = self.lookup(ip, now);
+    /// first echo reply to a peer that learned our MAC from a DHCP answer, without ARP). The
+    /// gateway's entry is the stack's own ([`Traffic::Own`]).
+    pub(crate) fn prime(&mut self, ip: IpAddress, now: Instant, counters: &Counters) {
+        let _ = self.lookup(ip, now, Traffic::Own, counters);
     }
 
     /// Holds `frame` (a zero-copy `datagram`, or a TCP segment) until `next_hop` resolves;
-    /// returns the ticket its sender waits on.
+    /// returns the ticket its sender waits on. Errors when every place is taken, or when
+    /// `next_hop`'s entry is unsolicited and [`MAX_UNSOLICITED_HELD`] frames are held for
+    /// such entries.
     pub(crate) fn hold(
         &mut self,
         frame: TxFrame,
         next_hop: IpAddress,
         datagram: bool,
     ) -> Result<u32, DatagramError> {
+        if self.is_unsolicited(next_hop) && self.unsolicited_held() >= MAX_UNSOLICITED_HELD {
+            return Err(DatagramError::NeighborQueueFull);
+        }
         let place = self
             .held
             .iter_mut()
@@ -389,30 +530,111 @@ fn our_mac(iface: &Interface) -> Option<EthernetAddress> {
     }
 }
 
-/// `ip` is at `mac` (a snooped ARP or NDP packet said so): update the entry, or add one, and
-/// send every frame held for it at once.
-fn learn(st: &mut State, ip: IpAddress, mac: EthernetAddress, now: Instant, counters: &Counters) {
-    if !mac.is_unicast() {
+/// What a snooped packet says of a neighbour.
+#[derive(Clone, Copy, Debug)]
+enum News {
+    /// An ARP packet or a neighbour solicitation: its sender is at the MAC it gives. `make`:
+    /// it asked for one of our addresses, so an entry is made (unsolicited) when there is none.
+    Claim { make: bool },
+    /// A neighbour advertisement with its Solicited and Override flags (RFC 4861 §7.2.5).
+    Advert { solicited: bool, override_: bool },
+}
+
+/// A neighbour advertisement for the entry `n` (RFC 4861 §7.2.5, see the module docs,
+/// "Advertisements"): `mac` is its target link-layer address, if it has one.
+fn advertised(
+    n: &mut Neighbor,
+    mac: Option<EthernetAddress>,
+    solicited: bool,
+    override_: bool,
+    now: Instant,
+) {
+    let fresh = |n: &mut Neighbor| {
+        n.fresh_until = now + NEIGHBOR_LIFETIME;
+        n.request_at = None;
+    };
+    match (n.mac, mac) {
+        // Resolving, and no address to resolve to.
+        (None, None) => {}
+        (None, Some(m)) => {
+            n.mac = Some(m);
+            n.request_at = None;
+            if solicited {
+                fresh(n);
+            } else {
+                // Stale: used, and the next send refreshes it.
+                n.fresh_until = now;
+            }
+        }
+        (Some(old), new) => {
+            let differs = new.is_some_and(|m| m != old);
+            if differs && !override_ {
+                // Keep the MAC we know; a fresh entry turns stale, so the next send asks.
+                n.fresh_until = n.fresh_until.min(now);
+                return;
+            }
+            if let Some(m) = new {
+                n.mac = Some(m);
+            }
+            if solicited {
+                fresh(n);
+            } else if differs {
+                n.fresh_until = now;
+            }
+        }
+    }
+}
+
+/// A snooped ARP or NDP packet says `ip` is at `mac` (`None`: an advertisement without a target
+/// link-layer address): update the entry, or make one where `news` allows it (see the module
+/// docs), and send every frame held for it once it has a MAC.
+fn learn(
+    st: &mut State,
+    ip: IpAddress,
+    mac: Option<EthernetAddress>,
+    news: News,
+    now: Instant,
+    counters: &Counters,
+) {
+    if mac.is_some_and(|m| !m.is_unicast()) {
         return;
     }
     let nb = &mut st.link.neighbors;
-    match nb.find(ip) {
-        Some(n) => {
-            n.mac = Some(mac);
+    let known = match (nb.find(ip), news) {
+        (Some(n), News::Claim { .. }) => {
+            let Some(m) = mac else { return };
+            n.mac = Some(m);
             n.fresh_until = now + NEIGHBOR_LIFETIME;
             n.request_at = None;
+            m
         }
-        None => {
-            let Some(i) = nb.vacancy() else { return };
-            nb.entries[i] = Some(Neighbor {
-                ip,
-                mac: Some(mac),
-                fresh_until: now + NEIGHBOR_LIFETIME,
-                request_at: None,
-                give_up_at: now,
-            });
+        (
+            Some(n),
+            News::Advert {
+                solicited,
+                override_,
+            },
+        ) => {
+            advertised(n, mac, solicited, override_, now);
+            match n.mac {
+                Some(m) => m,
+                None => return,
+            }
         }
-    }
+        (None, News::Claim { make: true }) => {
+            let Some(m) = mac else { return };
+            if nb
+                .make(ip, mac, Traffic::Unsolicited, now, counters)
+                .is_none()
+            {
+                return;
+            }
+            m
+        }
+        // RFC 4861 §7.2.5: an advertisement for a neighbour we do not track is ignored; so
+        // is an ARP packet that neither comes from one nor asks for us.
+        (None, _) => return,
+    };
     let Some(src) = our_mac(&st.iface) else {
         return;
     };
@@ -423,7 +645,7 @@ fn learn(st: &mut State, ip: IpAddress, mac: EthernetAddress, now: Instant, coun
         };
         let Some(mut frame) = frame else { continue };
         let ethertype = ethertype_of(&frame);
-        let outcome = push_ethernet(&mut frame, src, mac, ethertype).and_then(|()| {
+        let outcome = push_ethernet(&mut frame, src, known, ethertype).and_then(|()| {
             st.link
                 .transmit(frame, counters)
                 .map_err(DatagramError::Driver)?;
@@ -436,13 +658,16 @@ fn learn(st: &mut State, ip: IpAddress, mac: EthernetAddress, now: Instant, coun
     }
 }
 
-/// Ingress: learns from an ARP packet (the bytes after the Ethernet header). The frame goes on
-/// to smoltcp whatever this finds.
+/// Ingress: learns from an ARP packet (the bytes after the Ethernet header): a request or reply
+/// from a neighbour the table holds updates its entry; a request for one of our addresses
+/// from one it does not hold makes an unsolicited entry. The frame goes on to smoltcp whatever
+/// this finds.
 pub(crate) fn snoop_arp(st: &mut State, arp: &[u8], now: Instant, counters: &Counters) {
     let Ok(packet) = ArpPacket::new_checked(arp) else {
         return;
     };
     let Ok(ArpRepr::EthernetIpv4 {
+        operation,
         source_hardware_addr,
         source_protocol_addr,
         target_protocol_addr,
@@ -454,15 +679,21 @@ pub(crate) fn snoop_arp(st: &mut State, arp: &[u8], now: Instant, counters: &Cou
     if source_protocol_addr.is_unspecified() {
         return;
     }
-    let ip = IpAddress::Ipv4(source_protocol_addr);
-    let known = st.link.neighbors.find(ip).is_some();
-    if known || st.iface.has_ip_addr(target_protocol_addr) {
-        learn(st, ip, source_hardware_addr, now, counters);
-    }
+    let make = operation == ArpOperation::Request && st.iface.has_ip_addr(target_protocol_addr);
+    learn(
+        st,
+        IpAddress::Ipv4(source_protocol_addr),
+        Some(source_hardware_addr),
+        News::Claim { make },
+        now,
+        counters,
+    );
 }
 
-/// Ingress: learns from an NDP neighbour solicitation or advertisement (`ip` is the whole IPv6
-/// packet). The frame goes on to smoltcp whatever this finds.
+/// Ingress: learns from an NDP neighbour solicitation for one of our addresses (its source
+/// link-layer option; an unsolicited entry when the table has none) or a neighbour
+/// advertisement (RFC 4861 §7.2.5: only for an entry the table holds). `ip` is the whole IPv6
+/// packet. The frame goes on to smoltcp whatever this finds.
 pub(crate) fn snoop_ndp(st: &mut State, ip: &Ipv6Packet<&[u8]>, now: Instant, counters: &Counters) {
     if ip.hop_limit() != 255 {
         return; // RFC 4861: NDP from off-link is ignored
@@ -475,29 +706,43 @@ pub(crate) fn snoop_ndp(st: &mut State, ip: &Ipv6Packet<&[u8]>, now: Instant, co
     else {
         return;
     };
-    let (who, ll) = match ndisc {
+    let mac = |ll: smoltcp::wire::RawHardwareAddress| {
+        let bytes = ll.as_bytes();
+        (bytes.len() == 6).then(|| EthernetAddress::from_bytes(bytes))
+    };
+    let (who, mac, news) = match ndisc {
         NdiscRepr::NeighborAdvert {
+            flags,
             target_addr,
-            lladdr: Some(ll),
-            ..
-        } => (target_addr, ll),
+            lladdr,
+        } => {
+            let solicited = flags.contains(NdiscNeighborFlags::SOLICITED);
+            if solicited && dst.is_multicast() {
+                return; // RFC 4861 §7.1.2: invalid
+            }
+            let mac = match lladdr {
+                Some(ll) => match mac(ll) {
+                    Some(m) => Some(m),
+                    None => return,
+                },
+                None => None,
+            };
+            let news = News::Advert {
+                solicited,
+                override_: flags.contains(NdiscNeighborFlags::OVERRIDE),
+            };
+            (target_addr, mac, news)
+        }
         NdiscRepr::NeighborSolicit {
             target_addr,
             lladdr: Some(ll),
-        } if !src.is_unspecified() && st.iface.has_ip_addr(target_addr) => (src, ll),
+        } if !src.is_unspecified() && st.iface.has_ip_addr(target_addr) => {
+            let Some(m) = mac(ll) else { return };
+            (src, Some(m), News::Claim { make: true })
+        }
         _ => return,
     };
-    let bytes = ll.as_bytes();
-    if bytes.len() != 6 {
-        return;
-    }
-    learn(
-        st,
-        IpAddress::Ipv6(who),
-        EthernetAddress::from_bytes(bytes),
-        now,
-        counters,
-    );
+    learn(st, IpAddress::Ipv6(who), mac, news, now, counters);
 }
 
 /// Egress: sends due ARP requests / neighbour solicitations and fails held frames whose next
@@ -659,4 +904,225 @@ pub(crate) fn is_v4_broadcast(iface: &Interface, a: Ipv4Address) -> bool {
             #[allow(unreachable_patterns)]
             _ => false,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zcnet_buffer::{FramePool, PoolConfig};
+
+    fn v4(last: u8) -> IpAddress {
+        IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, last))
+    }
+
+    fn at(ms: i64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    const MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 9]);
+
+    /// Resolves `ip`'s entry to `mac` as a snooped answer would (fresh).
+    fn resolve(nb: &mut Neighbors, ip: IpAddress, mac: EthernetAddress, now: Instant) {
+        let n = nb.find(ip).expect("entry");
+        advertised(n, Some(mac), true, true, now);
+    }
+
+    fn pool() -> &'static FramePool {
+        FramePool::leak(PoolConfig::new(40)).unwrap()
+    }
+
+    /// A frame held for `ip`, as a send that found it unresolved; `Err` when refused.
+    fn hold(
+        nb: &mut Neighbors,
+        pool: &'static FramePool,
+        ip: IpAddress,
+    ) -> Result<u32, DatagramError> {
+        let mut f = pool.try_alloc_tx().expect("slot");
+        f.append(1).unwrap()[0] = 0x45;
+        nb.hold(f, ip, true)
+    }
+
+    fn outcome(nb: &mut Neighbors, ticket: u32) -> Option<Result<(), DatagramError>> {
+        match nb.poll_held(ticket, &mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        }
+    }
+
+    /// A full table of the stack's own unresolved entries: the next own lookup evicts the least
+    /// recently used one (unresolved included), whose held frame fails, counted.
+    #[test]
+    fn own_traffic_evicts_the_least_recently_used_entry_even_unresolved() {
+        let (mut nb, c, pool) = (Neighbors::new(), Counters::new(), pool());
+        let mut tickets = [0; MAX_NEIGHBORS];
+        for (i, t) in tickets.iter_mut().enumerate() {
+            let ip = v4(10 + i as u8);
+            let r = nb.lookup(ip, at(i as i64), Traffic::Own, &c);
+            assert!(matches!(r, Ok(Lookup::Unknown)));
+            *t = hold(&mut nb, pool, ip).unwrap();
+        }
+        // Entry 0 used again: entry 1 is now the least recently used.
+        assert!(matches!(
+            nb.lookup(v4(10), at(20), Traffic::Own, &c),
+            Ok(Lookup::Unknown)
+        ));
+        assert!(matches!(
+            nb.lookup(v4(99), at(21), Traffic::Own, &c),
+            Ok(Lookup::Unknown)
+        ));
+        assert!(nb.find(v4(11)).is_none(), "the least recently used went");
+        assert!(nb.find(v4(10)).is_some() && nb.find(v4(99)).is_some());
+        assert_eq!(
+            outcome(&mut nb, tickets[1]),
+            Some(Err(DatagramError::NeighborQueueFull))
+        );
+        assert_eq!(outcome(&mut nb, tickets[0]), None, "still waiting");
+        assert_eq!(c.snapshot().dropped(DropReason::NeighborTableFull), 1);
+    }
+
+    /// Unsolicited answers, however many, take at most `MAX_UNSOLICITED_NEIGHBORS` places and
+    /// never one of an entry the stack's own traffic uses; they replace each other, least
+    /// recently used first.
+    #[test]
+    fn unsolicited_traffic_never_pushes_out_an_entry_in_use() {
+        let (mut nb, c) = (Neighbors::new(), Counters::new());
+        let gateway = v4(1);
+        nb.prime(gateway, at(0), &c);
+        resolve(&mut nb, gateway, MAC, at(0));
+        for i in 0..200u8 {
+            let now = at(10 * i64::from(i) + 10);
+            let r = nb.lookup(v4(i.wrapping_add(2)), now, Traffic::Unsolicited, &c);
+            assert!(matches!(r, Ok(Lookup::Unknown)), "{i}");
+            assert!(nb.unsolicited_entries() <= MAX_UNSOLICITED_NEIGHBORS);
+            // The transfer through the gateway goes on.
+            assert!(matches!(
+                nb.lookup(gateway, now, Traffic::Own, &c),
+                Ok(Lookup::Known(MAC))
+            ));
+        }
+        assert_eq!(nb.unsolicited_entries(), MAX_UNSOLICITED_NEIGHBORS);
+        // The most recent unsolicited entries are the ones left.
+        for i in 200 - MAX_UNSOLICITED_NEIGHBORS as u8..200 {
+            assert!(nb.find(v4(i.wrapping_add(2))).is_some(), "{i}");
+        }
+    }
+
+    /// A table full of the stack's own entries: an unsolicited answer gets no place until one
+    /// of them has gone unused for `NEIGHBOR_IDLE`, and then takes the least recently used.
+    #[test]
+    fn unsolicited_traffic_takes_only_idle_own_entries() {
+        let (mut nb, c) = (Neighbors::new(), Counters::new());
+        for i in 0..MAX_NEIGHBORS as u8 {
+            let _ = nb.lookup(v4(10 + i), at(i64::from(i)), Traffic::Own, &c);
+            resolve(&mut nb, v4(10 + i), MAC, at(0));
+        }
+        let idle = NEIGHBOR_IDLE.total_millis() as i64;
+        assert!(nb
+            .lookup(v4(200), at(idle - 1), Traffic::Unsolicited, &c)
+            .is_err());
+        // Entry 0 is used again; entry 1 is the least recently used and idle.
+        let _ = nb.lookup(v4(10), at(idle), Traffic::Own, &c);
+        assert!(matches!(
+            nb.lookup(v4(200), at(idle + 1), Traffic::Unsolicited, &c),
+            Ok(Lookup::Unknown)
+        ));
+        assert!(nb.find(v4(11)).is_none() && nb.find(v4(10)).is_some());
+        assert_eq!(nb.unsolicited_entries(), 1);
+    }
+
+    /// Own traffic takes an unsolicited entry's place before any of its own, and using an
+    /// unsolicited entry for own traffic makes it the stack's own.
+    #[test]
+    fn own_traffic_takes_unsolicited_places_first_and_adopts_entries() {
+        let (mut nb, c) = (Neighbors::new(), Counters::new());
+        for i in 0..(MAX_NEIGHBORS - 2) as u8 {
+            let _ = nb.lookup(v4(10 + i), at(0), Traffic::Own, &c);
+        }
+        let _ = nb.lookup(v4(100), at(5), Traffic::Unsolicited, &c);
+        let _ = nb.lookup(v4(101), at(6), Traffic::Unsolicited, &c);
+        assert_eq!(nb.unsolicited_entries(), 2);
+        // The peer of 101 completed its handshake: its entry is the stack's own now.
+        let _ = nb.lookup(v4(101), at(7), Traffic::Own, &c);
+        assert_eq!(nb.unsolicited_entries(), 1);
+        let _ = nb.lookup(v4(102), at(8), Traffic::Own, &c);
+        assert!(
+            nb.find(v4(100)).is_none(),
+            "the unsolicited entry made room"
+        );
+        assert!(nb.find(v4(10)).is_some(), "older own entries stay");
+        assert_eq!(nb.unsolicited_entries(), 0);
+    }
+
+    /// Frames held for unsolicited entries are bounded; the stack's own still find places.
+    #[test]
+    fn frames_held_for_unsolicited_entries_are_bounded() {
+        let (mut nb, c, pool) = (Neighbors::new(), Counters::new(), pool());
+        for i in 0..MAX_UNSOLICITED_NEIGHBORS as u8 {
+            let _ = nb.lookup(v4(100 + i), at(0), Traffic::Unsolicited, &c);
+        }
+        for _ in 0..MAX_UNSOLICITED_HELD {
+            hold(&mut nb, pool, v4(100)).unwrap();
+        }
+        assert_eq!(
+            hold(&mut nb, pool, v4(101)),
+            Err(DatagramError::NeighborQueueFull)
+        );
+        assert_eq!(nb.unsolicited_held(), MAX_UNSOLICITED_HELD);
+        let _ = nb.lookup(v4(1), at(0), Traffic::Own, &c);
+        for _ in 0..MAX_HELD_FRAMES - MAX_UNSOLICITED_HELD {
+            hold(&mut nb, pool, v4(1)).unwrap();
+        }
+    }
+
+    /// RFC 4861 §7.2.5 on one entry: the Solicited flag, the Override flag, an advertisement
+    /// without a target link-layer address.
+    #[test]
+    fn advertisements_follow_rfc_4861() {
+        let other = EthernetAddress([2, 0, 0, 0, 0, 7]);
+        let new = |mac| Neighbor {
+            ip: v4(1),
+            mac,
+            fresh_until: at(0),
+            request_at: Some(at(0)),
+            give_up_at: at(3000),
+            used: at(0),
+            unsolicited: false,
+        };
+        let life = NEIGHBOR_LIFETIME;
+        // Unresolved: without an address nothing changes; solicited makes it fresh, else stale.
+        let mut n = new(None);
+        advertised(&mut n, None, true, true, at(10));
+        assert_eq!((n.mac, n.request_at), (None, Some(at(0))));
+        advertised(&mut n, Some(MAC), true, false, at(10));
+        assert_eq!(
+            (n.mac, n.fresh_until, n.request_at),
+            (Some(MAC), at(10) + life, None)
+        );
+        let mut n = new(None);
+        advertised(&mut n, Some(MAC), false, false, at(10));
+        assert_eq!(
+            (n.mac, n.fresh_until, n.request_at),
+            (Some(MAC), at(10), None)
+        );
+        // Resolved and fresh: another MAC without Override is not taken, the entry turns stale.
+        let mut n = new(Some(MAC));
+        n.fresh_until = at(1000);
+        advertised(&mut n, Some(other), true, false, at(10));
+        assert_eq!((n.mac, n.fresh_until), (Some(MAC), at(10)));
+        // With Override it is; solicited: fresh, unsolicited: stale.
+        advertised(&mut n, Some(other), false, true, at(20));
+        assert_eq!((n.mac, n.fresh_until), (Some(other), at(20)));
+        advertised(&mut n, Some(MAC), true, true, at(30));
+        assert_eq!((n.mac, n.fresh_until), (Some(MAC), at(30) + life));
+        // The same MAC, or none, with Solicited: a refresh answered.
+        n.request_at = Some(at(40));
+        advertised(&mut n, None, true, false, at(40));
+        assert_eq!(
+            (n.mac, n.fresh_until, n.request_at),
+            (Some(MAC), at(40) + life, None)
+        );
+        // Neither flag, same MAC: nothing changes.
+        advertised(&mut n, Some(MAC), false, false, at(50));
+        assert_eq!((n.mac, n.fresh_until), (Some(MAC), at(40) + life));
+    }
 }

@@ -75,6 +75,14 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
                 }
             }
             crate::ip::check::Verdict::Doomed(reason) => Some(reason),
+            crate::ip::check::Verdict::DnsAnswer { src, dst } => {
+                if !crate::socket::dns::answer_expected(&st, src, dst) {
+                    counters.drop(DropReason::UnexpectedAnswer);
+                    processed += 1;
+                    continue; // a forged or stray answer: its slot returns to the pool
+                }
+                None
+            }
             crate::ip::check::Verdict::Drop(reason) => {
                 counters.drop(reason);
                 processed += 1;

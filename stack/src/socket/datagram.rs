@@ -106,6 +106,7 @@ pub use smoltcp::wire::IpVersion;
 use crate::config::{IpEndpoint, IpListenEndpoint};
 use crate::ip::emit::write_header;
 use crate::link::neighbor::{self};
+use crate::link::Sender;
 use crate::link::Sent;
 use crate::stack::{Stack, State};
 use crate::stats::{Counters, DropReason};
@@ -137,8 +138,10 @@ pub enum DatagramError {
     /// [`DatagramSocket::tx_frame`], or its data was moved.
     NoHeadroom,
     /// The next hop is unresolved and the stack already holds
-    /// [`MAX_HELD_FRAMES`](crate::MAX_HELD_FRAMES) frames (or remembers
-    /// [`MAX_NEIGHBORS`](crate::MAX_NEIGHBORS) next hops, all busy).
+    /// [`MAX_HELD_FRAMES`](crate::MAX_HELD_FRAMES) frames; or, while the frame waited, the
+    /// neighbour table gave the next hop's place to a more recently used one (it remembers
+    /// [`MAX_NEIGHBORS`](crate::MAX_NEIGHBORS)), counted as
+    /// [`DropReason::NeighborTableFull`].
     NeighborQueueFull,
     /// The next hop did not answer ARP / NDP within
     /// [`NEIGHBOR_TIMEOUT`](crate::NEIGHBOR_TIMEOUT); counted as
@@ -700,7 +703,7 @@ fn start_send(
     write_header(h, &repr, &mut st.ipv4_idents, &st.link.caps.checksum);
     match st
         .link
-        .send_ip(frame, hop, &st.iface, now, counters, true)?
+        .send_ip(frame, hop, &st.iface, now, counters, Sender::Datagram)?
     {
         Sent::Held(ticket) => {
             st.signal_egress(); // egress sends the ARP request / solicitation

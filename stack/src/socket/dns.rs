@@ -24,6 +24,15 @@
 //! [`DnsError::NotFound`]. No answer in time is [`DnsError::TimedOut`]. Servers that cannot be
 //! reached at all are found before anything is sent: [`DnsError::NoServers`],
 //! [`DnsError::Failed`].
+//!
+//! # Answers
+//!
+//! A query's answer is taken only from port 53 of the server the query was sent to (ingress
+//! reads the server off the query as it leaves, `ip/asked.rs`), to the query's port, with the
+//! query's transaction ID. smoltcp alone would also take it from any of the servers, and from
+//! anyone's port 5353 (multicast DNS, which zcnet never asks); ingress drops those before
+//! smoltcp sees them, counted as [`DropReason::UnexpectedAnswer`](crate::DropReason), and so
+//! are answers to a port no query uses.
 
 use core::future::poll_fn;
 use core::ops::Deref;
@@ -32,14 +41,14 @@ use core::task::Poll;
 use core::time::Duration;
 
 use smoltcp::iface::SocketHandle;
-use smoltcp::socket::dns;
+use smoltcp::socket::{dns, Socket};
 use smoltcp::wire::DnsQueryType;
 
 pub use smoltcp::socket::dns::DnsQuery;
 
-use crate::config::{IpAddress, Ipv4Address, MAX_DNS_SERVERS};
+use crate::config::{IpAddress, IpEndpoint, Ipv4Address, MAX_DNS_SERVERS};
 use crate::socket::{routable, SocketCx};
-use crate::stack::Stack;
+use crate::stack::{Stack, State};
 use crate::transport::ports::DnsStartError;
 use crate::StackError;
 
@@ -193,7 +202,11 @@ impl DnsSocket {
         socket: dns::Socket<'static>,
         slots: usize,
     ) -> Result<Self, StackError> {
-        let handle = stack.with(|st| st.add_socket(socket))?;
+        let handle = stack.with(|st| {
+            let handle = st.add_socket(socket)?;
+            st.asked.resolvers += 1;
+            Ok::<_, StackError>(handle)
+        })?;
         Ok(Self {
             stack,
             handle,
@@ -331,6 +344,42 @@ impl Deref for DnsServerList {
     }
 }
 
+/// The port DNS servers answer from.
+const DNS_PORT: u16 = 53;
+/// The port multicast DNS answers come from (smoltcp's DNS socket takes them from anyone).
+const MDNS_PORT: u16 = 5353;
+
+/// Ingress (`ip/check.rs`, [`Verdict::DnsAnswer`](crate::ip::check::Verdict::DnsAnswer)):
+/// whether the UDP datagram from `src` (port 53 or 5353) to `dst` may go on to smoltcp. A
+/// smoltcp UDP socket bound to `dst` takes it before any DNS socket: yes. For a query in flight
+/// from `dst`'s port, only from port 53 of the server that query was sent to (`ip/asked.rs`; of
+/// one of the stack's DNS servers when that record is gone). Without a query there, what a DNS
+/// socket would take (anything from port 5353, or from port 53 of one of the stack's servers)
+/// it would only ignore: no. Anything else goes on (smoltcp answers it with a port
+/// unreachable).
+pub(crate) fn answer_expected(st: &State, src: IpEndpoint, dst: IpEndpoint) -> bool {
+    let udp_takes = st.sockets.iter().any(|(_, s)| match s {
+        Socket::Udp(u) => {
+            let at = u.endpoint();
+            at.port == dst.port && at.addr.is_none_or(|a| a == dst.addr)
+        }
+        _ => false,
+    });
+    if udp_takes {
+        return true;
+    }
+    let ours = |a: IpAddress| st.dns_servers().contains(&Some(a));
+    if st.dns_query_uses(dst.port) {
+        return src.port == DNS_PORT
+            && st
+                .asked
+                .dns_server(dst.port)
+                .map_or_else(|| ours(src.addr), |asked| asked == src.addr);
+    }
+    let resolver = st.sockets.iter().any(|(_, s)| matches!(s, Socket::Dns(_)));
+    !(resolver && (src.port == MDNS_PORT || ours(src.addr)))
+}
+
 /// Cancels a query still in flight when its `resolve` future is dropped.
 struct QueryGuard<'a> {
     socket: &'a DnsSocket,
@@ -349,6 +398,9 @@ impl Drop for QueryGuard<'_> {
 impl Drop for DnsSocket {
     fn drop(&mut self) {
         let handle = self.handle;
-        self.stack.with(|st| st.remove_socket(handle));
+        self.stack.with(|st| {
+            st.remove_socket(handle);
+            st.asked.resolvers -= 1;
+        });
     }
 }

@@ -100,6 +100,9 @@ pub(crate) struct State {
     /// reuse it and egress skips smoltcp's `poll_egress` while it is not due: a stack whose
     /// traffic is all zcnet's TCP pays nothing for smoltcp's sockets.
     smol_at: Option<Option<SmolInstant>>,
+    /// The DHCP and DNS servers smoltcp's requests went to, for ingress to take answers from
+    /// those only (`ip/asked.rs`).
+    pub(crate) asked: crate::ip::asked::Asked,
 }
 
 /// Wakes `w`: through the executor's local run queue when `local` is given and `w` is one of
@@ -142,6 +145,7 @@ impl State {
             starved: false,
             spare: &mut self.link.spare_tx,
             refused: false,
+            watch: self.asked.watch(self.autoconf.runs_dhcp()),
         };
         (dev, &mut self.iface, &mut self.sockets)
     }
@@ -689,6 +693,7 @@ impl Stack {
                     spare: &mut spare,
                     ingress: false,
                     refused: false,
+                    watch: None,
                 };
                 Interface::new(iconfig, &mut dev, now)
             },
@@ -720,6 +725,7 @@ impl Stack {
             zc: crate::socket::datagram::ZcSockets::new(),
             ipv4_idents: crate::ip::emit::Ipv4Idents::new(prf),
             smol_at: None,
+            asked: crate::ip::asked::Asked::new(),
         };
         state.iface.update_ip_addrs(|addrs| {
             if let Ipv4Config::Static(v4) = config.ipv4 {
@@ -739,7 +745,10 @@ impl Stack {
                 .add_default_ipv4_route(gw)
                 .map_err(|_| StackError::TooManyRoutes)?;
             // Resolve the gateway at once (see `Neighbors::prime`); egress's first run asks.
-            state.link.neighbors.prime(gw.into(), smol_now(exec));
+            state
+                .link
+                .neighbors
+                .prime(gw.into(), smol_now(exec), &counters);
         }
         if let Some(gw) = config.ipv6.and_then(|v| v.gateway) {
             state

@@ -4,10 +4,13 @@
 //!
 //! The stack (static `10.0.0.2/24` via `10.0.0.1`, static `fd00::2/64`, link-local on) has
 //! zero-copy sockets bound to port 7 (any address) and `10.0.0.2:9`. Each operation is one of:
-//! classify a frame (raw, or built: ARP, NDP, UDP), look a next hop up and hold a frame for it
-//! when it is unknown (as a send does), prime a next hop, run egress's neighbour step, poll or
+//! classify a frame (raw, or built: ARP, NDP, UDP), look a next hop up for the stack's own
+//! traffic or for an unsolicited answer and hold a frame for it when it is unknown (as a send
+//! does), prime a next hop, run egress's neighbour step, poll or
 //! detach a held send, or move the clock. After each, the table's invariants hold
-//! ([`Probe::check`]) and a datagram the classifier delivers lies inside its frame. At the end
+//! ([`Probe::check`], the bounds on unsolicited entries and frames included), a lookup for
+//! the stack's own traffic always found a place, and a datagram the classifier delivers lies
+//! inside its frame. At the end
 //! every waiting send is detached and the clock moved past the give-up time: nothing stays
 //! held, and the pool holds only the stack's scratch slot.
 
@@ -195,7 +198,11 @@ fn frame(r: &mut Reader<'_>) -> Vec<u8> {
         }
         2 => {
             let who = next_hop(r);
-            ndp_na(mac, v6_of(who), OUR_MAC, our6)
+            let mut f = ndp_na(mac, v6_of(who), OUR_MAC, our6);
+            // The Router, Solicited and Override flags as the fuzzer chooses.
+            f[14 + 40 + 4] = r.u8() & 0xe0;
+            fix_checksums(&mut f);
+            f
         }
         3 => {
             let who = next_hop(r);
@@ -276,7 +283,15 @@ pub fn run(data: &[u8]) {
             }
             2 | 3 => {
                 let ip = next_hop(&mut r);
-                if t.probe.lookup(ip, t.now) == Resolution::Unknown {
+                // Answers to possibly forged addresses, or the stack's own traffic (which
+                // always finds a place: the least recently used entry makes room).
+                let unsolicited = r.u8() & 1 == 0;
+                let found = t.probe.lookup(ip, t.now, unsolicited);
+                assert!(
+                    unsolicited || found != Resolution::Full,
+                    "own traffic found no room"
+                );
+                if found == Resolution::Unknown {
                     if let Some(mut f) = t.pool.try_alloc_tx() {
                         let _ = f.set_headroom(64);
                         let _ = f.append(usize::from(r.u8()));

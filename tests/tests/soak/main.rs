@@ -115,12 +115,13 @@ const UDP_NEVER_MAX_PERMILLE: u64 = 1;
 /// slot.
 const SETTLE: Duration = Duration::from_secs(30);
 /// Drop reasons a healthy TAP link never causes: any of these is a failure.
-const ERROR_DROPS: [DropReason; 7] = [
+const ERROR_DROPS: [DropReason; 8] = [
     DropReason::TxTooLong,
     DropReason::TxHeadroom,
     DropReason::TxDriver,
     DropReason::BadChecksum,
     DropReason::NeighborTimeout,
+    DropReason::NeighborTableFull,
     DropReason::Malformed,
     DropReason::LinkDown,
 ];

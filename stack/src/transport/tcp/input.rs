@@ -22,8 +22,9 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{IpProtocol, IpRepr, TcpControl, TcpPacket, TcpRepr};
 use zcnet_buffer::RxFrame;
 
-use super::output::{emit, hop_for, out, reserve};
+use super::output::{emit, hop_for, out, reserve, traffic_of};
 use crate::ip::check::TcpSeg;
+use crate::link::neighbor::Traffic;
 use crate::stack::State;
 use crate::stats::{Counters, DropReason};
 use crate::transport::tcp::tcb::context::TcpContext;
@@ -76,7 +77,7 @@ pub(crate) fn ingress(
             let drops = e.tcb.take_rx_drops();
             counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));
             counters.drop_n(DropReason::TcpOutOfOrderPurged, u64::from(drops.purged));
-            reply
+            reply.map(|r| (r, traffic_of(e.tcb.state())))
         }
         None => {
             if repr.control == TcpControl::Syn
@@ -94,12 +95,15 @@ pub(crate) fn ingress(
             }
             counters.drop(DropReason::NoSocket);
             drop(frame);
-            Some(Tcb::rst_reply(&ip, &repr))
+            // The sender's address may be forged: the answer is unsolicited traffic for the
+            // neighbour table.
+            Some((Tcb::rst_reply(&ip, &repr), Traffic::Unsolicited))
         }
     };
-    if let Some((ip, tcp)) = reply {
+    if let Some(((ip, tcp), traffic)) = reply {
         let hop = hop_for(st, ip.dst_addr(), now);
         let mut out = out(st, waker, counters, now);
+        out.set_traffic(traffic);
         // A spare frame was reserved above: this cannot starve.
         let _ = emit(&mut out, hop, &ip, &tcp, None, None);
     }

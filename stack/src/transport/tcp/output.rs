@@ -43,8 +43,8 @@ use zcnet_buffer::TxFrame;
 use crate::datagram::DatagramError;
 use crate::ip::checksum;
 use crate::ip::emit::write_header;
-use crate::link::neighbor::{self};
-use crate::link::{LinkLayer, Sent};
+use crate::link::neighbor::{self, Traffic};
+use crate::link::{LinkLayer, Sender, Sent};
 use crate::runner::Tasks;
 use crate::stack::State;
 use crate::stats::{Counters, DropReason};
@@ -64,6 +64,8 @@ pub(super) struct Out<'a> {
     ident: &'a mut crate::ip::emit::Ipv4Idents,
     counters: &'a Counters,
     now: Instant,
+    /// Whose segments these are, for the neighbour table's room (set per connection).
+    traffic: Traffic,
 }
 
 impl<'a> Out<'a> {
@@ -84,7 +86,24 @@ impl<'a> Out<'a> {
             ident,
             counters,
             now,
+            traffic: Traffic::Own,
         }
+    }
+
+    /// Marks what follows as `traffic` for the neighbour table (see [`traffic_of`]).
+    pub(super) fn set_traffic(&mut self, traffic: Traffic) {
+        self.traffic = traffic;
+    }
+}
+
+/// Whose segments a connection in `state` sends, for the neighbour table
+/// (`link/neighbor.rs`, "Room"): a half-open connection's (SYN-RECEIVED: its peer's address
+/// may be forged) are unsolicited answers, every other connection's the stack's own.
+pub(super) fn traffic_of(state: TcpState) -> Traffic {
+    if state == TcpState::SynReceived {
+        Traffic::Unsolicited
+    } else {
+        Traffic::Own
     }
 }
 
@@ -277,17 +296,22 @@ fn send(out: &mut Out<'_>, frame: TxFrame, hop: Option<IpAddress>) {
         out.counters.drop(DropReason::NotForUs);
         return;
     }
-    match out
-        .link
-        .send_ip(frame, hop, out.iface, out.now, out.counters, false)
-    {
+    match out.link.send_ip(
+        frame,
+        hop,
+        out.iface,
+        out.now,
+        out.counters,
+        Sender::Tcp(out.traffic),
+    ) {
         Ok(Sent::Out) => {}
         Ok(Sent::Held(ticket)) => out.link.neighbors.detach(ticket),
         // Counted by the link layer.
         Err(DatagramError::Driver(_)) => {}
         Err(DatagramError::NoHeadroom) => out.counters.drop(DropReason::TxHeadroom),
         Err(DatagramError::Unaddressable) => out.counters.drop(DropReason::NotForUs),
-        Err(_) => out.counters.drop(DropReason::NeighborTimeout),
+        // No room in the neighbour table for the next hop, or no place to hold the segment.
+        Err(_) => out.counters.drop(DropReason::NeighborTableFull),
     }
 }
 
@@ -381,6 +405,7 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
             now,
         );
         let tcb = e.tcb;
+        out.set_traffic(traffic_of(tcb.state()));
         let mut cx = TcpContext::new(now, ip_mtu, out.iface, e.keys);
         // The answer of the last `poll_at`, to keep when it is not due.
         let mut kept = None;
