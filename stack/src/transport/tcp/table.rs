@@ -293,6 +293,9 @@ pub(crate) struct TcpSlot {
     /// (one of them may have closed), linked through `touched_next`.
     touched: bool,
     touched_next: u32,
+    /// The next free place on the table's stack of free places ([`NO_PLACE`]: the last, or
+    /// the place is in use).
+    next_free: u32,
 }
 
 /// Which chain of the lookup index a place is in.
@@ -330,6 +333,7 @@ impl TcpSlot {
         orphan_next: NO_PLACE,
         touched: false,
         touched_next: NO_PLACE,
+        next_free: NO_PLACE,
     };
 }
 
@@ -356,6 +360,8 @@ pub(crate) struct TcpTable {
     pub(crate) release_signal: &'static SegmentReleases,
     /// Places in use.
     used: usize,
+    /// The first of the free places, stacked through `next_free` ([`NO_PLACE`]: none free).
+    free_head: u32,
     /// The first place of the list of used places (most recently taken first), [`NO_PLACE`]
     /// when none is: the walks of egress, ingress and lookup visit only these.
     used_head: u32,
@@ -409,6 +415,14 @@ impl TcpTable {
         prf: &Prf,
     ) -> Self {
         debug_assert_eq!(slots.len(), releases.len());
+        // Every place starts free, the first on top.
+        for (i, slot) in slots.iter_mut().enumerate() {
+            slot.next_free = u32::try_from(i + 1).unwrap_or(NO_PLACE);
+        }
+        if let Some(last) = slots.last_mut() {
+            last.next_free = NO_PLACE;
+        }
+        let free_head = if slots.is_empty() { NO_PLACE } else { 0 };
         // Place numbers fit the list's `u32` links (`NO_PLACE` excluded).
         debug_assert!(slots.len() < NO_PLACE as usize);
         Self {
@@ -417,6 +431,7 @@ impl TcpTable {
             releases,
             release_signal,
             used: 0,
+            free_head,
             reserved: 0,
             orphans: 0,
             orphan_head: NO_PLACE,
@@ -437,8 +452,10 @@ impl TcpTable {
     /// Places a connection whose budget reserves `slots` pool slots in a free place; `None`
     /// when every place is taken (the stack's slot count keeps that from happening).
     pub(crate) fn insert(&mut self, tcb: Tcb<'static>, slots: usize) -> Option<TcpHandle> {
-        let i = self.slots.iter().position(|s| s.tcb.is_none())?;
-        let slot = &mut self.slots[i];
+        let i = self.free_head as usize;
+        let slot = self.slots.get_mut(i)?;
+        debug_assert!(slot.tcb.is_none(), "a place on the free stack is in use");
+        self.free_head = core::mem::replace(&mut slot.next_free, NO_PLACE);
         slot.tcb = Some(tcb);
         slot.meta = TcpMeta::EMPTY;
         slot.generation = slot.generation.wrapping_add(1);
@@ -505,6 +522,8 @@ impl TcpTable {
         if was_used {
             self.used -= 1;
             self.reserved -= slot.slots;
+            slot.next_free = self.free_head;
+            self.free_head = h.0 as u32;
         }
         let (prev, next) = (slot.prev_used, slot.next_used);
         slot.prev_used = NO_PLACE;
