@@ -558,13 +558,7 @@ impl TcpTable {
     /// The connection and record of `h`. Panics if the place is empty: a handle lives only
     /// as long as the socket that owns the place (a bug otherwise, never the network's doing).
     pub(crate) fn get(&mut self, h: TcpHandle) -> (&mut Tcb<'static>, &mut TcpMeta) {
-        self.mark_stale(h.0);
-        self.mark_unkept(h.0);
-        let slot = &mut self.slots[h.0];
-        slot.kept = None;
-        if slot.meta.orphan.is_some() {
-            self.touch_orphan(h.0);
-        }
+        self.touch(h.0);
         let slot = &mut self.slots[h.0];
         match &mut slot.tcb {
             Some(t) => (t, &mut slot.meta),
@@ -631,14 +625,9 @@ impl TcpTable {
     /// The connection at place `i`, if the place is in use, with what a call into it needs.
     pub(crate) fn at(&mut self, i: usize) -> Option<Entry<'_>> {
         self.slots.get(i)?.tcb.as_ref()?;
-        self.mark_stale(i);
-        self.mark_unkept(i);
-        if self.slots[i].meta.orphan.is_some() {
-            self.touch_orphan(i);
-        }
+        self.touch(i);
         let slot = &mut self.slots[i];
         let tcb = slot.tcb.as_mut()?;
-        slot.kept = None;
         Some(Entry {
             tcb,
             meta: &mut slot.meta,
@@ -873,6 +862,34 @@ impl TcpTable {
 
     /// Puts place `i` on the list of places whose chain [`reindex`](Self::reindex) checks:
     /// its connection is about to be handed out mutably (or was placed or reset).
+    /// The connection at place `i` (in use) is about to be handed out mutably: its kept answer
+    /// goes, and the place joins the lists that watch for changes (the lookup index's stale
+    /// places, the places without a kept answer, and, for an orphan, the orphans that may have
+    /// closed), each at most once.
+    #[inline]
+    fn touch(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        if let Some(PollAt::Time(t)) = slot.kept.take() {
+            // The earliest kept deadline may be this one, now gone.
+            self.kept_earliest_stale |= self.kept_earliest.is_some_and(|e| t <= e);
+        }
+        if !slot.stale {
+            slot.stale = true;
+            slot.stale_next = self.stale_head;
+            self.stale_head = i as u32;
+        }
+        if !slot.unkept {
+            slot.unkept = true;
+            slot.unkept_next = self.unkept_head;
+            self.unkept_head = i as u32;
+        }
+        if slot.meta.orphan.is_some() && !slot.touched {
+            slot.touched = true;
+            slot.touched_next = self.touched_head;
+            self.touched_head = i as u32;
+        }
+    }
+
     fn mark_stale(&mut self, i: usize) {
         let slot = &mut self.slots[i];
         if !slot.stale {
