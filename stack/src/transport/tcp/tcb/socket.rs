@@ -1758,9 +1758,11 @@ impl<'a> Tcb<'a> {
 
                 if ack_number < snd_una {
                     // Further below SND.UNA than any window the remote advertised: not
-                    // believed. Answered with a challenge ACK and dropped.
+                    // believed. Answered with a challenge ACK and dropped. (The distance is
+                    // taken modulo 2^32: 2^31 behind is also "below" and must not underflow.)
                     let max_snd_wnd = self.max_remote_win.max(self.remote_win_len);
-                    if snd_una - ack_number > max_snd_wnd {
+                    let behind = snd_una.0.wrapping_sub(ack_number.0).unsigned_abs() as usize;
+                    if behind > max_snd_wnd {
                         return self.challenge_ack_reply(cx, ip_repr, repr);
                     }
                     old_ack = true;
@@ -1993,6 +1995,11 @@ impl<'a> Tcb<'a> {
                     remote: IpEndpoint::new(ip_repr.src_addr(), repr.src_port),
                 };
                 self.set_tuple(Some(tuple));
+                // A socket back in LISTEN after a failed handshake (a reset, the SYN-ACK
+                // given up) still has that handshake's SND.MAX and largest window: this
+                // connection has sent nothing and seen no window yet.
+                self.sent_max = None;
+                self.max_remote_win = 0;
                 self.local_seq_no = Self::initial_seq_no(cx, tuple);
                 self.remote_seq_no = repr.seq_number + 1;
                 self.remote_last_seq = self.local_seq_no;

@@ -6985,6 +6985,49 @@ fn test_rfc5961_ack_too_old() {
     assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 1000);
 }
 
+/// zcnet: an ACK exactly 2^31 from SND.UNA with nothing in flight (below SND.UNA and not above
+/// SND.MAX, in sequence-number order): a challenge ACK, no underflow.
+#[test]
+fn test_rfc5961_ack_half_the_sequence_space_away() {
+    let mut s = socket_established();
+    let far = TcpSeqNumber((LOCAL_SEQ + 1).0.wrapping_add(i32::MIN));
+    let reply = send(
+        &mut s,
+        Instant::ZERO,
+        &TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(far),
+            payload: &b"xyz"[..],
+            ..SEND_TEMPL
+        },
+    );
+    assert_eq!(reply, challenge_ack(REMOTE_SEQ + 1, 64));
+    assert_eq!(s.local_seq_no, LOCAL_SEQ + 1);
+    assert_eq!(rcv_nxt(&s), REMOTE_SEQ + 1, "the data was not taken");
+}
+
+/// zcnet: a listening socket that went back to LISTEN after a failed handshake forgets that
+/// handshake's SND.MAX and largest window when the next SYN arrives: an ACK up to the old
+/// SND.MAX is not acceptable in the new connection.
+#[test]
+fn test_rfc5961_listen_again_forgets_the_old_snd_max() {
+    let mut s = socket_listen();
+    s.sent_max = Some(TcpSeqNumber(i32::MAX));
+    s.max_remote_win = 1 << 20;
+    send!(
+        s,
+        TcpRepr {
+            control: TcpControl::Syn,
+            seq_number: REMOTE_SEQ,
+            ack_number: None,
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.state, State::SynReceived);
+    assert_eq!(s.sent_max, None);
+    assert_eq!(s.max_remote_win, 256, "the SYN's window");
+}
+
 /// zcnet: the stack-wide budget (RFC 5961 §7): with it spent, a connection whose own limit
 /// allows a challenge ACK sends none, and the withheld one is counted.
 #[test]
