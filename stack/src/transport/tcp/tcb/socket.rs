@@ -1751,8 +1751,14 @@ impl<'a> Tcb<'a> {
                 let snd_una = self.local_seq_no + usize::from(sent_syn);
 
                 // Beyond SND.MAX: acknowledges what was never sent (queued data and a FIN not
-                // yet sent included). Answered with a challenge ACK and dropped.
-                if ack_number > self.snd_max() {
+                // yet sent included). Answered with a challenge ACK and dropped. What was sent
+                // lies within the send buffer and the SYN and FIN in flight; the bound keeps
+                // that so even if SND.MAX were ever wrong.
+                let queued_end = self.local_seq_no
+                    + self.tx_buffer.len()
+                    + usize::from(sent_syn)
+                    + usize::from(sent_fin);
+                if ack_number > self.snd_max().min(queued_end) {
                     return self.challenge_ack_reply(cx, ip_repr, repr);
                 }
 

@@ -7006,6 +7006,25 @@ fn test_rfc5961_ack_half_the_sequence_space_away() {
     assert_eq!(rcv_nxt(&s), REMOTE_SEQ + 1, "the data was not taken");
 }
 
+/// zcnet: an acknowledgement is never accepted past the send buffer and the SYN and FIN in
+/// flight, whatever `sent_max` says (here a wrong one, 100 bytes past an empty buffer).
+#[test]
+fn test_rfc5961_ack_bounded_by_the_send_buffer() {
+    let mut s = socket_established();
+    s.sent_max = Some(LOCAL_SEQ + 1 + 100);
+    let reply = send(
+        &mut s,
+        Instant::ZERO,
+        &TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 50),
+            ..SEND_TEMPL
+        },
+    );
+    assert_eq!(reply, challenge_ack(REMOTE_SEQ + 1, 64));
+    assert_eq!(s.local_seq_no, LOCAL_SEQ + 1);
+}
+
 /// zcnet: a listening socket that went back to LISTEN after a failed handshake forgets that
 /// handshake's SND.MAX and largest window when the next SYN arrives: an ACK up to the old
 /// SND.MAX is not acceptable in the new connection.
