@@ -14,6 +14,7 @@
 //! | `Ipv4Id` | source, destination, protocol | IPv4 identification, one counter per destination bucket (`ip/emit.rs`) |
 //! | `SmoltcpSeed` | nothing | the seed of smoltcp's own generator (DHCP transaction ids, DNS query ids and ports) |
 //! | `Demux` | nothing | the key of the TCP table's four-tuple hash (`transport/tcp/table.rs`) |
+//! | `ChallengeAck` | a counter of seconds | each second's stack-wide budget of TCP challenge ACKs (RFC 5961 §7; `transport/tcp/tcb/context.rs`) |
 //!
 //! SipHash is a PRF under a 128-bit key: its outputs for inputs an attacker picks reveal
 //! nothing of the key or of its outputs for other inputs, so a peer that sees its own
@@ -44,6 +45,8 @@ pub(crate) enum Use {
     SmoltcpSeed = 6,
     /// The TCP table's demultiplexing key.
     Demux = 7,
+    /// The stack-wide challenge ACK budget of each second.
+    ChallengeAck = 8,
 }
 
 /// SipHash-2-4 under the stack's secret.

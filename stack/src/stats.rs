@@ -158,6 +158,12 @@ pub struct StackStats {
     /// Times the link went down (the driver reported [`LinkState::Down`](zcnet_buffer::LinkState)
     /// after up); [`Stack::link_state`](crate::Stack::link_state) says how it is now.
     pub link_downs: u64,
+    /// TCP challenge ACKs (RFC 5961: the answers to an in-window reset not at the expected
+    /// sequence number, to a SYN on an open connection, to an acknowledgement of what was never
+    /// sent) not sent because the stack had spent its budget of the current second (on
+    /// average [`CHALLENGE_ACKS_PER_SECOND`](crate::tcp::CHALLENGE_ACKS_PER_SECOND)). Each
+    /// connection also sends at most one a second; what that limit withholds is not counted.
+    pub challenge_acks_withheld: u64,
 }
 
 impl StackStats {
@@ -194,6 +200,7 @@ pub(crate) struct Counters {
     listener_rearm_failures: AtomicU64,
     time_wait_evictions: AtomicU64,
     link_downs: AtomicU64,
+    challenge_acks_withheld: AtomicU64,
 }
 
 /// Adds one to a counter whose writers are serialised by the state's single owner (see [`Counters`]);
@@ -219,6 +226,7 @@ impl Counters {
             listener_rearm_failures: AtomicU64::new(0),
             time_wait_evictions: AtomicU64::new(0),
             link_downs: AtomicU64::new(0),
+            challenge_acks_withheld: AtomicU64::new(0),
         }
     }
 
@@ -289,6 +297,13 @@ impl Counters {
     pub(crate) fn link_down(&self) {
         bump(&self.link_downs);
     }
+    /// `n` challenge ACKs the stack-wide limit withheld (nothing when `n` is 0).
+    pub(crate) fn challenge_acks_withheld(&self, n: u64) {
+        if n > 0 {
+            let c = &self.challenge_acks_withheld;
+            c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+        }
+    }
 
     pub(crate) fn snapshot(&self) -> StackStats {
         let mut drops = [0; DropReason::COUNT];
@@ -308,6 +323,7 @@ impl Counters {
             listener_rearm_failures: self.listener_rearm_failures.load(Relaxed),
             time_wait_evictions: self.time_wait_evictions.load(Relaxed),
             link_downs: self.link_downs.load(Relaxed),
+            challenge_acks_withheld: self.challenge_acks_withheld.load(Relaxed),
         }
     }
 }

@@ -10,7 +10,8 @@ use std::time::Duration;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr,
+    EthernetRepr, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr,
+    TcpSeqNumber,
 };
 use zcnet_buffer::{Driver, FramePool, PoolConfig};
 use zcnet_executor::time::timeout;
@@ -92,6 +93,34 @@ pub fn tcp_frame(from: Host, to: Host, tcp: &TcpRepr<'_>) -> Vec<u8> {
         &caps,
     );
     f
+}
+
+/// A segment from `from`:`ports.0` to the stack's `ports.1` without options (but MSS 1460 on a
+/// SYN), window 8192, sequence and acknowledgement numbers as given: its frame,
+/// [`tcp_frame`] to [`STACK`].
+pub fn peer_segment(
+    from: Host,
+    ports: (u16, u16),
+    control: TcpControl,
+    seq: u32,
+    ack: Option<u32>,
+    payload: &[u8],
+) -> Vec<u8> {
+    let tcp = TcpRepr {
+        src_port: ports.0,
+        dst_port: ports.1,
+        control,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+        window_len: 8192,
+        window_scale: None,
+        max_seg_size: (control == TcpControl::Syn).then_some(1460),
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload,
+    };
+    tcp_frame(from, STACK, &tcp)
 }
 
 /// A TCP segment read from a frame: the IPv4 header fields tests look at, and the segment.

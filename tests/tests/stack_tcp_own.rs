@@ -17,7 +17,7 @@ use smoltcp::iface::{Config as SmolConfig, Interface, SocketSet};
 use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp as smol_tcp;
 use smoltcp::time::Instant as SmolInstant;
-use smoltcp::wire::{HardwareAddress, IpCidr, TcpControl, TcpRepr, TcpSeqNumber};
+use smoltcp::wire::{HardwareAddress, IpCidr, TcpControl};
 use zcnet_buffer::ledger::{CopySite, LEDGER};
 use zcnet_buffer::FramePool;
 use zcnet_executor::time::timeout;
@@ -49,21 +49,7 @@ fn arp_request() -> Vec<u8> {
 
 /// A segment from the peer to `port` on 10.0.0.2, checksums computed.
 fn segment(port: u16, control: TcpControl, seq: u32, ack: Option<u32>, payload: &[u8]) -> Vec<u8> {
-    let tcp = TcpRepr {
-        src_port: PEER_PORT,
-        dst_port: port,
-        control,
-        seq_number: TcpSeqNumber(seq as i32),
-        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
-        window_len: 8192,
-        window_scale: None,
-        max_seg_size: (control == TcpControl::Syn).then_some(1460),
-        sack_permitted: false,
-        sack_ranges: [None; 3],
-        timestamp: None,
-        payload,
-    };
-    craft::tcp_frame(PEER, STACK, &tcp)
+    craft::peer_segment(PEER, (PEER_PORT, port), control, seq, ack, payload)
 }
 
 /// One emitted TCP segment, as compared: numbers relative to the initial sequence numbers.

@@ -72,8 +72,10 @@ pub(crate) fn ingress(
             };
             // `find` returned a place in use.
             let e = st.tcp.at(i)?;
-            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.keys);
+            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.keys)
+                .with_challenge_acks(&mut *e.challenge_acks);
             let reply = e.tcb.process(&mut cx, &ip, &repr, payload);
+            counters.challenge_acks_withheld(e.challenge_acks.take_withheld());
             let drops = e.tcb.take_rx_drops();
             counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));
             counters.drop_n(DropReason::TcpOutOfOrderPurged, u64::from(drops.purged));

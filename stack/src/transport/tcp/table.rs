@@ -60,7 +60,7 @@ use smoltcp::wire::{IpAddress, IpRepr, TcpRepr};
 use zcnet_buffer::WakerCell;
 
 use crate::keys::{Prf, Use};
-use crate::transport::tcp::tcb::context::{LocalAddrs, PollAt, TcpContext, TcpKeys};
+use crate::transport::tcp::tcb::context::{ChallengeAcks, LocalAddrs, PollAt, TcpContext, TcpKeys};
 use crate::transport::tcp::tcb::socket::Tcb;
 use crate::transport::tcp::tcb::state::State;
 
@@ -345,6 +345,8 @@ pub(crate) struct Entry<'a> {
     pub(crate) meta: &'a mut TcpMeta,
     /// The stack's keys (initial sequence numbers, timestamp offsets).
     pub(crate) keys: &'a TcpKeys,
+    /// The stack's challenge ACK budget, for `process` (RFC 5961 §7).
+    pub(crate) challenge_acks: &'a mut ChallengeAcks,
 }
 
 /// A connection's place in the [`TcpTable`].
@@ -404,6 +406,8 @@ pub(crate) struct TcpTable {
     demux_key: u64,
     /// Initial sequence numbers and timestamp offsets, keyed with the stack's secret.
     pub(crate) keys: TcpKeys,
+    /// The challenge ACKs all connections together may still send this second.
+    challenge_acks: ChallengeAcks,
 }
 
 impl TcpTable {
@@ -446,6 +450,7 @@ impl TcpTable {
             kept_earliest_stale: false,
             demux_key: prf.of(Use::Demux, &[]),
             keys: TcpKeys::new(prf.clone()),
+            challenge_acks: ChallengeAcks::new(prf),
         }
     }
 
@@ -632,6 +637,7 @@ impl TcpTable {
             tcb,
             meta: &mut slot.meta,
             keys: &self.keys,
+            challenge_acks: &mut self.challenge_acks,
         })
     }
 

@@ -1,14 +1,80 @@
 //! What the state machine takes from the interface it runs on: the time, the IP MTU, the
 //! interface's addresses and the stack's keys for initial sequence numbers and timestamp
 //! offsets (smoltcp's crate-private `iface::Context`, cut down to the calls `socket/tcp.rs`
-//! makes, with [`TcpKeys`] in place of its random generator), and what it gives back:
-//! [`PollAt`].
+//! makes, with [`TcpKeys`] in place of its random generator), the stack-wide challenge ACK
+//! budget ([`ChallengeAcks`]), and what it gives back: [`PollAt`].
 
 use smoltcp::iface::Interface;
 use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpEndpoint, TcpSeqNumber};
 
 use crate::keys::{Prf, Use};
+
+/// How many challenge ACKs (RFC 5961) the stack sends in one second on average, all
+/// connections together (Linux's `tcp_challenge_ack_limit`). Each second's budget is drawn
+/// anew between half and one and a half times this; past it, the segments that would have had
+/// one are dropped without an answer until the next second. Each connection also sends at most
+/// one a second.
+pub const CHALLENGE_ACKS_PER_SECOND: u32 = 1000;
+
+/// The stack-wide budget of challenge ACKs (RFC 5961 §7). An attacker who provokes challenge
+/// ACKs on many connections at once gets a bounded number of answers a second (an answer
+/// reveals that a guess landed in a window).
+///
+/// A second starts at the first challenge ACK after the previous one ended; its budget is
+/// `CHALLENGE_ACKS_PER_SECOND / 2` plus the keyed hash of the second's number modulo
+/// [`CHALLENGE_ACKS_PER_SECOND`]. A fixed budget would be a side channel: an attacker who
+/// spends all but a known part of it on its own connection, then counts the challenge ACKs
+/// it still gets, learns how many other connections sent (CVE-2016-5696, Linux's; Linux's
+/// fix draws the budget at random the same way).
+pub(crate) struct ChallengeAcks {
+    /// Draws each second's budget.
+    prf: Prf,
+    /// The number of the current second (counts the seconds started).
+    second: u64,
+    /// The end of the current second (`None` before the first).
+    until: Option<Instant>,
+    /// Challenge ACKs left in it.
+    left: u32,
+    /// Challenge ACKs withheld since [`take_withheld`](Self::take_withheld) last ran.
+    withheld: u64,
+}
+
+impl ChallengeAcks {
+    /// A budget drawn with the stack's keyed function.
+    pub(crate) fn new(prf: &Prf) -> Self {
+        Self {
+            prf: prf.clone(),
+            second: 0,
+            until: None,
+            left: 0,
+            withheld: 0,
+        }
+    }
+
+    /// Whether a challenge ACK may be sent at `now` (one is then counted), else counts one
+    /// withheld.
+    pub(crate) fn take(&mut self, now: Instant) -> bool {
+        if self.until.is_none_or(|until| now >= until) {
+            self.second = self.second.wrapping_add(1);
+            self.until = Some(now + smoltcp::time::Duration::from_secs(1));
+            let draw = self.prf.of(Use::ChallengeAck, &self.second.to_le_bytes());
+            self.left = CHALLENGE_ACKS_PER_SECOND / 2
+                + (draw % u64::from(CHALLENGE_ACKS_PER_SECOND)) as u32;
+        }
+        if self.left == 0 {
+            self.withheld += 1;
+            return false;
+        }
+        self.left -= 1;
+        true
+    }
+
+    /// The challenge ACKs withheld since the last call, for the stack's statistics.
+    pub(crate) fn take_withheld(&mut self) -> u64 {
+        core::mem::take(&mut self.withheld)
+    }
+}
 
 /// When a connection next needs `dispatch` (smoltcp's crate-private `socket::PollAt`).
 ///
@@ -95,6 +161,9 @@ pub(crate) struct TcpContext<'a> {
     pub(crate) addrs: &'a dyn LocalAddrs,
     /// The keys for initial sequence numbers and timestamp offsets.
     pub(crate) keys: &'a TcpKeys,
+    /// The stack-wide challenge ACK budget: every `process` call of the stack has it
+    /// ([`with_challenge_acks`](Self::with_challenge_acks)); the other calls send none.
+    pub(crate) challenge_acks: Option<&'a mut ChallengeAcks>,
 }
 
 impl<'a> TcpContext<'a> {
@@ -110,7 +179,14 @@ impl<'a> TcpContext<'a> {
             ip_mtu,
             addrs,
             keys,
+            challenge_acks: None,
         }
+    }
+
+    /// This context with the stack's challenge ACK budget.
+    pub(crate) fn with_challenge_acks(mut self, budget: &'a mut ChallengeAcks) -> Self {
+        self.challenge_acks = Some(budget);
+        self
     }
 
     /// Move the clock to `now`.
@@ -131,7 +207,9 @@ impl core::fmt::Debug for TcpContext<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{PollAt, TcpKeys};
+    extern crate std;
+
+    use super::{ChallengeAcks, PollAt, TcpKeys, CHALLENGE_ACKS_PER_SECOND};
     use crate::config::Secret;
     use crate::keys::{Prf, Use};
     use smoltcp::time::Instant;
@@ -144,6 +222,44 @@ mod tests {
         assert!(PollAt::Now < early);
         assert!(early < late);
         assert!(late < PollAt::Ingress);
+    }
+
+    /// Takes challenge ACKs at `now` until refused: how many were left.
+    fn spend(b: &mut ChallengeAcks, now: Instant) -> u32 {
+        let mut n = 0;
+        while b.take(now) {
+            n += 1;
+            assert!(n < 2 * CHALLENGE_ACKS_PER_SECOND, "a bounded budget");
+        }
+        n
+    }
+
+    #[test]
+    fn challenge_acks_are_budgeted_per_second_across_calls() {
+        let prf = Prf::new(&Secret::new([3; Secret::LEN]));
+        let mut b = ChallengeAcks::new(&prf);
+        let (half, limit) = (CHALLENGE_ACKS_PER_SECOND / 2, CHALLENGE_ACKS_PER_SECOND);
+        // Each second, from its first challenge ACK: a budget in [limit/2, 3 limit/2).
+        let mut budgets = std::vec::Vec::new();
+        for k in 0..8 {
+            let t = Instant::from_millis(250 + 1000 * k);
+            let n = spend(&mut b, t);
+            assert!((half..half + limit).contains(&n), "{n}");
+            // Spent until one second after the first: each refusal is counted.
+            assert!(!b.take(t + smoltcp::time::Duration::from_millis(999)));
+            assert_eq!(b.take_withheld(), 2);
+            budgets.push(n);
+        }
+        // Drawn anew each second, not one fixed number an attacker could subtract.
+        assert!(budgets.iter().any(|&n| n != budgets[0]), "{budgets:?}");
+        // The same secret draws the same budgets; another secret others.
+        let mut again = ChallengeAcks::new(&prf);
+        assert_eq!(spend(&mut again, Instant::ZERO), budgets[0]);
+        let mut other = ChallengeAcks::new(&Prf::new(&Secret::new([4; Secret::LEN])));
+        let others: std::vec::Vec<u32> = (0..8)
+            .map(|k| spend(&mut other, Instant::from_secs(k)))
+            .collect();
+        assert_ne!(others, budgets);
     }
 
     fn keys(b: u8) -> TcpKeys {

@@ -62,6 +62,17 @@
 //!   to three SACK blocks (smoltcp's, one). Under Reno or CUBIC, what recovery sends follows
 //!   proportional rate reduction (RFC 6937) instead of the inflated window of RFC 5681's fast
 //!   recovery.
+//! * RFC 5961 (blind in-window attacks) in full: a reset in any state but LISTEN and SYN-SENT
+//!   resets only at exactly RCV.NXT, another in the window gets a challenge ACK (smoltcp
+//!   resets on any in-window one); a SYN on a synchronized connection gets a challenge ACK
+//!   (smoltcp drops it, or answers it only when out of the window); an acknowledgement is
+//!   acceptable up to SND.MAX, what was sent (smoltcp's bound counts data queued but never
+//!   sent), and down to SND.UNA less the largest window the peer advertised, below which it
+//!   gets a challenge ACK; an old duplicate acknowledgement between the two no longer drops
+//!   its segment: the data and FIN are taken, the acknowledgement and window ignored.
+//!   Challenge ACKs are limited per connection (one a second, smoltcp's) and per stack (a
+//!   keyed random budget of about [`CHALLENGE_ACKS_PER_SECOND`](context::CHALLENGE_ACKS_PER_SECOND)
+//!   a second, which `TcpContext` carries into `process`).
 //! * A socket's next connection (`listen`, `connect`) starts a fresh congestion controller of
 //!   the same algorithm; smoltcp keeps the last connection's window and threshold.
 //! * The handshake gives up: a SYN is resent at most [`socket::SYN_RETRIES`] times (the

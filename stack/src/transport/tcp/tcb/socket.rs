@@ -110,6 +110,9 @@ pub(crate) struct Tcb<'a> {
     /// The remote window size, relative to local_seq_no
     /// I.e. we're allowed to send octets until local_seq_no+remote_win_len
     remote_win_len: usize,
+    /// The largest window the remote advertised in this connection (RFC 5961's MAX.SND.WND):
+    /// an ACK further than this below SND.UNA is not believed. Not smoltcp's.
+    max_remote_win: usize,
     /// The receive window scaling factor for remotes which support RFC 1323, None if unsupported.
     remote_win_scale: Option<u8>,
     /// Whether or not the remote supports selective ACK as described in RFC 2018.
@@ -249,6 +252,7 @@ impl<'a> Tcb<'a> {
             remote_last_win: 0,
             rx_edge_max: None,
             remote_win_len: 0,
+            max_remote_win: 0,
             remote_win_shift: rx_cap_log2.saturating_sub(16) as u8,
             remote_win_scale: None,
             remote_has_sack: false,
@@ -662,6 +666,7 @@ impl<'a> Tcb<'a> {
         self.remote_last_win = 0;
         self.rx_edge_max = None;
         self.remote_win_len = 0;
+        self.max_remote_win = 0;
         self.remote_win_scale = None;
         self.remote_win_shift = rx_cap_log2.saturating_sub(16) as u8;
         self.remote_mss = DEFAULT_MSS;
@@ -1536,7 +1541,15 @@ impl<'a> Tcb<'a> {
             .is_some_and(|edge| window_start <= segment_start && segment_start <= edge)
     }
 
-    /// An ACK answering an unacceptable segment (RFC 5961), at most one per second.
+    /// SND.MAX: one past the highest sequence number sent in this connection (SYN and FIN
+    /// included), what an acknowledgement may reach at most.
+    fn snd_max(&self) -> TcpSeqNumber {
+        self.sent_max
+            .map_or(self.remote_last_seq, |max| max.max(self.remote_last_seq))
+    }
+
+    /// An ACK answering an unacceptable segment (RFC 5961), at most one per second for this
+    /// connection and within the stack's budget (`ChallengeAcks`, when the context has it).
     fn challenge_ack_reply(
         &mut self,
         cx: &mut TcpContext<'_>,
@@ -1545,6 +1558,11 @@ impl<'a> Tcb<'a> {
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
         if cx.now < self.challenge_ack_timer {
             return None;
+        }
+        if let Some(budget) = cx.challenge_acks.as_deref_mut() {
+            if !budget.take(cx.now) {
+                return None;
+            }
         }
 
         // Rate-limit to 1 per second max.
@@ -1640,7 +1658,31 @@ impl<'a> Tcb<'a> {
             // all of the control flags we sent.
             _ => (false, false),
         };
-        let control_len = usize::from(sent_syn) + usize::from(sent_fin);
+
+        // RFC 5961 §4.2: a SYN on a synchronized connection, whatever its sequence number, may
+        // be forged (a blind reset attempt) or come from a peer that restarted: answer it with
+        // a challenge ACK and ignore it. A restarted peer answers the ACK with a reset whose
+        // sequence number is the one the ACK acknowledged, which closes this connection (TIME-WAIT
+        // included: no new connection reuses a TIME-WAIT four-tuple before that).
+        if repr.control == TcpControl::Syn
+            && matches!(
+                self.state,
+                State::Established
+                    | State::FinWait1
+                    | State::FinWait2
+                    | State::CloseWait
+                    | State::Closing
+                    | State::LastAck
+                    | State::TimeWait
+            )
+        {
+            return self.challenge_ack_reply(cx, ip_repr, repr);
+        }
+
+        // An acknowledgement below SND.UNA but within the largest window the remote advertised:
+        // an old duplicate, whose acknowledgement and window are ignored while its data and
+        // FIN are taken (RFC 9293 3.10.7.4, RFC 5961 §5.2).
+        let mut old_ack = false;
 
         // Reject unacceptable acknowledgements.
         match (self.state, repr.control, repr.ack_number) {
@@ -1657,7 +1699,8 @@ impl<'a> Tcb<'a> {
                     return None;
                 }
             }
-            // Any other RST need only have a valid sequence number.
+            // Any other RST is judged by its sequence number alone (below), whatever it
+            // acknowledges.
             (_, TcpControl::Rst, _) => (),
             // The initial SYN cannot contain an acknowledgement.
             (State::Listen, _, None) => (),
@@ -1702,27 +1745,33 @@ impl<'a> Tcb<'a> {
                     return Some(Self::rst_reply(ip_repr, repr));
                 }
             }
-            // Every acknowledgement must be for transmitted but unacknowledged data.
+            // RFC 5961 §5.2: an acknowledgement must lie in SND.UNA - MAX.SND.WND ..= SND.MAX.
             (_, _, Some(ack_number)) => {
-                let unacknowledged = self.tx_buffer.len() + control_len;
+                // SND.UNA (a SYN we sent must be acknowledged).
+                let snd_una = self.local_seq_no + usize::from(sent_syn);
 
-                // Acceptable ACK range (both inclusive)
-                let mut ack_min = self.local_seq_no;
-                let ack_max = self.local_seq_no + unacknowledged;
-
-                // If we have sent a SYN, it MUST be acknowledged.
-                if sent_syn {
-                    ack_min += 1;
-                }
-
-                // Duplicate ACK (not in ack_min..=ack_max).
-                if ack_number < ack_min {
-                    return None;
-                }
-
-                // Unacceptable ACK (not in ack_min..=ack_max): acknowledges data never sent.
-                if ack_number > ack_max {
+                // Beyond SND.MAX: acknowledges what was never sent (queued data and a FIN not
+                // yet sent included). Answered with a challenge ACK and dropped. What was sent
+                // lies within the send buffer and the SYN and FIN in flight; the bound keeps
+                // that so even if SND.MAX were ever wrong.
+                let queued_end = self.local_seq_no
+                    + self.tx_buffer.len()
+                    + usize::from(sent_syn)
+                    + usize::from(sent_fin);
+                if ack_number > self.snd_max().min(queued_end) {
                     return self.challenge_ack_reply(cx, ip_repr, repr);
+                }
+
+                if ack_number < snd_una {
+                    // Further below SND.UNA than any window the remote advertised: not
+                    // believed. Answered with a challenge ACK and dropped. (The distance is
+                    // taken modulo 2^32: 2^31 behind is also "below" and must not underflow.)
+                    let max_snd_wnd = self.max_remote_win.max(self.remote_win_len);
+                    let behind = snd_una.0.wrapping_sub(ack_number.0).unsigned_abs() as usize;
+                    if behind > max_snd_wnd {
+                        return self.challenge_ack_reply(cx, ip_repr, repr);
+                    }
+                    old_ack = true;
                 }
             }
         }
@@ -1865,6 +1914,7 @@ impl<'a> Tcb<'a> {
         let mut ack_all = false;
         let ack_number = match repr.control {
             TcpControl::Rst => None,
+            _ if old_ack => None,
             _ => repr.ack_number,
         };
         if let Some(ack_number) = ack_number {
@@ -1896,6 +1946,17 @@ impl<'a> Tcb<'a> {
         // Nor is the FIN of data that was not taken.
         if control == TcpControl::Fin && (window_start < segment_start || ack_only) {
             control = TcpControl::None;
+        }
+
+        // RFC 5961 §3.2: past SYN-SENT, a reset inside the window resets the connection only
+        // if its sequence number is exactly the next one expected (RCV.NXT); any other is
+        // answered with a challenge ACK and ignored (a blind attacker must guess RCV.NXT, not
+        // just land in the window). Out-of-window resets were dropped above.
+        if control == TcpControl::Rst
+            && !matches!(self.state, State::Listen | State::SynSent)
+            && repr.seq_number != window_start
+        {
+            return self.challenge_ack_reply(cx, ip_repr, repr);
         }
 
         // Validate and update the state.
@@ -1940,6 +2001,11 @@ impl<'a> Tcb<'a> {
                     remote: IpEndpoint::new(ip_repr.src_addr(), repr.src_port),
                 };
                 self.set_tuple(Some(tuple));
+                // A socket back in LISTEN after a failed handshake (a reset, the SYN-ACK
+                // given up) still has that handshake's SND.MAX and largest window: this
+                // connection has sent nothing and seen no window yet.
+                self.sent_max = None;
+                self.max_remote_win = 0;
                 self.local_seq_no = Self::initial_seq_no(cx, tuple);
                 self.remote_seq_no = repr.seq_number + 1;
                 self.remote_last_seq = self.local_seq_no;
@@ -2062,7 +2128,7 @@ impl<'a> Tcb<'a> {
                     // Clear the remote endpoint, or we'll send an RST there.
                     self.set_state(State::Closed);
                     self.set_tuple(None);
-                } else if ack_len == 0 {
+                } else if ack_len == 0 && !old_ack {
                     // Duplicate ACK; our FIN has not been acknowledged.
                     // Per RFC 9293 (3.10.7.4), send a challenge ACK.
                     return self.challenge_ack_reply(cx, ip_repr, repr);
@@ -2085,9 +2151,16 @@ impl<'a> Tcb<'a> {
             TcpControl::Syn => 0,
             _ => self.remote_win_scale.unwrap_or(0),
         };
-        let new_remote_win_len = usize::from(repr.window_len) << usize::from(scale);
+        // An old duplicate ACK's window is as old as its acknowledgement: SND.WND follows
+        // segments that acknowledge SND.UNA or more (RFC 9293 3.10.7.4).
+        let new_remote_win_len = if old_ack {
+            self.remote_win_len
+        } else {
+            usize::from(repr.window_len) << usize::from(scale)
+        };
         let is_window_update = new_remote_win_len != self.remote_win_len;
         self.remote_win_len = new_remote_win_len;
+        self.max_remote_win = self.max_remote_win.max(new_remote_win_len);
 
         self.congestion_controller
             .inner_mut()
@@ -2105,7 +2178,7 @@ impl<'a> Tcb<'a> {
 
         // An ACK that told RACK of a delivery (the tail loss probe is then armed again).
         let mut rack_news = false;
-        if let Some(ack_number) = repr.ack_number {
+        if let Some(ack_number) = ack_number {
             // TODO: When flow control is implemented,
             // refractor the following block within that implementation
 

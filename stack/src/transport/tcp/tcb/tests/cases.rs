@@ -6466,6 +6466,24 @@ fn test_rx_close_fin_in_fin_wait_2() {
     assert_eq!(s.recv(|_| (0, ())), Err(RecvError::Finished));
 }
 
+/// zcnet: how the hole tests end under RFC 5961 §3.2 (data at REMOTE_SEQ + 1 + 6 past a hole,
+/// RCV.NXT at REMOTE_SEQ + 1 + 3): a reset past the hole is not at RCV.NXT, so it gets a
+/// challenge ACK (advertising `window_len`) and the connection stays; the reset at RCV.NXT
+/// closes it.
+fn reset_past_the_hole_then_at_rcv_nxt(s: &mut TestSocket, window_len: u16) {
+    let rst = |seq| TcpRepr {
+        control: TcpControl::Rst,
+        seq_number: seq,
+        ack_number: Some(LOCAL_SEQ + 1),
+        ..SEND_TEMPL
+    };
+    let reply = send(s, Instant::ZERO, &rst(REMOTE_SEQ + 1 + 9));
+    assert_eq!(reply, challenge_ack(REMOTE_SEQ + 1 + 3, window_len));
+    assert_eq!(s.state, State::Established);
+    assert_eq!(send(s, Instant::ZERO, &rst(REMOTE_SEQ + 1 + 3)), None);
+    assert_eq!(s.state, State::Closed);
+}
+
 #[test]
 fn test_rx_close_fin_with_hole() {
     let mut s = socket_established();
@@ -6504,15 +6522,7 @@ fn test_rx_close_fin_with_hole() {
         (0, ())
     })
     .unwrap();
-    send!(
-        s,
-        TcpRepr {
-            control: TcpControl::Rst,
-            seq_number: REMOTE_SEQ + 1 + 9,
-            ack_number: Some(LOCAL_SEQ + 1),
-            ..SEND_TEMPL
-        }
-    );
+    reset_past_the_hole_then_at_rcv_nxt(&mut s, 64);
     // Error must be `Illegal` even if we've received a FIN,
     // because we are missing data.
     assert_eq!(s.recv(|_| (0, ())), Err(RecvError::InvalidState));
@@ -6637,21 +6647,439 @@ fn test_rx_close_rst_with_hole() {
             ..RECV_TEMPL
         })
     );
-    send!(
-        s,
-        TcpRepr {
-            control: TcpControl::Rst,
-            seq_number: REMOTE_SEQ + 1 + 9,
-            ack_number: Some(LOCAL_SEQ + 1),
-            ..SEND_TEMPL
-        }
-    );
+    reset_past_the_hole_then_at_rcv_nxt(&mut s, 61);
     s.recv(|data| {
         assert_eq!(data, b"abc");
         (3, ())
     })
     .unwrap();
     assert_eq!(s.recv(|_| (0, ())), Err(RecvError::InvalidState));
+}
+
+// =========================================================================================//
+// zcnet: RFC 5961 (blind in-window attacks)
+// =========================================================================================//
+
+/// RCV.NXT: the next sequence number expected (data received but not yet acknowledged
+/// included).
+fn rcv_nxt(s: &TestSocket) -> TcpSeqNumber {
+    s.remote_seq_no + s.rx_buffer.len()
+}
+
+/// The challenge ACK an established test socket sends: our SND.NXT, RCV.NXT, our window.
+fn challenge_ack(ack: TcpSeqNumber, window_len: u16) -> Option<TcpRepr<'static>> {
+    Some(TcpRepr {
+        seq_number: LOCAL_SEQ + 1,
+        ack_number: Some(ack),
+        window_len,
+        ..RECV_TEMPL
+    })
+}
+
+/// zcnet: an in-window reset not at RCV.NXT gets a challenge ACK and leaves the connection
+/// open (RFC 5961 §3.2); a second one within the second gets nothing (the per-connection
+/// limit); one at exactly RCV.NXT closes it, whatever its ACK field says.
+#[test]
+fn test_rfc5961_rst_in_window_not_exact() {
+    let mut s = socket_established();
+    let rst = |seq| TcpRepr {
+        control: TcpControl::Rst,
+        seq_number: seq,
+        ack_number: None,
+        ..SEND_TEMPL
+    };
+    send!(s, rst(REMOTE_SEQ + 1 + 5), challenge_ack(REMOTE_SEQ + 1, 64));
+    assert_eq!(s.state, State::Established);
+    send!(s, time 500, rst(REMOTE_SEQ + 1 + 63));
+    assert_eq!(s.state, State::Established);
+    // The connection still works: data at RCV.NXT is taken.
+    send!(
+        s,
+        time 600,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"abc"[..],
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(rcv_nxt(&s), REMOTE_SEQ + 1 + 3);
+    // RCV.NXT moved: the old exact number is below the window now, dropped silently.
+    send!(s, time 2000, rst(REMOTE_SEQ + 1), None);
+    assert_eq!(s.state, State::Established);
+    // Exactly RCV.NXT, with an ACK field beyond anything sent: the reset is taken.
+    send!(
+        s,
+        time 2100,
+        TcpRepr {
+            ack_number: Some(LOCAL_SEQ + 1000),
+            ..rst(REMOTE_SEQ + 1 + 3)
+        }
+    );
+    assert_eq!(s.state, State::Closed);
+}
+
+/// zcnet: RFC 5961 §3.2 in SYN-RECEIVED too: an in-window reset not at RCV.NXT gets a challenge
+/// ACK and the handshake goes on.
+#[test]
+fn test_rfc5961_rst_in_window_not_exact_syn_received() {
+    let mut s = socket_syn_received();
+    s.listen_endpoint = LISTEN_END;
+    // The SYN-ACK goes out: the window it advertises is open.
+    recv(&mut s, Instant::ZERO, |r| assert!(r.is_ok()));
+    let reply = send(
+        &mut s,
+        Instant::ZERO,
+        &TcpRepr {
+            control: TcpControl::Rst,
+            seq_number: REMOTE_SEQ + 1 + 10,
+            ack_number: None,
+            ..SEND_TEMPL
+        },
+    )
+    .expect("a challenge ACK");
+    assert_eq!(reply.control, TcpControl::None);
+    assert_eq!(reply.ack_number, Some(REMOTE_SEQ + 1));
+    assert_eq!(s.state, State::SynReceived);
+    send!(
+        s,
+        time 2000,
+        TcpRepr {
+            control: TcpControl::Rst,
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: None,
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.state, State::Listen);
+}
+
+/// zcnet: a SYN on a synchronized connection, in the window or not, with an ACK or without,
+/// gets a challenge ACK and is otherwise ignored (RFC 5961 §4.2).
+#[test]
+fn test_rfc5961_syn_on_established() {
+    let syn = |seq, ack| TcpRepr {
+        control: TcpControl::Syn,
+        seq_number: seq,
+        ack_number: ack,
+        max_seg_size: Some(1400),
+        ..SEND_TEMPL
+    };
+    for (seq, ack) in [
+        (REMOTE_SEQ + 1, None),
+        (REMOTE_SEQ + 1 + 10, None),
+        (REMOTE_SEQ + 1 + 100_000, None),
+        (REMOTE_SEQ + 1 + 10, Some(LOCAL_SEQ + 1)),
+        (REMOTE_SEQ - 100_000, Some(LOCAL_SEQ + 1)),
+    ] {
+        let mut s = socket_established();
+        send!(s, syn(seq, ack), challenge_ack(REMOTE_SEQ + 1, 64));
+        assert_eq!(s.state, State::Established);
+        assert_eq!(s.remote_seq_no, REMOTE_SEQ + 1);
+        assert_eq!(s.remote_mss, DEFAULT_MSS, "the SYN's options are ignored");
+        // Rate-limited per connection.
+        send!(s, time 10, syn(seq, ack), None);
+        assert_eq!(s.state, State::Established);
+    }
+}
+
+/// zcnet: the same in the other synchronized states, TIME-WAIT included (its timer is not
+/// restarted by the SYN).
+#[test]
+fn test_rfc5961_syn_on_other_synchronized_states() {
+    for mut s in [
+        socket_fin_wait_1(),
+        socket_fin_wait_2(),
+        socket_close_wait(),
+        socket_closing(),
+        socket_last_ack(),
+        socket_time_wait(false),
+    ] {
+        let state = s.state;
+        let timer = s.timer;
+        let reply = send(
+            &mut s,
+            Instant::from_millis(5),
+            &TcpRepr {
+                control: TcpControl::Syn,
+                seq_number: REMOTE_SEQ + 1 + 20,
+                ack_number: None,
+                ..SEND_TEMPL
+            },
+        )
+        .unwrap_or_else(|| panic!("no challenge ACK in {state}"));
+        assert_eq!(reply.control, TcpControl::None, "{state}");
+        assert_eq!(reply.ack_number, Some(s.remote_seq_no), "{state}");
+        assert_eq!(s.state, state);
+        if state == State::TimeWait {
+            assert_eq!(s.timer, timer);
+        }
+    }
+}
+
+/// zcnet: an ACK beyond SND.MAX (here of data queued but not yet sent) gets a challenge ACK and
+/// the whole segment is dropped, its data too (RFC 5961 §5.2); once the data is sent, the same
+/// ACK is taken.
+#[test]
+fn test_rfc5961_ack_beyond_snd_max() {
+    let mut s = socket_established();
+    s.send_slice(b"abcdef").unwrap();
+    send!(
+        s,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 3),
+            payload: &b"xyz"[..],
+            ..SEND_TEMPL
+        },
+        challenge_ack(REMOTE_SEQ + 1, 64)
+    );
+    assert_eq!(s.state, State::Established);
+    assert_eq!(s.local_seq_no, LOCAL_SEQ + 1);
+    assert_eq!(s.tx_buffer.len(), 6);
+    assert_eq!(rcv_nxt(&s), REMOTE_SEQ + 1, "the data was not taken");
+    recv!(
+        s,
+        time 1000,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcdef"[..],
+            ..RECV_TEMPL
+        }]
+    );
+    assert_eq!(s.sent_max, Some(LOCAL_SEQ + 1 + 6));
+    // One past what was sent is still beyond SND.MAX (the per-connection limit has passed).
+    send!(
+        s,
+        time 1100,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 7),
+            ..SEND_TEMPL
+        },
+        Some(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            window_len: 64,
+            ..RECV_TEMPL
+        })
+    );
+    assert_eq!(s.tx_buffer.len(), 6);
+    send!(
+        s,
+        time 1200,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 3),
+            payload: &b"xyz"[..],
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 3);
+    assert_eq!(s.tx_buffer.len(), 3);
+    assert_eq!(rcv_nxt(&s), REMOTE_SEQ + 1 + 3);
+}
+
+/// zcnet: a FIN queued by `close` but not yet sent cannot be acknowledged: an ACK of it is
+/// beyond SND.MAX.
+#[test]
+fn test_rfc5961_ack_of_unsent_fin() {
+    let mut s = socket_established();
+    s.close();
+    assert_eq!(s.state, State::FinWait1);
+    let reply = send(
+        &mut s,
+        Instant::ZERO,
+        &TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 1),
+            ..SEND_TEMPL
+        },
+    );
+    assert!(reply.is_some(), "a challenge ACK");
+    assert_eq!(s.state, State::FinWait1);
+}
+
+/// zcnet: an old duplicate ACK (below SND.UNA, within the largest window the remote advertised)
+/// still brings its data and FIN; its acknowledgement and window are ignored.
+#[test]
+fn test_rfc5961_old_ack_with_data() {
+    let mut s = socket_established();
+    s.send_slice(b"abcdef").unwrap();
+    recv!(
+        s,
+        [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcdef"[..],
+            ..RECV_TEMPL
+        }]
+    );
+    send!(
+        s,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            window_len: 200,
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 6);
+    assert_eq!(s.remote_win_len, 200);
+    send!(
+        s,
+        TcpRepr {
+            control: TcpControl::Fin,
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 2),
+            window_len: 10,
+            payload: &b"xyz"[..],
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 6, "SND.UNA does not move back");
+    assert_eq!(s.remote_win_len, 200, "the old window is ignored");
+    assert_eq!(rcv_nxt(&s), REMOTE_SEQ + 1 + 3 + 1, "data and FIN taken");
+    assert_eq!(s.state, State::CloseWait);
+    let mut buf = [0u8; 8];
+    assert_eq!(s.recv_slice(&mut buf), Ok(3));
+    assert_eq!(&buf[..3], b"xyz");
+}
+
+/// zcnet: an ACK further below SND.UNA than the largest window the remote advertised gets a
+/// challenge ACK and the segment is dropped, data included (RFC 5961 §5.2).
+#[test]
+fn test_rfc5961_ack_too_old() {
+    let mut s = socket_established();
+    // 1000 bytes were sent and acknowledged; the remote never advertised more than 256.
+    s.local_seq_no = LOCAL_SEQ + 1 + 1000;
+    s.remote_last_seq = LOCAL_SEQ + 1 + 1000;
+    s.max_remote_win = 256;
+    let reply = send(
+        &mut s,
+        Instant::ZERO,
+        &TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 1000 - 257),
+            payload: &b"xyz"[..],
+            ..SEND_TEMPL
+        },
+    )
+    .expect("a challenge ACK");
+    assert_eq!(reply.ack_number, Some(REMOTE_SEQ + 1));
+    assert_eq!(rcv_nxt(&s), REMOTE_SEQ + 1, "the data was not taken");
+    assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 1000);
+    // At the largest window's edge it is an old duplicate: its data is taken.
+    send!(
+        s,
+        time 10,
+        TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 1000 - 256),
+            payload: &b"xyz"[..],
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(rcv_nxt(&s), REMOTE_SEQ + 1 + 3);
+    assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 1000);
+}
+
+/// zcnet: an ACK exactly 2^31 from SND.UNA with nothing in flight (below SND.UNA and not above
+/// SND.MAX, in sequence-number order): a challenge ACK, no underflow.
+#[test]
+fn test_rfc5961_ack_half_the_sequence_space_away() {
+    let mut s = socket_established();
+    let far = TcpSeqNumber((LOCAL_SEQ + 1).0.wrapping_add(i32::MIN));
+    let reply = send(
+        &mut s,
+        Instant::ZERO,
+        &TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(far),
+            payload: &b"xyz"[..],
+            ..SEND_TEMPL
+        },
+    );
+    assert_eq!(reply, challenge_ack(REMOTE_SEQ + 1, 64));
+    assert_eq!(s.local_seq_no, LOCAL_SEQ + 1);
+    assert_eq!(rcv_nxt(&s), REMOTE_SEQ + 1, "the data was not taken");
+}
+
+/// zcnet: an acknowledgement is never accepted past the send buffer and the SYN and FIN in
+/// flight, whatever `sent_max` says (here a wrong one, 100 bytes past an empty buffer).
+#[test]
+fn test_rfc5961_ack_bounded_by_the_send_buffer() {
+    let mut s = socket_established();
+    s.sent_max = Some(LOCAL_SEQ + 1 + 100);
+    let reply = send(
+        &mut s,
+        Instant::ZERO,
+        &TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 50),
+            ..SEND_TEMPL
+        },
+    );
+    assert_eq!(reply, challenge_ack(REMOTE_SEQ + 1, 64));
+    assert_eq!(s.local_seq_no, LOCAL_SEQ + 1);
+}
+
+/// zcnet: a listening socket that went back to LISTEN after a failed handshake forgets that
+/// handshake's SND.MAX and largest window when the next SYN arrives: an ACK up to the old
+/// SND.MAX is not acceptable in the new connection.
+#[test]
+fn test_rfc5961_listen_again_forgets_the_old_snd_max() {
+    let mut s = socket_listen();
+    s.sent_max = Some(TcpSeqNumber(i32::MAX));
+    s.max_remote_win = 1 << 20;
+    send!(
+        s,
+        TcpRepr {
+            control: TcpControl::Syn,
+            seq_number: REMOTE_SEQ,
+            ack_number: None,
+            ..SEND_TEMPL
+        }
+    );
+    assert_eq!(s.state, State::SynReceived);
+    assert_eq!(s.sent_max, None);
+    assert_eq!(s.max_remote_win, 256, "the SYN's window");
+}
+
+/// zcnet: the stack-wide budget (RFC 5961 §7): with it spent, a connection whose own limit
+/// allows a challenge ACK sends none, and the withheld one is counted.
+#[test]
+fn test_rfc5961_stack_wide_challenge_ack_limit() {
+    let secret = crate::config::Secret::new([0; crate::config::Secret::LEN]);
+    let prf = crate::keys::Prf::new(&secret);
+    let budget: &'static mut ChallengeAcks = Box::leak(Box::new(ChallengeAcks::new(&prf)));
+    let mut s = socket_established();
+    let cx = core::mem::replace(&mut s.cx, test_context());
+    s.cx = cx.with_challenge_acks(budget);
+    let rst = TcpRepr {
+        control: TcpControl::Rst,
+        seq_number: REMOTE_SEQ + 1 + 5,
+        ack_number: None,
+        ..SEND_TEMPL
+    };
+    // Other connections spent the budget of the second that began at 0 (at least half the
+    // average, at most one and a half times).
+    let b = s.cx.challenge_acks.as_deref_mut().unwrap();
+    let mut spent = 0;
+    while b.take(Instant::ZERO) {
+        spent += 1;
+    }
+    let bounds = CHALLENGE_ACKS_PER_SECOND / 2..CHALLENGE_ACKS_PER_SECOND * 3 / 2;
+    assert!(bounds.contains(&spent), "{spent}");
+    assert_eq!(b.take_withheld(), 1);
+    // This connection has sent none: its own limit allows one, the stack's does not.
+    send!(s, time 500, rst, None);
+    assert_eq!(s.state, State::Established);
+    assert_eq!(s.cx.challenge_acks.as_deref_mut().unwrap().take_withheld(), 1);
+    // A new second: a new budget.
+    send!(s, time 1000, rst, challenge_ack(REMOTE_SEQ + 1, 64));
+    assert_eq!(s.cx.challenge_acks.as_deref_mut().unwrap().take_withheld(), 0);
 }
 
 // =========================================================================================//

@@ -25,7 +25,7 @@ use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
 use smoltcp::wire::{HardwareAddress, IpCidr, IpRepr};
 
 use super::*;
-use crate::transport::tcp::tcb::context::TcpKeys;
+use crate::transport::tcp::tcb::context::{ChallengeAcks, TcpKeys, CHALLENGE_ACKS_PER_SECOND};
 use crate::transport::tcp::tcb::recv::{test_frame, MIN_SEGMENTS};
 use crate::transport::tcp::tcb::timer::CLOSE_DELAY;
 
