@@ -8,7 +8,7 @@
 //!   allocates; a connection's data is in pool frames its [`Tcb`]'s queues hold (sized by its
 //!   [`TcpBuffers`](crate::tcp::TcpBuffers)), returned to the pool when it is dropped. TCP connections and smoltcp's sockets (UDP,
 //!   ICMP, raw, DNS, DHCP) share the one count of `SOCKETS` slots (`State::socket_count`), so
-//!   a stack holds at most `SOCKETS` sockets of all kinds together, as before.
+//!   a stack holds at most `SOCKETS` sockets of all kinds together.
 //! * **Budgets**: each connection reserves the pool slots its [`TcpBuffers`](crate::tcp::TcpBuffers)
 //!   budget may hold (receive and send frames) when it is placed; the table keeps the sum
 //!   ([`TcpTable::reserved`]), which the stack keeps within its TCP share of the pool
