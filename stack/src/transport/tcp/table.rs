@@ -866,36 +866,20 @@ impl TcpTable {
             .is_some_and(|t| t.state() != State::Listen && t.accepts(ip, repr))
     }
 
-    /// Puts place `i` on the list of places whose chain [`reindex`](Self::reindex) checks:
-    /// its connection is about to be handed out mutably (or was placed or reset).
     /// The connection at place `i` (in use) is about to be handed out mutably: its kept answer
     /// goes, and the place joins the lists that watch for changes (the lookup index's stale
     /// places, the places without a kept answer, and, for an orphan, the orphans that may have
     /// closed), each at most once.
-    #[inline]
     fn touch(&mut self, i: usize) {
-        let slot = &mut self.slots[i];
-        if let Some(PollAt::Time(t)) = slot.kept.take() {
-            // The earliest kept deadline may be this one, now gone.
-            self.kept_earliest_stale |= self.kept_earliest.is_some_and(|e| t <= e);
-        }
-        if !slot.stale {
-            slot.stale = true;
-            slot.stale_next = self.stale_head;
-            self.stale_head = i as u32;
-        }
-        if !slot.unkept {
-            slot.unkept = true;
-            slot.unkept_next = self.unkept_head;
-            self.unkept_head = i as u32;
-        }
-        if slot.meta.orphan.is_some() && !slot.touched {
-            slot.touched = true;
-            slot.touched_next = self.touched_head;
-            self.touched_head = i as u32;
+        self.mark_stale(i);
+        self.mark_unkept(i);
+        if self.slots[i].meta.orphan.is_some() {
+            self.touch_orphan(i);
         }
     }
 
+    /// Puts place `i` on the list of places whose chain [`reindex`](Self::reindex) checks:
+    /// its connection is about to be handed out mutably (or was placed or reset).
     fn mark_stale(&mut self, i: usize) {
         let slot = &mut self.slots[i];
         if !slot.stale {
