@@ -1,8 +1,8 @@
 //! From QEMU's PVH entry to Rust: the ELF note, 32-bit protected mode to 64-bit long mode.
 //!
 //! QEMU loads the ELF at 1 MiB and, because of the `XEN_ELFNOTE_PHYS32_ENTRY` note, jumps to
-//! [`pvh_start`] in 32-bit protected mode with paging off and `%ebx` pointing at the
-//! `hvm_start_info` structure. The assembly below:
+//! `pvh_start` (a symbol of the assembly below) in 32-bit protected mode with paging off and
+//! `%ebx` pointing at the `hvm_start_info` structure. The assembly below:
 //!
 //! 1. clears `.bss` (the page tables and boot stack live there, and so do every zero-initialised
 //!    `static`: the heap arena, the frame pool, the DMA arena);

@@ -19,7 +19,7 @@
 //!   (RDRAND; the boot stops with a message on a CPU without it).
 //!
 //! The rest is what any freestanding Rust program needs ([`boot`], [`serial`], [`libc`],
-//! [`exit`], [`port`]) and this kernel's own choices ([`cmdline`], [`services`]).
+//! [`exit`](mod@exit), [`port`]) and this kernel's own choices ([`cmdline`], [`services`]).
 #![no_std]
 #![no_main]
 // The `baseline` build runs `baseline::run` instead of zcnet: the zcnet path is left unused.
