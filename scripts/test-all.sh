@@ -104,7 +104,7 @@ command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
     cargo test --locked
 )
 fuzz_scratch=$(mktemp -d)
-for t in stack_ingress classifier_neighbors buffer_leases http_parser iperf3_control; do
+for t in stack_ingress classifier_neighbors buffer_leases http_parser iperf3_control tcp_fast_path; do
     mkdir -p "$fuzz_scratch/$t"
     leaks=1
     if [ "$t" = stack_ingress ]; then leaks=0; fi

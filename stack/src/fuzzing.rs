@@ -324,3 +324,49 @@ impl Probe {
         })
     }
 }
+
+/// How many segments each path took in a [`FastPathCheck::run`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastPathTaken {
+    /// Segments the fast path took.
+    pub fast: u64,
+    /// Segments the full processing took.
+    pub slow: u64,
+}
+
+/// The differential check of TCP's fast path: two pairs of connections, one taking segments on
+/// the fast path and one always through the full processing, driven by the same operations.
+/// Its pools are made once ([`new`](Self::new) leaks them) and every run returns what it took,
+/// so a fuzz target keeps one for all its inputs.
+pub struct FastPathCheck(&'static crate::transport::tcp::tcb::socket::twin::TwinEnv);
+
+impl FastPathCheck {
+    /// The check's keys and pools (leaked).
+    pub fn new() -> Self {
+        Self(crate::transport::tcp::tcb::socket::twin::TwinEnv::leak())
+    }
+
+    /// Runs the operations `data` encodes (writes, reads, sends, deliveries, losses,
+    /// reordering, duplicates, forged segments, the clock; see
+    /// `transport/tcp/tcb/twin.rs`) in both worlds. Panics at the first difference in a
+    /// connection's state, the segments sent, the answers or the bytes read.
+    pub fn run(&self, data: &[u8]) -> FastPathTaken {
+        let taken = crate::transport::tcp::tcb::socket::twin::run(self.0, data);
+        FastPathTaken {
+            fast: taken.fast,
+            slow: taken.slow,
+        }
+    }
+}
+
+impl core::fmt::Debug for FastPathCheck {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("FastPathCheck")
+    }
+}
+
+impl Default for FastPathCheck {
+    fn default() -> Self {
+        Self::new()
+    }
+}

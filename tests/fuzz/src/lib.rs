@@ -10,7 +10,9 @@
 //!   neighbour table, through `zcnet_stack::fuzzing`).
 //! * [`leases`]: the `buffer_leases` target (frame pool operations).
 //! * [`parsers`]: the `http_parser` and `iperf3_control` targets.
+//! * [`fast_path`]: the `tcp_fast_path` target (TCP's fast path against the full processing).
 
+pub mod fast_path;
 pub mod frames;
 pub mod ingress;
 pub mod input;

@@ -377,6 +377,63 @@ fn iperf3_control() -> Seeds {
     ]
 }
 
+fn tcp_fast_path() -> Seeds {
+    use zcnet_fuzz::fast_path::encode;
+    // Request/response: the client writes and sends, the server reads, answers, the client
+    // reads; a millisecond per round.
+    let round = [
+        (0, 40),
+        (8, 0),
+        (16, 0),
+        (5, 200),
+        (1, 90),
+        (9, 0),
+        (17, 0),
+        (9, 0),
+        (17, 0),
+        (4, 255),
+        (8, 0),
+        (16, 0),
+        (34, 1),
+    ];
+    let rr: Vec<(u8, u8)> = round
+        .iter()
+        .copied()
+        .cycle()
+        .take(round.len() * 20)
+        .collect();
+    // Bulk from the client with a loss, a reordering and a duplicate, then SACK recovery.
+    let mut bulk = vec![(34, 0)];
+    for i in 0..40u8 {
+        bulk.extend([(0, 64), (8, 0), (8, 0)]);
+        match i % 10 {
+            3 => bulk.push((24, 0)),
+            5 => bulk.push((26, 0)),
+            7 => bulk.push((28, 0)),
+            _ => {}
+        }
+        bulk.extend([(16, 0), (16, 0), (5, 255), (9, 0), (17, 0), (34, 5)]);
+    }
+    // Small buffers: zero windows, the receive budget, window probes after a long wait.
+    let mut small = Vec::new();
+    for _ in 0..20 {
+        small.extend([(0, 60), (8, 0), (16, 0), (8, 0), (16, 0), (9, 0), (17, 0)]);
+        small.extend([(34, 250), (8, 0), (16, 0), (5, 3), (9, 0), (17, 0)]);
+    }
+    // Forged segments on an established connection: every kind of change.
+    let mut forged = round.to_vec();
+    forged.extend(round);
+    for arg in (0..=255u8).step_by(9) {
+        forged.extend([(30, arg), (9, 0), (17, 0), (0, 10), (8, 0), (16, 0)]);
+    }
+    vec![
+        ("request-response", encode(0, &rr)),
+        ("bulk-loss", encode(0, &bulk)),
+        ("small-buffers", encode(2, &small)),
+        ("forged", encode(1, &forged)),
+    ]
+}
+
 fn corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus")
 }
@@ -388,6 +445,7 @@ fn seeds() -> Vec<(&'static str, Seeds)> {
         ("buffer_leases", buffer_leases()),
         ("http_parser", http_parser()),
         ("iperf3_control", iperf3_control()),
+        ("tcp_fast_path", tcp_fast_path()),
     ]
 }
 
@@ -398,6 +456,9 @@ fn run(target: &str, data: &[u8]) {
         "buffer_leases" => zcnet_fuzz::leases::run(data),
         "http_parser" => zcnet_fuzz::parsers::http(data),
         "iperf3_control" => zcnet_fuzz::parsers::iperf3(data),
+        "tcp_fast_path" => {
+            zcnet_fuzz::fast_path::run(data);
+        }
         _ => panic!("unknown target {target}"),
     }
 }

@@ -185,6 +185,10 @@ pub(crate) struct Tcb<'a> {
 
     /// This connection's statistics counters ([`stats`](Self::stats)). Not smoltcp's.
     counters: TcpCounters,
+
+    /// Whether `process` may take segments on the fast path (always, but for the
+    /// differential checks in `twin.rs`, which compare it with the full processing).
+    fast_path: bool,
 }
 
 /// The remote's MSS until it announces one (RFC 1122).
@@ -279,6 +283,7 @@ impl<'a> Tcb<'a> {
             sent_max: None,
             local_mss: None,
             counters: TcpCounters::default(),
+            fast_path: true,
         }
     }
 
@@ -1629,6 +1634,12 @@ impl<'a> Tcb<'a> {
         payload: Option<RxFrame>,
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
         self.counters.segments_received += 1;
+        if self.fast_path {
+            if let Some(ack_len) = self.fast_path_takes(repr, payload.as_ref()) {
+                self.process_fast(cx, ip_repr, repr, ack_len, payload);
+                return None;
+            }
+        }
         let reply = self.process_segment(cx, ip_repr, repr, payload);
         if reply.is_some() {
             self.counters.segments_sent += 1;
@@ -1636,7 +1647,100 @@ impl<'a> Tcb<'a> {
         reply
     }
 
-    /// [`process`](Self::process) but for the statistics: smoltcp's `process`.
+    /// Whether the fast path takes the segment `repr` (payload in `payload`), and if so how
+    /// many new bytes it acknowledges.
+    ///
+    /// It takes the segments of an established connection's steady state, where
+    /// request/response and bulk traffic spend their time (the conditions of Linux's
+    /// `tcp_rcv_established`, not BSD's header prediction, which never matches
+    /// request/response: there each segment carries data and a new ACK):
+    ///
+    /// * ESTABLISHED, flags ACK or ACK|PSH, sequence number = RCV.NXT, no SACK blocks (the
+    ///   parser keeps only MSS, window scale, SACK-permitted, SACK blocks and timestamps; the
+    ///   first three only mean something on a SYN);
+    /// * the timestamp, if any, passes PAWS;
+    /// * an acceptable ACK: SND.UNA <= SEG.ACK <= SND.MAX, within what is queued;
+    /// * the payload lies within the window (no trimming), and a non-zero window offered
+    ///   (no zero-window probing to start or stop);
+    /// * no loss recovery running, nothing SACKed, no out-of-order data queued.
+    ///
+    /// Everything else goes to [`process_segment`](Self::process_segment): the full RFC 9293
+    /// processing, out of line. Both give the same result for a segment the fast path takes
+    /// (`twin.rs` checks it on every segment of its runs, and its fuzz target on arbitrary
+    /// segments).
+    #[inline]
+    fn fast_path_takes(&self, repr: &TcpRepr, payload: Option<&RxFrame>) -> Option<usize> {
+        let ack = repr.ack_number?;
+        let seg_len = payload.map_or(repr.payload.len(), |f| f.len());
+        let window_start = self.remote_seq_no + self.rx_buffer.len();
+        let takes = self.state == State::Established
+            && matches!(repr.control, TcpControl::None | TcpControl::Psh)
+            && repr.seq_number == window_start
+            && repr.sack_ranges[0].is_none()
+            && !self.paws_rejects(repr)
+            && self.assembler.is_empty()
+            && !self.rx_buffer.has_out_of_order()
+            && !self.recovery.in_recovery()
+            && !self.recovery.has_sacked()
+            && !self.timer.is_zero_window_probe()
+            && repr.window_len != 0
+            && ack >= self.local_seq_no
+            && ack <= self.snd_max().min(self.local_seq_no + self.tx_buffer.len())
+            && match (seg_len, self.last_edge()) {
+                // A bare ACK: acceptable at RCV.NXT unless the window's edge lies behind it.
+                (0, edge) => edge.is_none_or(|edge| edge >= window_start),
+                // Data: all of it inside a window that is open.
+                (_, Some(edge)) => window_start < edge && window_start + seg_len <= edge,
+                (_, None) => false,
+            };
+        takes.then(|| ack - self.local_seq_no)
+    }
+
+    /// The fast path's processing of a segment [`fast_path_takes`](Self::fast_path_takes)
+    /// took: what [`process_segment`](Self::process_segment) does for it, without the
+    /// checks that cannot fail and the branches that cannot be taken. Sends nothing back at
+    /// once (in-order data is acknowledged by `dispatch`).
+    fn process_fast(
+        &mut self,
+        cx: &mut TcpContext<'_>,
+        ip_repr: &IpRepr,
+        repr: &TcpRepr,
+        ack_len: usize,
+        payload: Option<RxFrame>,
+    ) {
+        debug_assert!(self.accepts(ip_repr, repr));
+        self.note_rx_mss(cx, ip_repr.header_len());
+        let seg_len = payload.as_ref().map_or(repr.payload.len(), |f| f.len());
+        // `fast_path_takes` returns only with an ACK number.
+        let ack_number = self.local_seq_no + ack_len;
+        self.local_rx_last_seq = Some(repr.seq_number);
+        let ack_all = self.remote_last_seq <= ack_number;
+
+        self.remote_last_ts = Some(cx.now);
+        let is_window_update = self.take_window(repr, false);
+        let rack_news = self.take_ack(cx, repr, ack_number, ack_len, seg_len, is_window_update);
+        self.take_ts_recent(repr);
+        self.rearm_after_ack(cx.now, ack_len, ack_all, rack_news);
+
+        if seg_len == 0 {
+            return;
+        }
+        // In order and within the window: the frame is queued as it is when the receive
+        // budget has room, and dropped unacknowledged otherwise (the peer sends it again).
+        match payload {
+            Some(frame) if self.rx_buffer.fits_in_order(seg_len) => {
+                self.rx_buffer.accept(0, frame, seg_len);
+                self.counters.bytes_received += seg_len as u64;
+                self.rx_waker.wake();
+                self.schedule_delayed_ack(cx.now);
+            }
+            _ => self.rx_buffer.note_budget_drop(),
+        }
+    }
+
+    /// [`process`](Self::process) but for the statistics: smoltcp's `process`, for every
+    /// segment the fast path does not take.
+    #[inline(never)]
     fn process_segment(
         &mut self,
         cx: &mut TcpContext<'_>,
@@ -2144,191 +2248,15 @@ impl<'a> Tcb<'a> {
 
         // Update remote state.
         self.remote_last_ts = Some(cx.now);
-
-        // RFC 1323: The window field (SEG.WND) in the header of every incoming segment, with the
-        // exception of SYN segments, is left-shifted by Snd.Wind.Scale bits before updating SND.WND.
-        let scale = match repr.control {
-            TcpControl::Syn => 0,
-            _ => self.remote_win_scale.unwrap_or(0),
+        let is_window_update = self.take_window(repr, old_ack);
+        let rack_news = match ack_number {
+            Some(ack_number) => {
+                self.take_ack(cx, repr, ack_number, ack_len, seg_len, is_window_update)
+            }
+            None => false,
         };
-        // An old duplicate ACK's window is as old as its acknowledgement: SND.WND follows
-        // segments that acknowledge SND.UNA or more (RFC 9293 3.10.7.4).
-        let new_remote_win_len = if old_ack {
-            self.remote_win_len
-        } else {
-            usize::from(repr.window_len) << usize::from(scale)
-        };
-        let is_window_update = new_remote_win_len != self.remote_win_len;
-        self.remote_win_len = new_remote_win_len;
-        self.max_remote_win = self.max_remote_win.max(new_remote_win_len);
-
-        self.congestion_controller
-            .inner_mut()
-            .set_remote_window(new_remote_win_len);
-
-        if ack_len > 0 {
-            // Dequeue acknowledged octets.
-            debug_assert!(self.tx_buffer.len() >= ack_len);
-            self.tx_buffer.dequeue(ack_len);
-            self.counters.bytes_acked += ack_len as u64;
-
-            // There's new room available in tx_buffer, wake the waiting task if any.
-            self.tx_waker.wake();
-        }
-
-        // An ACK that told RACK of a delivery (the tail loss probe is then armed again).
-        let mut rack_news = false;
-        if let Some(ack_number) = ack_number {
-            // TODO: When flow control is implemented,
-            // refractor the following block within that implementation
-
-            match self.local_rx_last_ack {
-                // Duplicate ACK if payload empty and ACK doesn't move send window ->
-                // Increment duplicate ACK count, notify congestion controller and
-                // set for retransmit if we just received the third duplicate ACK
-                Some(last_rx_ack)
-                    if seg_len == 0
-                        && last_rx_ack == ack_number
-                        && ack_number < self.remote_last_seq
-                        && !is_window_update =>
-                {
-                    // Increment duplicate ACK count
-                    self.local_rx_dup_acks = self.local_rx_dup_acks.saturating_add(1);
-
-                    // Start fast retransmit on the third duplicate ACK.
-                    if self.local_rx_dup_acks == 3 {
-                        self.timer.set_for_fast_retransmit();
-                    }
-
-                    // Notify of duplicate ACK
-                    let in_flight = self.flight_size();
-                    self.congestion_controller.inner_mut().on_dup_ack(
-                        cx.now,
-                        self.remote_mss,
-                        in_flight,
-                    );
-                }
-
-                // No duplicate ACK means we reset the duplicate ACK count
-                // and notify the congestion controller of the fresh ACK
-                _ => {
-                    self.local_rx_dup_acks = 0;
-                    self.local_rx_last_ack = Some(ack_number);
-
-                    // Notify of fresh ACK. With timestamps, an ACK of new data echoes the
-                    // TSval of the segment it answers: an RTT sample even for a retransmission
-                    // (RFC 7323 section 4). Without them, the RTT estimator times one segment.
-                    let echoed = repr
-                        .timestamp
-                        .filter(|ts| ack_len > 0 && ts.tsecr != 0)
-                        .zip(self.tsval_generator)
-                        .and_then(|(ts, source)| source.elapsed_ms(cx.now, ts.tsecr));
-                    match echoed {
-                        Some(rtt) => self.rtte.sample_echoed(rtt),
-                        None => self.rtte.on_ack(cx.now, ack_number),
-                    }
-                    let new_flight_size = self.flight_size().saturating_sub(ack_len);
-                    self.congestion_controller.inner_mut().on_ack(
-                        cx.now,
-                        ack_len,
-                        new_flight_size,
-                        &self.rtte,
-                    );
-                }
-            };
-
-            // We've processed everything in the incoming segment, so advance the local
-            // sequence number past it.
-            self.local_seq_no = ack_number;
-
-            // During retransmission, if an earlier segment got lost but later was
-            // successfully received, self.local_seq_no can move past self.remote_last_seq.
-            // Do not attempt to retransmit the latter segments; not only this is pointless
-            // in theory but also impossible in practice, since they have been already
-            // deallocated from the buffer.
-            if self.remote_last_seq < self.local_seq_no {
-                self.remote_last_seq = self.local_seq_no
-            }
-
-            // Loss recovery learns what the remote holds; enough SACKed above the first
-            // unacknowledged byte starts recovery without waiting for duplicate ACKs.
-            let snd_max = self.sent_max.unwrap_or(self.remote_last_seq);
-            let sack = self.remote_has_sack.then_some(&repr.sack_ranges[..]);
-            let was_in_recovery = self.recovery.in_recovery();
-            self.recovery
-                .on_ack(self.local_seq_no, sack, snd_max, ack_len > 0);
-            if was_in_recovery && !self.recovery.in_recovery() {
-                self.rack.on_recovery_end();
-            }
-            // A D-SACK: the remote got something twice, so a retransmission was spurious (or
-            // the path duplicates). RACK waits longer for reordering before it deems a
-            // segment lost.
-            if self.remote_has_sack && sack::is_dsack(&repr.sack_ranges, self.local_seq_no) {
-                self.rack.on_dsack(self.local_seq_no, snd_max);
-            }
-            if self
-                .recovery
-                .sack_says_lost(self.local_seq_no, self.remote_mss)
-                && !matches!(self.timer, Timer::FastRetransmit)
-            {
-                self.timer.set_for_fast_retransmit();
-            }
-
-            // RACK: a delivery of data sent later than some unacknowledged segment may show
-            // that segment lost (a lost retransmission, a loss too near the tail for three
-            // duplicate ACKs); outside recovery that starts one.
-            if self.remote_has_sack {
-                let recovery = &self.recovery;
-                let sacked = recovery
-                    .has_sacked()
-                    .then_some(|s, e| recovery.is_sacked(s, e));
-                let news = self.rack.on_ack(self.local_seq_no, cx.now, sacked);
-                if news {
-                    if self.rack.detect(cx.now, self.srtt())
-                        && !self.recovery.in_recovery()
-                        && !matches!(self.timer, Timer::FastRetransmit)
-                    {
-                        self.timer.set_for_fast_retransmit();
-                    }
-                    rack_news = true;
-                }
-            }
-        }
-
-        // TS.Recent, the TSval we echo, follows segments that reach the left edge of the
-        // window we advertised (RFC 7323 section 4.3: `SEG.SEQ <= Last.ACK.sent`), so that a
-        // delayed or out-of-order segment does not move it.
-        if let Some(timestamp) = repr.timestamp {
-            if self
-                .remote_last_ack
-                .is_none_or(|last_ack| repr.seq_number <= last_ack)
-            {
-                self.last_remote_tsval = timestamp.tsval;
-            }
-        }
-
-        // update timers.
-        match self.timer {
-            Timer::Retransmit { .. } | Timer::FastRetransmit => {
-                if ack_all {
-                    // RFC 6298: (5.2) ACK of all outstanding data turn off the retransmit timer.
-                    self.timer.set_for_idle(cx.now, self.keep_alive);
-                } else if ack_len > 0 {
-                    // (5.3) ACK of new data in ESTABLISHED state restart the retransmit timer.
-                    let rto = self.rtte.retransmission_timeout();
-                    self.timer.set_for_retransmit(cx.now, rto);
-                }
-            }
-            Timer::Idle { .. } => {
-                // any packet on idle refresh the keepalive timer.
-                self.timer.set_for_idle(cx.now, self.keep_alive);
-            }
-            _ => {}
-        }
-        if rack_news && !ack_all {
-            self.arm_probe(cx.now);
-        }
-
+        self.take_ts_recent(repr);
+        self.rearm_after_ack(cx.now, ack_len, ack_all, rack_news);
         // A window that shrank to zero below data already sent (the receiver ran out of room
         // before the right edge it had advertised): what lies past it is no longer in flight
         // (RFC 9293 MUST-34). It goes again when the window opens; until then the window is
@@ -2424,24 +2352,7 @@ impl<'a> Tcb<'a> {
             self.rx_waker.wake();
         }
 
-        // Handle delayed acks
-        if let Some(ack_delay) = self.ack_delay {
-            if self.ack_to_transmit() {
-                self.ack_delay_timer = match self.ack_delay_timer {
-                    // Start the delayed ack timer.
-                    AckDelayTimer::Idle => AckDelayTimer::Waiting(cx.now + ack_delay),
-                    // Already started: a full segment's worth is waiting, force expiry.
-                    AckDelayTimer::Waiting(_) if self.immediate_ack_to_transmit() => {
-                        AckDelayTimer::Immediate
-                    }
-                    // Wait until the delayed ack timer expires.
-                    timer @ AckDelayTimer::Waiting(_) => timer,
-                    // Already force-expired.
-                    AckDelayTimer::Immediate => AckDelayTimer::Immediate,
-                };
-            }
-        }
-
+        self.schedule_delayed_ack(cx.now);
         // Per RFC 5681, we should send an immediate ACK when either:
         //  1) an out-of-order segment is received, or
         //  2) a segment arrives that fills in all or part of a gap in sequence space.
@@ -2452,6 +2363,238 @@ impl<'a> Tcb<'a> {
             Some(self.ack_reply(cx.now, ip_repr, repr))
         } else {
             None
+        }
+    }
+
+    /// Takes the window of an acceptable segment (RFC 9293 3.10.7.4, SND.WND): scaled unless
+    /// it is a SYN, left alone for an old duplicate ACK (`old_ack`). Returns whether it
+    /// changed.
+    fn take_window(&mut self, repr: &TcpRepr, old_ack: bool) -> bool {
+        // RFC 1323: The window field (SEG.WND) in the header of every incoming segment, with the
+        // exception of SYN segments, is left-shifted by Snd.Wind.Scale bits before updating SND.WND.
+        let scale = match repr.control {
+            TcpControl::Syn => 0,
+            _ => self.remote_win_scale.unwrap_or(0),
+        };
+        // An old duplicate ACK's window is as old as its acknowledgement: SND.WND follows
+        // segments that acknowledge SND.UNA or more (RFC 9293 3.10.7.4).
+        let new_remote_win_len = if old_ack {
+            self.remote_win_len
+        } else {
+            usize::from(repr.window_len) << usize::from(scale)
+        };
+        let is_window_update = new_remote_win_len != self.remote_win_len;
+        self.remote_win_len = new_remote_win_len;
+        self.max_remote_win = self.max_remote_win.max(new_remote_win_len);
+
+        self.congestion_controller
+            .inner_mut()
+            .set_remote_window(new_remote_win_len);
+        is_window_update
+    }
+
+    /// Takes the acknowledgement `ack_number` of an acceptable segment that acknowledges
+    /// `ack_len` new bytes (`seg_len` is the segment's payload length): dequeues what it
+    /// acknowledged, counts a duplicate ACK (a fast retransmit on the third) or feeds the RTT
+    /// estimator and the congestion controller, moves SND.UNA, and tells loss recovery and RACK.
+    /// Returns whether RACK learnt of a delivery (the tail loss probe is then armed again).
+    fn take_ack(
+        &mut self,
+        cx: &mut TcpContext<'_>,
+        repr: &TcpRepr,
+        ack_number: TcpSeqNumber,
+        ack_len: usize,
+        seg_len: usize,
+        is_window_update: bool,
+    ) -> bool {
+        if ack_len > 0 {
+            // Dequeue acknowledged octets.
+            debug_assert!(self.tx_buffer.len() >= ack_len);
+            self.tx_buffer.dequeue(ack_len);
+            self.counters.bytes_acked += ack_len as u64;
+
+            // There's new room available in tx_buffer, wake the waiting task if any.
+            self.tx_waker.wake();
+        }
+
+        let mut rack_news = false;
+        // TODO: When flow control is implemented,
+        // refractor the following block within that implementation
+
+        match self.local_rx_last_ack {
+            // Duplicate ACK if payload empty and ACK doesn't move send window ->
+            // Increment duplicate ACK count, notify congestion controller and
+            // set for retransmit if we just received the third duplicate ACK
+            Some(last_rx_ack)
+                if seg_len == 0
+                    && last_rx_ack == ack_number
+                    && ack_number < self.remote_last_seq
+                    && !is_window_update =>
+            {
+                // Increment duplicate ACK count
+                self.local_rx_dup_acks = self.local_rx_dup_acks.saturating_add(1);
+
+                // Start fast retransmit on the third duplicate ACK.
+                if self.local_rx_dup_acks == 3 {
+                    self.timer.set_for_fast_retransmit();
+                }
+
+                // Notify of duplicate ACK
+                let in_flight = self.flight_size();
+                self.congestion_controller.inner_mut().on_dup_ack(
+                    cx.now,
+                    self.remote_mss,
+                    in_flight,
+                );
+            }
+
+            // No duplicate ACK means we reset the duplicate ACK count
+            // and notify the congestion controller of the fresh ACK
+            _ => {
+                self.local_rx_dup_acks = 0;
+                self.local_rx_last_ack = Some(ack_number);
+
+                // Notify of fresh ACK. With timestamps, an ACK of new data echoes the
+                // TSval of the segment it answers: an RTT sample even for a retransmission
+                // (RFC 7323 section 4). Without them, the RTT estimator times one segment.
+                let echoed = repr
+                    .timestamp
+                    .filter(|ts| ack_len > 0 && ts.tsecr != 0)
+                    .zip(self.tsval_generator)
+                    .and_then(|(ts, source)| source.elapsed_ms(cx.now, ts.tsecr));
+                match echoed {
+                    Some(rtt) => self.rtte.sample_echoed(rtt),
+                    None => self.rtte.on_ack(cx.now, ack_number),
+                }
+                let new_flight_size = self.flight_size().saturating_sub(ack_len);
+                self.congestion_controller.inner_mut().on_ack(
+                    cx.now,
+                    ack_len,
+                    new_flight_size,
+                    &self.rtte,
+                );
+            }
+        };
+
+        // We've processed everything in the incoming segment, so advance the local
+        // sequence number past it.
+        self.local_seq_no = ack_number;
+
+        // During retransmission, if an earlier segment got lost but later was
+        // successfully received, self.local_seq_no can move past self.remote_last_seq.
+        // Do not attempt to retransmit the latter segments; not only this is pointless
+        // in theory but also impossible in practice, since they have been already
+        // deallocated from the buffer.
+        if self.remote_last_seq < self.local_seq_no {
+            self.remote_last_seq = self.local_seq_no
+        }
+
+        // Loss recovery learns what the remote holds; enough SACKed above the first
+        // unacknowledged byte starts recovery without waiting for duplicate ACKs.
+        let snd_max = self.sent_max.unwrap_or(self.remote_last_seq);
+        let sack = self.remote_has_sack.then_some(&repr.sack_ranges[..]);
+        let was_in_recovery = self.recovery.in_recovery();
+        self.recovery
+            .on_ack(self.local_seq_no, sack, snd_max, ack_len > 0);
+        if was_in_recovery && !self.recovery.in_recovery() {
+            self.rack.on_recovery_end();
+        }
+        // A D-SACK: the remote got something twice, so a retransmission was spurious (or
+        // the path duplicates). RACK waits longer for reordering before it deems a
+        // segment lost.
+        if self.remote_has_sack && sack::is_dsack(&repr.sack_ranges, self.local_seq_no) {
+            self.rack.on_dsack(self.local_seq_no, snd_max);
+        }
+        if self
+            .recovery
+            .sack_says_lost(self.local_seq_no, self.remote_mss)
+            && !matches!(self.timer, Timer::FastRetransmit)
+        {
+            self.timer.set_for_fast_retransmit();
+        }
+
+        // RACK: a delivery of data sent later than some unacknowledged segment may show
+        // that segment lost (a lost retransmission, a loss too near the tail for three
+        // duplicate ACKs); outside recovery that starts one.
+        if self.remote_has_sack {
+            let recovery = &self.recovery;
+            let sacked = recovery
+                .has_sacked()
+                .then_some(|s, e| recovery.is_sacked(s, e));
+            let news = self.rack.on_ack(self.local_seq_no, cx.now, sacked);
+            if news {
+                if self.rack.detect(cx.now, self.srtt())
+                    && !self.recovery.in_recovery()
+                    && !matches!(self.timer, Timer::FastRetransmit)
+                {
+                    self.timer.set_for_fast_retransmit();
+                }
+                rack_news = true;
+            }
+        }
+        rack_news
+    }
+
+    /// Takes the TSval of an acceptable segment as TS.Recent when it may (RFC 7323 section 4.3).
+    fn take_ts_recent(&mut self, repr: &TcpRepr) {
+        // TS.Recent, the TSval we echo, follows segments that reach the left edge of the
+        // window we advertised (RFC 7323 section 4.3: `SEG.SEQ <= Last.ACK.sent`), so that a
+        // delayed or out-of-order segment does not move it.
+        if let Some(timestamp) = repr.timestamp {
+            if self
+                .remote_last_ack
+                .is_none_or(|last_ack| repr.seq_number <= last_ack)
+            {
+                self.last_remote_tsval = timestamp.tsval;
+            }
+        }
+    }
+
+    /// After an acceptable ACK: the retransmission timer stops when everything was
+    /// acknowledged (`ack_all`), restarts when new data was (`ack_len`), the keep-alive timer
+    /// restarts; a delivery RACK learnt of (`rack_news`) arms the tail loss probe again.
+    fn rearm_after_ack(&mut self, now: Instant, ack_len: usize, ack_all: bool, rack_news: bool) {
+        // update timers.
+        match self.timer {
+            Timer::Retransmit { .. } | Timer::FastRetransmit => {
+                if ack_all {
+                    // RFC 6298: (5.2) ACK of all outstanding data turn off the retransmit timer.
+                    self.timer.set_for_idle(now, self.keep_alive);
+                } else if ack_len > 0 {
+                    // (5.3) ACK of new data in ESTABLISHED state restart the retransmit timer.
+                    let rto = self.rtte.retransmission_timeout();
+                    self.timer.set_for_retransmit(now, rto);
+                }
+            }
+            Timer::Idle { .. } => {
+                // any packet on idle refresh the keepalive timer.
+                self.timer.set_for_idle(now, self.keep_alive);
+            }
+            _ => {}
+        }
+        if rack_news && !ack_all {
+            self.arm_probe(now);
+        }
+    }
+
+    /// In-order data was queued: starts the delayed ACK timer, or forces it to expire when a
+    /// full segment's worth waits.
+    fn schedule_delayed_ack(&mut self, now: Instant) {
+        if let Some(ack_delay) = self.ack_delay {
+            if self.ack_to_transmit() {
+                self.ack_delay_timer = match self.ack_delay_timer {
+                    // Start the delayed ack timer.
+                    AckDelayTimer::Idle => AckDelayTimer::Waiting(now + ack_delay),
+                    // Already started: a full segment's worth is waiting, force expiry.
+                    AckDelayTimer::Waiting(_) if self.immediate_ack_to_transmit() => {
+                        AckDelayTimer::Immediate
+                    }
+                    // Wait until the delayed ack timer expires.
+                    timer @ AckDelayTimer::Waiting(_) => timer,
+                    // Already force-expired.
+                    AckDelayTimer::Immediate => AckDelayTimer::Immediate,
+                };
+            }
         }
     }
 
@@ -3184,6 +3327,10 @@ impl fmt::Write for Tcb<'_> {
 #[cfg(test)]
 #[path = "tests/mod.rs"]
 mod tests;
+
+#[cfg(any(test, feature = "fuzzing"))]
+#[path = "twin.rs"]
+pub(crate) mod twin;
 
 /// Where a connection's TSval comes from (TCP timestamps, RFC 7323).
 #[derive(Debug, Clone, Copy)]
