@@ -36,7 +36,7 @@ use core::task::{Context, Poll, Waker};
 use smoltcp::iface::Interface;
 use smoltcp::phy::{ChecksumCapabilities, Medium};
 use smoltcp::time::Instant;
-use smoltcp::wire::{IpAddress, IpProtocol, IpRepr, TcpPacket, TcpRepr, TcpSeqNumber};
+use smoltcp::wire::{IpAddress, IpProtocol, IpRepr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber};
 use zcnet_buffer::ledger::{self, CopySite};
 use zcnet_buffer::TxFrame;
 
@@ -278,13 +278,61 @@ fn emit_in_place(
 /// ([`checksum::compute`]).
 fn write_tcp(segment: &mut [u8], ip: &IpRepr, tcp: &TcpRepr<'_>, caps: &ChecksumCapabilities) {
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    debug_assert!(tcp.payload.is_empty(), "the payload is in place already");
+    if !write_plain_header(segment, tcp) {
+        // Without a checksum here (smoltcp's would sum the segment again): filled below, once.
+        let mut packet = TcpPacket::new_unchecked(&mut *segment);
+        tcp.emit(&mut packet, &src, &dst, &ChecksumCapabilities::ignored());
+    }
     let mut packet = TcpPacket::new_unchecked(&mut *segment);
-    // Without a checksum here (smoltcp's would sum the segment again): filled below, once.
-    tcp.emit(&mut packet, &src, &dst, &ChecksumCapabilities::ignored());
     if caps.tcp.tx() {
         let sum = checksum::compute(&src, &dst, IpProtocol::Tcp, packet.as_ref());
         packet.set_checksum(sum);
     }
+}
+
+/// Writes the header of `tcp` over the start of `segment`, checksum zero, when its only
+/// option is a timestamp (every segment of an established connection but those carrying SACK
+/// blocks): the bytes smoltcp's `TcpRepr::emit` writes for it (the timestamp option, then the
+/// end-of-list padding), without its option-by-option walk. `false` (nothing written) for a
+/// header with other options, or a segment too short for it.
+fn write_plain_header(segment: &mut [u8], tcp: &TcpRepr<'_>) -> bool {
+    // SACK blocks count in smoltcp's header length even where it writes none (no ACK).
+    let sack_blocks = tcp.sack_ranges.iter().any(Option::is_some);
+    if tcp.max_seg_size.is_some() || tcp.window_scale.is_some() || tcp.sack_permitted || sack_blocks
+    {
+        return false;
+    }
+    let len = if tcp.timestamp.is_some() { 32 } else { 20 };
+    let Some(h) = segment.get_mut(..len) else {
+        return false;
+    };
+    let flags = match tcp.control {
+        TcpControl::None => 0,
+        TcpControl::Psh => 0x08,
+        TcpControl::Syn => 0x02,
+        TcpControl::Fin => 0x01,
+        TcpControl::Rst => 0x04,
+    } | if tcp.ack_number.is_some() { 0x10 } else { 0 };
+    h[0..2].copy_from_slice(&tcp.src_port.to_be_bytes());
+    h[2..4].copy_from_slice(&tcp.dst_port.to_be_bytes());
+    h[4..8].copy_from_slice(&tcp.seq_number.0.to_be_bytes());
+    h[8..12].copy_from_slice(&tcp.ack_number.map_or(0, |a| a.0).to_be_bytes());
+    // Data offset in 32-bit words in the high nibble; the reserved bits and NS clear.
+    h[12] = (len as u8 / 4) << 4;
+    h[13] = flags;
+    h[14..16].copy_from_slice(&tcp.window_len.to_be_bytes());
+    // Checksum (filled by the caller) and urgent pointer.
+    h[16..20].fill(0);
+    if let Some(ts) = tcp.timestamp {
+        // Kind 8, length 10, TSval, TSecr, then end-of-list and its padding.
+        h[20] = 8;
+        h[21] = 10;
+        h[22..26].copy_from_slice(&ts.tsval.to_be_bytes());
+        h[26..30].copy_from_slice(&ts.tsecr.to_be_bytes());
+        h[30..32].fill(0);
+    }
+    true
 }
 
 /// Hands a finished IP packet to the link layer ([`LinkLayer::send_ip`]): sent, held while
@@ -501,4 +549,92 @@ pub(crate) fn deadline(st: &mut State, now: Instant) -> Option<Instant> {
         }
     }
     at
+}
+
+#[cfg(test)]
+mod tests {
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{
+        IpAddress, Ipv4Address, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, TcpTimestampRepr,
+    };
+
+    use super::write_plain_header;
+
+    /// The plain header writer gives smoltcp's bytes for every header it takes, and declines
+    /// every other.
+    #[test]
+    fn plain_headers_are_smoltcps() {
+        let a = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
+        let b = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 2));
+        let controls = [
+            TcpControl::None,
+            TcpControl::Psh,
+            TcpControl::Syn,
+            TcpControl::Fin,
+            TcpControl::Rst,
+        ];
+        let mut taken = 0;
+        for control in controls {
+            for ack in [None, Some(TcpSeqNumber(0x0102_0304))] {
+                for ts in [None, Some(TcpTimestampRepr::new(0xdead_beef, 0x0bad_f00d))] {
+                    for options in 0..5 {
+                        let mut repr = header(control, ack, ts);
+                        match options {
+                            1 => repr.max_seg_size = Some(1460),
+                            2 => repr.window_scale = Some(7),
+                            3 => repr.sack_permitted = true,
+                            4 => repr.sack_ranges[0] = Some((100, 200)),
+                            _ => {}
+                        }
+                        // Stale bytes in the frame, as in a reused slot.
+                        let mut ours = [0xa5u8; 64];
+                        let mut theirs = [0xa5u8; 64];
+                        let len = repr.header_len();
+                        let wrote = write_plain_header(&mut ours, &repr);
+                        let expected = options == 0;
+                        assert_eq!(wrote, expected, "{repr:?}");
+                        if wrote {
+                            taken += 1;
+                            repr.emit(
+                                &mut TcpPacket::new_unchecked(&mut theirs[..]),
+                                &a,
+                                &b,
+                                &ChecksumCapabilities::ignored(),
+                            );
+                            assert_eq!(ours[..len], theirs[..len], "{repr:?}");
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(taken, 5 * 2 * 2);
+        // Too short a segment: nothing written.
+        let mut short = [0u8; 19];
+        assert!(!write_plain_header(
+            &mut short,
+            &header(TcpControl::None, None, None)
+        ));
+    }
+
+    /// A header without options but the timestamp `ts`.
+    fn header(
+        control: TcpControl,
+        ack_number: Option<TcpSeqNumber>,
+        timestamp: Option<TcpTimestampRepr>,
+    ) -> TcpRepr<'static> {
+        TcpRepr {
+            src_port: 49152,
+            dst_port: 80,
+            control,
+            seq_number: TcpSeqNumber(-5),
+            ack_number,
+            window_len: 0xfedc,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp,
+            payload: &[],
+        }
+    }
 }

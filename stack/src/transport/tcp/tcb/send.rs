@@ -329,8 +329,14 @@ impl<'a> SendBuffer<'a> {
             } else {
                 (0, 0)
             };
+        // The queue's two slices, taken once (the deque's `get` works out its length and
+        // wraps the index on every call).
+        let (front, back) = self.frames.as_slices();
         let mut index = start;
-        while let Some(f) = self.frames.get(index) {
+        while let Some(f) = match index.checked_sub(front.len()) {
+            None => front.get(index),
+            Some(i) => back.get(i),
+        } {
             let n = f.len();
             if offset < base + n {
                 return Some((index, base, f));

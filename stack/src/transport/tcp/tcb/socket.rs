@@ -441,9 +441,15 @@ impl<'a> Tcb<'a> {
     /// down to the scale would pull the right edge back.
     #[inline]
     fn scaled_window(&self) -> u16 {
+        // `rx_window`, with the floor computed once for both uses.
+        if self.rx_buffer.budget_spent() {
+            return 0;
+        }
         let shift = self.remote_win_shift;
-        let mut scaled = self.rx_window() >> shift;
-        if !self.rx_buffer.budget_spent() && (scaled << shift) < self.rx_window_floor() {
+        let floor = self.rx_window_floor();
+        let window = self.rx_buffer.window(self.rx_seg_payload()).max(floor);
+        let mut scaled = window >> shift;
+        if (scaled << shift) < floor {
             scaled += 1;
         }
         u16::try_from(scaled).unwrap_or(u16::MAX)
