@@ -1285,7 +1285,10 @@ impl<'a> Tcb<'a> {
         ) {
             return false;
         }
-        self.tx_buffer.blocked(self.next_send_offset(), waker)
+        let offset = self.next_send_offset();
+        // Nothing left to send (the usual answer right after a dispatch): nothing waits for
+        // the device, without looking for a frame past the end.
+        offset < self.tx_buffer.len() && self.tx_buffer.blocked(offset, waker)
     }
 
     /// Whether the writer waits for a free pool slot (egress wakes it on its next run).
@@ -2780,12 +2783,19 @@ impl<'a> Tcb<'a> {
             | State::Established
             | State::FinWait1
             | State::FinWait2 => {
-                let new_win = self.scaled_window();
-                if let Some(last_win) = self.last_scaled_window() {
-                    new_win > 0 && new_win / 2 >= last_win
-                } else {
-                    false
+                let Some(last_win) = self.last_scaled_window() else {
+                    return false;
+                };
+                // The window never exceeds the buffer's capacity, nor the edge already
+                // advertised by more than one unit of the scale: when neither could double
+                // the last window (of at least 2 units), no update is due, whatever the
+                // buffer holds (the usual answer, without working the window out).
+                let ceiling = (self.rx_buffer.capacity() >> self.remote_win_shift) + 1;
+                if last_win >= 2 && usize::from(last_win) * 2 > ceiling {
+                    return false;
                 }
+                let new_win = self.scaled_window();
+                new_win > 0 && new_win / 2 >= last_win
             }
             _ => false,
         }
