@@ -99,6 +99,15 @@
 //!   estimate and the windows. They and the RTT estimator start afresh when a connection
 //!   starts (`listen`, `connect`), not when one ends (smoltcp resets its estimator in
 //!   `reset`), so they still describe a connection after it closed.
+//! * A fast path in `process` (Linux's `tcp_rcv_established` conditions): a segment of an
+//!   ESTABLISHED connection with flags ACK or ACK|PSH, the next sequence number expected, no
+//!   SACK blocks, a timestamp that passes PAWS, an acceptable ACK, its payload inside an open
+//!   window and a non-zero peer window, while no loss recovery runs and nothing is SACKed or
+//!   queued out of order, is taken in one pass that shares the full processing's steps for
+//!   the ACK, the window, TS.Recent, the timers and the data. The full processing is out of
+//!   line. `twin.rs` (tests and the `tcp_fast_path` fuzz target) runs two worlds side by
+//!   side, one with the fast path and one without, and requires the same state, segments,
+//!   answers and bytes after every operation.
 //! * Logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
 //!   explained something); with the stack's `log` or `defmt` feature a connection's state
 //!   changes, resets and timeouts are logged through `event!` (`events.rs`).
