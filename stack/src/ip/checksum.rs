@@ -41,6 +41,27 @@ pub(crate) fn compute(
     )
 }
 
+/// [`compute`] for a segment of `len` bytes whose header (checksum field zero) the caller
+/// just wrote and summed from the values it wrote (`header`: the plain sum of its 16-bit
+/// big-endian words, not folded), followed by `rest` (which starts at an even offset). The
+/// header is not read back: loads of bytes just stored by narrower stores would wait for the
+/// stores to retire (no store-to-load forwarding across sizes).
+pub(crate) fn compute_with_header(
+    src: &IpAddress,
+    dst: &IpAddress,
+    protocol: IpProtocol,
+    len: usize,
+    header: u32,
+    rest: &[u8],
+) -> u16 {
+    let folded = (header >> 16) + (header & 0xFFFF);
+    let folded = (folded >> 16) + (folded & 0xFFFF);
+    !add(
+        add(pseudo_header(src, dst, protocol, len), folded as u16),
+        sum(rest),
+    )
+}
+
 /// The ones' complement sum of the pseudo-header (RFC 9293 §3.1 for IPv4, RFC 8200 §8.1 for
 /// IPv6): addresses, protocol and the upper-layer length.
 fn pseudo_header(src: &IpAddress, dst: &IpAddress, protocol: IpProtocol, len: usize) -> u16 {

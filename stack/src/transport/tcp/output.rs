@@ -279,51 +279,68 @@ fn emit_in_place(
 fn write_tcp(segment: &mut [u8], ip: &IpRepr, tcp: &TcpRepr<'_>, caps: &ChecksumCapabilities) {
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
     debug_assert!(tcp.payload.is_empty(), "the payload is in place already");
-    if !write_plain_header(segment, tcp) {
-        // Without a checksum here (smoltcp's would sum the segment again): filled below, once.
-        let mut packet = TcpPacket::new_unchecked(&mut *segment);
-        tcp.emit(&mut packet, &src, &dst, &ChecksumCapabilities::ignored());
-    }
-    let mut packet = TcpPacket::new_unchecked(&mut *segment);
-    if caps.tcp.tx() {
-        let sum = checksum::compute(&src, &dst, IpProtocol::Tcp, packet.as_ref());
-        packet.set_checksum(sum);
+    let sum = match write_plain_header(segment, tcp) {
+        // The header summed from the values written, the payload from memory.
+        Some((len, header)) => caps.tcp.tx().then(|| {
+            let rest = segment.get(len..).unwrap_or(&[]);
+            checksum::compute_with_header(&src, &dst, IpProtocol::Tcp, segment.len(), header, rest)
+        }),
+        None => {
+            // Without a checksum here (smoltcp's would sum the segment again): filled below,
+            // once.
+            let mut packet = TcpPacket::new_unchecked(&mut *segment);
+            tcp.emit(&mut packet, &src, &dst, &ChecksumCapabilities::ignored());
+            caps.tcp
+                .tx()
+                .then(|| checksum::compute(&src, &dst, IpProtocol::Tcp, packet.as_ref()))
+        }
+    };
+    if let Some(sum) = sum {
+        TcpPacket::new_unchecked(&mut *segment).set_checksum(sum);
     }
 }
 
 /// Writes the header of `tcp` over the start of `segment`, checksum zero, when its only
 /// option is a timestamp (every segment of an established connection but those carrying SACK
 /// blocks): the bytes smoltcp's `TcpRepr::emit` writes for it (the timestamp option, then the
-/// end-of-list padding), without its option-by-option walk. `false` (nothing written) for a
-/// header with other options, or a segment too short for it.
-fn write_plain_header(segment: &mut [u8], tcp: &TcpRepr<'_>) -> bool {
+/// end-of-list padding), without its option-by-option walk. Returns the header's length and
+/// the sum of its 16-bit words (for [`checksum::compute_with_header`]); `None` (nothing
+/// written) for a header with other options, or a segment too short for it.
+fn write_plain_header(segment: &mut [u8], tcp: &TcpRepr<'_>) -> Option<(usize, u32)> {
     // SACK blocks count in smoltcp's header length even where it writes none (no ACK).
     let sack_blocks = tcp.sack_ranges.iter().any(Option::is_some);
     if tcp.max_seg_size.is_some() || tcp.window_scale.is_some() || tcp.sack_permitted || sack_blocks
     {
-        return false;
+        return None;
     }
     let len = if tcp.timestamp.is_some() { 32 } else { 20 };
-    let Some(h) = segment.get_mut(..len) else {
-        return false;
-    };
-    let flags = match tcp.control {
+    let h = segment.get_mut(..len)?;
+    let flags: u8 = match tcp.control {
         TcpControl::None => 0,
         TcpControl::Psh => 0x08,
         TcpControl::Syn => 0x02,
         TcpControl::Fin => 0x01,
         TcpControl::Rst => 0x04,
     } | if tcp.ack_number.is_some() { 0x10 } else { 0 };
+    let seq = tcp.seq_number.0 as u32;
+    let ack = tcp.ack_number.map_or(0, |a| a.0 as u32);
+    // Data offset in 32-bit words in the high nibble; the reserved bits and NS clear.
+    let offset_flags = (len as u16 / 4) << 12 | u16::from(flags);
     h[0..2].copy_from_slice(&tcp.src_port.to_be_bytes());
     h[2..4].copy_from_slice(&tcp.dst_port.to_be_bytes());
-    h[4..8].copy_from_slice(&tcp.seq_number.0.to_be_bytes());
-    h[8..12].copy_from_slice(&tcp.ack_number.map_or(0, |a| a.0).to_be_bytes());
-    // Data offset in 32-bit words in the high nibble; the reserved bits and NS clear.
-    h[12] = (len as u8 / 4) << 4;
-    h[13] = flags;
+    h[4..8].copy_from_slice(&seq.to_be_bytes());
+    h[8..12].copy_from_slice(&ack.to_be_bytes());
+    h[12..14].copy_from_slice(&offset_flags.to_be_bytes());
     h[14..16].copy_from_slice(&tcp.window_len.to_be_bytes());
     // Checksum (filled by the caller) and urgent pointer.
     h[16..20].fill(0);
+    let halves = |x: u32| (x >> 16) + (x & 0xFFFF);
+    let mut sum = u32::from(tcp.src_port)
+        + u32::from(tcp.dst_port)
+        + halves(seq)
+        + halves(ack)
+        + u32::from(offset_flags)
+        + u32::from(tcp.window_len);
     if let Some(ts) = tcp.timestamp {
         // Kind 8, length 10, TSval, TSecr, then end-of-list and its padding.
         h[20] = 8;
@@ -331,8 +348,9 @@ fn write_plain_header(segment: &mut [u8], tcp: &TcpRepr<'_>) -> bool {
         h[22..26].copy_from_slice(&ts.tsval.to_be_bytes());
         h[26..30].copy_from_slice(&ts.tsecr.to_be_bytes());
         h[30..32].fill(0);
+        sum += 0x080A + halves(ts.tsval) + halves(ts.tsecr);
     }
-    true
+    Some((len, sum))
 }
 
 /// Hands a finished IP packet to the link layer ([`LinkLayer::send_ip`]): sent, held while
@@ -559,6 +577,8 @@ mod tests {
     };
 
     use super::write_plain_header;
+    use crate::ip::checksum;
+    use smoltcp::wire::IpProtocol;
 
     /// The plain header writer gives smoltcp's bytes for every header it takes, and declines
     /// every other.
@@ -592,8 +612,23 @@ mod tests {
                         let len = repr.header_len();
                         let wrote = write_plain_header(&mut ours, &repr);
                         let expected = options == 0;
-                        assert_eq!(wrote, expected, "{repr:?}");
-                        if wrote {
+                        assert_eq!(wrote.is_some(), expected, "{repr:?}");
+                        if let Some((written, header)) = wrote {
+                            assert_eq!(written, len);
+                            // The checksum from the header's values equals the one over the
+                            // bytes (payload: the stale bytes after the header).
+                            assert_eq!(
+                                checksum::compute_with_header(
+                                    &a,
+                                    &b,
+                                    IpProtocol::Tcp,
+                                    ours.len(),
+                                    header,
+                                    &ours[len..],
+                                ),
+                                checksum::compute(&a, &b, IpProtocol::Tcp, &ours),
+                                "{repr:?}"
+                            );
                             taken += 1;
                             repr.emit(
                                 &mut TcpPacket::new_unchecked(&mut theirs[..]),
@@ -610,10 +645,7 @@ mod tests {
         assert_eq!(taken, 5 * 2 * 2);
         // Too short a segment: nothing written.
         let mut short = [0u8; 19];
-        assert!(!write_plain_header(
-            &mut short,
-            &header(TcpControl::None, None, None)
-        ));
+        assert!(write_plain_header(&mut short, &header(TcpControl::None, None, None)).is_none());
     }
 
     /// A header without options but the timestamp `ts`.
