@@ -20,7 +20,9 @@
 //! not know and that changes with every boot).
 
 use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{IpProtocol, IpRepr, Ipv4Address, Ipv4Packet};
+#[cfg(test)]
+use smoltcp::wire::Ipv4Packet;
+use smoltcp::wire::{IpProtocol, IpRepr, Ipv4Address, Ipv4Repr};
 
 use crate::keys::{Prf, Use};
 
@@ -85,22 +87,45 @@ pub(crate) fn write_header(
     checksum: &ChecksumCapabilities,
 ) {
     let buf = &mut buf[..repr.header_len()];
-    // Without a checksum here: it is filled below, once the identification is in.
-    repr.emit(&mut *buf, &ChecksumCapabilities::ignored());
-    if let IpRepr::Ipv4(v4) = repr {
-        let mut p = Ipv4Packet::new_unchecked(buf);
-        p.set_ident(idents.next(v4.src_addr, v4.dst_addr, v4.next_header));
-        if checksum.ipv4.tx() {
-            p.fill_checksum();
+    match repr {
+        IpRepr::Ipv4(v4) => {
+            let ident = idents.next(v4.src_addr, v4.dst_addr, v4.next_header);
+            write_ipv4(buf, v4, ident, checksum.ipv4.tx());
         }
+        IpRepr::Ipv6(_) => repr.emit(&mut *buf, &ChecksumCapabilities::ignored()),
     }
+}
+
+/// The 20-byte IPv4 header of `v4` with identification `ident` into `h`: the bytes smoltcp's
+/// `Ipv4Repr::emit` writes (no options, DSCP and ECN zero, Don't Fragment set), the checksum
+/// (if `checksum`) computed from the values written rather than read back from `h`.
+fn write_ipv4(h: &mut [u8], v4: &Ipv4Repr, ident: u16, checksum: bool) {
+    let total = (v4.payload_len + 20) as u16;
+    let ttl_proto = u16::from(v4.hop_limit) << 8 | u16::from(u8::from(v4.next_header));
+    let (src, dst) = (v4.src_addr.octets(), v4.dst_addr.octets());
+    let word = |b: [u8; 4]| {
+        u32::from(u16::from_be_bytes([b[0], b[1]])) + u32::from(u16::from_be_bytes([b[2], b[3]]))
+    };
+    let mut sum = 0x4500 + u32::from(total) + u32::from(ident) + 0x4000;
+    sum += u32::from(ttl_proto) + word(src) + word(dst);
+    sum = (sum >> 16) + (sum & 0xFFFF);
+    sum = (sum >> 16) + (sum & 0xFFFF);
+    let check = if checksum { !(sum as u16) } else { 0 };
+    h[0] = 0x45;
+    h[1] = 0;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    h[4..6].copy_from_slice(&ident.to_be_bytes());
+    h[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
+    h[8..10].copy_from_slice(&ttl_proto.to_be_bytes());
+    h[10..12].copy_from_slice(&check.to_be_bytes());
+    h[12..16].copy_from_slice(&src);
+    h[16..20].copy_from_slice(&dst);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Secret;
-    use smoltcp::wire::Ipv4Repr;
 
     const A: Ipv4Address = Ipv4Address::new(10, 0, 0, 1);
     const B: Ipv4Address = Ipv4Address::new(10, 0, 0, 2);
@@ -194,5 +219,36 @@ mod tests {
             first,
             "2^16 packets later, the same value"
         );
+    }
+
+    /// The header is smoltcp's, byte for byte, with and without the checksum.
+    #[test]
+    fn ipv4_header_is_smoltcps() {
+        for (len, ttl, proto, ident) in [
+            (0, 64, IpProtocol::Tcp, 0),
+            (1480, 1, IpProtocol::Udp, 0xffff),
+            (65515, 255, IpProtocol::Icmp, 0x1234),
+        ] {
+            let v4 = Ipv4Repr {
+                src_addr: A,
+                dst_addr: Ipv4Address::new(192, 168, 255, 254),
+                next_header: proto,
+                payload_len: len,
+                hop_limit: ttl,
+            };
+            for checksum in [false, true] {
+                let (mut ours, mut theirs) = ([0xAAu8; 20], [0x55u8; 20]);
+                write_ipv4(&mut ours, &v4, ident, checksum);
+                let mut p = Ipv4Packet::new_unchecked(&mut theirs[..]);
+                v4.emit(&mut p, &ChecksumCapabilities::ignored());
+                p.set_ident(ident);
+                if checksum {
+                    p.fill_checksum();
+                } else {
+                    p.set_checksum(0);
+                }
+                assert_eq!(ours, theirs, "{v4:?} checksum {checksum}");
+            }
+        }
     }
 }
