@@ -26,7 +26,8 @@
 //! * **Close causes** ([`TcpMeta`]): a connection that ended other than by an orderly
 //!   exchange of FINs reports why. `abort()` records [`CloseCause::Aborted`]; a connection with
 //!   a timeout set (*watched*) that egress's `dispatch` closes records [`CloseCause::TimedOut`]
-//!   (a timeout fires only there); anything else that closes an open connection is the peer's
+//!   (a timeout fires only there), and so does one that `dispatch` gave up on (`Tcb::gave_up`:
+//!   handshake, retransmission or probe limits); anything else that closes an open connection is the peer's
 //!   reset.
 //! * **Segments the application holds** ([`SegmentRelease`]): a `TcpSegment` may be dropped on
 //!   any thread or in an interrupt handler, where the stack's state cannot be reached. Its drop
@@ -143,11 +144,12 @@ impl TcpMeta {
     }
 
     /// A `dispatch` closed the open connection: it timed out, if it was watched (only a
-    /// timeout closes a connection there).
-    pub(crate) fn record_timeout(&mut self) {
+    /// timeout closes a connection there). Returns whether it recorded a timeout.
+    pub(crate) fn record_timeout(&mut self) -> bool {
         if self.watched {
             self.set_cause(CloseCause::TimedOut);
         }
+        self.watched
     }
 }
 
