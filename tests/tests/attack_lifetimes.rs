@@ -37,7 +37,7 @@ fn virtual_pair() -> Pair {
 /// B takes A's data but its acknowledgements are lost (B's direction of the wire is cut): A
 /// retransmits, and at the first retransmission timeout past `retransmission_bound(retries)`
 /// since it sent the data, gives up. Once with the least limit (102.2 s), once with the
-/// default (522.2 s). A's read and write then fail with `TimedOut`; its RST reaches B, whose
+/// default (522.2 s). A's read, write and flush then fail with `TimedOut`; its RST reaches B, whose
 /// read fails with `ConnectionReset`.
 #[test]
 fn a_peer_that_never_acknowledges_is_given_up_on_within_the_bound() {
@@ -79,6 +79,7 @@ fn a_peer_that_never_acknowledges_is_given_up_on_within_the_bound() {
             // request (the neighbour entry expired long ago), goes out.
             b_end.set_cut(false);
             assert_eq!(c.write(b"x").await, Err(TcpError::TimedOut), "write");
+            assert_eq!(c.flush().await, Err(TcpError::TimedOut), "flush");
             assert_eq!(c.state(), TcpState::Closed);
             let st = c.stats();
             assert!(st.counters.timeouts >= 6, "{st:?}");

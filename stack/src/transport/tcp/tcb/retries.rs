@@ -21,12 +21,13 @@ use smoltcp::wire::TcpSeqNumber;
 
 use super::rtt::{DEFAULT_MIN_RTO_MS, RTTE_MAX_RTO};
 
-/// The default of [`Retries::limit`]: Linux's `tcp_retries2` (15), a retransmission bound of
-/// 522.2 s with zcnet's 60 s RTO ceiling.
+/// The default retransmission and probe limit of a socket (`TcpSocket::set_retries`): Linux's
+/// `tcp_retries2` (15), a retransmission bound of 522.2 s with zcnet's 60 s RTO ceiling.
 pub const TCP_RETRIES: u8 = 15;
 
-/// The least [`Retries::limit`] accepted: 8, a retransmission bound of 102.2 s, the least
-/// that keeps RFC 1122's (4.2.3.5) "at least 100 seconds" before a connection gives up.
+/// The least retransmission and probe limit accepted (`TcpSocket::set_retries` raises lower
+/// ones to it): 8, a retransmission bound of 102.2 s, the least that keeps RFC 1122's (4.2.3.5)
+/// "at least 100 seconds" before a connection gives up.
 pub const MIN_TCP_RETRIES: u8 = 8;
 
 /// How long a connection retransmitting with `retries` allowed goes without an
