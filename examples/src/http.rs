@@ -24,8 +24,9 @@
 //!
 //! Every connection has TCP keep-alive on ([`HttpConfig::keep_alive`]) and these deadlines:
 //!
-//! * **idle**: a connection waiting for the first byte of a request (a new one, or the next on
-//!   a kept-alive connection) is closed after [`HttpConfig::idle_timeout`];
+//! * **idle**: a connection waiting for the first byte of a request is ended after
+//!   [`HttpConfig::idle_timeout`]: reset if it is new (it never sent a byte; counted in
+//!   `timed_out`), closed if it is kept alive between requests;
 //! * **request**: from its first byte, a request's head and body must be in within
 //!   [`HttpConfig::request_timeout`], however the bytes trickle in (the deadline is not
 //!   restarted by each byte), else the connection is reset;
@@ -252,7 +253,8 @@ pub struct HttpConfig {
     /// further clients wait (one accepted, the rest in the backlog, the rest of those retrying
     /// their SYN).
     pub max_connections: usize,
-    /// A connection waiting this long for the first byte of a request is closed.
+    /// A connection waiting this long for the first byte of a request is closed (reset if it
+    /// never sent one).
     pub idle_timeout: Duration,
     /// A request (head and body) must be complete this long after its first byte, else the
     /// connection is reset.
@@ -368,7 +370,8 @@ pub struct HttpStatsSnapshot {
     /// Connections reset to make room for a new one while they waited for their client.
     pub shed: u64,
     /// Connections reset because a request or a response missed its deadline
-    /// ([`HttpConfig::request_timeout`], [`HttpConfig::write_timeout`]).
+    /// ([`HttpConfig::request_timeout`], [`HttpConfig::write_timeout`]), or a new connection
+    /// sent nothing within [`HttpConfig::idle_timeout`].
     pub timed_out: u64,
     /// TCP totals of the connections the server has finished serving.
     pub closed: TcpTotals,
@@ -885,6 +888,9 @@ async fn serve_requests(sock: &mut TcpSocket, shared: &Shared, permit: &Permit) 
     let config = &shared.config;
     let mut buf = vec![0u8; MAX_HEAD];
     let mut filled = 0usize;
+    // A new connection that sends nothing is reset when idle too long (no FIN exchange to
+    // hold a socket slot for a client that may never close); a kept-alive one is closed.
+    let mut idle_end = Stop::Late;
     loop {
         // 1. A complete head: the first byte within the idle timeout, the rest (and the
         //    body) within the request timeout from then.
@@ -892,7 +898,8 @@ async fn serve_requests(sock: &mut TcpSocket, shared: &Shared, permit: &Permit) 
         permit.waiting(waiting);
         if filled == 0 {
             let idle = waiting + config.idle_timeout;
-            filled = match read_until(sock, permit, &mut buf, idle, Stop::Close).await {
+            let end = core::mem::replace(&mut idle_end, Stop::Close);
+            filled = match read_until(sock, permit, &mut buf, idle, end).await {
                 Ok(n) => n,
                 Err(stop) => return stop,
             };
@@ -1159,24 +1166,15 @@ mod tests {
         assert_eq!(c.get("rto_us").and_then(Json::as_u64), Some(1_000_000));
     }
 
-    /// A request trickled in a byte every half second, over the in-memory wire on a virtual
-    /// clock: the request deadline counts from its first byte and is not restarted by each
-    /// one, so the server resets the connection when it passes (2 s here), though the idle
-    /// timeout (5 s) never would; counted in `timed_out`.
+    /// Stack B of an in-memory pair (virtual clock) serving HTTP on port 8080 with `config`
+    /// (backlog 2); A, the client's stack, and the server's counters.
     #[cfg(feature = "std")]
-    #[test]
-    fn a_trickled_request_is_reset_at_its_deadline_from_the_first_byte() {
-        use crate::stack_demo::{pair, ADDR};
-        use zcnet_executor::time::sleep;
-        use zcnet_stack::tcp::TcpError;
-
-        let p = pair(256, |_, _| {});
+    fn serve_on_a_pair(config: HttpConfig) -> (crate::stack_demo::Pair, Stack, HttpStats) {
+        let p = crate::stack_demo::pair(256, |_, _| {});
         let config = HttpConfig {
             port: 8080,
             backlog: 2,
-            idle_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(2),
-            ..HttpConfig::default()
+            ..config
         };
         let server = HttpServer::bind(p.stacks[1], config).expect("bind");
         let stats = server.stats();
@@ -1184,6 +1182,25 @@ mod tests {
             .local_spawner()
             .spawn(server.run(p.exec.local_spawner()));
         let a = p.stacks[0];
+        (p, a, stats)
+    }
+
+    /// A request trickled in a byte every half second, over the in-memory wire on a virtual
+    /// clock: the request deadline counts from its first byte and is not restarted by each
+    /// one, so the server resets the connection when it passes (2 s here), though the idle
+    /// timeout (5 s) never would; counted in `timed_out`.
+    #[cfg(feature = "std")]
+    #[test]
+    fn a_trickled_request_is_reset_at_its_deadline_from_the_first_byte() {
+        use crate::stack_demo::ADDR;
+        use zcnet_executor::time::sleep;
+        use zcnet_stack::tcp::TcpError;
+
+        let (p, a, stats) = serve_on_a_pair(HttpConfig {
+            idle_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(2),
+            ..HttpConfig::default()
+        });
         let (took, end) = p.exec.block_on(async move {
             let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(4096, 4096)).unwrap();
             c.connect((ADDR[1], 8080)).await.unwrap();
@@ -1206,6 +1223,56 @@ mod tests {
         );
         let s = stats.get();
         assert_eq!((s.timed_out, s.shed, s.requests), (1, 0, 0), "{s:?}");
+    }
+
+    /// A connection that sends nothing is reset at the idle timeout; one kept alive after a
+    /// request is closed with a FIN (end of stream for the client) at the idle timeout.
+    #[cfg(feature = "std")]
+    #[test]
+    fn idle_connections_end_at_the_idle_timeout() {
+        use crate::stack_demo::ADDR;
+        use zcnet_stack::tcp::TcpError;
+
+        let (p, a, stats) = serve_on_a_pair(HttpConfig {
+            idle_timeout: Duration::from_secs(3),
+            ..HttpConfig::default()
+        });
+        let (silent, kept) = p.exec.block_on(async move {
+            let mut buf = [0u8; 2048];
+            let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(4096, 4096)).unwrap();
+            c.connect((ADDR[1], 8080)).await.unwrap();
+            let start = now().await;
+            let r = c.read(&mut buf).await;
+            let silent = (now().await - start, r);
+            let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(4096, 4096)).unwrap();
+            c.connect((ADDR[1], 8080)).await.unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                .await
+                .unwrap();
+            let n = c.read(&mut buf).await.unwrap();
+            assert!(buf[..n].starts_with(b"HTTP/1.1 200 OK\r\n"));
+            let start = now().await;
+            let mut r = Ok(n);
+            while let Ok(n) = r {
+                if n == 0 {
+                    break;
+                }
+                r = c.read(&mut buf).await;
+            }
+            (silent, (now().await - start, r))
+        });
+        assert_eq!(silent.1, Err(TcpError::ConnectionReset));
+        assert_eq!(kept.1, Ok(0), "end of stream");
+        // Counted from the server's accept (or its response), a moment before the client's
+        // clock starts.
+        for took in [silent.0, kept.0] {
+            assert!(
+                took >= Duration::from_millis(2900) && took < Duration::from_millis(3100),
+                "{took:?}"
+            );
+        }
+        let s = stats.get();
+        assert_eq!((s.timed_out, s.requests), (1, 1), "{s:?}");
     }
 
     #[test]

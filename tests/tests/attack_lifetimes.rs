@@ -157,3 +157,31 @@ fn a_zero_window_peer_that_stops_answering_probes_is_given_up_on() {
         .expect("B's connection reset by A's RST");
     assert_eq!(st.state, TcpState::Closed, "{st:?}");
 }
+
+/// A server that resets a connection and lets go of its socket at once (`abort`, then drop: what
+/// the example servers do to a connection they shed or that missed a deadline) still resets
+/// the peer: the socket stays until its RST is sent, then its slot is freed. The peer here is
+/// silent, so nothing else would tell it.
+#[test]
+fn an_aborted_and_dropped_socket_still_resets_its_peer() {
+    let p = virtual_pair();
+    let [a, b] = p.stacks;
+    let server = p.exec.local_spawner().spawn(async move {
+        let mut s = socket(b, 4096, 4096);
+        s.accept(7300).await.unwrap();
+        s.abort();
+        drop(s);
+    });
+    let got = p.exec.block_on(async move {
+        let mut c = socket(a, 4096, 4096);
+        c.connect(b_at(7300)).await.unwrap();
+        let mut buf = [0u8; 8];
+        timeout(Duration::from_secs(60), c.read(&mut buf)).await
+    });
+    assert_eq!(got, Ok(Err(TcpError::ConnectionReset)));
+    p.exec.block_on(server);
+    // The server's slot is free again: its RST went, and nothing is left to send.
+    p.exec
+        .block_on(zcnet_executor::time::sleep(Duration::from_millis(10)));
+    p.assert_slots_back();
+}

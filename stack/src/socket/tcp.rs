@@ -1049,7 +1049,8 @@ const LINGER: SmolDuration = SmolDuration::from_secs(60);
 impl Drop for TcpSocket {
     /// Dropping a connected socket closes it gracefully in the background: queued data is still
     /// sent, then FIN; the stack removes the socket once the close completes (or after a minute
-    /// without progress). Call [`abort`](TcpSocket::abort) first to reset instead. Until then the
+    /// without progress). Call [`abort`](TcpSocket::abort) first to reset instead (the socket
+    /// stays until its RST is sent). Until then the
     /// socket keeps its slot in the stack's socket storage; once in TIME-WAIT, only until a new
     /// socket finds no free slot (see
     /// [`StackStats::time_wait_evictions`](crate::StackStats::time_wait_evictions)).
@@ -1058,7 +1059,9 @@ impl Drop for TcpSocket {
         let now = self.conn.stack.now();
         self.conn.stack.with(|st| {
             let lingering = st.with_tcb(handle, |s, _| match s.state() {
-                TcpState::Closed | TcpState::Listen | TcpState::SynSent => false,
+                // An abort whose RST egress has not sent yet: kept until it is sent.
+                TcpState::Closed => s.remote_endpoint().is_some(),
+                TcpState::Listen | TcpState::SynSent => false,
                 _ => {
                     s.close();
                     s.set_timeout(Some(LINGER));

@@ -1064,11 +1064,12 @@ impl TcpTable {
             self.touched_head = slot.touched_next;
             slot.touched = false;
             slot.touched_next = NO_PLACE;
+            // Closed, and no RST left to send (an abort's goes before the place is freed).
             let closed = slot.meta.orphan.is_some()
                 && slot
                     .tcb
                     .as_ref()
-                    .is_some_and(|t| t.state() == State::Closed);
+                    .is_some_and(|t| t.state() == State::Closed && t.remote_endpoint().is_none());
             if closed {
                 return Some(TcpHandle(i));
             }
