@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use log::Level;
 use zcnet_executor::time::timeout;
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{
@@ -16,6 +17,7 @@ use zcnet_stack::tcp::{
 };
 use zcnet_stack::{IpEndpoint, Stack};
 use zcnet_tests::clock::VirtualClock;
+use zcnet_tests::log_capture::LogCapture;
 use zcnet_tests::net::{pair_on, Pair, ADDR};
 use zcnet_tests::wire::Faults;
 
@@ -37,11 +39,12 @@ fn virtual_pair() -> Pair {
 /// B takes A's data but its acknowledgements are lost (B's direction of the wire is cut): A
 /// retransmits, and at the first retransmission timeout past `retransmission_bound(retries)`
 /// since it sent the data, gives up. Once with the least limit (102.2 s), once with the
-/// default (522.2 s). A's read, write and flush then fail with `TimedOut`; its RST reaches B, whose
-/// read fails with `ConnectionReset`.
+/// default (522.2 s). A's read, write and flush then fail with `TimedOut` and the stack logs
+/// that the connection gave up; its RST reaches B, whose read fails with `ConnectionReset`.
 #[test]
 fn a_peer_that_never_acknowledges_is_given_up_on_within_the_bound() {
     for (i, retries) in [MIN_TCP_RETRIES, TCP_RETRIES].into_iter().enumerate() {
+        let log = LogCapture::start();
         let p = virtual_pair();
         let [a, b] = p.stacks;
         let port = 7100 + i as u16;
@@ -60,9 +63,10 @@ fn a_peer_that_never_acknowledges_is_given_up_on_within_the_bound() {
         let server = timeout(Duration::from_secs(10), server);
         let b_end = p.ends[1];
         let exec = p.exec;
-        let (took, after) = p.exec.block_on(async move {
+        let (took, after, local) = p.exec.block_on(async move {
             let mut c = socket(a, 4096, 4096);
             c.connect(b_at(port)).await.unwrap();
+            let local = c.local_endpoint().unwrap();
             c.set_retries(retries);
             assert_eq!(c.retries(), retries);
             // Nothing from B reaches A any more.
@@ -83,7 +87,7 @@ fn a_peer_that_never_acknowledges_is_given_up_on_within_the_bound() {
             assert_eq!(c.state(), TcpState::Closed);
             let st = c.stats();
             assert!(st.counters.timeouts >= 6, "{st:?}");
-            (took, st)
+            (took, st, local)
         });
         let bound = retransmission_bound(retries);
         assert!(
@@ -91,6 +95,14 @@ fn a_peer_that_never_acknowledges_is_given_up_on_within_the_bound() {
             "retries {retries}: gave up after {took:?}, bound {bound:?}; {after:?}"
         );
         assert_eq!(a.stats().tcp_timed_out, 1, "{:?}", a.stats());
+        log.expect(
+            Level::Debug,
+            "zcnet_stack::tcp",
+            &format!(
+                "TCP {local} -> {}: gave up: the peer stopped answering in ESTABLISHED",
+                b_at(port)
+            ),
+        );
         let (got, last) = p
             .exec
             .block_on(server)
