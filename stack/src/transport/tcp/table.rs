@@ -45,8 +45,9 @@
 //!   they do not even visit the others: the places without a kept answer are on a list of
 //!   their own, and the table knows the earliest kept deadline, so egress walks every place
 //!   only when a kept deadline is due.
-//! * **Orphans**: a dropped socket whose connection is still closing stays in its place until
-//!   the close completes or its deadline passes (`State::reap_orphans`); a dropped connection
+//! * **Orphans**: a dropped socket whose connection is still closing, or was aborted and has
+//!   its RST still to send, stays in its place until the close completes (the RST sent) or its
+//!   deadline passes (`State::reap_orphans`); a dropped connection
 //!   in TIME-WAIT gives its place up to a new socket when the stack has no free slot
 //!   (`State::free_orphan_slot`). The orphans are listed oldest first (every one gets the same
 //!   grace period, so that is deadline order too), and those handed out mutably since the last
