@@ -4,6 +4,12 @@
 //! TCP data is echoed with `read` and `write_all` through a 16 KiB buffer: two copies per byte
 //! in our code (socket→app, app→socket), both counted in the copy ledger.
 //!
+//! Each TCP connection has keep-alive on ([`EchoConfig::keep_alive`]), is closed when silent
+//! for [`EchoConfig::idle_timeout`], and is reset when an echo cannot be written within
+//! [`EchoConfig::write_timeout`] (a client that sends but never reads). With all
+//! [`EchoConfig::max_connections`] taken, a new connection sheds the one that has waited
+//! longest for data, once that is [`EchoConfig::shed_after`] ([`ConnLimit`]).
+//!
 //! UDP runs on either of the stack's datagram APIs, chosen by [`EchoConfig::udp`]:
 //!
 //! * [`UdpEcho::Copying`]: smoltcp's [`UdpSocket`]. A datagram is copied from the socket's
@@ -35,14 +41,14 @@ use core::time::Duration;
 
 use futures_util::future::select;
 
-use zcnet_executor::time::timeout;
+use zcnet_executor::time::{now, timeout};
 use zcnet_executor::LocalSpawner;
 use zcnet_stack::datagram::{DatagramQueue, DatagramSocket};
 use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_stack::{Never, Stack, StackError};
 
-use crate::limit::ConnLimit;
+use crate::limit::{keep_alive, ConnLimit, Permit};
 
 /// The echo port.
 pub const PORT: u16 = 7;
@@ -71,10 +77,17 @@ pub struct EchoConfig {
     pub port: u16,
     /// Listening TCP sockets, 1..=64.
     pub backlog: usize,
-    /// TCP connections served at once.
+    /// TCP connections served at once; when all are taken, a new one sheds the connection
+    /// waiting longest for data.
     pub max_connections: usize,
     /// A TCP connection silent this long is closed.
     pub idle_timeout: Duration,
+    /// Each echo must be written within this long, else the connection is reset.
+    pub write_timeout: Duration,
+    /// TCP keep-alive interval of each connection (see [`keep_alive`]).
+    pub keep_alive: Duration,
+    /// With every place taken, a connection silent this long may be shed for a new one.
+    pub shed_after: Duration,
     /// The socket the UDP echo uses.
     pub udp: UdpEcho,
 }
@@ -86,6 +99,9 @@ impl Default for EchoConfig {
             backlog: 8,
             max_connections: 32,
             idle_timeout: Duration::from_secs(300),
+            write_timeout: Duration::from_secs(30),
+            keep_alive: Duration::from_secs(60),
+            shed_after: Duration::from_secs(1),
             udp: UdpEcho::Copying,
         }
     }
@@ -209,12 +225,12 @@ impl EchoServer {
             let Ok(sock) = listener.accept().await else {
                 return;
             };
-            let permit = limit.acquire().await;
+            let permit = limit.acquire_shedding(config.shed_after).await;
             stats.0.tcp_connections.fetch_add(1, Relaxed);
             let stats = stats.clone();
-            let idle = config.idle_timeout;
+            let config = config.clone();
             spawner.spawn(async move {
-                tcp_echo(sock, idle, &stats).await;
+                tcp_echo(sock, &config, &permit, &stats).await;
                 drop(permit);
             });
         }
@@ -229,16 +245,33 @@ async fn until_shut_down(stack: Stack, task: impl Future<Output = Never>) {
     let _ = select(task, stop).await;
 }
 
-async fn tcp_echo(mut sock: TcpSocket, idle: Duration, stats: &EchoStats) {
+async fn tcp_echo(mut sock: TcpSocket, config: &EchoConfig, permit: &Permit, stats: &EchoStats) {
+    keep_alive(&mut sock, config.keep_alive);
     let mut buf = vec![0u8; 16384];
     loop {
-        let n = match timeout(idle, sock.read(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => n,
+        permit.waiting(now().await);
+        let read = permit
+            .unless_shed(timeout(config.idle_timeout, sock.read(&mut buf)))
+            .await;
+        let n = match read {
+            Ok(Ok(Ok(n))) if n > 0 => n,
+            // Shed for a new connection.
+            Err(_) => {
+                sock.abort();
+                return;
+            }
             // End of stream, an error, or idle too long.
             _ => break,
         };
-        if sock.write_all(&buf[..n]).await.is_err() {
-            return;
+        permit.working();
+        match timeout(config.write_timeout, sock.write_all(&buf[..n])).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(_) => {
+                // The client does not read: reset rather than hold its data.
+                sock.abort();
+                return;
+            }
         }
         stats.0.tcp_bytes.fetch_add(n as u64, Relaxed);
     }
@@ -291,7 +324,34 @@ mod tests {
     use super::*;
     use crate::stack_demo::{pair, ADDR};
     use alloc::vec::Vec;
+    use zcnet_stack::tcp::TcpBuffers;
     use zcnet_stack::IpEndpoint;
+
+    /// A client that sends and never reads: the echo's write waits for the client's window,
+    /// then passes its deadline (1 s here), and the server resets the connection; the
+    /// client's blocked write fails. Over the in-memory wire on a virtual clock.
+    #[test]
+    fn an_echo_the_client_never_reads_is_reset_at_the_write_deadline() {
+        use zcnet_stack::tcp::TcpError;
+
+        let p = pair(512, |_, _| {});
+        let [a, b] = p.stacks;
+        let config = EchoConfig {
+            write_timeout: Duration::from_secs(1),
+            ..EchoConfig::default()
+        };
+        let server = EchoServer::bind(a, config).expect("bind port 7");
+        p.exec
+            .local_spawner()
+            .spawn(server.run(p.exec.local_spawner()));
+        let r = p.exec.block_on(async move {
+            let mut c = TcpSocket::new(b, TcpBuffers::with_capacity(4096, 16384)).unwrap();
+            c.connect((ADDR[0], PORT)).await.unwrap();
+            let data = vec![1u8; 1 << 20];
+            timeout(Duration::from_secs(60), c.write_all(&data)).await
+        });
+        assert_eq!(r, Ok(Err(TcpError::ConnectionReset)));
+    }
 
     /// The UDP echo on the zero-copy socket, against smoltcp's socket on a second stack over
     /// the in-memory wire: every datagram comes back byte-exact, and every receive slot lent to

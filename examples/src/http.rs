@@ -18,8 +18,33 @@
 //! discarded only up to [`MAX_BODY`] (else `413`), malformed requests get `400`, unknown paths
 //! `404`, methods other than GET and HEAD `405`, HTTP versions other than 1.0 and 1.1 `505`,
 //! chunked request bodies `501`. Nothing in the parser indexes out of bounds or panics on any
-//! input (see the unit tests, which feed it every prefix and random bytes). Idle connections are
-//! closed after [`HttpConfig::idle_timeout`].
+//! input (see the unit tests, which feed it every prefix and random bytes).
+//!
+//! # How long a connection may take
+//!
+//! Every connection has TCP keep-alive on ([`HttpConfig::keep_alive`]) and these deadlines:
+//!
+//! * **idle**: a connection waiting for the first byte of a request is ended after
+//!   [`HttpConfig::idle_timeout`]: reset if it is new (it never sent a byte; counted in
+//!   `timed_out`), closed if it is kept alive between requests;
+//! * **request**: from its first byte, a request's head and body must be in within
+//!   [`HttpConfig::request_timeout`], however the bytes trickle in (the deadline is not
+//!   restarted by each byte), else the connection is reset;
+//! * **response**: each response must be written (handed to the stack, which holds at most its
+//!   send buffer) within [`HttpConfig::write_timeout`], else the connection is reset: a client
+//!   that never reads, or keeps its window closed, cannot hold it.
+//!
+//! And **at most [`HttpConfig::max_connections`] connections at once**: when they are all
+//! taken, a new connection sheds the one that has waited longest for its client (idle between
+//! requests, or its request still arriving; see [`ConnLimit`]) if that is at least
+//! [`HttpConfig::shed_after`] (1 s), which is reset, and takes its place. A connection
+//! writing a response is never shed (its write deadline bounds it), nor one that waited less
+//! (a keep-alive client sending its requests back to back keeps its connection). So a slowloris attack, hundreds of connections trickling request bytes, cannot lock
+//! new clients out: each new client is accepted as soon as its SYN finds a listening socket
+//! (the listener has [`HttpConfig::backlog`] of them, re-armed as each is accepted), and one
+//! that sends its request in one go is answered before its connection is the oldest waiting.
+//! The server counts what it shed and what timed out ([`HttpStatsSnapshot::shed`],
+//! [`HttpStatsSnapshot::timed_out`]).
 
 use alloc::format;
 use alloc::rc::Rc;
@@ -33,13 +58,13 @@ use core::time::Duration;
 
 use zcnet_buffer::ledger::{CopySite, LEDGER};
 use zcnet_buffer::LinkState;
-use zcnet_executor::time::timeout;
+use zcnet_executor::time::{now, timeout};
 use zcnet_executor::LocalSpawner;
 use zcnet_stack::tcp::{TcpBuffers, TcpCounters, TcpListener, TcpSocket, TcpStats};
 use zcnet_stack::{DropReason, Stack, StackError};
 
 use crate::json::{object, Json};
-use crate::limit::ConnLimit;
+use crate::limit::{keep_alive, ConnLimit, Permit};
 
 /// The port the example listens on by default.
 pub const PORT: u16 = 80;
@@ -223,11 +248,25 @@ pub struct HttpConfig {
     pub port: u16,
     /// Listening sockets (clients that can be mid-handshake at once), 1..=64.
     pub backlog: usize,
-    /// Connections served at once; further clients wait (one accepted, the rest in the
-    /// backlog, the rest of those retrying their SYN).
+    /// Connections served at once. When all are taken, a new connection sheds the one waiting
+    /// longest for its client (see the [module docs](self)); while all are writing responses,
+    /// further clients wait (one accepted, the rest in the backlog, the rest of those retrying
+    /// their SYN).
     pub max_connections: usize,
-    /// A connection with no complete request for this long is closed.
+    /// A connection waiting this long for the first byte of a request is closed (reset if it
+    /// never sent one).
     pub idle_timeout: Duration,
+    /// A request (head and body) must be complete this long after its first byte, else the
+    /// connection is reset.
+    pub request_timeout: Duration,
+    /// Each response must be written within this long, else the connection is reset.
+    pub write_timeout: Duration,
+    /// TCP keep-alive interval of each connection (see [`keep_alive`]): a connection whose
+    /// peer stays silent for three intervals ends.
+    pub keep_alive: Duration,
+    /// With every place taken, a connection that has waited this long for its client (idle,
+    /// or its request still arriving) may be shed for a new one (see the module docs).
+    pub shed_after: Duration,
     /// The page served at `/` and `/index.html` (as `text/html; charset=utf-8`).
     pub index_html: &'static str,
     /// The driver's counters in `/stats` (none: `/stats` has no driver section). The TAP
@@ -246,6 +285,10 @@ impl Default for HttpConfig {
             backlog: 32,
             max_connections: 160,
             idle_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
+            keep_alive: Duration::from_secs(20),
+            shed_after: Duration::from_secs(1),
             index_html: INDEX_HTML,
             driver_stats: None,
             extra_stats: None,
@@ -261,6 +304,8 @@ struct Counters {
     status_2xx: AtomicU64,
     status_4xx: AtomicU64,
     status_5xx: AtomicU64,
+    shed: AtomicU64,
+    timed_out: AtomicU64,
     closed: spin::Mutex<TcpTotals>,
 }
 
@@ -322,6 +367,12 @@ pub struct HttpStatsSnapshot {
     pub status_4xx: u64,
     /// Responses with a 5xx status.
     pub status_5xx: u64,
+    /// Connections reset to make room for a new one while they waited for their client.
+    pub shed: u64,
+    /// Connections reset because a request or a response missed its deadline
+    /// ([`HttpConfig::request_timeout`], [`HttpConfig::write_timeout`]), or a new connection
+    /// sent nothing within [`HttpConfig::idle_timeout`].
+    pub timed_out: u64,
     /// TCP totals of the connections the server has finished serving.
     pub closed: TcpTotals,
 }
@@ -336,6 +387,8 @@ impl HttpStats {
             status_2xx: c.status_2xx.load(Relaxed),
             status_4xx: c.status_4xx.load(Relaxed),
             status_5xx: c.status_5xx.load(Relaxed),
+            shed: c.shed.load(Relaxed),
+            timed_out: c.timed_out.load(Relaxed),
             closed: *c.closed.lock(),
         }
     }
@@ -396,12 +449,17 @@ impl HttpServer {
             let Ok(sock) = self.listener.accept().await else {
                 return;
             };
-            let permit = self.shared.limit.acquire().await;
+            let permit = self
+                .shared
+                .limit
+                .acquire_shedding(self.shared.config.shed_after)
+                .await;
             self.shared.stats.0.connections.fetch_add(1, Relaxed);
             let shared = self.shared.clone();
             spawner.spawn(async move {
                 let mut sock = sock;
-                serve_connection(&mut sock, &shared).await;
+                keep_alive(&mut sock, shared.config.keep_alive);
+                serve_connection(&mut sock, &shared, &permit).await;
                 shared.stats.0.closed.lock().add(&sock.stats());
                 // Dropping the socket sends what is queued, then FIN.
                 drop(sock);
@@ -610,9 +668,9 @@ pub fn error_body(status: u16) -> Vec<u8> {
 /// * the driver's section, named and rendered by `driver` (absent without one);
 /// * `"pool"`: the frame pool's slots by state and its exhaustion counts;
 /// * `"copy_ledger"`: copies and bytes per [`CopySite`] and `"user_space_total"`;
-/// * `"http"`: this server's counters, with `active` as its connections being served and
-///   `closed` the TCP totals of those it finished serving ([`TcpTotals`]) (`null` without
-///   `http`);
+/// * `"http"`: this server's counters ([`HttpStatsSnapshot`]: `shed` and `timed_out` among
+///   them), with `active` as its connections being served and `closed` the TCP totals of
+///   those it finished serving ([`TcpTotals`]) (`null` without `http`);
 /// * `"connection"`: the TCP statistics of the connection the request came on, `conn`
 ///   ([`tcp_stats_json`]; `null` without one);
 /// * then each member `extra` renders, in order.
@@ -642,6 +700,7 @@ pub fn stats_json(
         ("config_changes", s.config_changes.into()),
         ("listener_rearm_failures", s.listener_rearm_failures.into()),
         ("time_wait_evictions", s.time_wait_evictions.into()),
+        ("tcp_timed_out", s.tcp_timed_out.into()),
         ("link_up", Json::Bool(stack.link_state() == LinkState::Up)),
         ("link_downs", s.link_downs.into()),
         ("drops", drops),
@@ -692,6 +751,8 @@ pub fn stats_json(
             ("status_2xx", h.status_2xx.into()),
             ("status_4xx", h.status_4xx.into()),
             ("status_5xx", h.status_5xx.into()),
+            ("shed", h.shed.into()),
+            ("timed_out", h.timed_out.into()),
             ("closed", {
                 let mut closed = vec![("connections".to_string(), h.closed.connections.into())];
                 closed.extend(counters_json(&h.closed.counters));
@@ -780,30 +841,87 @@ fn route(req: &Request<'_>, shared: &Shared, sock: &TcpSocket) -> (u16, &'static
     }
 }
 
+/// How a wait on the client ended other than with what was asked for.
+enum Stop {
+    /// End of stream, an error, or idle too long: close (gracefully).
+    Close,
+    /// A deadline missed: reset, counted in `timed_out`.
+    Late,
+    /// Shed for a new connection: reset, counted in `shed`.
+    Shed,
+}
+
+/// Reads into `buf` unless the deadline passes or the connection is shed first: `Ok(n > 0)`.
+async fn read_until(
+    sock: &mut TcpSocket,
+    permit: &Permit,
+    buf: &mut [u8],
+    deadline: zcnet_executor::Instant,
+    late: Stop,
+) -> Result<usize, Stop> {
+    let left = deadline.saturating_duration_since(now().await);
+    match permit.unless_shed(timeout(left, sock.read(buf))).await {
+        Ok(Ok(Ok(n))) if n > 0 => Ok(n),
+        Ok(Ok(_)) => Err(Stop::Close),
+        Ok(Err(_)) => Err(late),
+        Err(_) => Err(Stop::Shed),
+    }
+}
+
 /// Serves one connection until the client closes it, asks to close it, sends something
-/// unparseable, or idles past the timeout.
-async fn serve_connection(sock: &mut TcpSocket, shared: &Shared) {
-    let idle = shared.config.idle_timeout;
+/// unparseable, idles past the timeout, misses a deadline or is shed (see the module docs).
+async fn serve_connection(sock: &mut TcpSocket, shared: &Shared, permit: &Permit) {
+    match serve_requests(sock, shared, permit).await {
+        Stop::Close => {}
+        Stop::Late => {
+            shared.stats.0.timed_out.fetch_add(1, Relaxed);
+            sock.abort();
+        }
+        Stop::Shed => {
+            shared.stats.0.shed.fetch_add(1, Relaxed);
+            sock.abort();
+        }
+    }
+}
+
+async fn serve_requests(sock: &mut TcpSocket, shared: &Shared, permit: &Permit) -> Stop {
+    let config = &shared.config;
     let mut buf = vec![0u8; MAX_HEAD];
     let mut filled = 0usize;
+    // A new connection that sends nothing is reset when idle too long (no FIN exchange to
+    // hold a socket slot for a client that may never close); a kept-alive one is closed.
+    let mut idle_end = Stop::Late;
     loop {
-        // 1. A complete head.
+        // 1. A complete head: the first byte within the idle timeout, the rest (and the
+        //    body) within the request timeout from then.
+        let waiting = now().await;
+        permit.waiting(waiting);
+        if filled == 0 {
+            let idle = waiting + config.idle_timeout;
+            let end = core::mem::replace(&mut idle_end, Stop::Close);
+            filled = match read_until(sock, permit, &mut buf, idle, end).await {
+                Ok(n) => n,
+                Err(stop) => return stop,
+            };
+        }
+        let deadline = now().await + config.request_timeout;
         let end = loop {
             if let Some(end) = head_end(&buf[..filled]) {
                 break end;
             }
             if filled == buf.len() {
+                permit.working();
                 shared.stats.0.requests.fetch_add(1, Relaxed);
                 shared.stats.count_status(431);
-                let _ = sock
-                    .write_all(&response(431, "text/plain", &error_body(431), false, false))
-                    .await;
-                return;
+                let out = response(431, "text/plain", &error_body(431), false, false);
+                return write_response(sock, config, &out)
+                    .await
+                    .err()
+                    .unwrap_or(Stop::Close);
             }
-            match timeout(idle, sock.read(&mut buf[filled..])).await {
-                Ok(Ok(n)) if n > 0 => filled += n,
-                // End of stream, reset, or idle too long: done.
-                _ => return,
+            match read_until(sock, permit, &mut buf[filled..], deadline, Stop::Late).await {
+                Ok(n) => filled += n,
+                Err(stop) => return stop,
             }
         };
         shared.stats.0.requests.fetch_add(1, Relaxed);
@@ -820,36 +938,52 @@ async fn serve_connection(sock: &mut TcpSocket, shared: &Shared) {
             }
         };
         shared.stats.count_status(status);
-        // 2. Skip the body: what is already buffered, then the rest from the socket.
+        // 2. Skip the body: what is already buffered, then the rest from the socket, by the
+        //    request's deadline.
         let mut consumed = end;
         let mut left = body_len;
         let buffered = ((filled - end) as u64).min(left);
         consumed += buffered as usize;
         left -= buffered;
         while left > 0 {
-            let r = timeout(
-                idle,
-                sock.read_with(|data| {
-                    let n = (data.len() as u64).min(left) as usize;
-                    (n, n)
-                }),
-            )
-            .await;
+            let wait = deadline.saturating_duration_since(now().await);
+            let r = permit
+                .unless_shed(timeout(
+                    wait,
+                    sock.read_with(|data| {
+                        let n = (data.len() as u64).min(left) as usize;
+                        (n, n)
+                    }),
+                ))
+                .await;
             match r {
-                Ok(Ok(Some(n))) => left -= n as u64,
-                _ => return,
+                Ok(Ok(Ok(Some(n)))) => left -= n as u64,
+                Ok(Ok(_)) => return Stop::Close,
+                Ok(Err(_)) => return Stop::Late,
+                Err(_) => return Stop::Shed,
             }
         }
-        // 3. Respond.
-        if sock.write_all(&out).await.is_err() {
-            return;
+        // 3. Respond, by the write deadline.
+        permit.working();
+        if let Err(stop) = write_response(sock, config, &out).await {
+            return stop;
         }
         if !keep_alive {
-            return;
+            return Stop::Close;
         }
         // 4. Keep pipelined bytes for the next request.
         buf.copy_within(consumed..filled, 0);
         filled -= consumed;
+    }
+}
+
+/// Writes `out` within the write timeout: `Err(Stop::Late)` past it, `Err(Stop::Close)` when
+/// the connection failed.
+async fn write_response(sock: &mut TcpSocket, config: &HttpConfig, out: &[u8]) -> Result<(), Stop> {
+    match timeout(config.write_timeout, sock.write_all(out)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(Stop::Close),
+        Err(_) => Err(Stop::Late),
     }
 }
 
@@ -1030,6 +1164,115 @@ mod tests {
         assert_eq!(c.get("segments_sent").and_then(Json::as_u64), Some(0));
         assert_eq!(c.get("srtt_us"), Some(&Json::Null));
         assert_eq!(c.get("rto_us").and_then(Json::as_u64), Some(1_000_000));
+    }
+
+    /// Stack B of an in-memory pair (virtual clock) serving HTTP on port 8080 with `config`
+    /// (backlog 2); A, the client's stack, and the server's counters.
+    #[cfg(feature = "std")]
+    fn serve_on_a_pair(config: HttpConfig) -> (crate::stack_demo::Pair, Stack, HttpStats) {
+        let p = crate::stack_demo::pair(256, |_, _| {});
+        let config = HttpConfig {
+            port: 8080,
+            backlog: 2,
+            ..config
+        };
+        let server = HttpServer::bind(p.stacks[1], config).expect("bind");
+        let stats = server.stats();
+        p.exec
+            .local_spawner()
+            .spawn(server.run(p.exec.local_spawner()));
+        let a = p.stacks[0];
+        (p, a, stats)
+    }
+
+    /// A request trickled in a byte every half second, over the in-memory wire on a virtual
+    /// clock: the request deadline counts from its first byte and is not restarted by each
+    /// one, so the server resets the connection when it passes (2 s here), though the idle
+    /// timeout (5 s) never would; counted in `timed_out`.
+    #[cfg(feature = "std")]
+    #[test]
+    fn a_trickled_request_is_reset_at_its_deadline_from_the_first_byte() {
+        use crate::stack_demo::ADDR;
+        use zcnet_executor::time::sleep;
+        use zcnet_stack::tcp::TcpError;
+
+        let (p, a, stats) = serve_on_a_pair(HttpConfig {
+            idle_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(2),
+            ..HttpConfig::default()
+        });
+        let (took, end) = p.exec.block_on(async move {
+            let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(4096, 4096)).unwrap();
+            c.connect((ADDR[1], 8080)).await.unwrap();
+            sleep(Duration::from_secs(1)).await;
+            let bytes = b"GET / HTTP/1.1\r\nHost: a\r\nX: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+            let start = now().await;
+            let mut buf = [0u8; 64];
+            for b in bytes {
+                c.write_all(&[*b]).await.unwrap();
+                if let Ok(r) = timeout(Duration::from_millis(500), c.read(&mut buf)).await {
+                    return (now().await - start, r);
+                }
+            }
+            panic!("still open after {} bytes", bytes.len());
+        });
+        assert_eq!(end, Err(TcpError::ConnectionReset));
+        assert!(
+            took >= Duration::from_secs(2) && took < Duration::from_millis(2100),
+            "{took:?}"
+        );
+        let s = stats.get();
+        assert_eq!((s.timed_out, s.shed, s.requests), (1, 0, 0), "{s:?}");
+    }
+
+    /// A connection that sends nothing is reset at the idle timeout; one kept alive after a
+    /// request is closed with a FIN (end of stream for the client) at the idle timeout.
+    #[cfg(feature = "std")]
+    #[test]
+    fn idle_connections_end_at_the_idle_timeout() {
+        use crate::stack_demo::ADDR;
+        use zcnet_stack::tcp::TcpError;
+
+        let (p, a, stats) = serve_on_a_pair(HttpConfig {
+            idle_timeout: Duration::from_secs(3),
+            ..HttpConfig::default()
+        });
+        let (silent, kept) = p.exec.block_on(async move {
+            let mut buf = [0u8; 2048];
+            let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(4096, 4096)).unwrap();
+            c.connect((ADDR[1], 8080)).await.unwrap();
+            let start = now().await;
+            let r = c.read(&mut buf).await;
+            let silent = (now().await - start, r);
+            let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(4096, 4096)).unwrap();
+            c.connect((ADDR[1], 8080)).await.unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                .await
+                .unwrap();
+            let n = c.read(&mut buf).await.unwrap();
+            assert!(buf[..n].starts_with(b"HTTP/1.1 200 OK\r\n"));
+            let start = now().await;
+            let mut r = Ok(n);
+            while let Ok(n) = r {
+                if n == 0 {
+                    break;
+                }
+                r = c.read(&mut buf).await;
+            }
+            (silent, (now().await - start, r))
+        });
+        assert_eq!(silent.1, Err(TcpError::ConnectionReset));
+        assert_eq!(kept.1, Ok(0), "end of stream");
+        // Counted from the server's accept (or its response), a moment before the client's
+        // clock starts.
+        for took in [silent.0, kept.0] {
+            assert!(
+                took >= Duration::from_millis(2900) && took < Duration::from_millis(3100),
+                "{took:?}"
+            );
+        }
+        let s = stats.get();
+        assert_eq!((s.timed_out, s.requests), (1, 1), "{s:?}");
     }
 
     #[test]

@@ -134,6 +134,7 @@ use zcnet_stack::tcp::{TcpBuffers, TcpError, TcpListener, TcpSocket};
 use zcnet_stack::{IpAddress, IpEndpoint, Stack, StackError};
 
 use crate::json::{self, object, Json};
+use crate::limit::keep_alive;
 
 /// iperf3's default port.
 pub const PORT: u16 = 5201;
@@ -294,6 +295,10 @@ pub struct Iperf3Config {
     /// lost by the client), 1..=[`MAX_UDP_QUEUE`] (clamped). Each one is a frame-pool slot, held
     /// only until the server's task has read its header; size the pool for it. Default 128.
     pub udp_queue: usize,
+    /// TCP keep-alive interval of the control connection and the streams (see
+    /// [`keep_alive`]): a connection whose peer stays silent for three intervals ends. The
+    /// setup and teardown steps have their own deadline (10 s each) and a test its length.
+    pub keep_alive: Duration,
 }
 
 impl Default for Iperf3Config {
@@ -307,6 +312,7 @@ impl Default for Iperf3Config {
             #[cfg(not(feature = "std"))]
             cpu_time: None,
             udp_queue: 128,
+            keep_alive: Duration::from_secs(30),
         }
     }
 }
@@ -505,6 +511,7 @@ struct Shared {
     stack: Stack,
     port: u16,
     udp_queue: usize,
+    keep_alive: Duration,
 }
 
 impl Shared {
@@ -586,6 +593,7 @@ impl Iperf3Server {
                 stack,
                 port: config.port,
                 udp_queue: config.udp_queue.clamp(1, MAX_UDP_QUEUE),
+                keep_alive: config.keep_alive,
             }),
         })
     }
@@ -604,6 +612,7 @@ impl Iperf3Server {
             let Ok(mut sock) = self.listener.accept().await else {
                 return;
             };
+            keep_alive(&mut sock, self.shared.keep_alive);
             let mut d = self.shared.dispatch();
             match d.phase {
                 Phase::Idle => {

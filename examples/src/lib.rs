@@ -8,8 +8,9 @@
 //! * [`http`]: an HTTP/1.1 server with keep-alive, a static page and `/stats` (`curl`, `wrk`);
 //! * [`iperf3`]: an iperf3-compatible server (`iperf3 -c`, `-R`, `-P N`, `--bidir`, UDP with
 //!   `-u -b RATE`);
-//! * [`json`] and [`limit`]: what they share (a small JSON reader and writer, a cap on
-//!   connection tasks).
+//! * [`json`] and [`limit`]: what they share (a small JSON reader and writer; a cap on
+//!   connection tasks that sheds the connection waiting longest for its client when full, and
+//!   the TCP keep-alive every server turns on).
 //!
 //! With `std`, `stack_demo` runs the servers on two stacks in one process over
 //! zcnet-buffer's simulated wire, step by step (the `demo` program, the README's first

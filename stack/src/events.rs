@@ -135,6 +135,17 @@ pub(crate) fn tcp_timed_out(tcb: &Tcb<'_>) {
     tcp!(debug, tcb, "timed out", name(tcb.state()));
 }
 
+/// The connection gave up: data or FIN unacknowledged past its retransmission bound, or its
+/// zero-window probes unanswered past the limit.
+pub(crate) fn tcp_gave_up(tcb: &Tcb<'_>) {
+    tcp!(
+        debug,
+        tcb,
+        "gave up: the peer stopped answering",
+        name(tcb.state())
+    );
+}
+
 /// The connection's local address left the interface (a DHCP lease lost, say).
 pub(crate) fn tcp_address_gone(tcb: &Tcb<'_>) {
     tcp!(debug, tcb, "dropped: the local address is gone");

@@ -164,6 +164,14 @@ pub struct StackStats {
     /// average [`CHALLENGE_ACKS_PER_SECOND`](crate::tcp::CHALLENGE_ACKS_PER_SECOND)). Each
     /// connection also sends at most one a second; what that limit withholds is not counted.
     pub challenge_acks_withheld: u64,
+    /// TCP connections the stack ended with [`TcpError::TimedOut`](crate::tcp::TcpError::TimedOut)
+    /// because the peer stopped answering: a `connect` whose SYNs went unanswered
+    /// [`SYN_RETRIES`](crate::tcp::SYN_RETRIES) times, data or a FIN unacknowledged past the
+    /// retransmission bound or zero-window probes unanswered past the limit
+    /// ([`TcpSocket::set_retries`](crate::tcp::TcpSocket::set_retries)), or a socket's own
+    /// [`set_timeout`](crate::tcp::TcpSocket::set_timeout). `connect_timeout` giving up is the
+    /// application's choice and not counted.
+    pub tcp_timed_out: u64,
 }
 
 impl StackStats {
@@ -201,6 +209,7 @@ pub(crate) struct Counters {
     time_wait_evictions: AtomicU64,
     link_downs: AtomicU64,
     challenge_acks_withheld: AtomicU64,
+    tcp_timed_out: AtomicU64,
 }
 
 /// Adds one to a counter whose writers are serialised by the state's single owner (see [`Counters`]);
@@ -227,6 +236,7 @@ impl Counters {
             time_wait_evictions: AtomicU64::new(0),
             link_downs: AtomicU64::new(0),
             challenge_acks_withheld: AtomicU64::new(0),
+            tcp_timed_out: AtomicU64::new(0),
         }
     }
 
@@ -305,6 +315,11 @@ impl Counters {
         }
     }
 
+    /// A TCP connection ended for want of an answer from its peer.
+    pub(crate) fn tcp_timed_out(&self) {
+        bump(&self.tcp_timed_out);
+    }
+
     pub(crate) fn snapshot(&self) -> StackStats {
         let mut drops = [0; DropReason::COUNT];
         for (d, a) in drops.iter_mut().zip(&self.drops) {
@@ -324,6 +339,7 @@ impl Counters {
             time_wait_evictions: self.time_wait_evictions.load(Relaxed),
             link_downs: self.link_downs.load(Relaxed),
             challenge_acks_withheld: self.challenge_acks_withheld.load(Relaxed),
+            tcp_timed_out: self.tcp_timed_out.load(Relaxed),
         }
     }
 }

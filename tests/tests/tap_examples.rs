@@ -47,8 +47,16 @@ fn http_server(net: &TapNet) -> HttpStats {
     let config = HttpConfig {
         backlog: 4,
         max_connections: 8,
-        driver_stats: Some(tap_driver_stats(net.tap_stats.clone())),
         ..HttpConfig::default()
+    };
+    http_server_with(net, config)
+}
+
+/// The HTTP example with `config` (and the TAP's counters in `/stats`), running.
+fn http_server_with(net: &TapNet, config: HttpConfig) -> HttpStats {
+    let config = HttpConfig {
+        driver_stats: Some(tap_driver_stats(net.tap_stats.clone())),
+        ..config
     };
     let server = HttpServer::bind(net.stack, config).expect("bind port 80");
     let stats = server.stats();
@@ -310,6 +318,118 @@ print(raw(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"))
         "{s:?}"
     );
     assert!(s.closed.counters.segments_received >= 44 * 2, "{s:?}");
+}
+
+/// The slowloris test's places, listening sockets and deadlines (short, so the test is).
+const SLOW_PLACES: usize = 32;
+const SLOW_BACKLOG: usize = 32;
+
+/// A slowloris of 400 connections: python opens 400 connections, sends each the start of a
+/// request head and then one more byte every second, and reopens every connection the server
+/// ends, for 20 s; `curl` asks for the page once a second meanwhile. With its places all taken by connections that trickle, the server sheds the
+/// one waiting longest for each new connection and resets requests that miss their deadline,
+/// so `curl`, started once the attack holds every place, gets the page each time, within its
+/// 10 s limit (its SYN retries included). The server's counters show it shed and timed out
+/// the attack's connections.
+#[test]
+fn http_serves_new_clients_through_a_slowloris_of_400_connections() {
+    require_tool("curl", "curl");
+    require_tool("python3", "python3");
+    let net = TapNet::with_sockets::<128>(1500);
+    let config = HttpConfig {
+        backlog: SLOW_BACKLOG,
+        max_connections: SLOW_PLACES,
+        idle_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(2),
+        write_timeout: Duration::from_secs(2),
+        shed_after: Duration::from_millis(100),
+        ..HttpConfig::default()
+    };
+    let stats = http_server_with(&net, config);
+    let script = format!(
+        r#"
+import socket, time
+N, ROUNDS = 400, 20
+head = b"GET / HTTP/1.1\r\nHost: a\r\nX-Slow: "
+socks = {{}}
+opened = reopened = 0
+def open_one():
+    global opened
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(("{ZCNET_ADDR}", 80))
+    except BlockingIOError:
+        pass
+    socks[s] = False
+    opened += 1
+for _ in range(N):
+    open_one()
+for r in range(ROUNDS):
+    time.sleep(1)
+    for s in list(socks):
+        try:
+            s.send(b"a" if socks[s] else head)
+            socks[s] = True
+        except BlockingIOError:
+            pass  # still connecting
+        except OSError:
+            s.close(); del socks[s]; reopened += 1; open_one()
+print("opened", opened, "reopened", reopened)
+"#
+    );
+    let mut slowloris = ChildGuard::spawn(net.netns.command("python3").args(["-c", &script]));
+    // The attack takes every place.
+    net.exec.block_on(async {
+        for _ in 0..100 {
+            if stats.get().connections >= SLOW_PLACES as u64 {
+                break;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let before = stats.get();
+    assert!(
+        before.connections >= SLOW_PLACES as u64,
+        "the attack takes every place: {before:?}"
+    );
+    let url = format!("http://{ZCNET_ADDR}/");
+    let mut took = Vec::new();
+    for _ in 0..10 {
+        // Spread over the attack.
+        net.exec.block_on(sleep(Duration::from_millis(1000)));
+        let start = std::time::Instant::now();
+        let (status, out, err) = run_in_ns(
+            &net,
+            "curl",
+            &[
+                "-sS",
+                "--max-time",
+                "10",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                &url,
+            ],
+        );
+        took.push(start.elapsed());
+        assert_success("curl during the slowloris", status, &out, &err);
+        assert_eq!(out, "200", "{err}");
+    }
+    let (status, out, err) = net.exec.block_on(slowloris.wait(CHILD_LIMIT));
+    assert_success("slowloris", status, &out, &err);
+    let s = stats.get();
+    // The attack ran all along: its connections were shed and timed out, and reopened.
+    let reopened: u64 = out
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("slowloris output: {out}"));
+    assert!(reopened >= 100, "{out}; {s:?}");
+    assert!(s.shed + s.timed_out >= 100, "{s:?}");
+    assert!(s.status_2xx >= 10, "{s:?}");
+    eprintln!("curl took {took:?}; server {s:?}; slowloris {out}");
 }
 
 /// TCP echo: `python3` sends 1 MB and reads it back byte-exact; UDP echo: 50 datagrams.

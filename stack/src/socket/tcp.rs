@@ -50,8 +50,33 @@
 //!
 //! End of stream is `Ok(0)` from `read`. A connection that ended otherwise gives
 //! [`TcpError::ConnectionReset`] (the peer reset it), [`TcpError::TimedOut`] (no answer within
-//! [`set_timeout`](TcpSocket::set_timeout), or `connect_timeout`), [`TcpError::Aborted`] (this side
-//! called [`abort`](TcpSocket::abort)) or, from `connect`, [`TcpError::ConnectionRefused`].
+//! [`set_timeout`](TcpSocket::set_timeout), or `connect_timeout`; or the peer stopped
+//! answering, see below), [`TcpError::Aborted`] (this side called [`abort`](TcpSocket::abort))
+//! or, from `connect`, [`TcpError::ConnectionRefused`].
+//!
+//! # How long a connection lasts without answers
+//!
+//! Every connection ends on its own when its peer stops answering, with no timeout set:
+//!
+//! * `connect`: after [`SYN_RETRIES`] unanswered SYNs (123 s); a listening socket's
+//!   handshake after [`SYNACK_RETRIES`] SYN-ACKs (63 s, then it listens again).
+//! * Data or a FIN sent and not acknowledged: at the first retransmission timeout at least
+//!   [`retransmission_bound`]`(retries)` after the oldest unacknowledged transmission, with
+//!   no acknowledgement of new data since; timeouts come at most 60 s apart, so within that
+//!   bound plus 60 s. Default ([`TCP_RETRIES`], Linux's `tcp_retries2`): 522.2 s; the least
+//!   ([`MIN_TCP_RETRIES`]): 102.2 s, RFC 1122's 100 s. Set per socket with
+//!   [`TcpSocket::set_retries`].
+//! * Data waiting for a zero window: after `retries` zero-window probes in a row without any
+//!   segment from the peer (the probes back off from the RTO to 60 s apart). A peer that
+//!   answers every probe keeps its window closed as long as it likes, as on Linux: bound that
+//!   with a deadline on writes (`zcnet_executor::time::timeout`), as the example servers do.
+//! * Idle: never, unless [`set_keep_alive`](TcpSocket::set_keep_alive) and
+//!   [`set_timeout`](TcpSocket::set_timeout) are both set (keep-alive probes, and the timeout
+//!   ends the connection when none is answered).
+//!
+//! Giving up sends the peer a RST, ends the connection with [`TcpError::TimedOut`] for
+//! `read`, `write` and `flush`, and counts in
+//! [`StackStats::tcp_timed_out`](crate::StackStats::tcp_timed_out).
 
 use core::future::poll_fn;
 use core::marker::PhantomData;
@@ -75,6 +100,7 @@ use zcnet_buffer::TxFrame;
 pub use super::tcp_listener::{TcpListener, HANDSHAKE_TIMEOUT, MAX_BACKLOG};
 pub use crate::transport::tcp::tcb::congestion::CongestionControl;
 pub use crate::transport::tcp::tcb::context::CHALLENGE_ACKS_PER_SECOND;
+pub use crate::transport::tcp::tcb::retries::{retransmission_bound, MIN_TCP_RETRIES, TCP_RETRIES};
 pub use crate::transport::tcp::tcb::socket::{SYNACK_RETRIES, SYN_RETRIES};
 /// The state of a TCP connection (RFC 793).
 pub use crate::transport::tcp::tcb::state::State as TcpState;
@@ -87,7 +113,9 @@ pub enum TcpError {
     ConnectionReset,
     /// The peer refused the connection (RST in answer to our SYN).
     ConnectionRefused,
-    /// The peer did not answer within the socket's timeout (or `connect_timeout`'s).
+    /// The peer did not answer within the socket's timeout (or `connect_timeout`'s), or
+    /// stopped answering: SYNs, retransmissions or zero-window probes unanswered past their
+    /// limits (see the [module docs](self), "How long a connection lasts without answers").
     TimedOut,
     /// This side aborted the connection ([`TcpSocket::abort`]).
     Aborted,
@@ -788,6 +816,23 @@ impl TcpSocket {
         })
     }
 
+    /// How many retransmissions and unanswered zero-window probes the connection allows before
+    /// it gives up (Linux's `tcp_retries2`; default [`TCP_RETRIES`], at least
+    /// [`MIN_TCP_RETRIES`], lower values count as that). Unacknowledged data or FIN ends the
+    /// connection at the first retransmission timeout past [`retransmission_bound`]`(retries)`
+    /// since the oldest unacknowledged transmission (102.2 s for 8, 522.2 s for 15); probes
+    /// after `retries` of them in a row go unanswered. The connection then sends a RST and
+    /// ends with [`TcpError::TimedOut`] (see the module docs, "How long a connection lasts
+    /// without answers"). Applies at once and to the socket's later connections.
+    pub fn set_retries(&mut self, retries: u8) {
+        self.with(|s, _| s.set_retries(retries))
+    }
+
+    /// The retransmission and probe limit ([`set_retries`](Self::set_retries)).
+    pub fn retries(&self) -> u8 {
+        self.with(|s, _| s.retries())
+    }
+
     /// Disables (`true`) or enables (`false`, the default) Nagle's algorithm.
     pub fn set_nodelay(&mut self, nodelay: bool) {
         self.with(|s, _| s.set_nagle_enabled(!nodelay))
@@ -1004,7 +1049,8 @@ const LINGER: SmolDuration = SmolDuration::from_secs(60);
 impl Drop for TcpSocket {
     /// Dropping a connected socket closes it gracefully in the background: queued data is still
     /// sent, then FIN; the stack removes the socket once the close completes (or after a minute
-    /// without progress). Call [`abort`](TcpSocket::abort) first to reset instead. Until then the
+    /// without progress). Call [`abort`](TcpSocket::abort) first to reset instead (the socket
+    /// stays until its RST is sent). Until then the
     /// socket keeps its slot in the stack's socket storage; once in TIME-WAIT, only until a new
     /// socket finds no free slot (see
     /// [`StackStats::time_wait_evictions`](crate::StackStats::time_wait_evictions)).
@@ -1013,7 +1059,9 @@ impl Drop for TcpSocket {
         let now = self.conn.stack.now();
         self.conn.stack.with(|st| {
             let lingering = st.with_tcb(handle, |s, _| match s.state() {
-                TcpState::Closed | TcpState::Listen | TcpState::SynSent => false,
+                // An abort whose RST egress has not sent yet: kept until it is sent.
+                TcpState::Closed => s.remote_endpoint().is_some(),
+                TcpState::Listen | TcpState::SynSent => false,
                 _ => {
                     s.close();
                     s.set_timeout(Some(LINGER));

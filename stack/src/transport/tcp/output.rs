@@ -485,14 +485,18 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
                 Ok::<(), Starved>(())
             });
             // Only a timeout closes an open connection in `dispatch` (the socket's own, or
-            // the SYN retries running out; an abort closes it before, a reset from the peer
-            // in `process`).
+            // the SYN, retransmission or probe limits running out; an abort closes it before,
+            // a reset from the peer in `process`).
             if was_open && tcb.state() == TcpState::Closed {
-                if tcb.gave_up() {
+                let timed_out = if tcb.gave_up() {
                     e.meta
                         .set_cause(crate::transport::tcp::table::CloseCause::TimedOut);
+                    true
                 } else {
-                    e.meta.record_timeout();
+                    e.meta.record_timeout()
+                };
+                if timed_out {
+                    out.counters.tcp_timed_out();
                 }
             }
             if r.is_err() {

@@ -26,7 +26,8 @@
 //! * **Close causes** ([`TcpMeta`]): a connection that ended other than by an orderly
 //!   exchange of FINs reports why. `abort()` records [`CloseCause::Aborted`]; a connection with
 //!   a timeout set (*watched*) that egress's `dispatch` closes records [`CloseCause::TimedOut`]
-//!   (a timeout fires only there); anything else that closes an open connection is the peer's
+//!   (a timeout fires only there), and so does one that `dispatch` gave up on (`Tcb::gave_up`:
+//!   handshake, retransmission or probe limits); anything else that closes an open connection is the peer's
 //!   reset.
 //! * **Segments the application holds** ([`SegmentRelease`]): a `TcpSegment` may be dropped on
 //!   any thread or in an interrupt handler, where the stack's state cannot be reached. Its drop
@@ -44,8 +45,9 @@
 //!   they do not even visit the others: the places without a kept answer are on a list of
 //!   their own, and the table knows the earliest kept deadline, so egress walks every place
 //!   only when a kept deadline is due.
-//! * **Orphans**: a dropped socket whose connection is still closing stays in its place until
-//!   the close completes or its deadline passes (`State::reap_orphans`); a dropped connection
+//! * **Orphans**: a dropped socket whose connection is still closing, or was aborted and has
+//!   its RST still to send, stays in its place until the close completes (the RST sent) or its
+//!   deadline passes (`State::reap_orphans`); a dropped connection
 //!   in TIME-WAIT gives its place up to a new socket when the stack has no free slot
 //!   (`State::free_orphan_slot`). The orphans are listed oldest first (every one gets the same
 //!   grace period, so that is deadline order too), and those handed out mutably since the last
@@ -143,11 +145,12 @@ impl TcpMeta {
     }
 
     /// A `dispatch` closed the open connection: it timed out, if it was watched (only a
-    /// timeout closes a connection there).
-    pub(crate) fn record_timeout(&mut self) {
+    /// timeout closes a connection there). Returns whether it recorded a timeout.
+    pub(crate) fn record_timeout(&mut self) -> bool {
         if self.watched {
             self.set_cause(CloseCause::TimedOut);
         }
+        self.watched
     }
 }
 
@@ -1062,11 +1065,12 @@ impl TcpTable {
             self.touched_head = slot.touched_next;
             slot.touched = false;
             slot.touched_next = NO_PLACE;
+            // Closed, and no RST left to send (an abort's goes before the place is freed).
             let closed = slot.meta.orphan.is_some()
                 && slot
                     .tcb
                     .as_ref()
-                    .is_some_and(|t| t.state() == State::Closed);
+                    .is_some_and(|t| t.state() == State::Closed && t.remote_endpoint().is_none());
             if closed {
                 return Some(TcpHandle(i));
             }

@@ -80,6 +80,11 @@
 //!   [`socket::SYNACK_RETRIES`] times (a socket that came from LISTEN listens again), as
 //!   Linux's `tcp_syn_retries` / `tcp_synack_retries`; smoltcp resends both until the
 //!   socket's timeout, or for ever without one.
+//! * Connections give up on a silent peer ([`retries`]): data or a FIN unacknowledged past a
+//!   bound of time (Linux's `tcp_retries2` model, 522 s by default, at least RFC 1122's
+//!   100 s), or zero-window probes unanswered that many times, close the connection with a
+//!   RST and a timeout for the application; smoltcp retransmits and probes for ever unless
+//!   the socket has a timeout.
 //! * Time-based loss detection and loss probes, RACK-TLP (RFC 8985, [`rack`]), with a peer
 //!   that SACKs: a segment is lost once one sent after it was delivered and a round trip has
 //!   passed (this finds lost retransmissions and losses too near the tail for three duplicate
@@ -118,6 +123,7 @@ pub(crate) mod error;
 mod rack;
 mod recovery;
 pub(crate) mod recv;
+pub(crate) mod retries;
 mod rtt;
 mod sack;
 pub(crate) mod send;

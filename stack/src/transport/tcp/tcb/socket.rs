@@ -23,6 +23,7 @@ use super::error::{ConnectError, ListenError, RecvError, SendError};
 use super::rack::Rack;
 use super::recovery::Recovery;
 use super::recv::{RecvBuffer, RxDrops};
+use super::retries::Retries;
 use super::rtt::RttEstimator;
 use super::sack;
 use super::send::{Segment, SendBuffer};
@@ -170,9 +171,13 @@ pub(crate) struct Tcb<'a> {
     /// Retransmission timeouts in this handshake (SYN-SENT or SYN-RECEIVED); past
     /// [`SYN_RETRIES`] / [`SYNACK_RETRIES`] the handshake is given up. Zcnet's, not smoltcp's.
     handshake_rtos: u8,
-    /// The last handshake was given up after [`SYN_RETRIES`] (the connection closed for want of
-    /// an answer, a timeout for the caller); cleared when the connection is reset.
+    /// The connection closed for want of an answer (a timeout for the caller): its SYN went
+    /// unanswered [`SYN_RETRIES`] times, or it passed its retransmission or probe limit
+    /// (`retries`); cleared when the connection is reset.
     gave_up: bool,
+    /// The retransmission and zero-window probe limits and their counts (`retries.rs`). Not
+    /// smoltcp's.
+    retries: Retries,
 
     /// One past the highest sequence number ever handed to `emit` in this connection (`None`
     /// before the first segment): payload below it is a retransmission. Not smoltcp's; read
@@ -280,6 +285,7 @@ impl<'a> Tcb<'a> {
             synack_paused: false,
             handshake_rtos: 0,
             gave_up: false,
+            retries: Retries::default(),
             sent_max: None,
             local_mss: None,
             counters: TcpCounters::default(),
@@ -557,6 +563,21 @@ impl<'a> Tcb<'a> {
         self.timeout = duration
     }
 
+    /// How many retransmission timeouts (of the RTO model in `retries.rs`) and unanswered
+    /// zero-window probes the connection allows before it gives up, resets and reports a
+    /// timeout: Linux's `tcp_retries2`, default
+    /// [`TCP_RETRIES`](super::retries::TCP_RETRIES), at least
+    /// [`MIN_TCP_RETRIES`](super::retries::MIN_TCP_RETRIES). Applies at once and to later
+    /// connections. Not smoltcp's.
+    pub(crate) fn set_retries(&mut self, retries: u8) {
+        self.retries.set_limit(retries);
+    }
+
+    /// The retransmission and probe limit ([`set_retries`](Self::set_retries)).
+    pub(crate) fn retries(&self) -> u8 {
+        self.retries.limit()
+    }
+
     /// Set the ACK delay duration.
     ///
     /// By default, the ACK delay is set to 10ms.
@@ -691,13 +712,15 @@ impl<'a> Tcb<'a> {
         self.local_rx_last_ack = None;
         self.handshake_rtos = 0;
         self.gave_up = false;
+        self.retries.reset();
 
         self.rx_waker.wake();
         self.tx_waker.wake();
     }
 
-    /// Whether the connection closed because its SYN went unanswered [`SYN_RETRIES`] times
-    /// over (the stack reports a timeout).
+    /// Whether the connection closed for want of an answer: its SYN went unanswered
+    /// [`SYN_RETRIES`] times over, or it gave up retransmitting or probing (see
+    /// [`set_retries`](Self::set_retries)). The stack reports a timeout.
     pub(crate) fn gave_up(&self) -> bool {
         self.gave_up
     }
@@ -1275,14 +1298,7 @@ impl<'a> Tcb<'a> {
     /// send (a retransmission must wait for it). With `waker`, it is registered in the pool's
     /// retained waker first, so the frame's return wakes it.
     pub(crate) fn tx_blocked(&self, waker: Option<&Waker>) -> bool {
-        if !matches!(
-            self.state,
-            State::Established
-                | State::FinWait1
-                | State::Closing
-                | State::CloseWait
-                | State::LastAck
-        ) {
+        if !self.state_sends_data() {
             return false;
         }
         let offset = self.next_send_offset();
@@ -2635,6 +2651,37 @@ impl<'a> Tcb<'a> {
         true
     }
 
+    /// Whether the state is one that sends (and resends) data or a FIN: ESTABLISHED,
+    /// FIN-WAIT-1, CLOSING, CLOSE-WAIT, LAST-ACK.
+    fn state_sends_data(&self) -> bool {
+        matches!(
+            self.state,
+            State::Established
+                | State::FinWait1
+                | State::Closing
+                | State::CloseWait
+                | State::LastAck
+        )
+    }
+
+    /// Whether a synchronized connection whose retransmission timer or zero-window probe is
+    /// due at `now` passed its limit instead (see `retries.rs`). Not smoltcp's.
+    fn retries_exhausted(&mut self, now: Instant) -> bool {
+        if !self.state_sends_data() {
+            return false;
+        }
+        match self.timer {
+            Timer::Retransmit { expires_at } if now >= expires_at => {
+                let rto = self.rtte.retransmission_timeout();
+                self.retries.rto_expired(now, rto, self.local_seq_no)
+            }
+            Timer::ZeroWindowProbe { expires_at, .. } if now >= expires_at => {
+                self.retries.probe_due(self.counters.segments_received)
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the remote has been silent longer than the timeout at `timestamp`.
     fn timed_out(&self, timestamp: Instant) -> bool {
         match (self.remote_last_ts, self.timeout) {
@@ -2870,6 +2917,12 @@ impl<'a> Tcb<'a> {
         if self.timed_out(cx.now) {
             // If a timeout expires, we should abort the connection.
             event!(tcp_timed_out(self));
+            self.set_state(State::Closed);
+        } else if self.retries_exhausted(cx.now) {
+            // zcnet: the retransmission or probe limit passed; a RST goes below (the
+            // state is CLOSED with the four-tuple still set).
+            event!(tcp_gave_up(self));
+            self.gave_up = true;
             self.set_state(State::Closed);
         } else if self.timer.should_retransmit(cx.now) {
             if matches!(self.timer, Timer::Retransmit { .. }) && self.handshake_expired() {
@@ -3221,6 +3274,7 @@ impl<'a> Tcb<'a> {
 
         // Leave the rest of the state intact if sending a zero-window probe.
         if is_zero_window_probe {
+            self.retries.probe_sent(self.counters.segments_received);
             self.timer.rewind_zero_window_probe(cx.now);
             return Ok(());
         }

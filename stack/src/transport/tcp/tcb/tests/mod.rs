@@ -11,7 +11,8 @@
 //! segmentation-offload test (no segmentation offload here).
 //!
 //! zcnet's own cases follow smoltcp's in `cases.rs` (marked `zcnet:`), and those of the
-//! connection's statistics are in `stats_cases.rs`, included the same way.
+//! connection's statistics are in `stats_cases.rs`, and those of the retransmission and probe
+//! limits in `retries_cases.rs`, included the same way.
 
 extern crate std;
 
@@ -141,6 +142,7 @@ mod v4 {
 
     include!("cases.rs");
     include!("stats_cases.rs");
+    include!("retries_cases.rs");
 }
 
 /// The cases over IPv6.
@@ -167,4 +169,5 @@ mod v6 {
 
     include!("cases.rs");
     include!("stats_cases.rs");
+    include!("retries_cases.rs");
 }
