@@ -290,3 +290,44 @@ fn retained_completion_vs_waiting_egress() {
         drop(kept);
     });
 }
+
+/// The egress task waits for one of two sent slots while the device completes both on another
+/// thread, the other one first: only the watched slot's completion wakes the retained waker, and
+/// that wake is not lost whichever comes first, the mark or the completion.
+#[test]
+fn retained_completion_of_a_watched_slot_among_others() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let (a_kept, a_dev) = sent_frame(pool);
+        let (b_kept, b_dev) = sent_frame(pool);
+        let device = thread::spawn(move || {
+            drop(a_dev);
+            drop(b_dev);
+        });
+        block_on(poll_fn(|cx| b_kept.poll_idle(cx)));
+        assert_eq!(
+            pool.slot_state(b_kept.slot_index()),
+            Some(SlotState::Retained)
+        );
+        device.join().unwrap();
+        drop(a_kept);
+        drop(b_kept);
+    });
+}
+
+/// The socket lets go of a sent slot the egress task has marked watched while the device
+/// completes it: the slot is freed exactly once (the audit), whoever comes first.
+#[test]
+fn watched_slot_released_by_the_socket_vs_completion() {
+    loom::model(|| {
+        let m = ModelPool::new(1);
+        let pool = m.pool;
+        let (kept, dev) = sent_frame(pool);
+        let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+        let _ = kept.poll_idle(&mut cx);
+        let device = thread::spawn(move || drop(dev));
+        drop(kept);
+        device.join().unwrap();
+    });
+}

@@ -31,9 +31,11 @@
 //!   free. A RETAINED slot has the socket as its only owner (the device moved it there as it
 //!   let go), so the socket's moves out of RETAINED (resend: → SENT; let go: → FREE) are a load
 //!   and a store. Whoever waits for a SENT slot to come back (the stack's egress, to retransmit
-//!   it) registers in the pool's one *retained waker* and then checks the state again; every
-//!   SENT → RETAINED wakes that cell after its compare-exchange, so one of the two always sees
-//!   the other.
+//!   it) registers in the pool's one *retained waker* and then marks the slot *watched* with a
+//!   compare-exchange on its state byte (SENT → SENT|`WATCHED`); the device's SENT → RETAINED
+//!   is a compare-exchange on the same byte, so one of the two always sees the other, and only
+//!   the completion of a watched slot wakes the cell (a completion nobody waits for touches no
+//!   waker).
 //!
 //! ```text
 //!  head: | tag (38 bits) | TX waiting | RX waiting | index of the first free slot (24 bits) |
@@ -47,7 +49,7 @@ use core::task::{Context, Poll};
 use crate::error::PoolError;
 use crate::region::FrameRegion;
 use crate::rx::PostedSlot;
-use crate::slot::{SlotMeta, SlotState};
+use crate::slot::{SlotMeta, SlotState, WATCHED};
 use crate::sync::{AtomicU64, Ordering::*, StatCounter};
 use crate::tx::TxFrame;
 use crate::waker_cell::WakerCell;
@@ -628,36 +630,63 @@ impl FramePool {
         self.push(slot);
     }
 
-    /// Registers `waker` to be woken when a SENT slot next becomes RETAINED. One registrant: the
-    /// task that resends retained frames (the stack's egress). Register, then check the slot's
-    /// state again ([`RetainedFrame::poll_idle`](crate::RetainedFrame::poll_idle) does both).
-    pub fn register_retained_waker(&self, waker: &core::task::Waker) {
+    /// For the task waiting to resend `slot` (the stack's egress): registers `waker` in the
+    /// pool's one retained waker and marks the SENT slot *watched* (SENT → SENT|[`WATCHED`]),
+    /// so that the device's SENT → RETAINED wakes it. `true` if the slot is RETAINED already
+    /// (nothing to wait for).
+    ///
+    /// The mark and the device's move out of SENT are compare-exchanges on the same state
+    /// byte, so exactly one of them comes first: either the mark finds the slot RETAINED (and
+    /// the caller does not wait), or the device finds the mark (and wakes the waker registered
+    /// before it, whose registration its compare-exchange acquires). A completion of a slot
+    /// nobody watches wakes nobody and touches no waker.
+    pub(crate) fn watch_retained(&self, slot: u32, waker: &core::task::Waker) -> bool {
         self.retained_waiter.register(waker);
-    }
-
-    /// Compare-exchange on `slot`'s state byte, in every build.
-    fn cas(&self, slot: u32, from: SlotState, to: SlotState) -> Result<(), u8> {
-        self.meta[slot as usize]
-            .state
-            .compare_exchange(from as u8, to as u8, AcqRel, Acquire)
-            .map(|_| ())
-    }
-
-    /// The device is done with a retained slot (completion, refusal, or a frame dropped unsent):
-    /// SENT → RETAINED and wake the retained waiter, or free it if the socket let go first.
-    pub(crate) fn device_done(&self, slot: u32) {
-        match self.cas(slot, SlotState::Sent, SlotState::Retained) {
-            Ok(()) => self.retained_waiter.wake(),
-            Err(found) => {
-                // Only the device leaves DEVICE, so nobody races this release.
-                debug_assert_eq!(found, SlotState::Device as u8, "slot {slot}");
-                self.release(slot, SlotState::Device);
+        let state = &self.meta[slot as usize].state;
+        let mut cur = state.load(Acquire);
+        loop {
+            if cur == SlotState::Retained as u8 {
+                return true;
+            }
+            if cur & WATCHED != 0 {
+                return false; // marked by an earlier wait; the device will see it
+            }
+            debug_assert_eq!(cur, SlotState::Sent as u8, "slot {slot} is retained");
+            match state.compare_exchange(cur, cur | WATCHED, AcqRel, Acquire) {
+                Ok(_) => return false,
+                Err(found) => cur = found,
             }
         }
     }
 
-    /// The socket lets go of a retained slot: RETAINED → FREE, or SENT → DEVICE for the device's
-    /// completion to free it.
+    /// The device is done with a retained slot (completion, refusal, or a frame dropped unsent):
+    /// SENT → RETAINED, waking the retained waiter if the slot was watched
+    /// ([`watch_retained`](Self::watch_retained)), or free it if the socket let go first.
+    pub(crate) fn device_done(&self, slot: u32) {
+        let state = &self.meta[slot as usize].state;
+        let mut from = SlotState::Sent as u8;
+        loop {
+            match state.compare_exchange(from, SlotState::Retained as u8, AcqRel, Acquire) {
+                Ok(_) => {
+                    if from & WATCHED != 0 {
+                        self.retained_waiter.wake();
+                    }
+                    return;
+                }
+                // The egress task marked the slot since (or before) we looked: move that.
+                Err(found) if found == SlotState::Sent as u8 | WATCHED => from = found,
+                Err(found) => {
+                    // Only the device leaves DEVICE, so nobody races this release.
+                    debug_assert_eq!(found, SlotState::Device as u8, "slot {slot}");
+                    self.release(slot, SlotState::Device);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The socket lets go of a retained slot: RETAINED → FREE, or SENT (watched or not) →
+    /// DEVICE for the device's completion to free it.
     ///
     /// A RETAINED slot has one owner, the socket (the device moved it there when it let go, and
     /// only the socket moves it on): a load that sees RETAINED (Acquire: the device's release
@@ -665,22 +694,20 @@ impl FramePool {
     /// device's completion, so that edge keeps its compare-exchange.
     pub(crate) fn socket_done(&self, slot: u32) {
         let state = &self.meta[slot as usize].state;
-        if state.load(Acquire) == SlotState::Retained as u8 {
-            state.store(SlotState::Free as u8, Relaxed);
-            self.push(slot);
-            return;
-        }
+        let mut cur = state.load(Acquire);
         loop {
-            if self.cas(slot, SlotState::Retained, SlotState::Free).is_ok() {
+            if cur == SlotState::Retained as u8 {
+                // Only the socket, the caller, moves a slot out of RETAINED.
+                state.store(SlotState::Free as u8, Relaxed);
                 self.push(slot);
                 return;
             }
-            if self.cas(slot, SlotState::Sent, SlotState::Device).is_ok() {
-                return;
+            debug_assert_eq!(cur & !WATCHED, SlotState::Sent as u8, "slot {slot}");
+            match state.compare_exchange(cur, SlotState::Device as u8, AcqRel, Acquire) {
+                Ok(_) => return,
+                // The device moved it to RETAINED (or the egress task marked it) meanwhile.
+                Err(found) => cur = found,
             }
-            // The device moved SENT -> RETAINED between the two attempts: try again (at most
-            // once more, since only the socket moves the slot back to SENT).
-            crate::sync::spin_hint();
         }
     }
 

@@ -9,7 +9,8 @@
 //!   so two stacks can talk inside one process, with seeded fault injection ([`Faults`]: loss,
 //!   reorder, duplication, corruption, delay, MTU) and counters per direction
 //!   ([`WireStats`]). zcnet's stack tests, its benchmarks against smoltcp and the `demo`
-//!   example run on it.
+//!   example run on it. [`wire_pair_one_thread`] is the same wire for two ends on one thread
+//!   (no lock: the stack benchmark's two stacks on one executor).
 //! * [`CountingWaker`]: a waker that only counts, for driving a driver by hand.
 //!
 //! Both drivers follow the [`Driver`](crate::Driver) contract as a real driver must (re-post
@@ -33,7 +34,7 @@
 //! let (stack_b, runner_b) = Stack::new(exec, pool_b, Box::leak(Box::new(b)), config_b, res_b)?;
 //! ```
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Wake, Waker};
 
@@ -42,8 +43,28 @@ pub mod wire;
 
 pub use nic::{SimNic, SimNicStats};
 pub use wire::{
-    wire_pair, wire_pair_with, Delivery, Faults, WireEnd, WireHandle, WireStats, WireTimer,
+    wire_pair, wire_pair_one_thread, wire_pair_with, Delivery, Faults, WireEnd, WireHandle,
+    WireStats, WireTimer,
 };
+
+/// The calling thread's number: assigned from a counter on the thread's first call, so two
+/// threads never share one (unlike a thread-local's address, which a new thread may reuse),
+/// and read from a thread-local after that (no locked instruction, no `Arc` clone as
+/// `std::thread::current` makes).
+pub(crate) fn thread_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    std::thread_local! {
+        static ID: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    }
+    ID.with(|id| match id.get() {
+        0 => {
+            let fresh = NEXT.fetch_add(1, Ordering::Relaxed);
+            id.set(fresh);
+            fresh
+        }
+        known => known,
+    })
+}
 
 /// A waker that counts how often it was woken and does nothing else: pass it to a driver
 /// polled by hand (no executor) and check afterwards that the driver woke it when it should.
