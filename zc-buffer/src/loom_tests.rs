@@ -331,3 +331,58 @@ fn watched_slot_released_by_the_socket_vs_completion() {
         device.join().unwrap();
     });
 }
+
+/// The owner thread frees into its cache and allocates while another thread returns a slot to
+/// the shared list: both slots are found again, none is lost or handed out twice (the audit).
+#[test]
+fn owner_cache_vs_a_return_on_another_thread() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let owner = pool.bind_owner(core::task::Waker::noop()).unwrap();
+        let a = pool.try_alloc_tx().unwrap();
+        let b = pool.try_alloc_tx().unwrap();
+        let t = thread::spawn(move || drop(b));
+        drop(a);
+        let first = pool.try_alloc_tx().expect("the cached slot");
+        t.join().unwrap();
+        let second = pool
+            .try_alloc_tx()
+            .expect("the slot the other thread returned");
+        assert_ne!(first.slot_index(), second.slot_index());
+        drop(first);
+        drop(second);
+        drop(owner);
+    });
+}
+
+/// Another thread waits for a slot while the owner frees the only one, into its cache or not,
+/// bound before or after the waiter asked: the waiter gets the slot and the owner's task is
+/// woken to flush when it must (a lost request or wake leaves one of them parked: a loom
+/// deadlock).
+#[test]
+fn waiter_on_another_thread_vs_the_owner_cache() {
+    loom::model(|| {
+        let m = ModelPool::new(1);
+        let pool = m.pool;
+        let frame = pool.try_alloc_tx().unwrap();
+        let waiter = thread::spawn(move || {
+            let f = block_on(poll_fn(|cx| pool.poll_alloc_tx(cx)));
+            drop(f);
+        });
+        let mut owner = None;
+        let mut frame = Some(frame);
+        block_on(poll_fn(|cx| {
+            let o = owner.get_or_insert_with(|| pool.bind_owner(cx.waker()).unwrap());
+            drop(frame.take()); // the first time: into the cache, unless the waiter's bit shows
+            o.service(cx);
+            if pool.owner_cached() == 0 {
+                core::task::Poll::Ready(())
+            } else {
+                core::task::Poll::Pending
+            }
+        }));
+        waiter.join().unwrap();
+        drop(owner);
+    });
+}

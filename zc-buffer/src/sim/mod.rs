@@ -34,7 +34,7 @@
 //! let (stack_b, runner_b) = Stack::new(exec, pool_b, Box::leak(Box::new(b)), config_b, res_b)?;
 //! ```
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Wake, Waker};
 
@@ -46,25 +46,6 @@ pub use wire::{
     wire_pair, wire_pair_one_thread, wire_pair_with, Delivery, Faults, WireEnd, WireHandle,
     WireStats, WireTimer,
 };
-
-/// The calling thread's number: assigned from a counter on the thread's first call, so two
-/// threads never share one (unlike a thread-local's address, which a new thread may reuse),
-/// and read from a thread-local after that (no locked instruction, no `Arc` clone as
-/// `std::thread::current` makes).
-pub(crate) fn thread_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    std::thread_local! {
-        static ID: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
-    }
-    ID.with(|id| match id.get() {
-        0 => {
-            let fresh = NEXT.fetch_add(1, Ordering::Relaxed);
-            id.set(fresh);
-            fresh
-        }
-        known => known,
-    })
-}
 
 /// A waker that counts how often it was woken and does nothing else: pass it to a driver
 /// polled by hand (no executor) and check afterwards that the driver woke it when it should.

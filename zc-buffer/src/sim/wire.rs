@@ -231,7 +231,7 @@ enum Dirs {
     /// Either end may run on any thread: a spin lock per direction (a compare-exchange to take
     /// it, a store to give it back).
     Locked([Mutex<Direction>; 2]),
-    /// Both ends run on the thread that made the pair, `owner` ([`super::thread_id`]): plain
+    /// Both ends run on the thread that made the pair, `owner` (`crate::thread::current`): plain
     /// cells, borrow-checked, reached only after checking the calling thread.
     OneThread {
         owner: u64,
@@ -288,9 +288,8 @@ impl Shared {
     fn try_dir(&self, i: usize) -> Option<DirGuard<'_>> {
         match &self.dirs {
             Dirs::Locked(dirs) => Some(DirGuard::Locked(dirs[i].lock())),
-            Dirs::OneThread { owner, dirs } => {
-                (super::thread_id() == *owner).then(|| DirGuard::OneThread(dirs[i].borrow_mut()))
-            }
+            Dirs::OneThread { owner, dirs } => (crate::thread::current() == Some(*owner))
+                .then(|| DirGuard::OneThread(dirs[i].borrow_mut())),
         }
     }
 
@@ -417,7 +416,7 @@ fn make_pair(
     let [d0, d1] = [dir(1, pools[0]), dir(2, pools[1])];
     let dirs = if one_thread {
         Dirs::OneThread {
-            owner: super::thread_id(),
+            owner: crate::thread::current().expect("sim implies std"),
             dirs: [RefCell::new(d0), RefCell::new(d1)],
         }
     } else {
