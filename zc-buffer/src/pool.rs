@@ -878,7 +878,10 @@ impl FramePool {
     ///
     /// Bind it on the thread where the pool's allocations and waits happen (the stack binds it
     /// in its ingress task, where the driver refills and beside egress, which allocates TX
-    /// frames). Frames must not be dropped in a signal handler on that thread.
+    /// frames). Frames must not be dropped in a signal handler on that thread. A thread that
+    /// ends while it still holds the [`PoolOwner`] (forgotten, or kept by a stack that was
+    /// never shut down) keeps the slots in the cache, at most [`OWNER_CACHE`], out of the pool
+    /// for good: its number is never anyone else's.
     pub fn bind_owner(&'static self, waker: &Waker) -> Option<PoolOwner> {
         let me = crate::thread::current()?;
         self.owner
