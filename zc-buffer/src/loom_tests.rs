@@ -1,7 +1,8 @@
 //! loom models of the pool's concurrent paths: returns racing the driver's refill (a frame's and
 //! a frame chain's), concurrent returns, returns racing waker registration, the free list's ABA
-//! defence, and a retained frame's two owners (device completion against the socket letting go,
-//! and against the egress task waiting to resend).
+//! defence, a retained frame's two owners (device completion against the socket letting go,
+//! and against the egress task waiting to resend, a watched slot among others), and the owner
+//! cache (against a return on another thread, and against a waiter on another thread).
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p zcnet-buffer --release --lib` (see
 //! `scripts/test-all.sh`, which also sets `LOOM_MAX_PREEMPTIONS`).
