@@ -29,9 +29,12 @@
 //!
 //! # The two sides, and why the comparison is fair
 //!
-//! * **zcnet**: two stacks over the in-memory wire ([`zcnet_tests::net::pair_sized_with`], no
-//!   faults, 1514-byte frames, [`Delivery::Lend`]), each with its ingress and egress tasks, and
-//!   a client task and a server task, all on one executor driven by `block_on` on this thread.
+//! * **zcnet**: two stacks over the in-memory wire ([`zcnet_tests::net::pair_one_thread_with`],
+//!   no faults, 1514-byte frames, [`Delivery::Lend`]), each with its ingress and egress tasks,
+//!   and a client task and a server task, all on one executor driven by `block_on` on this
+//!   thread. Both ends of the wire run on this thread, so it is the one-thread wire: its
+//!   directions sit in plain cells, not behind a spin lock, as smoltcp's `Loopback` (a
+//!   `VecDeque`) and the embassy-net pair's link (`RefCell`s) keep theirs.
 //!   The wire lends the sender's TX slot to the receiver as its RX frame (`InFlight::loop_back`,
 //!   no copy) when the sender lets go of it: ACKs and other frames the stack does not keep.
 //!   A TCP data segment stays with its sender until acknowledged (a retained frame), so the wire
@@ -74,7 +77,7 @@
 //! * Same socket table: smoltcp walks every slot of a socket set, empty or not, on every
 //!   egress pass and every `poll_at`. The plain smoltcp side uses a set that grows to its two
 //!   sockets (what smoltcp's examples do); each zcnet stack gets a table of exactly the one
-//!   socket it uses ([`ZC_SOCKETS`], via [`zcnet_tests::net::pair_sized_with`]), so both sides walk
+//!   socket it uses ([`ZC_SOCKETS`], via [`zcnet_tests::net::pair_one_thread_with`]), so both sides walk
 //!   two sockets per round of egress work.
 //! * Interleaved: zcnet, smoltcp and embassy-net alternate run by run (A B C A B C ..); every
 //!   figure is a median.
@@ -135,7 +138,7 @@ use zcnet_executor::time::sleep;
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
 use zcnet_stack::{IpEndpoint, Stack, StackStats};
-use zcnet_tests::net::{pair_sized_with, ADDR};
+use zcnet_tests::net::{pair_one_thread_with, ADDR};
 
 /// Socket slots per zcnet stack: the one socket each side uses (see "Same socket table").
 const ZC_SOCKETS: usize = 1;
@@ -383,8 +386,13 @@ async fn zc_write_all(s: &mut TcpSocket, src: &[u8], api: Api) {
 #[inline(never)]
 fn zc_run(work: Workload, api: Api) -> Run {
     let exec = Executor::leak(VirtualClock::leak());
-    let p =
-        pair_sized_with::<ZC_SOCKETS>(exec, Faults::default(), Delivery::Lend, SLOTS, |_, _| {});
+    let p = pair_one_thread_with::<ZC_SOCKETS>(
+        exec,
+        Faults::default(),
+        Delivery::Lend,
+        SLOTS,
+        |_, _| {},
+    );
     let stacks = p.stacks;
     let [a, b] = stacks;
     let server = exec.local_spawner().spawn(zc_server(b, stacks, work, api));

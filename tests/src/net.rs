@@ -6,7 +6,7 @@ use zcnet_executor::Executor;
 use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
 
 use crate::audit::assert_slots_back;
-use crate::wire::{wire_pair_with, Delivery, Faults, WireEnd, WireHandle};
+use crate::wire::{wire_pair_one_thread, wire_pair_with, Delivery, Faults, WireEnd, WireHandle};
 
 /// Address of stack A (10.0.0.1) and stack B (10.0.0.2).
 pub const ADDR: [Ipv4Address; 2] = [Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2)];
@@ -164,13 +164,47 @@ pub fn pair_drivers<const A: usize, const B: usize>(
     delivery: Delivery,
     slots: [usize; 2],
     drivers: impl FnOnce(WireEnd, WireEnd) -> [PairDriver; 2],
-    mut configure: impl FnMut(usize, &mut Config),
+    configure: impl FnMut(usize, &mut Config),
 ) -> Pair {
     let pools = [
         FramePool::leak(PoolConfig::new(slots[0])).expect("pool"),
         FramePool::leak(PoolConfig::new(slots[1])).expect("pool"),
     ];
     let (a, b) = wire_pair_with(exec, pools, faults, delivery);
+    pair_over::<A, B>(exec, pools, (a, b), drivers, configure)
+}
+
+/// [`pair_sized_with`] over a one-thread wire ([`wire_pair_one_thread`]: no lock per
+/// direction), for a pair driven only on the calling thread, as the stack benchmark's is.
+pub fn pair_one_thread_with<const S: usize>(
+    exec: &'static Executor,
+    faults: Faults,
+    delivery: Delivery,
+    slots: usize,
+    configure: impl FnMut(usize, &mut Config),
+) -> Pair {
+    let pools = [
+        FramePool::leak(PoolConfig::new(slots)).expect("pool"),
+        FramePool::leak(PoolConfig::new(slots)).expect("pool"),
+    ];
+    let ends = wire_pair_one_thread(exec, pools, faults, delivery);
+    pair_over::<S, S>(
+        exec,
+        pools,
+        ends,
+        |a, b| [Box::new(a), Box::new(b)],
+        configure,
+    )
+}
+
+/// Two stacks on `drivers(ends)`, over `pools`.
+fn pair_over<const A: usize, const B: usize>(
+    exec: &'static Executor,
+    pools: [&'static FramePool; 2],
+    (a, b): (WireEnd, WireEnd),
+    drivers: impl FnOnce(WireEnd, WireEnd) -> [PairDriver; 2],
+    mut configure: impl FnMut(usize, &mut Config),
+) -> Pair {
     let handles: [&'static WireHandle; 2] = [
         Box::leak(Box::new(a.handle())),
         Box::leak(Box::new(b.handle())),

@@ -80,6 +80,14 @@ pub fn wire_pair(
     wire_pair_with(exec, pools, faults, Delivery::Copy)
 }
 
+/// A timer on `exec` for each end.
+fn timers(exec: &'static Executor) -> [Box<dyn WireTimer>; 2] {
+    [
+        Box::new(ExecutorTimer::new(exec)),
+        Box::new(ExecutorTimer::new(exec)),
+    ]
+}
+
 /// [`wire_pair`] with the frames crossing by `delivery`.
 pub fn wire_pair_with(
     exec: &'static Executor,
@@ -87,11 +95,19 @@ pub fn wire_pair_with(
     faults: Faults,
     delivery: Delivery,
 ) -> (WireEnd, WireEnd) {
-    let timers: [Box<dyn WireTimer>; 2] = [
-        Box::new(ExecutorTimer::new(exec)),
-        Box::new(ExecutorTimer::new(exec)),
-    ];
-    zcnet_buffer::sim::wire_pair_with(pools, faults, delivery, Some(timers))
+    zcnet_buffer::sim::wire_pair_with(pools, faults, delivery, Some(timers(exec)))
+}
+
+/// [`wire_pair_with`] for two ends both driven on the calling thread (two stacks on one
+/// executor): no lock per direction ([`zcnet_buffer::sim::wire_pair_one_thread`]); any use
+/// from another thread panics.
+pub fn wire_pair_one_thread(
+    exec: &'static Executor,
+    pools: [&'static FramePool; 2],
+    faults: Faults,
+    delivery: Delivery,
+) -> (WireEnd, WireEnd) {
+    zcnet_buffer::sim::wire_pair_one_thread(pools, faults, delivery, Some(timers(exec)))
 }
 
 #[cfg(test)]

@@ -184,3 +184,87 @@ fn contended_lease_and_drop_with_a_waiting_refiller() {
     assert!(posted > 0);
     assert_eq!(pool.audit().unwrap().free, SLOTS);
 }
+
+/// The owner cache under contention: the owner thread binds the pool's cache, refills from it
+/// (waiting through the pool's waker when nothing is free) and frees half of its frames itself,
+/// into the cache, while a worker drops the other half (to the shared list) and two more lease
+/// TX frames of their own on a tiny pool, finding none whenever the free slots sit in the
+/// owner's cache (then they ask the owner, whose task is woken, to flush it). No slot is lost,
+/// no waiter starves.
+#[test]
+fn owner_cache_with_returns_and_leases_on_other_threads() {
+    const SLOTS: usize = 6;
+    const ROUNDS: u64 = 300_000;
+    let pool = FramePool::leak(PoolConfig::new(SLOTS).with_slot_size(64).with_headroom(0)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (to_worker, from_owner) = sync_channel::<RxFrame>(2);
+    let dropper = thread::spawn(move || {
+        let mut n = 0u64;
+        while let Ok(f) = from_owner.recv() {
+            n += 1;
+            drop(f);
+        }
+        n
+    });
+    let leasers: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                let mut got = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    match pool.try_alloc_tx() {
+                        Some(f) => {
+                            got += 1;
+                            drop(f);
+                        }
+                        None => thread::yield_now(),
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+
+    // The owner's task: one waker for the whole run, as a task has.
+    let (handle, waker) = zcnet_tests::wakers::ThreadWaker::current();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let owner = pool.bind_owner(&waker).expect("the pool's first owner");
+    let mut cached_frees = 0u64;
+    for i in 0..ROUNDS {
+        let posted = loop {
+            let before = handle.wakes();
+            owner.service(&cx);
+            if let Poll::Ready(s) = pool.poll_alloc_rx(&mut cx) {
+                break s;
+            }
+            let start = std::time::Instant::now();
+            while handle.wakes() == before {
+                thread::park_timeout(PATIENCE);
+                assert!(
+                    handle.wakes() != before || start.elapsed() < PATIENCE,
+                    "the owner was never woken: a lost wakeup"
+                );
+            }
+        };
+        let frame = posted.complete(1).unwrap();
+        if i % 2 == 0 {
+            drop(frame);
+            cached_frees += u64::from(pool.owner_cached() > 0);
+        } else {
+            to_worker.send(frame).unwrap();
+        }
+    }
+    drop(to_worker);
+    let dropped = dropper.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let leased: u64 = leasers.into_iter().map(|h| h.join().unwrap()).sum();
+    drop(owner);
+
+    assert_eq!(dropped, ROUNDS / 2);
+    let occ = pool.audit().expect("free list consistent after the run");
+    assert_eq!(occ.free, SLOTS, "every slot returned: {occ}");
+    assert_eq!(pool.owner_cached(), 0, "unbinding flushed the cache");
+    eprintln!("{ROUNDS} owner rounds ({cached_frees} frees found the cache in use); {leased} TX leases on other threads");
+    assert!(cached_frees > 0, "the owner's frees never used the cache");
+    assert!(leased > 0, "the other threads never got a slot");
+}

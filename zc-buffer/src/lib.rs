@@ -101,6 +101,7 @@ mod slot;
 #[cfg(not(loom))]
 mod storage;
 mod sync;
+mod thread;
 mod tx;
 mod waker_cell;
 
@@ -121,8 +122,8 @@ pub use driver::{
 pub use error::{ChainError, FrameError, PoolError};
 pub use ledger::CopySite;
 pub use pool::{
-    AuditError, FramePool, Occupancy, PoolConfig, PoolStats, DEFAULT_HEADROOM, DEFAULT_SLOT_SIZE,
-    MAX_SLOTS, MAX_SLOT_SIZE, SLOT_ALIGN,
+    AuditError, FramePool, Occupancy, PoolConfig, PoolOwner, PoolStats, DEFAULT_HEADROOM,
+    DEFAULT_SLOT_SIZE, MAX_SLOTS, MAX_SLOT_SIZE, OWNER_CACHE, SLOT_ALIGN,
 };
 pub use region::{AddressMap, FrameRegion};
 pub use rx::{PostedSlot, RxFrame};

@@ -1,7 +1,8 @@
 //! loom models of the pool's concurrent paths: returns racing the driver's refill (a frame's and
 //! a frame chain's), concurrent returns, returns racing waker registration, the free list's ABA
-//! defence, and a retained frame's two owners (device completion against the socket letting go,
-//! and against the egress task waiting to resend).
+//! defence, a retained frame's two owners (device completion against the socket letting go,
+//! and against the egress task waiting to resend, a watched slot among others), and the owner
+//! cache (against a return on another thread, and against a waiter on another thread).
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p zcnet-buffer --release --lib` (see
 //! `scripts/test-all.sh`, which also sets `LOOM_MAX_PREEMPTIONS`).
@@ -288,5 +289,101 @@ fn retained_completion_vs_waiting_egress() {
         device.join().unwrap();
         assert_eq!(pool.slot_state(slot), Some(SlotState::Retained));
         drop(kept);
+    });
+}
+
+/// The egress task waits for one of two sent slots while the device completes both on another
+/// thread, the other one first: only the watched slot's completion wakes the retained waker, and
+/// that wake is not lost whichever comes first, the mark or the completion.
+#[test]
+fn retained_completion_of_a_watched_slot_among_others() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let (a_kept, a_dev) = sent_frame(pool);
+        let (b_kept, b_dev) = sent_frame(pool);
+        let device = thread::spawn(move || {
+            drop(a_dev);
+            drop(b_dev);
+        });
+        block_on(poll_fn(|cx| b_kept.poll_idle(cx)));
+        assert_eq!(
+            pool.slot_state(b_kept.slot_index()),
+            Some(SlotState::Retained)
+        );
+        device.join().unwrap();
+        drop(a_kept);
+        drop(b_kept);
+    });
+}
+
+/// The socket lets go of a sent slot the egress task has marked watched while the device
+/// completes it: the slot is freed exactly once (the audit), whoever comes first.
+#[test]
+fn watched_slot_released_by_the_socket_vs_completion() {
+    loom::model(|| {
+        let m = ModelPool::new(1);
+        let pool = m.pool;
+        let (kept, dev) = sent_frame(pool);
+        let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+        let _ = kept.poll_idle(&mut cx);
+        let device = thread::spawn(move || drop(dev));
+        drop(kept);
+        device.join().unwrap();
+    });
+}
+
+/// The owner thread frees into its cache and allocates while another thread returns a slot to
+/// the shared list: both slots are found again, none is lost or handed out twice (the audit).
+#[test]
+fn owner_cache_vs_a_return_on_another_thread() {
+    loom::model(|| {
+        let m = ModelPool::new(2);
+        let pool = m.pool;
+        let owner = pool.bind_owner(core::task::Waker::noop()).unwrap();
+        let a = pool.try_alloc_tx().unwrap();
+        let b = pool.try_alloc_tx().unwrap();
+        let t = thread::spawn(move || drop(b));
+        drop(a);
+        let first = pool.try_alloc_tx().expect("the cached slot");
+        t.join().unwrap();
+        let second = pool
+            .try_alloc_tx()
+            .expect("the slot the other thread returned");
+        assert_ne!(first.slot_index(), second.slot_index());
+        drop(first);
+        drop(second);
+        drop(owner);
+    });
+}
+
+/// Another thread waits for a slot while the owner frees the only one, into its cache or not,
+/// bound before or after the waiter asked: the waiter gets the slot and the owner's task is
+/// woken to flush when it must (a lost request or wake leaves one of them parked: a loom
+/// deadlock).
+#[test]
+fn waiter_on_another_thread_vs_the_owner_cache() {
+    loom::model(|| {
+        let m = ModelPool::new(1);
+        let pool = m.pool;
+        let frame = pool.try_alloc_tx().unwrap();
+        let waiter = thread::spawn(move || {
+            let f = block_on(poll_fn(|cx| pool.poll_alloc_tx(cx)));
+            drop(f);
+        });
+        let mut owner = None;
+        let mut frame = Some(frame);
+        block_on(poll_fn(|cx| {
+            let o = owner.get_or_insert_with(|| pool.bind_owner(cx.waker()).unwrap());
+            drop(frame.take()); // the first time: into the cache, unless the waiter's bit shows
+            o.service(cx);
+            if pool.owner_cached() == 0 {
+                core::task::Poll::Ready(())
+            } else {
+                core::task::Poll::Pending
+            }
+        }));
+        waiter.join().unwrap();
+        drop(owner);
     });
 }

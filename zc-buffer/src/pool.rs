@@ -31,9 +31,24 @@
 //!   free. A RETAINED slot has the socket as its only owner (the device moved it there as it
 //!   let go), so the socket's moves out of RETAINED (resend: → SENT; let go: → FREE) are a load
 //!   and a store. Whoever waits for a SENT slot to come back (the stack's egress, to retransmit
-//!   it) registers in the pool's one *retained waker* and then checks the state again; every
-//!   SENT → RETAINED wakes that cell after its compare-exchange, so one of the two always sees
-//!   the other.
+//!   it) registers in the pool's one *retained waker* and then marks the slot *watched* with a
+//!   compare-exchange on its state byte (SENT → SENT|`WATCHED`); the device's SENT → RETAINED
+//!   is a compare-exchange on the same byte, so one of the two always sees the other, and only
+//!   the completion of a watched slot wakes the cell (a completion nobody waits for touches no
+//!   waker).
+//! * **The owner's cache.** A thread that binds the pool ([`FramePool::bind_owner`], `std`
+//!   only: the stack binds it where it runs) keeps up to [`OWNER_CACHE`] free slots in plain
+//!   cells that only it touches ([`PoolOwner`] is neither `Send` nor `Sync`, and the pool
+//!   checks the calling thread's number, which is never reused, against the bound one). A
+//!   slot freed on that thread goes into the cache, and an allocation on it takes from the
+//!   cache first: no locked instruction either way. Slots freed on any other thread, or in
+//!   an interrupt handler (no `std`: no owner), take the lock-free list as before. The cache
+//!   never keeps a slot from a waiter: while a waiting bit is set in `head` the owner frees
+//!   to the shared list and flushes the cache before it allocates; and a context other than
+//!   the owner that finds no free slot sets a flag and wakes the owner's task, which flushes
+//!   the cache when it runs ([`PoolOwner::service`]). That covers a waiter that registered
+//!   just after the owner put a slot in its cache: the flag is set before the wake, and the
+//!   owner registers its waker before it reads the flag, so one of the two sees the other.
 //!
 //! ```text
 //!  head: | tag (38 bits) | TX waiting | RX waiting | index of the first free slot (24 bits) |
@@ -41,14 +56,16 @@
 //!  index == NIL (0xFF_FFFF): the list is empty
 //! ```
 
+use core::cell::Cell;
 use core::fmt;
-use core::task::{Context, Poll};
+use core::marker::PhantomData;
+use core::task::{Context, Poll, Waker};
 
 use crate::error::PoolError;
 use crate::region::FrameRegion;
 use crate::rx::PostedSlot;
-use crate::slot::{SlotMeta, SlotState};
-use crate::sync::{AtomicU64, Ordering::*, StatCounter};
+use crate::slot::{SlotMeta, SlotState, WATCHED};
+use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*, StatCounter};
 use crate::tx::TxFrame;
 use crate::waker_cell::WakerCell;
 
@@ -114,6 +131,93 @@ impl Backoff {
 /// Keeps a hot atomic on a cache line of its own.
 #[repr(align(64))]
 struct CachePadded<T>(T);
+
+/// Free slots the owner cache holds at most.
+pub const OWNER_CACHE: usize = 16;
+
+/// The owner thread's free slots (module docs, "The owner's cache").
+struct OwnerCache {
+    /// The owner thread's number (`thread::current`), 0 while none is bound.
+    thread: AtomicU64,
+    /// `slots[..len]` are FREE slots on no list. Touched only on the owner thread.
+    slots: [Cell<u32>; OWNER_CACHE],
+    len: Cell<usize>,
+    /// `len`, for [`FramePool::owner_cached`] and the audit on any thread (a plain store).
+    len_seen: AtomicUsize,
+    /// 1: a context other than the owner found no free slot and wants the cache flushed.
+    flush_wanted: AtomicU8,
+    /// The owner's task, woken after `flush_wanted` is set.
+    waker: WakerCell,
+}
+
+impl OwnerCache {
+    fn new() -> Self {
+        Self {
+            thread: AtomicU64::new(0),
+            slots: [const { Cell::new(0) }; OWNER_CACHE],
+            len: Cell::new(0),
+            len_seen: AtomicUsize::new(0),
+            flush_wanted: AtomicU8::new(0),
+            waker: WakerCell::new(),
+        }
+    }
+}
+
+/// The right to a pool's owner cache, held by the one thread that bound it
+/// ([`FramePool::bind_owner`]); neither `Send` nor `Sync`. Dropped, it flushes the cache to the
+/// shared free list and unbinds.
+pub struct PoolOwner {
+    pool: &'static FramePool,
+    _one_thread: PhantomData<*const ()>,
+}
+
+impl PoolOwner {
+    /// Flushes the cache if another context asked for it (it found no free slot), and then
+    /// keeps `cx`'s waker for the next request. Call it each time the owner's task runs: it
+    /// costs one load while nobody asks.
+    #[inline]
+    pub fn service(&self, cx: &Context<'_>) {
+        // Acquire (a plain load on x86 as on most targets): the request's flag store is
+        // seen together with whatever the requester did before it.
+        if self.pool.owner.flush_wanted.load(Acquire) != 0 {
+            self.take_request(cx.waker());
+        }
+    }
+
+    /// Registers `waker`, then serves every request made before: clears the flag, flushes.
+    /// A request whose wake found no waker (between an earlier wake and this registration)
+    /// set its flag before that wake, and this registration acquires the wake's release, so
+    /// the flag is seen here. A request's wake takes the waker, so the owner registers again
+    /// each time it serves one; a registration that met a wake in progress was woken instead
+    /// of stored, so the flag stays up and the task, run again by that wake, registers again.
+    #[cold]
+    fn take_request(&self, waker: &Waker) {
+        let c = &self.pool.owner;
+        let stored = c.waker.register_stored(waker);
+        while c.flush_wanted.swap(0, Acquire) != 0 {
+            self.pool.flush_cache();
+        }
+        if !stored {
+            c.flush_wanted.swap(1, Relaxed);
+        }
+    }
+}
+
+impl Drop for PoolOwner {
+    fn drop(&mut self) {
+        self.pool.flush_cache();
+        // Release: a later owner sees the empty cache.
+        self.pool.owner.thread.store(0, Release);
+    }
+}
+
+impl fmt::Debug for PoolOwner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolOwner")
+            .field("cached", &self.pool.owner_cached())
+            .finish_non_exhaustive()
+    }
+}
 
 /// Geometry of a pool: how many slots, how large, and how much TX headroom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -326,6 +430,8 @@ pub struct FramePool {
     tx_waiter: WakerCell,
     /// The task waiting for a SENT slot to become RETAINED waits here (module ground rules).
     retained_waiter: WakerCell,
+    /// Free slots kept by the owner thread (module docs, "The owner's cache").
+    owner: OwnerCache,
     region: FrameRegion,
     meta: &'static [SlotMeta],
     slot_size: usize,
@@ -335,7 +441,9 @@ pub struct FramePool {
 }
 
 // SAFETY: the region's bytes are reached only through the unique lease that owns a slot (module
-// ground rules), and every shared field is an atomic or a `WakerCell`, which is `Sync`.
+// ground rules); every shared field is an atomic or a `WakerCell`, which is `Sync`, except the
+// owner cache's cells, which only the bound owner thread touches (`FramePool::owned` is checked
+// before every access, and a thread's number is never another's).
 unsafe impl Sync for FramePool {}
 // SAFETY: as above; nothing in the pool is tied to the thread that built it.
 unsafe impl Send for FramePool {}
@@ -395,6 +503,7 @@ impl FramePool {
             rx_waiter: WakerCell::new(),
             tx_waiter: WakerCell::new(),
             retained_waiter: WakerCell::new(),
+            owner: OwnerCache::new(),
             region,
             meta,
             slot_size: config.slot_size,
@@ -435,6 +544,7 @@ impl FramePool {
             Some(slot) => Some(self.posted(slot)),
             None => {
                 self.rx_exhausted.add(1);
+                self.want_flush();
                 None
             }
         }
@@ -459,6 +569,7 @@ impl FramePool {
             Some(slot) => Some(self.tx(slot)),
             None => {
                 self.tx_exhausted.add(1);
+                self.want_flush();
                 None
             }
         }
@@ -528,9 +639,23 @@ impl FramePool {
             }
             at = m.next.load(Relaxed);
         }
-        if listed != occ.free {
+        // Slots in the owner's cache are FREE but not listed; the owner thread checks them too.
+        let cached = self.owner_cached();
+        if self.owned() {
+            for i in 0..self.owner.len.get() {
+                let at = self.owner.slots[i].get();
+                let state = self.meta[at as usize].state();
+                if state != SlotState::Free {
+                    return Err(AuditError::ListedSlotNotFree {
+                        slot: at as usize,
+                        state,
+                    });
+                }
+            }
+        }
+        if listed + cached != occ.free {
             return Err(AuditError::FreeCountMismatch {
-                listed,
+                listed: listed + cached,
                 free: occ.free,
             });
         }
@@ -625,39 +750,66 @@ impl FramePool {
     /// Returns `slot`, currently in state `from`, to the free list and wakes whoever waits.
     pub(crate) fn release(&self, slot: u32, from: SlotState) {
         self.transition(slot, from, SlotState::Free);
-        self.push(slot);
+        self.free(slot);
     }
 
-    /// Registers `waker` to be woken when a SENT slot next becomes RETAINED. One registrant: the
-    /// task that resends retained frames (the stack's egress). Register, then check the slot's
-    /// state again ([`RetainedFrame::poll_idle`](crate::RetainedFrame::poll_idle) does both).
-    pub fn register_retained_waker(&self, waker: &core::task::Waker) {
+    /// For the task waiting to resend `slot` (the stack's egress): registers `waker` in the
+    /// pool's one retained waker and marks the SENT slot *watched* (SENT → SENT|[`WATCHED`]),
+    /// so that the device's SENT → RETAINED wakes it. `true` if the slot is RETAINED already
+    /// (nothing to wait for).
+    ///
+    /// The mark and the device's move out of SENT are compare-exchanges on the same state
+    /// byte, so exactly one of them comes first: either the mark finds the slot RETAINED (and
+    /// the caller does not wait), or the device finds the mark (and wakes the waker registered
+    /// before it, whose registration its compare-exchange acquires). A completion of a slot
+    /// nobody watches wakes nobody and touches no waker.
+    pub(crate) fn watch_retained(&self, slot: u32, waker: &core::task::Waker) -> bool {
         self.retained_waiter.register(waker);
-    }
-
-    /// Compare-exchange on `slot`'s state byte, in every build.
-    fn cas(&self, slot: u32, from: SlotState, to: SlotState) -> Result<(), u8> {
-        self.meta[slot as usize]
-            .state
-            .compare_exchange(from as u8, to as u8, AcqRel, Acquire)
-            .map(|_| ())
-    }
-
-    /// The device is done with a retained slot (completion, refusal, or a frame dropped unsent):
-    /// SENT → RETAINED and wake the retained waiter, or free it if the socket let go first.
-    pub(crate) fn device_done(&self, slot: u32) {
-        match self.cas(slot, SlotState::Sent, SlotState::Retained) {
-            Ok(()) => self.retained_waiter.wake(),
-            Err(found) => {
-                // Only the device leaves DEVICE, so nobody races this release.
-                debug_assert_eq!(found, SlotState::Device as u8, "slot {slot}");
-                self.release(slot, SlotState::Device);
+        let state = &self.meta[slot as usize].state;
+        let mut cur = state.load(Acquire);
+        loop {
+            if cur == SlotState::Retained as u8 {
+                return true;
+            }
+            if cur & WATCHED != 0 {
+                return false; // marked by an earlier wait; the device will see it
+            }
+            debug_assert_eq!(cur, SlotState::Sent as u8, "slot {slot} is retained");
+            match state.compare_exchange(cur, cur | WATCHED, AcqRel, Acquire) {
+                Ok(_) => return false,
+                Err(found) => cur = found,
             }
         }
     }
 
-    /// The socket lets go of a retained slot: RETAINED → FREE, or SENT → DEVICE for the device's
-    /// completion to free it.
+    /// The device is done with a retained slot (completion, refusal, or a frame dropped unsent):
+    /// SENT → RETAINED, waking the retained waiter if the slot was watched
+    /// ([`watch_retained`](Self::watch_retained)), or free it if the socket let go first.
+    pub(crate) fn device_done(&self, slot: u32) {
+        let state = &self.meta[slot as usize].state;
+        let mut from = SlotState::Sent as u8;
+        loop {
+            match state.compare_exchange(from, SlotState::Retained as u8, AcqRel, Acquire) {
+                Ok(_) => {
+                    if from & WATCHED != 0 {
+                        self.retained_waiter.wake();
+                    }
+                    return;
+                }
+                // The egress task marked the slot since (or before) we looked: move that.
+                Err(found) if found == SlotState::Sent as u8 | WATCHED => from = found,
+                Err(found) => {
+                    // Only the device leaves DEVICE, so nobody races this release.
+                    debug_assert_eq!(found, SlotState::Device as u8, "slot {slot}");
+                    self.release(slot, SlotState::Device);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The socket lets go of a retained slot: RETAINED → FREE, or SENT (watched or not) →
+    /// DEVICE for the device's completion to free it.
     ///
     /// A RETAINED slot has one owner, the socket (the device moved it there when it let go, and
     /// only the socket moves it on): a load that sees RETAINED (Acquire: the device's release
@@ -665,22 +817,20 @@ impl FramePool {
     /// device's completion, so that edge keeps its compare-exchange.
     pub(crate) fn socket_done(&self, slot: u32) {
         let state = &self.meta[slot as usize].state;
-        if state.load(Acquire) == SlotState::Retained as u8 {
-            state.store(SlotState::Free as u8, Relaxed);
-            self.push(slot);
-            return;
-        }
+        let mut cur = state.load(Acquire);
         loop {
-            if self.cas(slot, SlotState::Retained, SlotState::Free).is_ok() {
-                self.push(slot);
+            if cur == SlotState::Retained as u8 {
+                // Only the socket, the caller, moves a slot out of RETAINED.
+                state.store(SlotState::Free as u8, Relaxed);
+                self.free(slot);
                 return;
             }
-            if self.cas(slot, SlotState::Sent, SlotState::Device).is_ok() {
-                return;
+            debug_assert_eq!(cur & !WATCHED, SlotState::Sent as u8, "slot {slot}");
+            match state.compare_exchange(cur, SlotState::Device as u8, AcqRel, Acquire) {
+                Ok(_) => return,
+                // The device moved it to RETAINED (or the egress task marked it) meanwhile.
+                Err(found) => cur = found,
             }
-            // The device moved SENT -> RETAINED between the two attempts: try again (at most
-            // once more, since only the socket moves the slot back to SENT).
-            crate::sync::spin_hint();
         }
     }
 
@@ -715,9 +865,122 @@ impl FramePool {
         TxFrame::new(self, slot, self.headroom as u32)
     }
 
+    // ---- the owner's cache -----------------------------------------------------------------
+
+    /// Binds the pool's owner cache to the calling thread (module docs, "The owner's cache"):
+    /// from now on, slots freed on this thread go into a small cache that allocations on this
+    /// thread take from, with no locked instruction. `waker` is the owner's task, woken when a
+    /// context that found no free slot asks for the cache to be flushed; that task calls
+    /// [`PoolOwner::service`] each time it runs.
+    ///
+    /// `None` when the pool has an owner already, or without `std` (no way to tell threads
+    /// apart: every slot then takes the lock-free list).
+    ///
+    /// Bind it on the thread where the pool's allocations and waits happen (the stack binds it
+    /// in its ingress task, where the driver refills and beside egress, which allocates TX
+    /// frames). Frames must not be dropped in a signal handler on that thread. A thread that
+    /// ends while it still holds the [`PoolOwner`] (forgotten, or kept by a stack that was
+    /// never shut down) keeps the slots in the cache, at most [`OWNER_CACHE`], out of the pool
+    /// for good: its number is never anyone else's.
+    pub fn bind_owner(&'static self, waker: &Waker) -> Option<PoolOwner> {
+        let me = crate::thread::current()?;
+        self.owner
+            .thread
+            .compare_exchange(0, me, Acquire, Relaxed)
+            .ok()?;
+        let owner = PoolOwner {
+            pool: self,
+            _one_thread: PhantomData,
+        };
+        owner.take_request(waker);
+        Some(owner)
+    }
+
+    /// Whether the calling thread is the bound owner. A thread reads its own number here only
+    /// if it stored it (`bind_owner`) and has not cleared it since (`PoolOwner`'s drop):
+    /// numbers are never reused.
+    #[inline]
+    fn owned(&self) -> bool {
+        let owner = self.owner.thread.load(Relaxed);
+        owner != 0 && crate::thread::current() == Some(owner)
+    }
+
+    /// Slots in the owner's cache (an instant's count, from any thread).
+    pub fn owner_cached(&self) -> usize {
+        self.owner.len_seen.load(Relaxed)
+    }
+
+    /// A slot from the owner's cache. Only on the owner thread.
+    fn cache_take(&self) -> Option<u32> {
+        let c = &self.owner;
+        let n = c.len.get().checked_sub(1)?;
+        c.len.set(n);
+        c.len_seen.store(n, Relaxed);
+        Some(c.slots[n].get())
+    }
+
+    /// Puts a FREE slot in the owner's cache; `false` when it is full. Only on the owner thread.
+    fn cache_put(&self, slot: u32) -> bool {
+        let c = &self.owner;
+        let n = c.len.get();
+        if n == OWNER_CACHE {
+            return false;
+        }
+        c.slots[n].set(slot);
+        c.len.set(n + 1);
+        c.len_seen.store(n + 1, Relaxed);
+        true
+    }
+
+    /// Moves every cached slot to the shared list, waking whoever waits. Only on the owner
+    /// thread. A wake that runs code which frees or takes a slot finds the cache consistent:
+    /// each slot leaves the cache before it is pushed.
+    fn flush_cache(&self) {
+        while let Some(slot) = self.cache_take() {
+            self.push(slot);
+        }
+    }
+
+    /// A context other than the owner found no free slot: asks the owner to flush its cache.
+    /// The flag is set before the owner's waker is woken, and the owner registers before it
+    /// reads the flag ([`PoolOwner::take_request`]), so one of the two sees the other. Also
+    /// while no owner is bound: a later `bind_owner` reads the flag.
+    fn want_flush(&self) {
+        if self.owned() {
+            return; // the owner took from its cache first: it is empty, or was just flushed
+        }
+        // A read-modify-write, not a store: it lands after the owner's last clearing swap in
+        // the flag's modification order, whatever the interleaving (a cold path).
+        self.owner.flush_wanted.swap(1, Release);
+        self.owner.waker.wake();
+    }
+
+    /// Returns a FREE slot: to the owner's cache when the caller is the owner, nobody waits
+    /// for a slot and the cache has room; else to the shared list.
+    fn free(&self, slot: u32) {
+        if self.owned() && self.head.0.load(Relaxed) & WAITING_BITS == 0 && self.cache_put(slot) {
+            return;
+        }
+        self.push(slot);
+    }
+
     // ---- the free list -------------------------------------------------------------------
 
+    /// Takes a free slot: on the owner thread from its cache first (unless someone waits for a
+    /// slot: then the cache goes to the shared list, where the waiter looks), then from the
+    /// shared list.
     fn pop(&self) -> Option<u32> {
+        if self.owned() {
+            if self.head.0.load(Relaxed) & WAITING_BITS != 0 {
+                self.flush_cache();
+            } else if let Some(slot) = self.cache_take() {
+                return Some(slot);
+            }
+        }
+        self.pop_shared()
+    }
+
+    fn pop_shared(&self) -> Option<u32> {
         let mut backoff = Backoff::new();
         let mut cur = self.head.0.load(Acquire);
         loop {
@@ -761,13 +1024,17 @@ impl FramePool {
                 next_head(cur, next, (cur & WAITING_BITS) & !bit)
             };
             match self.head.0.compare_exchange_weak(cur, new, AcqRel, Acquire) {
-                Ok(_) if index == NIL => return Poll::Pending,
+                Ok(_) if index == NIL => {
+                    self.want_flush();
+                    return Poll::Pending;
+                }
                 Ok(_) => return Poll::Ready(index),
                 Err(actual) => cur = actual,
             }
         }
     }
 
+    /// Pushes a FREE slot on the shared list and wakes the waiters whose bits it cleared.
     fn push(&self, slot: u32) {
         let mut backoff = Backoff::new();
         let mut cur = self.head.0.load(Relaxed);

@@ -31,8 +31,9 @@
 //! go independently, possibly on different threads or in an interrupt handler. Those edges are
 //! compare-exchanges in every build, and exactly one party frees the slot:
 //!
-//! * device done: SENT → RETAINED (then the pool's retained waker is woken), or, if the
-//!   socket let go first (the state is DEVICE), DEVICE → FREE;
+//! * device done: SENT → RETAINED (then the pool's retained waker is woken if a task marked
+//!   the slot as waited for, see `WATCHED`), or, if the socket let go first (the state is
+//!   DEVICE), DEVICE → FREE;
 //! * socket lets go: RETAINED → FREE, or SENT → DEVICE (the device's completion frees it).
 
 use crate::sync::{AtomicU32, AtomicU8, Ordering::Relaxed};
@@ -125,6 +126,11 @@ impl SlotState {
     }
 }
 
+/// Set in a SENT slot's state byte by a task that waits for the device to be done with it
+/// (`FramePool::watch_retained`): the device's SENT → RETAINED then wakes the pool's retained
+/// waker. The byte reads as SENT either way ([`SlotMeta::state`] strips the bit).
+pub(crate) const WATCHED: u8 = 0x80;
+
 /// Per-slot bookkeeping: the slot's state and its free-list link.
 ///
 /// The integrator provides one per slot as `&'static mut [SlotMeta]` (see
@@ -162,7 +168,7 @@ impl SlotMeta {
 
     pub(crate) fn state(&self) -> SlotState {
         // Only values written by the pool are ever stored.
-        SlotState::from_u8(self.state.load(Relaxed)).unwrap_or(SlotState::Free)
+        SlotState::from_u8(self.state.load(Relaxed) & !WATCHED).unwrap_or(SlotState::Free)
     }
 }
 

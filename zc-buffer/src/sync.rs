@@ -1,12 +1,15 @@
 //! The `sync` shim: every atomic and `UnsafeCell` that carries synchronisation in this crate comes
 //! from here, so that `RUSTFLAGS="--cfg loom"` swaps in loom's model-checked versions.
 //!
-//! Two deliberate exceptions live here too, so there is one place to look:
+//! Three deliberate exceptions are described here too, so there is one place to look:
 //!
 //! * [`StatCounter`] is always a `core` atomic. It holds statistics only (exhaustion counts, copy
 //!   ledger), is only ever touched with `Relaxed`, and no decision is taken on its value, so loom
 //!   gains nothing by exploring its interleavings; keeping it out of the model also lets the
 //!   global copy ledger be a plain `static`.
+//! * The counter that numbers threads (`thread.rs`) is a `core` atomic in a `static`: it only
+//!   hands out distinct numbers (a `Relaxed` increment, once per thread), which loom has no
+//!   interleaving of interest to explore in, and loom's atomics cannot live in a `static`.
 //! * The one-time initialisation cells ([`crate::PoolCell`], [`crate::StaticPool`]) need `const`
 //!   constructors that loom's types do not have; they do not exist under `cfg(loom)`.
 

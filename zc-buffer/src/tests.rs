@@ -998,3 +998,107 @@ fn retained_frame_appends_and_advances() {
     drop(r);
     assert_eq!(p.audit().unwrap().free, 1);
 }
+
+// ---- the owner cache ----------------------------------------------------------------------
+
+#[test]
+fn owner_frees_into_its_cache_and_allocates_from_it() {
+    let p = pool(4);
+    let (_, w) = counting_waker();
+    let owner = p.bind_owner(&w).expect("first owner");
+    assert!(p.bind_owner(&w).is_none(), "one owner at a time");
+    let f = p.try_alloc_tx().unwrap();
+    let slot = f.slot_index();
+    drop(f);
+    assert_eq!(p.owner_cached(), 1, "freed on the owner thread: cached");
+    assert_eq!(p.slot_state(slot), Some(SlotState::Free));
+    assert_eq!(p.audit().unwrap().free, 4, "a cached slot is free");
+    let again = p.try_alloc_rx().unwrap();
+    assert_eq!(again.slot_index(), slot, "taken from the cache");
+    assert_eq!(p.owner_cached(), 0);
+    drop(again);
+    assert_eq!(p.owner_cached(), 1);
+    drop(owner);
+    assert_eq!(p.owner_cached(), 0, "unbinding flushes the cache");
+    assert_eq!(p.audit().unwrap().free, 4);
+    // Unbound, a new owner may bind.
+    assert!(p.bind_owner(&w).is_some());
+}
+
+#[test]
+fn cache_is_bounded_and_frees_on_other_threads_take_the_shared_list() {
+    let p = pool(OWNER_CACHE + 4);
+    let (_, w) = counting_waker();
+    let _owner = p.bind_owner(&w).unwrap();
+    let frames: Vec<TxFrame> = (0..OWNER_CACHE + 4)
+        .map(|_| p.try_alloc_tx().unwrap())
+        .collect();
+    let mut frames = frames.into_iter();
+    let elsewhere: Vec<TxFrame> = frames.by_ref().take(2).collect();
+    std::thread::spawn(move || drop(elsewhere)).join().unwrap();
+    assert_eq!(
+        p.owner_cached(),
+        0,
+        "another thread's frees go to the shared list"
+    );
+    drop(frames);
+    assert_eq!(
+        p.owner_cached(),
+        OWNER_CACHE,
+        "the cache holds at most OWNER_CACHE"
+    );
+    assert_eq!(p.audit().unwrap().free, OWNER_CACHE + 4);
+}
+
+#[test]
+fn another_thread_that_finds_no_slot_gets_the_cache_flushed() {
+    let p = pool(2);
+    let (owner_wakes, w) = counting_waker();
+    let owner = p.bind_owner(&w).unwrap();
+    drop([p.try_alloc_tx().unwrap(), p.try_alloc_tx().unwrap()]);
+    assert_eq!(p.owner_cached(), 2);
+    // Another thread sees no free slot: it asks, and the owner's task is woken.
+    let got = std::thread::spawn(move || p.try_alloc_tx().map(|f| f.slot_index()))
+        .join()
+        .unwrap();
+    assert_eq!(got, None, "the cache is the owner's");
+    assert_eq!(wakes(&owner_wakes), 1, "the owner is asked to flush");
+    // The owner's task runs: the cache goes to the shared list.
+    owner.service(&Context::from_waker(&w));
+    assert_eq!(p.owner_cached(), 0);
+    let got = std::thread::spawn(move || p.try_alloc_tx().is_some())
+        .join()
+        .unwrap();
+    assert!(got, "the flushed slots are there for everyone");
+    // Nothing asked since: serving again does nothing.
+    owner.service(&Context::from_waker(&w));
+    assert_eq!(wakes(&owner_wakes), 1);
+}
+
+#[test]
+fn a_waiter_on_another_thread_makes_the_owner_free_to_the_shared_list() {
+    let p = pool(1);
+    let (_, w) = counting_waker();
+    let _owner = p.bind_owner(&w).unwrap();
+    let f = p.try_alloc_tx().unwrap();
+    // Another thread waits for a slot (its waiting bit is set in the list head).
+    let (waiter_wakes, waiter) = counting_waker();
+    let pending = std::thread::spawn(move || {
+        p.poll_alloc_tx(&mut Context::from_waker(&waiter))
+            .is_pending()
+    })
+    .join()
+    .unwrap();
+    assert!(pending);
+    drop(f);
+    assert_eq!(
+        p.owner_cached(),
+        0,
+        "someone waits: the slot goes where it looks"
+    );
+    assert_eq!(wakes(&waiter_wakes), 1, "and the waiter is woken");
+    let got = std::thread::spawn(move || p.try_alloc_tx().is_some())
+        .join()
+        .unwrap();
+    assert!(got);
+}

@@ -377,13 +377,13 @@ impl RetainedFrame {
     }
 
     /// `Ready` when the device is done with the slot; else registers `cx`'s waker in the pool's
-    /// retained waker (one registrant: the task that resends) and checks once more.
+    /// retained waker (one registrant: the task that resends) and marks the slot watched, so
+    /// that the device's completion of this slot wakes it.
     pub fn poll_idle(&self, cx: &mut Context<'_>) -> Poll<()> {
         if self.is_idle() {
             return Poll::Ready(());
         }
-        self.pool.register_retained_waker(cx.waker());
-        if self.is_idle() {
+        if self.pool.watch_retained(self.slot, cx.waker()) {
             Poll::Ready(())
         } else {
             Poll::Pending

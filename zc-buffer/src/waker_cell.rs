@@ -109,6 +109,14 @@ impl WakerCell {
     /// which is dropped without being woken. One registrant at a time: a second `register` racing
     /// the first is ignored.
     pub fn register(&self, waker: &Waker) {
+        self.register_stored(waker);
+    }
+
+    /// [`register`](Self::register), telling whether `waker` is now the stored one: `false`
+    /// when a wake was taking the previous waker at that moment (then `waker` was woken at
+    /// once instead, and its task must register again when it runs) or another registration
+    /// was in progress.
+    pub(crate) fn register_stored(&self, waker: &Waker) -> bool {
         match self
             .state
             .compare_exchange(WAITING, REGISTERING, Acquire, Acquire)
@@ -128,6 +136,7 @@ impl WakerCell {
                 // slot so that `finish` also runs if it panics.
                 drop(old);
                 drop(finish);
+                true
             }
             Err(WAKING) => {
                 // A wake is taking the previous waker right now (a few instructions); it happened
@@ -136,10 +145,12 @@ impl WakerCell {
                 // without new work, and only while another core is inside `take`.
                 crate::sync::spin_hint();
                 waker.wake_by_ref();
+                false
             }
             Err(_) => {
                 // A concurrent `register` (a contract violation: one registrant at a time). Leave
                 // the other registration in place; this caller is not woken by the cell.
+                false
             }
         }
     }

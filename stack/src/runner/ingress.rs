@@ -19,6 +19,16 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
         _ => st.tasks.ingress_waker = Some(cx.waker().clone()),
     }
     counters.ingress_poll();
+    // The pool's owner cache: bound on this thread at the first run, then served (a load
+    // while no other context asks for the cached slots).
+    match &st.tasks.pool_owner {
+        Some(owner) => owner.service(cx),
+        None if !st.tasks.pool_owner_tried => {
+            st.tasks.pool_owner_tried = true;
+            st.tasks.pool_owner = stack.inner.pool.bind_owner(cx.waker());
+        }
+        None => {}
+    }
     // TCP segments the application let go of: their connections' budgets take data again.
     let released = match &st.tasks.egress_waker {
         Some(w) => st.tcp.release_signal.take_pending(w),

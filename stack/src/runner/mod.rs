@@ -138,6 +138,14 @@ pub(crate) struct Tasks {
     /// queue, without a locked instruction ([`wake`]). `None`: every wake takes the
     /// executor's lock-free path.
     pub(crate) local: Option<zcnet_executor::LocalSpawner>,
+    /// The pool's owner cache, bound by ingress's first run on its thread
+    /// ([`FramePool::bind_owner`](zcnet_buffer::FramePool::bind_owner)): the frames the stack
+    /// frees there and the allocations it (and the driver's refill) makes there take no locked
+    /// instruction. `None` before, without `std`, when another owner holds the pool, and after
+    /// shutdown.
+    pub(crate) pool_owner: Option<zcnet_buffer::PoolOwner>,
+    /// Ingress tried to bind the owner cache (once: a failed bind is not retried).
+    pub(crate) pool_owner_tried: bool,
 }
 
 impl Tasks {
@@ -153,6 +161,8 @@ impl Tasks {
             egress_timer: timer,
             ingress_budget: ingress_budget.max(1),
             local: None,
+            pool_owner: None,
+            pool_owner_tried: false,
         }
     }
 

@@ -116,5 +116,8 @@ fn teardown(st: &mut State) -> Result<StackDriver, StackError> {
     st.link.carrier.wake_waiters();
     st.listener_ports.wake_slot_waiters();
     st.shutdown_waiters.wake_all();
+    // The frames the stack held are back: the owner cache goes to the shared free list (the
+    // stack's thread frees nothing into it any more).
+    st.tasks.pool_owner = None;
     Ok(driver)
 }

@@ -9,7 +9,8 @@
 //!   so two stacks can talk inside one process, with seeded fault injection ([`Faults`]: loss,
 //!   reorder, duplication, corruption, delay, MTU) and counters per direction
 //!   ([`WireStats`]). zcnet's stack tests, its benchmarks against smoltcp and the `demo`
-//!   example run on it.
+//!   example run on it. [`wire_pair_one_thread`] is the same wire for two ends on one thread
+//!   (no lock: the stack benchmark's two stacks on one executor).
 //! * [`CountingWaker`]: a waker that only counts, for driving a driver by hand.
 //!
 //! Both drivers follow the [`Driver`](crate::Driver) contract as a real driver must (re-post
@@ -42,7 +43,8 @@ pub mod wire;
 
 pub use nic::{SimNic, SimNicStats};
 pub use wire::{
-    wire_pair, wire_pair_with, Delivery, Faults, WireEnd, WireHandle, WireStats, WireTimer,
+    wire_pair, wire_pair_one_thread, wire_pair_with, Delivery, Faults, WireEnd, WireHandle,
+    WireStats, WireTimer,
 };
 
 /// A waker that counts how often it was woken and does nothing else: pass it to a driver

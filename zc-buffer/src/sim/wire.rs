@@ -54,9 +54,11 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::vec::Vec;
 
+use core::cell::{RefCell, RefMut};
+use core::ops::{Deref, DerefMut};
 use core::task::{Context, Poll, Waker};
 use core::time::Duration;
-use spin::mutex::SpinMutex as Mutex;
+use spin::mutex::{SpinMutex as Mutex, SpinMutexGuard};
 
 use crate::{
     Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, InFlight, LinkState,
@@ -224,14 +226,88 @@ struct Direction {
     perfect: bool,
 }
 
-#[derive(Debug)]
+/// Where the two directions live, and what guards them.
+enum Dirs {
+    /// Either end may run on any thread: a spin lock per direction (a compare-exchange to take
+    /// it, a store to give it back).
+    Locked([Mutex<Direction>; 2]),
+    /// Both ends run on the thread that made the pair, `owner` (`crate::thread::current`): plain
+    /// cells, borrow-checked, reached only after checking the calling thread.
+    OneThread {
+        owner: u64,
+        dirs: [RefCell<Direction>; 2],
+    },
+}
+
+/// One direction, held: the spin lock's guard or the cell's borrow.
+enum DirGuard<'a> {
+    Locked(SpinMutexGuard<'a, Direction>),
+    OneThread(RefMut<'a, Direction>),
+}
+
+impl Deref for DirGuard<'_> {
+    type Target = Direction;
+
+    fn deref(&self) -> &Direction {
+        match self {
+            DirGuard::Locked(g) => g,
+            DirGuard::OneThread(g) => g,
+        }
+    }
+}
+
+impl DerefMut for DirGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Direction {
+        match self {
+            DirGuard::Locked(g) => g,
+            DirGuard::OneThread(g) => g,
+        }
+    }
+}
+
 struct Shared {
     /// `dirs[0]`: from end 0 to end 1; `dirs[1]`: from end 1 to end 0.
-    dirs: [Mutex<Direction>; 2],
+    dirs: Dirs,
     /// `slots_in_flight` of each direction, mirrored here (written under the direction's lock)
     /// so that the sender's check for ring space takes no lock while there is space.
     in_flight: [AtomicUsize; 2],
     delivery: Delivery,
+}
+
+// SAFETY: a one-thread wire's cells (`Dirs::OneThread`) are reached only through
+// `Shared::try_dir`, which hands them out on the thread that made the pair and on no other, so
+// they are never touched from two threads; their contents (`Direction`: wakers, frames in pool
+// slots, plain data) are `Send`, so dropping them with the last reference, wherever that is,
+// is sound. Everything else in `Shared` is a spin lock or an atomic.
+unsafe impl Sync for Shared {}
+// SAFETY: as above.
+unsafe impl Send for Shared {}
+
+impl Shared {
+    /// Direction `i`, held; `None` on a one-thread wire called from another thread.
+    fn try_dir(&self, i: usize) -> Option<DirGuard<'_>> {
+        match &self.dirs {
+            Dirs::Locked(dirs) => Some(DirGuard::Locked(dirs[i].lock())),
+            Dirs::OneThread { owner, dirs } => (crate::thread::current() == Some(*owner))
+                .then(|| DirGuard::OneThread(dirs[i].borrow_mut())),
+        }
+    }
+
+    /// Direction `i`, held.
+    ///
+    /// # Panics
+    ///
+    /// On a one-thread wire ([`wire_pair_one_thread`]), if called from a thread other than the
+    /// one that made the pair.
+    fn dir(&self, i: usize) -> DirGuard<'_> {
+        match self.try_dir(i) {
+            Some(d) => d,
+            None => panic!(
+                "zcnet-buffer: a one-thread wire was used from a thread other than the one \
+                 that made it (wire_pair_one_thread)"
+            ),
+        }
+    }
 }
 
 /// One end of the wire: a [`Driver`] over its own pool, made by [`wire_pair`].
@@ -281,34 +357,73 @@ pub fn wire_pair_with(
     delivery: Delivery,
     timers: Option<[Box<dyn WireTimer>; 2]>,
 ) -> (WireEnd, WireEnd) {
+    make_pair(pools, faults, delivery, timers, false)
+}
+
+/// [`wire_pair_with`] for two ends that both run on the calling thread (two stacks on one
+/// executor, as zcnet's stack benchmark runs them): each direction's state sits in a plain
+/// cell instead of behind a spin lock, so a frame crosses with no locked instruction, as
+/// smoltcp's `Loopback` and embassy-net's in-memory links (`RefCell`s) carry theirs.
+///
+/// The ends are still `Send` (a stack takes a `Send` driver), but every use of them, of their
+/// [`WireHandle`]s and of their drop checks the calling thread (a thread-local read) and
+/// panics on any other thread than the one that made the pair; an end dropped on another
+/// thread leaves its frames to be released when the other end goes.
+///
+/// # Panics
+///
+/// As [`wire_pair_with`].
+pub fn wire_pair_one_thread(
+    pools: [&'static FramePool; 2],
+    faults: Faults,
+    delivery: Delivery,
+    timers: Option<[Box<dyn WireTimer>; 2]>,
+) -> (WireEnd, WireEnd) {
+    make_pair(pools, faults, delivery, timers, true)
+}
+
+fn make_pair(
+    pools: [&'static FramePool; 2],
+    faults: Faults,
+    delivery: Delivery,
+    timers: Option<[Box<dyn WireTimer>; 2]>,
+    one_thread: bool,
+) -> (WireEnd, WireEnd) {
     assert!(
         faults.delay.is_zero() || timers.is_some(),
         "a wire with Faults::delay needs a WireTimer per end (wire_pair_with)"
     );
-    let dir = |k: u64, sender: &FramePool| {
-        Mutex::new(Direction {
-            slots_in_flight: 0,
-            ring: (sender.slot_count() / 2).max(1),
-            tx_waker: None,
-            faults,
-            rng: Rng(faults
-                .seed
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                .wrapping_add(k)
-                | 1),
-            queue: VecDeque::new(),
-            rx_waker: None,
-            stats: WireStats::default(),
-            cut: false,
-            perfect: faults.loss == 0.0
-                && faults.reorder == 0.0
-                && faults.duplicate == 0.0
-                && faults.corrupt == 0.0
-                && faults.delay.is_zero(),
-        })
+    let dir = |k: u64, sender: &FramePool| Direction {
+        slots_in_flight: 0,
+        ring: (sender.slot_count() / 2).max(1),
+        tx_waker: None,
+        faults,
+        rng: Rng(faults
+            .seed
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add(k)
+            | 1),
+        queue: VecDeque::new(),
+        rx_waker: None,
+        stats: WireStats::default(),
+        cut: false,
+        perfect: faults.loss == 0.0
+            && faults.reorder == 0.0
+            && faults.duplicate == 0.0
+            && faults.corrupt == 0.0
+            && faults.delay.is_zero(),
+    };
+    let [d0, d1] = [dir(1, pools[0]), dir(2, pools[1])];
+    let dirs = if one_thread {
+        Dirs::OneThread {
+            owner: crate::thread::current().expect("sim implies std"),
+            dirs: [RefCell::new(d0), RefCell::new(d1)],
+        }
+    } else {
+        Dirs::Locked([Mutex::new(d0), Mutex::new(d1)])
     };
     let shared = Arc::new(Shared {
-        dirs: [dir(1, pools[0]), dir(2, pools[1])],
+        dirs,
         in_flight: [AtomicUsize::new(0), AtomicUsize::new(0)],
         delivery,
     });
@@ -340,7 +455,8 @@ impl WireEnd {
 }
 
 /// Shared access to one end of the wire ([`WireEnd::handle`]): its counters, the cut switch and
-/// frame injection. Everything it touches sits behind the wire's own mutexes.
+/// frame injection. Everything it touches sits behind the wire's own locks (on a one-thread
+/// wire, [`wire_pair_one_thread`], in cells that only the pair's thread may reach).
 #[derive(Clone)]
 pub struct WireHandle {
     side: usize,
@@ -359,13 +475,13 @@ impl core::fmt::Debug for WireHandle {
 impl WireHandle {
     /// What the direction leaving this end did.
     pub fn tx_stats(&self) -> WireStats {
-        self.shared.dirs[self.side].lock().stats
+        self.shared.dir(self.side).stats
     }
 
     /// Cuts (`true`) or restores the direction leaving this end: while cut, every frame sent
     /// from here is lost.
     pub fn set_cut(&self, cut: bool) {
-        self.shared.dirs[self.side].lock().cut = cut;
+        self.shared.dir(self.side).cut = cut;
     }
 
     /// The MAC address of this end.
@@ -377,7 +493,7 @@ impl WireHandle {
     /// (for frames the stack cannot build, e.g. a router advertisement). It arrives at the
     /// other end now, unaffected by faults, and is counted as sent and delivered normally.
     pub fn inject(&self, frame: &[u8]) {
-        let mut dir = self.shared.dirs[self.side].lock();
+        let mut dir = self.shared.dir(self.side);
         dir.stats.sent += 1;
         dir.queue.push_back(Queued {
             at: AT_ONCE,
@@ -412,9 +528,14 @@ impl Drop for WireEnd {
     /// senders' slots are free again) and so is anything sent to it later. Frames it sent that
     /// are still on the wire arrive all the same, copied out of its slots, which return to its
     /// pool now: a dropped end holds nothing of its pool.
+    ///
+    /// A one-thread wire's end dropped on another thread than its own touches nothing: its
+    /// frames on the wire are released when the other end goes.
     fn drop(&mut self) {
         let waker = {
-            let mut dir = self.shared.dirs[1 - self.side].lock();
+            let Some(mut dir) = self.shared.try_dir(1 - self.side) else {
+                return;
+            };
             let d = &mut *dir;
             d.cut = true;
             d.stats.lost += d.queue.len() as u64;
@@ -426,7 +547,7 @@ impl Drop for WireEnd {
         if let Some(w) = waker {
             w.wake();
         }
-        let mut dir = self.shared.dirs[self.side].lock();
+        let mut dir = self.shared.dir(self.side);
         for q in dir.queue.iter_mut() {
             if let Payload::Slot(f) = &q.payload {
                 q.payload = Payload::Heap(f.to_vec());
@@ -439,7 +560,7 @@ impl Drop for WireEnd {
 
 impl Driver for WireEnd {
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
-        let mut dir = self.shared.dirs[1 - self.side].lock();
+        let mut dir = self.shared.dir(1 - self.side);
         let (due, lend) = match dir.queue.front() {
             None => {
                 set_waker(&mut dir.rx_waker, cx);
@@ -520,7 +641,7 @@ impl Driver for WireEnd {
         // Only this end adds to its direction's count, so a stale read can only be too high:
         // the locked check below then decides.
         if self.shared.in_flight[self.side].load(Relaxed) >= self.ring {
-            let mut dir = self.shared.dirs[self.side].lock();
+            let mut dir = self.shared.dir(self.side);
             if dir.slots_in_flight >= dir.ring {
                 set_waker(&mut dir.tx_waker, cx);
                 return Poll::Pending;
@@ -531,7 +652,7 @@ impl Driver for WireEnd {
 
     fn poll_transmit_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.shared.in_flight[self.side].load(Relaxed) >= self.ring {
-            let mut dir = self.shared.dirs[self.side].lock();
+            let mut dir = self.shared.dir(self.side);
             if dir.slots_in_flight >= dir.ring {
                 set_waker(&mut dir.tx_waker, cx);
                 return Poll::Pending;
@@ -541,7 +662,7 @@ impl Driver for WireEnd {
     }
 
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
-        let mut dir = self.shared.dirs[self.side].lock();
+        let mut dir = self.shared.dir(self.side);
         let d = &mut *dir;
         d.stats.sent += 1;
         if frame.len() > d.faults.mtu {
@@ -632,7 +753,7 @@ impl Driver for WireEnd {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let mtu = self.shared.dirs[self.side].lock().faults.mtu;
+        let mtu = self.shared.dir(self.side).faults.mtu;
         Capabilities {
             medium: Medium::Ethernet,
             mtu: mtu - crate::ETHERNET_HEADER_LEN,
@@ -835,6 +956,39 @@ mod tests {
             Poll::Pending => panic!("due now"),
         }
         assert_eq!(polls.load(Relaxed), 2, "a due frame needs no timer");
+    }
+
+    #[test]
+    fn a_one_thread_wire_carries_frames_on_its_thread_and_refuses_others() {
+        let pools = [
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+            FramePool::leak(PoolConfig::new(8)).unwrap(),
+        ];
+        let (mut a, mut b) = wire_pair_one_thread(pools, Faults::default(), Delivery::Copy, None);
+        let (_, waker) = CountingWaker::new();
+        let mut cx = Context::from_waker(&waker);
+        assert!(send(&mut a, &mut cx, 5));
+        match b.poll_receive(&mut cx) {
+            Poll::Ready(f) => assert!(f.iter().all(|&x| x == 5)),
+            Poll::Pending => panic!("a frame is due"),
+        }
+        assert_eq!(a.handle().tx_stats().delivered, 1);
+        // Another thread may hold the end (it is `Send`) but not use it.
+        let handle = a.handle();
+        let used = std::thread::spawn(move || {
+            std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| handle.tx_stats())).is_ok()
+        })
+        .join()
+        .unwrap();
+        assert!(!used, "a one-thread wire refuses another thread");
+        // Dropped on another thread, an end touches nothing; its frames on the wire go back to
+        // its pool with the other end.
+        assert!(send(&mut a, &mut cx, 6));
+        std::thread::spawn(move || drop(a)).join().unwrap();
+        assert_eq!(pools[0].occupancy().get(SlotState::Device), 1);
+        drop(b);
+        assert_eq!(pools[0].occupancy().in_use(), 0);
+        assert_eq!(pools[1].occupancy().in_use(), 0);
     }
 
     #[test]
