@@ -172,6 +172,11 @@ pub struct StackStats {
     /// [`set_timeout`](crate::tcp::TcpSocket::set_timeout). `connect_timeout` giving up is the
     /// application's choice and not counted.
     pub tcp_timed_out: u64,
+    /// Batches of two or more in-order TCP segments of one connection that ingress gave to
+    /// the connection in one pass (software GRO, see the crate's TCP docs).
+    pub gro_batches: u64,
+    /// The segments those batches carried (`gro_segments / gro_batches` is the average batch).
+    pub gro_segments: u64,
 }
 
 impl StackStats {
@@ -210,6 +215,8 @@ pub(crate) struct Counters {
     link_downs: AtomicU64,
     challenge_acks_withheld: AtomicU64,
     tcp_timed_out: AtomicU64,
+    gro_batches: AtomicU64,
+    gro_segments: AtomicU64,
 }
 
 /// Adds one to a counter whose writers are serialised by the state's single owner (see [`Counters`]);
@@ -237,6 +244,8 @@ impl Counters {
             link_downs: AtomicU64::new(0),
             challenge_acks_withheld: AtomicU64::new(0),
             tcp_timed_out: AtomicU64::new(0),
+            gro_batches: AtomicU64::new(0),
+            gro_segments: AtomicU64::new(0),
         }
     }
 
@@ -320,6 +329,15 @@ impl Counters {
         bump(&self.tcp_timed_out);
     }
 
+    /// A batch of `segments` TCP segments taken in one pass (counted from two up).
+    pub(crate) fn gro_batch(&self, segments: u32) {
+        if segments > 1 {
+            bump(&self.gro_batches);
+            let c = &self.gro_segments;
+            c.store(c.load(Relaxed).wrapping_add(u64::from(segments)), Relaxed);
+        }
+    }
+
     pub(crate) fn snapshot(&self) -> StackStats {
         let mut drops = [0; DropReason::COUNT];
         for (d, a) in drops.iter_mut().zip(&self.drops) {
@@ -340,6 +358,8 @@ impl Counters {
             link_downs: self.link_downs.load(Relaxed),
             challenge_acks_withheld: self.challenge_acks_withheld.load(Relaxed),
             tcp_timed_out: self.tcp_timed_out.load(Relaxed),
+            gro_batches: self.gro_batches.load(Relaxed),
+            gro_segments: self.gro_segments.load(Relaxed),
         }
     }
 }

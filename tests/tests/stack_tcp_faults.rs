@@ -3,7 +3,8 @@
 //! arrive byte-exact (SHA-256), and once both sockets are closed and dropped and the stacks
 //! have run out their connections, every slot of both pools is back (the pool audit). Once
 //! with each congestion control: none (the default), Reno and CUBIC (whose loss recovery
-//! sends at proportional rate reduction's pace).
+//! sends at proportional rate reduction's pace). Both receivers take in-order runs of
+//! segments in batches (software GRO) throughout, faults and all.
 
 use std::time::Duration;
 
@@ -166,6 +167,12 @@ fn ten_megabytes_each_way(cc: CongestionControl) {
         assert!(
             w.lost > 0 && w.reordered > 0 && w.duplicated > 0 && w.corrupted > 0,
             "{w:?}"
+        );
+    }
+    for s in [a.stats(), b.stats()] {
+        assert!(
+            s.gro_batches > 0 && s.gro_segments >= 2 * s.gro_batches,
+            "segments taken in batches: {s:?}"
         );
     }
     p.assert_slots_back();

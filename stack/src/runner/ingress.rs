@@ -5,9 +5,12 @@ use core::task::{Context, Poll};
 
 use crate::stack::Stack;
 use crate::stats::DropReason;
+use crate::transport::tcp::gro::Gro;
 
-/// One ingress run; `Ready` once the stack is shut down.
-pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
+/// One ingress run; `Ready` once the stack is shut down. `gro` holds in-order TCP segments of
+/// one connection back to be taken in one pass (`transport/tcp/gro.rs`); it is flushed before
+/// any frame goes to smoltcp and at the end of the run.
+pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()> {
     let counters = &stack.inner.counters;
     let now = stack.now();
     let mut st = stack.inner.state.borrow_mut();
@@ -68,6 +71,7 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
                     now,
                     cx.waker(),
                     counters,
+                    gro,
                 ) {
                     None => {
                         processed += 1;
@@ -99,6 +103,8 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
                 continue; // the frame drops here: its slot returns to the pool
             }
         };
+        // smoltcp may take the TX frame a held batch reserved for its answer.
+        gro.flush(&mut st, now, cx.waker(), counters);
         let (mut dev, iface, sockets) = st.step(cx.waker(), Some(frame), counters);
         let _ = iface.poll_ingress_single(now, &mut dev, sockets);
         // Counted once smoltcp has handled the frame (not when it is kept for a retry).
@@ -118,6 +124,7 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
         }
         processed += 1;
     }
+    gro.end_run(&mut st, now, cx.waker(), counters);
     if processed == budget {
         // More may be waiting: yield to other tasks, then continue.
         crate::stack::wake(st.tasks.local.as_ref(), cx.waker());

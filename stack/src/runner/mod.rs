@@ -54,7 +54,8 @@ pub enum Never {}
 impl Runner {
     /// The ingress task. Ends when the stack is shut down ([`Stack::shutdown`]).
     pub async fn ingress(stack: Stack) {
-        poll_fn(|cx| ingress::step(stack, cx)).await
+        let mut gro = crate::transport::tcp::gro::Gro::default();
+        poll_fn(|cx| ingress::step(stack, cx, &mut gro)).await
     }
 
     /// The egress task. Ends when the stack is shut down.

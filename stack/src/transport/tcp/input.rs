@@ -4,6 +4,9 @@
 //! ```text
 //!  ingress ─► ip::check (headers, addresses, TCP checksum) ─► Verdict::Tcp
 //!    ─► header::parse in place ─► the connection that accepts it (table.rs), else a listener
+//!          ─► an in-order data segment of an established connection: held back with the
+//!             ones after it in this ingress run (gro.rs), then the connection takes them
+//!             in one pass (Tcb::process_batch)
 //!          ─► Tcb::process with the frame trimmed to the payload: queued on the connection
 //!             as it is (no copy; a segment under 256 bytes may be copied into the previous
 //!             frame's tail, ledger: CopyBreak), or dropped if not kept
@@ -22,6 +25,7 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{IpProtocol, IpRepr, TcpControl, TcpPacket, TcpRepr};
 use zcnet_buffer::RxFrame;
 
+use super::gro::{self, Gro};
 use super::output::{emit, hop_for, out, reserve, traffic_of};
 use crate::ip::check::TcpSeg;
 use crate::link::neighbor::Traffic;
@@ -31,8 +35,10 @@ use crate::transport::tcp::tcb::context::TcpContext;
 use crate::transport::tcp::tcb::socket::Tcb;
 
 /// Ingress: hands the TCP segment `seg` of `frame` to the connection that takes it, or
-/// answers it (see the module docs). Returns the frame when it must wait for a TX frame (the
-/// caller keeps it and tries again after egress ran); the frame is dropped otherwise.
+/// answers it (see the module docs); an in-order data segment of an established connection
+/// may be held back in `gro` to be taken with the ones that follow it (`gro.rs`). Returns the
+/// frame when it must wait for a TX frame (the caller keeps it and tries again after egress
+/// ran); the frame is dropped otherwise.
 pub(crate) fn ingress(
     st: &mut State,
     mut frame: RxFrame,
@@ -40,15 +46,12 @@ pub(crate) fn ingress(
     now: Instant,
     waker: &Waker,
     counters: &Counters,
+    gro: &mut Gro,
 ) -> Option<RxFrame> {
     let Some((repr, payload_at)) = parse(&frame, &seg) else {
         counters.drop(DropReason::Malformed);
         return None;
     };
-    // Every segment may need an answer: make sure a frame is there for it first.
-    if !reserve(st, waker) {
-        return Some(frame);
-    }
     let ip = IpRepr::new(
         seg.src,
         seg.dst,
@@ -56,11 +59,26 @@ pub(crate) fn ingress(
         repr.buffer_len() + payload_at.map_or(0, |(_, len)| len),
         seg.hop_limit,
     );
-    let ip_mtu = st.link.caps.ip_mtu();
-    let reply = match st.tcp.find(&ip, &repr) {
+    let found = st.tcp.find(&ip, &repr);
+    let payload_len = payload_at.map_or(0, |(_, len)| len);
+    let batch = found.is_some() && gro::batchable(&repr, payload_len);
+    if let (true, Some(i), Some((at, len))) = (batch, found, payload_at) {
+        if gro.continues(i, &repr, payload_len)
+            && frame.advance(at).is_ok()
+            && frame.truncate(len).is_ok()
+        {
+            gro.push(&repr, frame);
+            return None;
+        }
+    }
+    // Anything else: the held batch goes first.
+    gro.flush(st, now, waker, counters);
+    // Every segment may need an answer: make sure a frame is there for it first.
+    if !reserve(st, waker) {
+        return Some(frame);
+    }
+    let reply = match found {
         Some(i) => {
-            // The payload stays in the frame: the frame, trimmed to it, goes to the connection
-            // (which queues it or drops it).
             let payload = match payload_at {
                 Some((at, len)) if frame.advance(at).is_ok() && frame.truncate(len).is_ok() => {
                     Some(frame)
@@ -70,18 +88,28 @@ pub(crate) fn ingress(
                     None
                 }
             };
-            // `find` returned a place in use.
-            let e = st.tcp.at(i)?;
-            let mut cx = TcpContext::new(now, ip_mtu, &st.iface, e.keys)
-                .with_challenge_acks(&mut *e.challenge_acks);
-            let reply = e.tcb.process(&mut cx, &ip, &repr, payload);
-            counters.challenge_acks_withheld(e.challenge_acks.take_withheld());
-            let drops = e.tcb.take_rx_drops();
-            counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));
-            counters.drop_n(DropReason::TcpOutOfOrderPurged, u64::from(drops.purged));
-            reply.map(|r| (r, traffic_of(e.tcb.state())))
+            match payload {
+                // The segment after one processed at once, continuing it: starts a batch.
+                Some(f) if batch && gro.follows(i, &repr, payload_len) => {
+                    gro.start(i, ip, &repr, f);
+                    return None;
+                }
+                payload => {
+                    // (A batch for a connection not established goes through the full
+                    // processing segment by segment: batching it costs nothing extra.)
+                    if batch {
+                        gro.processed(i, &repr, payload_len);
+                    } else {
+                        gro.forget();
+                    }
+                    connection_answer(st, i, now, counters, |tcb, cx| {
+                        tcb.process(cx, &ip, &repr, payload)
+                    })
+                }
+            }
         }
         None => {
+            gro.forget();
             if repr.control == TcpControl::Syn
                 && repr.ack_number.is_none()
                 && st.listener_ports.contains(repr.dst_port)
@@ -102,14 +130,101 @@ pub(crate) fn ingress(
             Some((Tcb::rst_reply(&ip, &repr), Traffic::Unsolicited))
         }
     };
+    send_answer(st, reply, now, waker, counters);
+    None
+}
+
+/// Hands the one segment of a batch (its payload `frame`) to the connection at `i`, as
+/// [`deliver_batch`] does a longer batch.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn deliver_one(
+    st: &mut State,
+    i: usize,
+    ip: &IpRepr,
+    repr: &TcpRepr<'_>,
+    frame: RxFrame,
+    now: Instant,
+    waker: &Waker,
+    counters: &Counters,
+) {
+    let reply = connection_answer(st, i, now, counters, |tcb, cx| {
+        tcb.process(cx, ip, repr, Some(frame))
+    });
+    answer_reserved(st, reply, now, waker, counters);
+}
+
+/// Hands a batch of segments (`repr`, `frames`: see [`Tcb::process_batch`]) to the
+/// connection at `i` and sends the answer it gets, if any.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn deliver_batch(
+    st: &mut State,
+    i: usize,
+    ip: &IpRepr,
+    repr: &TcpRepr<'_>,
+    frames: &mut gro::Batch,
+    now: Instant,
+    waker: &Waker,
+    counters: &Counters,
+) {
+    let reply = connection_answer(st, i, now, counters, |tcb, cx| {
+        tcb.process_batch(cx, ip, repr, frames)
+    });
+    answer_reserved(st, reply, now, waker, counters);
+}
+
+/// Sends a batch's answer, if any, in the TX frame the batch reserved when it started (nothing
+/// took it since: ingress flushes the batch before any frame goes to smoltcp).
+fn answer_reserved(
+    st: &mut State,
+    reply: Option<((IpRepr, TcpRepr<'static>), Traffic)>,
+    now: Instant,
+    waker: &Waker,
+    counters: &Counters,
+) {
+    if reply.is_some() && !reserve(st, waker) {
+        debug_assert!(false, "the batch's reserved TX frame went missing");
+        return;
+    }
+    send_answer(st, reply, now, waker, counters);
+}
+
+/// The connection at `i` processes a segment (`process`: `Tcb::process` or
+/// `Tcb::process_chain`); its immediate answer, if any.
+fn connection_answer(
+    st: &mut State,
+    i: usize,
+    now: Instant,
+    counters: &Counters,
+    process: impl FnOnce(&mut Tcb<'static>, &mut TcpContext<'_>) -> Option<(IpRepr, TcpRepr<'static>)>,
+) -> Option<((IpRepr, TcpRepr<'static>), Traffic)> {
+    let ip_mtu = st.link.caps.ip_mtu();
+    // `find` returned a place in use.
+    let e = st.tcp.at(i)?;
+    let mut cx =
+        TcpContext::new(now, ip_mtu, &st.iface, e.keys).with_challenge_acks(&mut *e.challenge_acks);
+    let reply = process(e.tcb, &mut cx);
+    counters.challenge_acks_withheld(e.challenge_acks.take_withheld());
+    let drops = e.tcb.take_rx_drops();
+    counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));
+    counters.drop_n(DropReason::TcpOutOfOrderPurged, u64::from(drops.purged));
+    reply.map(|r| (r, traffic_of(e.tcb.state())))
+}
+
+/// Sends an immediate answer (a TX frame was reserved for it).
+fn send_answer(
+    st: &mut State,
+    reply: Option<((IpRepr, TcpRepr<'static>), Traffic)>,
+    now: Instant,
+    waker: &Waker,
+    counters: &Counters,
+) {
     if let Some(((ip, tcp), traffic)) = reply {
         let hop = hop_for(st, ip.dst_addr(), now);
         let mut out = out(st, waker, counters, now);
         out.set_traffic(traffic);
-        // A spare frame was reserved above: this cannot starve.
+        // A spare frame was reserved: this cannot starve.
         let _ = emit(&mut out, hop, &ip, &tcp, None, None);
     }
-    None
 }
 
 /// Parses the TCP segment `seg` of `frame`: its header (a `TcpRepr` with an empty payload,

@@ -12,6 +12,7 @@
 //!   recovery.
 
 pub(crate) mod backlog;
+pub(crate) mod gro;
 pub(crate) mod header;
 pub(crate) mod input;
 pub(crate) mod output;

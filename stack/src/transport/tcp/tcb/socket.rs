@@ -15,6 +15,8 @@ use smoltcp::wire::{
     TcpTimestampRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN,
 };
 use zcnet_buffer::{RxFrame, TxFrame};
+
+use crate::transport::tcp::gro::Batch;
 use zcnet_executor::LocalSpawner;
 
 use super::congestion::{AnyController, CongestionControl};
@@ -1659,9 +1661,10 @@ impl<'a> Tcb<'a> {
         payload: Option<RxFrame>,
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
         self.counters.segments_received += 1;
+        let seg_len = payload.as_ref().map_or(repr.payload.len(), |f| f.len());
         if self.fast_path {
-            if let Some(ack_len) = self.fast_path_takes(repr, payload.as_ref()) {
-                self.process_fast(cx, ip_repr, repr, ack_len, payload);
+            if let Some(ack_len) = self.fast_path_takes(repr, seg_len) {
+                self.process_fast(cx, ip_repr, repr, ack_len, seg_len, payload);
                 return None;
             }
         }
@@ -1672,8 +1675,70 @@ impl<'a> Tcb<'a> {
         reply
     }
 
-    /// Whether the fast path takes the segment `repr` (payload in `payload`), and if so how
-    /// many new bytes it acknowledges.
+    /// [`process`](Self::process) for in-order segments taken together (software GRO,
+    /// `transport/tcp/gro.rs`): `repr` is the first one's header with the last one's window
+    /// (and PSH if any had it), `frames` their payloads in order, one frame each, which this
+    /// takes from the front (what it leaves, the connection did not take). They share the
+    /// acknowledgement and the timestamp (the GRO rules). On the fast path they are one pass:
+    /// the ACK taken once, each frame queued as it comes (the delayed ACK forced once two full
+    /// segments wait, as for segments taken one by one). Otherwise each frame goes through the
+    /// full processing as the segment it was; the last immediate answer is returned.
+    pub(crate) fn process_batch(
+        &mut self,
+        cx: &mut TcpContext<'_>,
+        ip_repr: &IpRepr,
+        repr: &TcpRepr,
+        frames: &mut Batch,
+    ) -> Option<(IpRepr, TcpRepr<'static>)> {
+        let count = frames.len();
+        self.counters.segments_received += count as u64;
+        let seg_len = frames.iter().map(|f| f.len()).sum();
+        if self.fast_path {
+            if let Some(ack_len) = self.fast_path_takes(repr, seg_len) {
+                let drain = core::iter::from_fn(|| frames.pop_front());
+                self.process_fast(cx, ip_repr, repr, ack_len, seg_len, drain);
+                return None;
+            }
+        }
+        let mut seq = repr.seq_number;
+        let mut reply = None;
+        for k in 0..count {
+            let Some(frame) = frames.pop_front() else {
+                break;
+            };
+            let n = frame.len();
+            let piece = TcpRepr {
+                seq_number: seq,
+                control: if k + 1 == count {
+                    repr.control
+                } else {
+                    TcpControl::None
+                },
+                payload: &[],
+                ..*repr
+            };
+            let ip = IpRepr::new(
+                ip_repr.src_addr(),
+                ip_repr.dst_addr(),
+                IpProtocol::Tcp,
+                piece.buffer_len() + n,
+                ip_repr.hop_limit(),
+            );
+            // An earlier piece may have ended the connection.
+            if !self.accepts(&ip, &piece) {
+                break;
+            }
+            reply = self.process_segment(cx, &ip, &piece, Some(frame)).or(reply);
+            seq += n;
+        }
+        if reply.is_some() {
+            self.counters.segments_sent += 1;
+        }
+        reply
+    }
+
+    /// Whether the fast path takes the segment `repr` (with `seg_len` bytes of payload), and
+    /// if so how many new bytes it acknowledges.
     ///
     /// It takes the segments of an established connection's steady state, where
     /// request/response and bulk traffic spend their time (the conditions of Linux's
@@ -1693,10 +1758,9 @@ impl<'a> Tcb<'a> {
     /// processing, out of line. Both give the same result for a segment the fast path takes
     /// (`twin.rs` checks it on every segment of its runs, and its fuzz target on arbitrary
     /// segments).
-    #[inline]
-    fn fast_path_takes(&self, repr: &TcpRepr, payload: Option<&RxFrame>) -> Option<usize> {
+    #[inline(always)]
+    fn fast_path_takes(&self, repr: &TcpRepr, seg_len: usize) -> Option<usize> {
         let ack = repr.ack_number?;
-        let seg_len = payload.map_or(repr.payload.len(), |f| f.len());
         let window_start = self.remote_seq_no + self.rx_buffer.len();
         let takes = self.state == State::Established
             && matches!(repr.control, TcpControl::None | TcpControl::Psh)
@@ -1722,20 +1786,21 @@ impl<'a> Tcb<'a> {
     }
 
     /// The fast path's processing of a segment [`fast_path_takes`](Self::fast_path_takes)
-    /// took: what [`process_segment`](Self::process_segment) does for it, without the
-    /// checks that cannot fail and the branches that cannot be taken. Sends nothing back at
-    /// once (in-order data is acknowledged by `dispatch`).
+    /// took (`seg_len` bytes of payload in `frames`, in order: one frame, or the frames of
+    /// segments taken together): what [`process_segment`](Self::process_segment) does for it,
+    /// without the checks that cannot fail and the branches that cannot be taken. Sends nothing
+    /// back at once (in-order data is acknowledged by `dispatch`).
     fn process_fast(
         &mut self,
         cx: &mut TcpContext<'_>,
         ip_repr: &IpRepr,
         repr: &TcpRepr,
         ack_len: usize,
-        payload: Option<RxFrame>,
+        seg_len: usize,
+        frames: impl IntoIterator<Item = RxFrame>,
     ) {
         debug_assert!(self.accepts(ip_repr, repr));
         self.note_rx_mss(cx, ip_repr.header_len());
-        let seg_len = payload.as_ref().map_or(repr.payload.len(), |f| f.len());
         // `fast_path_takes` returns only with an ACK number.
         let ack_number = self.local_seq_no + ack_len;
         self.local_rx_last_seq = Some(repr.seq_number);
@@ -1750,16 +1815,24 @@ impl<'a> Tcb<'a> {
         if seg_len == 0 {
             return;
         }
-        // In order and within the window: the frame is queued as it is when the receive
-        // budget has room, and dropped unacknowledged otherwise (the peer sends it again).
-        match payload {
-            Some(frame) if self.rx_buffer.fits_in_order(seg_len) => {
-                self.rx_buffer.accept(0, frame, seg_len);
-                self.counters.bytes_received += seg_len as u64;
-                self.rx_waker.wake();
-                self.schedule_delayed_ack(cx.now);
+        // In order and within the window: each frame is queued as it is while the receive
+        // budget has room; the rest is dropped unacknowledged (the peer sends it again).
+        let mut taken = 0;
+        for frame in frames {
+            let n = frame.len();
+            if !self.rx_buffer.fits_in_order(n) {
+                break;
             }
-            _ => self.rx_buffer.note_budget_drop(),
+            self.rx_buffer.accept(0, frame, n);
+            self.counters.bytes_received += n as u64;
+            taken += n;
+            self.schedule_delayed_ack(cx.now);
+        }
+        if taken > 0 {
+            self.rx_waker.wake();
+        }
+        if taken < seg_len {
+            self.rx_buffer.note_budget_drop();
         }
     }
 
