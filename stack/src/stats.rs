@@ -164,6 +164,22 @@ pub struct StackStats {
     /// average [`CHALLENGE_ACKS_PER_SECOND`](crate::tcp::CHALLENGE_ACKS_PER_SECOND)). Each
     /// connection also sends at most one a second; what that limit withholds is not counted.
     pub challenge_acks_withheld: u64,
+    /// SYN-ACKs sent with a SYN cookie: SYNs for a [`TcpListener`](crate::tcp::TcpListener)
+    /// whose listening sockets were all busy, answered without keeping any state
+    /// ([`Config::syn_cookies`](crate::Config::syn_cookies)).
+    pub syn_cookies_sent: u64,
+    /// ACKs for no connection whose acknowledgement was a valid SYN cookie: each made a
+    /// connection for the listener's `accept` (or was dropped for want of room, see
+    /// [`syn_cookie_accept_drops`](Self::syn_cookie_accept_drops)).
+    pub syn_cookies_validated: u64,
+    /// ACKs for no connection on a listener's port, within two minutes of its last cookie,
+    /// whose acknowledgement was no valid cookie (forged, for another four-tuple, too old):
+    /// answered with a reset, nothing made.
+    pub syn_cookies_rejected: u64,
+    /// Valid cookies that made no connection: the listener already had its backlog of
+    /// connections waiting for `accept`, or the stack had no socket slot, pool budget or
+    /// buffers for one. The ACK is dropped; the peer's retransmission may find room.
+    pub syn_cookie_accept_drops: u64,
 }
 
 impl StackStats {
@@ -201,6 +217,10 @@ pub(crate) struct Counters {
     time_wait_evictions: AtomicU64,
     link_downs: AtomicU64,
     challenge_acks_withheld: AtomicU64,
+    syn_cookies_sent: AtomicU64,
+    syn_cookies_validated: AtomicU64,
+    syn_cookies_rejected: AtomicU64,
+    syn_cookie_accept_drops: AtomicU64,
 }
 
 /// Adds one to a counter whose writers are serialised by the state's single owner (see [`Counters`]);
@@ -227,6 +247,10 @@ impl Counters {
             time_wait_evictions: AtomicU64::new(0),
             link_downs: AtomicU64::new(0),
             challenge_acks_withheld: AtomicU64::new(0),
+            syn_cookies_sent: AtomicU64::new(0),
+            syn_cookies_validated: AtomicU64::new(0),
+            syn_cookies_rejected: AtomicU64::new(0),
+            syn_cookie_accept_drops: AtomicU64::new(0),
         }
     }
 
@@ -305,6 +329,19 @@ impl Counters {
         }
     }
 
+    pub(crate) fn syn_cookie_sent(&self) {
+        bump(&self.syn_cookies_sent);
+    }
+    pub(crate) fn syn_cookie_validated(&self) {
+        bump(&self.syn_cookies_validated);
+    }
+    pub(crate) fn syn_cookie_rejected(&self) {
+        bump(&self.syn_cookies_rejected);
+    }
+    pub(crate) fn syn_cookie_accept_drop(&self) {
+        bump(&self.syn_cookie_accept_drops);
+    }
+
     pub(crate) fn snapshot(&self) -> StackStats {
         let mut drops = [0; DropReason::COUNT];
         for (d, a) in drops.iter_mut().zip(&self.drops) {
@@ -324,6 +361,10 @@ impl Counters {
             time_wait_evictions: self.time_wait_evictions.load(Relaxed),
             link_downs: self.link_downs.load(Relaxed),
             challenge_acks_withheld: self.challenge_acks_withheld.load(Relaxed),
+            syn_cookies_sent: self.syn_cookies_sent.load(Relaxed),
+            syn_cookies_validated: self.syn_cookies_validated.load(Relaxed),
+            syn_cookies_rejected: self.syn_cookies_rejected.load(Relaxed),
+            syn_cookie_accept_drops: self.syn_cookie_accept_drops.load(Relaxed),
         }
     }
 }
