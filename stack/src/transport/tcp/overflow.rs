@@ -7,10 +7,12 @@
 //!                  else ─► dropped, the client retries (BacklogFull)
 //!  ACK (no SYN, no RST), the listener sent a cookie in the last two minutes
 //!     ─► ack - 1 checks out for the four-tuple and seq - 1 (cookie validated)
-//!        ─► room in the listener's queue, a socket slot, buffers ─► a connection in
-//!           SYN-RECEIVED rebuilt from the cookie, which `process` takes the ACK (data, FIN)
-//!           into, queued for `accept`
-//!           else ─► dropped, the peer retransmits (accept drop)
+//!        ─► a listening socket free by now ─► it becomes the connection: SYN-RECEIVED
+//!           rebuilt from the cookie, then `process` takes the ACK (data, FIN) into it; the
+//!           listener's `accept` hands it out as any other
+//!        ─► else room in the listener's queue, a socket slot, buffers ─► a new connection,
+//!           made the same way, queued for `accept`
+//!        ─► else dropped, the peer retransmits (accept drop)
 //!     ─► it does not ─► the caller answers with a RST (cookie rejected)
 //! ```
 
@@ -26,6 +28,7 @@ use crate::stack::State;
 use crate::stats::{Counters, DropReason};
 use crate::transport::tcp::tcb::context::TcpContext;
 use crate::transport::tcp::tcb::socket::{CookieOpen, Tcb};
+use crate::transport::tcp::tcb::state::State as TcpState;
 
 /// A segment to send back, and whose traffic it is for the neighbour table.
 pub(super) type Answer = ((IpRepr, TcpRepr<'static>), Traffic);
@@ -186,16 +189,31 @@ fn cookie_ack(st: &mut State, seg: Unowned<'_>, now: Instant, counters: &Counter
         return Unclaimed::Refused(frame);
     };
     counters.syn_cookie_validated();
-    if st.listener_ports.queue_full(id) {
-        counters.syn_cookie_accept_drop();
-        return Unclaimed::Handled(None);
-    }
-    let handle = match (spec.make_buffers)().map(|b| add_tcb(st, spec.pool, b)) {
-        Some(Ok(h)) => h,
-        _ => {
+    // A listening socket free by now takes the connection, as it would have taken the SYN
+    // (the listener's `accept` hands it out as usual); otherwise a new connection waits in
+    // the listener's queue.
+    let syn = TcpRepr {
+        control: TcpControl::Syn,
+        ack_number: None,
+        ..*repr
+    };
+    let listening = st
+        .tcp
+        .find(ip, &syn)
+        .filter(|&i| matches!(st.tcp.at(i), Some(e) if e.tcb.state() == TcpState::Listen));
+    let new = match listening {
+        Some(_) => None,
+        None if st.listener_ports.queue_full(id) => {
             counters.syn_cookie_accept_drop();
             return Unclaimed::Handled(None);
         }
+        None => match (spec.make_buffers)().map(|b| add_tcb(st, spec.pool, b)) {
+            Some(Ok(h)) => Some(h),
+            _ => {
+                counters.syn_cookie_accept_drop();
+                return Unclaimed::Handled(None);
+            }
+        },
     };
     // The payload stays in the frame: the frame, trimmed to it, goes to the connection.
     let payload = match payload_at {
@@ -203,15 +221,22 @@ fn cookie_ack(st: &mut State, seg: Unowned<'_>, now: Instant, counters: &Counter
         _ => None,
     };
     let ip_mtu = st.link.caps.ip_mtu();
-    let Some(e) = st.tcp.at_handle(handle) else {
+    let entry = match (new, listening) {
+        (Some(h), _) => st.tcp.at_handle(h),
+        (None, Some(i)) => st.tcp.at(i),
+        (None, None) => None,
+    };
+    let Some(e) = entry else {
         return Unclaimed::Handled(None);
     };
     let mut cx =
         TcpContext::new(now, ip_mtu, &st.iface, e.keys).with_challenge_acks(&mut *e.challenge_acks);
-    // As a listening socket's: reset if the peer stays silent until `accept` takes it.
-    e.tcb.set_timeout(Some(smoltcp::time::Duration::from_secs(
-        HANDSHAKE_TIMEOUT.as_secs(),
-    )));
+    if new.is_some() {
+        // As a listening socket's: reset if the peer stays silent until `accept` takes it.
+        e.tcb.set_timeout(Some(smoltcp::time::Duration::from_secs(
+            HANDSHAKE_TIMEOUT.as_secs(),
+        )));
+    }
     e.tcb.open_from_cookie(
         &mut cx,
         CookieOpen {
@@ -232,17 +257,16 @@ fn cookie_ack(st: &mut State, seg: Unowned<'_>, now: Instant, counters: &Counter
     let drops = e.tcb.take_rx_drops();
     counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));
     let traffic = traffic_of(e.tcb.state());
-    match st.listener_ports.push_completed(id, handle) {
-        Ok(waker) => {
-            if let Some(w) = waker {
-                crate::stack::wake(st.tasks.local.as_ref(), &w);
+    if let Some(handle) = new {
+        match st.listener_ports.push_completed(id, handle) {
+            Ok(Some(w)) => crate::stack::wake(st.tasks.local.as_ref(), &w),
+            Ok(None) => {}
+            Err(handle) => {
+                // `queue_full` said there was room: not expected. Nothing keeps it.
+                st.remove_tcb(handle);
+                counters.syn_cookie_accept_drop();
+                return Unclaimed::Handled(None);
             }
-        }
-        Err(handle) => {
-            // `queue_full` said there was room: not expected. Nothing keeps the connection.
-            st.remove_tcb(handle);
-            counters.syn_cookie_accept_drop();
-            return Unclaimed::Handled(None);
         }
     }
     Unclaimed::Handled(reply.map(|r| (r, traffic)))

@@ -32,12 +32,12 @@ pub(crate) struct CookieOpen {
 }
 
 impl Tcb<'_> {
-    /// Puts this closed connection in SYN-RECEIVED as if it had taken the SYN and sent the
-    /// SYN-ACK `open` describes; [`process`](Self::process) with the final ACK then
-    /// establishes it (and takes the ACK's data and FIN). It never goes back to listening:
-    /// a reset closes it.
+    /// Puts this closed or listening connection in SYN-RECEIVED as if it had taken the SYN
+    /// and sent the SYN-ACK `open` describes; [`process`](Self::process) with the final ACK
+    /// then establishes it (and takes the ACK's data and FIN). A reset in SYN-RECEIVED sends a
+    /// listening socket back to listening and closes a closed one, as for any handshake.
     pub(crate) fn open_from_cookie(&mut self, cx: &mut TcpContext<'_>, open: CookieOpen) {
-        debug_assert_eq!(self.state, State::Closed);
+        debug_assert!(matches!(self.state, State::Closed | State::Listen));
         self.remote_mss = usize::from(open.remote_mss).max(MIN_REMOTE_MSS);
         self.congestion_controller
             .inner_mut()
