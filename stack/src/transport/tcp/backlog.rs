@@ -222,7 +222,10 @@ impl ListenerPorts {
         if self.queue_full(id) {
             return Err(handle);
         }
-        let Some(place) = self.completed.iter_mut().find(|c| c.is_none()) else {
+        let (Some(e), Some(place)) = (
+            &mut self.entries[id.0],
+            self.completed.iter_mut().find(|c| c.is_none()),
+        ) else {
             return Err(handle);
         };
         let seq = self.next_seq;
@@ -232,9 +235,6 @@ impl ListenerPorts {
             handle,
             seq,
         });
-        let Some(e) = &mut self.entries[id.0] else {
-            return Err(handle);
-        };
         e.queued += 1;
         Ok(e.accept_waiter.take())
     }
