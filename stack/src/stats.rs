@@ -329,8 +329,10 @@ impl Counters {
         }
     }
 
-    pub(crate) fn syn_cookie_sent(&self) {
-        bump(&self.syn_cookies_sent);
+    /// A SYN cookie sent by the listener on `port` (logged with a logging feature).
+    pub(crate) fn syn_cookie_sent(&self, _port: u16) {
+        let _total = bump(&self.syn_cookies_sent);
+        event!(syn_cookie_sent(_port, _total));
     }
     pub(crate) fn syn_cookie_validated(&self) {
         bump(&self.syn_cookies_validated);
@@ -338,8 +340,11 @@ impl Counters {
     pub(crate) fn syn_cookie_rejected(&self) {
         bump(&self.syn_cookies_rejected);
     }
-    pub(crate) fn syn_cookie_accept_drop(&self) {
-        bump(&self.syn_cookie_accept_drops);
+    /// A valid SYN cookie for the listener on `port` that found no room (logged with a
+    /// logging feature).
+    pub(crate) fn syn_cookie_accept_drop(&self, _port: u16) {
+        let _total = bump(&self.syn_cookie_accept_drops);
+        event!(syn_cookie_accept_dropped(_port, _total));
     }
 
     pub(crate) fn snapshot(&self) -> StackStats {

@@ -41,9 +41,11 @@ use crate::StackError;
 /// With every listening socket busy, a SYN is answered with a SYN cookie when
 /// [`Config::syn_cookies`](crate::Config::syn_cookies) is on (the default), so clients still get
 /// through a flood of handshakes that never complete: the peer's final ACK brings the cookie
-/// back and makes a connection, which waits for `accept` beside the listening sockets (at most
-/// `backlog` of them, under the same timeout) and is handed out like any other. Its receive
-/// window and window scale are those of the listener's first buffers.
+/// back and makes a connection. A listening socket free by then becomes it; otherwise a new
+/// socket (a free slot, buffers from `make_buffers`) does and waits for `accept` beside the
+/// listening sockets (at most `backlog` of them, under the same timeout). Either is handed out
+/// like any other connection. Its receive window and window scale are those the cookie's
+/// SYN-ACK announced: the listener's first buffers'.
 #[derive(Debug)]
 pub struct TcpListener {
     stack: Stack,

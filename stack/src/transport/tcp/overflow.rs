@@ -148,7 +148,7 @@ fn syn_ack(
         ip_reply.hop_limit(),
     );
     st.listener_ports.note_cookie_sent(id, now);
-    counters.syn_cookie_sent();
+    counters.syn_cookie_sent(repr.dst_port);
     Some((ip_reply, reply))
 }
 
@@ -204,13 +204,13 @@ fn cookie_ack(st: &mut State, seg: Unowned<'_>, now: Instant, counters: &Counter
     let new = match listening {
         Some(_) => None,
         None if st.listener_ports.queue_full(id) => {
-            counters.syn_cookie_accept_drop();
+            counters.syn_cookie_accept_drop(repr.dst_port);
             return Unclaimed::Handled(None);
         }
         None => match (spec.make_buffers)().map(|b| add_tcb(st, spec.pool, b)) {
             Some(Ok(h)) => Some(h),
             _ => {
-                counters.syn_cookie_accept_drop();
+                counters.syn_cookie_accept_drop(repr.dst_port);
                 return Unclaimed::Handled(None);
             }
         },
@@ -264,7 +264,7 @@ fn cookie_ack(st: &mut State, seg: Unowned<'_>, now: Instant, counters: &Counter
             Err(handle) => {
                 // `queue_full` said there was room: not expected. Nothing keeps it.
                 st.remove_tcb(handle);
-                counters.syn_cookie_accept_drop();
+                counters.syn_cookie_accept_drop(repr.dst_port);
                 return Unclaimed::Handled(None);
             }
         }
