@@ -145,11 +145,27 @@ pub struct Config {
     /// their budgets, and a pool that runs dry is met by dropping segments (counted) and
     /// giving up out-of-order data, never by an error.
     pub tcp_pool_slots: Option<usize>,
+    /// SYN cookies (RFC 4987), on by default. When every listening socket of a
+    /// [`TcpListener`](crate::tcp::TcpListener) is busy (its backlog of handshakes is full,
+    /// for instance with SYNs from forged addresses that never complete), a SYN is answered
+    /// with a SYN-ACK whose sequence number is a cookie, a keyed MAC of the four-tuple, a
+    /// minute counter and the peer's MSS (one of four values), and nothing is kept. A peer's
+    /// final ACK that brings a valid cookie back within one to two minutes makes an
+    /// established connection, which the listener's `accept` hands out like any other (at most
+    /// its backlog of them wait). A peer that offered timestamps keeps its window scale and
+    /// SACK (carried in our timestamp, as Linux does); one that did not gets neither. Counted
+    /// in [`StackStats`](crate::StackStats)' `syn_cookies_*` fields.
+    ///
+    /// Off (`false`), such a SYN is dropped
+    /// ([`DropReason::BacklogFull`](crate::DropReason::BacklogFull)) and the client retries
+    /// later: a flood of forged SYNs, about the backlog's size a minute, then keeps a listener
+    /// unreachable.
+    pub syn_cookies: bool,
 }
 
 impl Config {
     /// No addresses, no autoconfiguration (IPv6 off), 32 frames per ingress run, three
-    /// quarters of the pool for TCP budgets, and `secret` (see [`Secret`]).
+    /// quarters of the pool for TCP budgets, SYN cookies on, and `secret` (see [`Secret`]).
     pub fn new(secret: Secret) -> Self {
         Self {
             ipv4: Ipv4Config::None,
@@ -160,6 +176,7 @@ impl Config {
             ingress_budget: 32,
             dns_servers: [None; MAX_DNS_SERVERS],
             tcp_pool_slots: None,
+            syn_cookies: true,
         }
     }
 

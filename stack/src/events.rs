@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | warn | link down | `zcnet_stack::link` |
 //! | warn | DHCPv4 lease lost | `zcnet_stack::dhcp` |
-//! | warn, on the 1st, 2nd, 4th, 8th, ... time (else debug) | frames dropped for exhaustion or a driver's refusal (`backlog_full`, `datagram_queue_full`, `tx_too_long`, `tx_headroom`, `tx_driver`); a listener that could not re-arm | `zcnet_stack::drop`, `zcnet_stack::tcp` |
+//! | warn, on the 1st, 2nd, 4th, 8th, ... time (else debug) | frames dropped for exhaustion or a driver's refusal (`backlog_full`, `datagram_queue_full`, `tx_too_long`, `tx_headroom`, `tx_driver`); a listener that could not re-arm; SYN cookies sent; valid cookies that found no room | `zcnet_stack::drop`, `zcnet_stack::tcp` |
 //! | info | stack created: hardware address, IP MTU, addresses | `zcnet_stack` |
 //! | info | link up | `zcnet_stack::link` |
 //! | info | DHCPv4 lease acquired or changed, discovery restarted when the link returns | `zcnet_stack::dhcp` |
@@ -189,6 +189,40 @@ pub(crate) fn listener_rearm_failed(port: u16, total: u64) {
             target: TCP,
             "TCP listener on port {}: no socket slot or buffers for a listening socket ({} times so far)",
             port, total
+        );
+    }
+}
+
+/// A listener on `port` answered a SYN with a SYN cookie (its backlog was full); `total`
+/// cookies so far.
+pub(crate) fn syn_cookie_sent(port: u16, total: u64) {
+    if crosses_power_of_two(total.wrapping_sub(1), total) {
+        warn!(
+            target: TCP,
+            "TCP listener on port {}: backlog full, SYNs answered with cookies ({} so far)",
+            port, total
+        );
+    } else {
+        debug!(
+            target: TCP,
+            "TCP listener on port {}: SYN answered with a cookie ({} so far)", port, total
+        );
+    }
+}
+
+/// A valid SYN cookie for a listener on `port` found no room for its connection; `total` so
+/// far.
+pub(crate) fn syn_cookie_accept_dropped(port: u16, total: u64) {
+    if crosses_power_of_two(total.wrapping_sub(1), total) {
+        warn!(
+            target: TCP,
+            "TCP listener on port {}: a valid SYN cookie found no room (accept queue full, or no socket slot or buffers; {} so far)",
+            port, total
+        );
+    } else {
+        debug!(
+            target: TCP,
+            "TCP listener on port {}: a valid SYN cookie found no room ({} so far)", port, total
         );
     }
 }

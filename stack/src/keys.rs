@@ -15,6 +15,8 @@
 //! | `SmoltcpSeed` | nothing | the seed of smoltcp's own generator (DHCP transaction ids, DNS query ids and ports) |
 //! | `Demux` | nothing | the key of the TCP table's four-tuple hash (`transport/tcp/table.rs`) |
 //! | `ChallengeAck` | a counter of seconds | each second's stack-wide budget of TCP challenge ACKs (RFC 5961 §7; `transport/tcp/tcb/context.rs`) |
+//! | `SynCookieKey` | 0, then 1 | the two halves of the SYN cookie key ([`Prf::derive`]) |
+//! | `SynCookie` | four-tuple, a part byte, a minute counter and an MSS index | SYN cookies, under the SYN cookie key (`transport/tcp/cookie.rs`) |
 //!
 //! SipHash is a PRF under a 128-bit key: its outputs for inputs an attacker picks reveal
 //! nothing of the key or of its outputs for other inputs, so a peer that sees its own
@@ -47,6 +49,10 @@ pub(crate) enum Use {
     Demux = 7,
     /// The stack-wide challenge ACK budget of each second.
     ChallengeAck = 8,
+    /// The derivation of the SYN cookie key.
+    SynCookieKey = 9,
+    /// SYN cookies (under the derived key).
+    SynCookie = 10,
 }
 
 /// SipHash-2-4 under the stack's secret.
@@ -88,12 +94,35 @@ impl Prf {
     /// The hash of a four-tuple (`local`, `remote`) for `purpose`. Both ends have the same IP
     /// version in a connection; the version is hashed too.
     pub(crate) fn tuple(&self, purpose: Use, local: IpEndpoint, remote: IpEndpoint) -> u64 {
+        self.tuple_with(purpose, local, remote, &[])
+    }
+
+    /// The hash of a four-tuple followed by `extra` for `purpose` ([`tuple`](Self::tuple) is
+    /// this with nothing extra).
+    pub(crate) fn tuple_with(
+        &self,
+        purpose: Use,
+        local: IpEndpoint,
+        remote: IpEndpoint,
+        extra: &[u8],
+    ) -> u64 {
         let mut h = self.start(purpose);
         write_addr(&mut h, local.addr);
         h.write(&local.port.to_be_bytes());
         write_addr(&mut h, remote.addr);
         h.write(&remote.port.to_be_bytes());
+        h.write(extra);
         h.finish()
+    }
+
+    /// A function under a key of its own, derived from this one for `purpose`: its two halves
+    /// are the hashes of 0 and 1 for `purpose`. Knowing the derived key (or outputs under
+    /// it) reveals nothing of this key.
+    pub(crate) fn derive(&self, purpose: Use) -> Prf {
+        Prf {
+            k0: self.of(purpose, &[0]),
+            k1: self.of(purpose, &[1]),
+        }
     }
 
     /// The hash of a destination as RFC 6056 keys its port choice: the local address (when
@@ -238,6 +267,24 @@ mod tests {
         let d = prf(7).destination(Use::Port, Some(l.addr), r);
         assert_ne!(d, prf(7).destination(Use::Port, None, r));
         assert_ne!(d, prf(7).destination(Use::Port, Some(l.addr), ep(2, 40001)));
+    }
+
+    #[test]
+    fn a_derived_key_is_another_key() {
+        let p = prf(7);
+        let d = p.derive(Use::SynCookieKey);
+        let (l, r) = (ep(1, 80), ep(2, 40000));
+        assert_ne!((d.k0, d.k1), (p.k0, p.k1));
+        assert_ne!(d.tuple(Use::SynCookie, l, r), p.tuple(Use::SynCookie, l, r));
+        assert_eq!(
+            (d.k0, d.k1),
+            (p.of(Use::SynCookieKey, &[0]), p.of(Use::SynCookieKey, &[1]))
+        );
+        let e = prf(8).derive(Use::SynCookieKey);
+        assert_ne!((d.k0, d.k1), (e.k0, e.k1));
+        // Nothing extra is the plain tuple hash; something extra changes it.
+        assert_eq!(p.tuple_with(Use::Isn, l, r, &[]), p.tuple(Use::Isn, l, r));
+        assert_ne!(p.tuple_with(Use::Isn, l, r, &[0]), p.tuple(Use::Isn, l, r));
     }
 
     #[test]

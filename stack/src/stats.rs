@@ -177,6 +177,22 @@ pub struct StackStats {
     pub gro_batches: u64,
     /// The segments those batches carried (`gro_segments / gro_batches` is the average batch).
     pub gro_segments: u64,
+    /// SYN-ACKs sent with a SYN cookie: SYNs for a [`TcpListener`](crate::tcp::TcpListener)
+    /// whose listening sockets were all busy, answered without keeping any state
+    /// ([`Config::syn_cookies`](crate::Config::syn_cookies)).
+    pub syn_cookies_sent: u64,
+    /// ACKs for no connection whose acknowledgement was a valid SYN cookie: each made a
+    /// connection for the listener's `accept` (or was dropped for want of room, see
+    /// [`syn_cookie_accept_drops`](Self::syn_cookie_accept_drops)).
+    pub syn_cookies_validated: u64,
+    /// ACKs for no connection on a listener's port, within two minutes of its last cookie,
+    /// whose acknowledgement was no valid cookie (forged, for another four-tuple, too old):
+    /// answered with a reset, nothing made.
+    pub syn_cookies_rejected: u64,
+    /// Valid cookies that made no connection: the listener already had its backlog of
+    /// connections waiting for `accept`, or the stack had no socket slot, pool budget or
+    /// buffers for one. The ACK is dropped; the peer's retransmission may find room.
+    pub syn_cookie_accept_drops: u64,
 }
 
 impl StackStats {
@@ -217,6 +233,10 @@ pub(crate) struct Counters {
     tcp_timed_out: AtomicU64,
     gro_batches: AtomicU64,
     gro_segments: AtomicU64,
+    syn_cookies_sent: AtomicU64,
+    syn_cookies_validated: AtomicU64,
+    syn_cookies_rejected: AtomicU64,
+    syn_cookie_accept_drops: AtomicU64,
 }
 
 /// Adds one to a counter whose writers are serialised by the state's single owner (see [`Counters`]);
@@ -246,6 +266,10 @@ impl Counters {
             tcp_timed_out: AtomicU64::new(0),
             gro_batches: AtomicU64::new(0),
             gro_segments: AtomicU64::new(0),
+            syn_cookies_sent: AtomicU64::new(0),
+            syn_cookies_validated: AtomicU64::new(0),
+            syn_cookies_rejected: AtomicU64::new(0),
+            syn_cookie_accept_drops: AtomicU64::new(0),
         }
     }
 
@@ -338,6 +362,24 @@ impl Counters {
         }
     }
 
+    /// A SYN cookie sent by the listener on `port` (logged with a logging feature).
+    pub(crate) fn syn_cookie_sent(&self, _port: u16) {
+        let _total = bump(&self.syn_cookies_sent);
+        event!(syn_cookie_sent(_port, _total));
+    }
+    pub(crate) fn syn_cookie_validated(&self) {
+        bump(&self.syn_cookies_validated);
+    }
+    pub(crate) fn syn_cookie_rejected(&self) {
+        bump(&self.syn_cookies_rejected);
+    }
+    /// A valid SYN cookie for the listener on `port` that found no room (logged with a
+    /// logging feature).
+    pub(crate) fn syn_cookie_accept_drop(&self, _port: u16) {
+        let _total = bump(&self.syn_cookie_accept_drops);
+        event!(syn_cookie_accept_dropped(_port, _total));
+    }
+
     pub(crate) fn snapshot(&self) -> StackStats {
         let mut drops = [0; DropReason::COUNT];
         for (d, a) in drops.iter_mut().zip(&self.drops) {
@@ -360,6 +402,10 @@ impl Counters {
             tcp_timed_out: self.tcp_timed_out.load(Relaxed),
             gro_batches: self.gro_batches.load(Relaxed),
             gro_segments: self.gro_segments.load(Relaxed),
+            syn_cookies_sent: self.syn_cookies_sent.load(Relaxed),
+            syn_cookies_validated: self.syn_cookies_validated.load(Relaxed),
+            syn_cookies_rejected: self.syn_cookies_rejected.load(Relaxed),
+            syn_cookie_accept_drops: self.syn_cookie_accept_drops.load(Relaxed),
         }
     }
 }

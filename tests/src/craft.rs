@@ -65,6 +65,45 @@ pub fn arp_request(from: Host, target: Ipv4Address) -> Vec<u8> {
     f
 }
 
+/// `from`'s answer to an ARP request: if `frame` is an ARP request for `from`'s address, the
+/// reply to its sender; `None` otherwise.
+pub fn arp_answer(from: Host, frame: &[u8]) -> Option<Vec<u8>> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Arp {
+        return None;
+    }
+    let ArpRepr::EthernetIpv4 {
+        operation: ArpOperation::Request,
+        source_hardware_addr,
+        source_protocol_addr,
+        target_protocol_addr,
+        ..
+    } = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).ok()?).ok()?
+    else {
+        return None;
+    };
+    if target_protocol_addr != from.ip {
+        return None;
+    }
+    let arp = ArpRepr::EthernetIpv4 {
+        operation: ArpOperation::Reply,
+        source_hardware_addr: from.mac,
+        source_protocol_addr: from.ip,
+        target_hardware_addr: source_hardware_addr,
+        target_protocol_addr: source_protocol_addr,
+    };
+    let mut f = vec![0u8; 14 + arp.buffer_len()];
+    let mut out = EthernetFrame::new_unchecked(&mut f[..]);
+    EthernetRepr {
+        src_addr: from.mac,
+        dst_addr: source_hardware_addr,
+        ethertype: EthernetProtocol::Arp,
+    }
+    .emit(&mut out);
+    arp.emit(&mut ArpPacket::new_unchecked(out.payload_mut()));
+    Some(f)
+}
+
 /// The Ethernet frame carrying `tcp` from `from` to `to` in IPv4 (hop limit 64), checksums
 /// computed.
 pub fn tcp_frame(from: Host, to: Host, tcp: &TcpRepr<'_>) -> Vec<u8> {
@@ -187,6 +226,17 @@ impl WireTarget {
     /// A stack at [`STACK`] with `S` socket slots, the secret made from `seed`, and pools of
     /// `slots` slots on both ends; its tasks spawned.
     pub fn new<const S: usize>(seed: u64, slots: usize) -> WireTarget {
+        Self::with_config::<S>(seed, slots, |_| {})
+    }
+
+    /// [`new`](Self::new), with `configure` adjusting the stack's configuration first.
+    pub fn with_config<const S: usize>(
+        seed: u64,
+        slots: usize,
+        configure: impl FnOnce(&mut zcnet_stack::Config),
+    ) -> WireTarget {
+        let mut config = side_config(1, seed);
+        configure(&mut config);
         let exec = Executor::leak(VirtualClock::leak());
         let pools = [
             FramePool::leak(PoolConfig::new(slots)).expect("pool"),
@@ -195,8 +245,7 @@ impl WireTarget {
         let (a, b) = wire_pair(exec, pools, Faults::default());
         let b: &'static mut WireEnd = Box::leak(Box::new(b));
         let resources: &'static StackResources<S> = StackResources::leak();
-        let (stack, runner) =
-            Stack::new(exec, pools[1], b, side_config(1, seed), resources).expect("stack");
+        let (stack, runner) = Stack::new(exec, pools[1], b, config, resources).expect("stack");
         runner.spawn(exec.local_spawner());
         WireTarget {
             exec,

@@ -90,13 +90,13 @@ fn spawn_answering_server(p: &Pair) -> JoinHandle<()> {
 }
 
 /// A client stack with room for more connections than the server's table of [`SLOTS`], on
-/// virtual time.
-fn server_pair() -> Pair {
+/// virtual time; the server with SYN cookies on or off (`cookies`).
+fn server_pair(cookies: bool) -> Pair {
     pair_sizes::<32, SLOTS>(
         Executor::leak(VirtualClock::leak()),
         Faults::default(),
         128,
-        |_, _| {},
+        |_, c| c.syn_cookies = cookies,
     )
 }
 
@@ -144,10 +144,25 @@ fn time_wait_orphans_give_their_slots_to_the_listener() {
 /// server's table, the listener runs out of listening sockets (re-arming fails, counted) and the
 /// next client's SYNs are dropped. When one client closes, the server's socket finishes its
 /// close and frees its slot; that must wake the listener's pending `accept` to re-arm, and the
-/// waiting client is served on its next SYN.
+/// waiting client is served on its next SYN. (SYN cookies are off: they would answer the
+/// dropped SYNs.)
 #[test]
 fn listener_rearms_when_a_slot_is_freed() {
-    let p = server_pair();
+    client_waits_for_a_slot(false);
+}
+
+/// [`listener_rearms_when_a_slot_is_freed`] with SYN cookies on: the further client's SYN gets
+/// a cookie, but its ACK and data find no socket slot (dropped, counted); once a slot is free,
+/// its retransmitted data brings the cookie back and it is served.
+#[test]
+fn a_cookie_client_is_served_once_a_slot_is_freed() {
+    client_waits_for_a_slot(true);
+}
+
+/// Every slot held by open connections, a further client waits; one held client closes and
+/// the waiting one is served.
+fn client_waits_for_a_slot(cookies: bool) {
+    let p = server_pair(cookies);
     let [a, b] = p.stacks;
     let sp = p.exec.local_spawner();
     let server = sp.spawn(async move {
@@ -192,8 +207,16 @@ fn listener_rearms_when_a_slot_is_freed() {
     });
     p.exec
         .block_on(zcnet_executor::time::sleep(Duration::from_secs(5)));
-    let drops = b.stats().dropped(DropReason::BacklogFull);
-    assert!(drops > 0, "the waiting client's SYN met a full backlog");
+    let st = b.stats();
+    if cookies {
+        assert_eq!(st.dropped(DropReason::BacklogFull), 0, "{st:?}");
+        assert!(st.syn_cookie_accept_drops > 0, "no slot for it: {st:?}");
+    } else {
+        assert!(
+            st.dropped(DropReason::BacklogFull) > 0,
+            "the waiting client's SYN met a full backlog"
+        );
+    }
 
     // One held client closes: the server's socket closes too and is removed, which must wake
     // the listener to re-arm; the waiting client is served on its next SYN retransmission.
@@ -216,10 +239,11 @@ fn listener_rearms_when_a_slot_is_freed() {
 /// put every listening socket in SYN-RECEIVED, waiting for an ACK that never comes: the next
 /// client's SYN meets a full backlog. After [`HANDSHAKE_TIMEOUT`] without a word from their
 /// peers those sockets give the handshake up and listen again, so a client arriving later is
-/// served on its first SYN.
+/// served on its first SYN. (SYN cookies are off: they would answer the SYN that meets the
+/// full backlog, see `attack_syn_cookies.rs`.)
 #[test]
 fn half_open_handshakes_give_their_listening_sockets_back() {
-    let p = server_pair();
+    let p = server_pair(false);
     let [a, b] = p.stacks;
     let sp = p.exec.local_spawner();
     let server = spawn_answering_server(&p);

@@ -12,7 +12,7 @@ use zcnet_stack::tcp::{TcpBuffers, TcpError, TcpListener, TcpSocket};
 use zcnet_stack::{IpEndpoint, Ipv4Address, Stack};
 use zcnet_tests::cable::cable_pair;
 use zcnet_tests::log_capture::LogCapture;
-use zcnet_tests::net::{pair, ADDR};
+use zcnet_tests::net::{pair, pair_with, ADDR};
 use zcnet_tests::wire::Faults;
 
 const TCP: &str = "zcnet_stack::tcp";
@@ -179,11 +179,12 @@ fn resets_aborts_and_timeouts_are_logged_with_their_cause() {
     log.expect(Level::Debug, TCP, "-> 10.0.0.2:7411: timed out in SYN-SENT");
 }
 
-/// A listener whose backlog is taken: the SYN is dropped, and the first such drop is a warning.
+/// A listener whose backlog is taken, SYN cookies off: the SYN is dropped, and the first such
+/// drop is a warning.
 #[test]
 fn a_syn_dropped_for_a_full_backlog_is_a_warning() {
     let log = LogCapture::start();
-    let p = pair(Faults::default(), 256);
+    let p = pair_with(Faults::default(), 256, |_, c| c.syn_cookies = false);
     let [a, b] = p.stacks;
     p.exec.block_on(async move {
         // Backlog 1, never accepted: the first connection takes the one listening socket.
@@ -200,6 +201,31 @@ fn a_syn_dropped_for_a_full_backlog_is_a_warning() {
         Level::Warn,
         DROP,
         "dropped 1 frame(s): backlog_full (1 so far)",
+    );
+}
+
+/// A listener whose backlog is taken, SYN cookies on: the SYN gets a cookie (the first one
+/// sent is a warning) and the client connects.
+#[test]
+fn a_syn_answered_with_a_cookie_is_a_warning() {
+    let log = LogCapture::start();
+    let p = pair(Faults::default(), 256);
+    let [a, b] = p.stacks;
+    p.exec.block_on(async move {
+        // Backlog 1, never accepted: the first connection takes the one listening socket.
+        let _l = TcpListener::bind(b, 7421, 1, buffers).unwrap();
+        let mut first = socket(a);
+        first.connect(b_at(7421)).await.unwrap();
+        let mut second = socket(a);
+        let r = second
+            .connect_timeout(b_at(7421), Duration::from_millis(300))
+            .await;
+        assert_eq!(r, Ok(()));
+    });
+    log.expect(
+        Level::Warn,
+        TCP,
+        "TCP listener on port 7421: backlog full, SYNs answered with cookies (1 so far)",
     );
 }
 

@@ -229,16 +229,24 @@ fn tcp_headroom(st: &crate::stack::State) -> usize {
 /// stack pool's frames bounded by `buffers.tx`'s capacity in bytes (its memory goes unused)
 /// and by a frame budget derived from it.
 pub(crate) fn add_socket(stack: Stack, buffers: TcpBuffers) -> Result<TcpHandle, StackError> {
+    let pool = stack.pool();
+    stack.with(|st| add_tcb(st, pool, buffers))
+}
+
+/// [`add_socket`] with the stack's state borrowed and its pool given (ingress makes the
+/// connections of SYN cookies so).
+pub(crate) fn add_tcb(
+    st: &mut crate::stack::State,
+    pool: &'static zcnet_buffer::FramePool,
+    buffers: TcpBuffers,
+) -> Result<TcpHandle, StackError> {
     let rx = RecvBuffer::new(buffers.rx);
     let tx_frames = frame_budget(buffers.tx);
     let reserve = buffers.frames();
-    let pool = stack.pool();
-    stack.with(|st| {
-        let tx = SendBuffer::new(pool, buffers.tx, tx_frames, tcp_headroom(st));
-        let mut tcb = Tcb::new(rx, tx);
-        tcb.set_timestamps(true);
-        st.add_tcb(tcb, reserve)
-    })
+    let tx = SendBuffer::new(pool, buffers.tx, tx_frames, tcp_headroom(st));
+    let mut tcb = Tcb::new(rx, tx);
+    tcb.set_timestamps(true);
+    st.add_tcb(tcb, reserve)
 }
 
 /// The stack and a socket's handle: what a socket and both its halves share. Every operation

@@ -9,7 +9,7 @@ use smoltcp::time::Duration as SmolDuration;
 use super::tcp::{add_socket, Conn, TcpBuffers, TcpError, TcpSocket, TcpState};
 use crate::config::IpListenEndpoint;
 use crate::stack::Stack;
-use crate::transport::tcp::backlog::ListenerId;
+use crate::transport::tcp::backlog::{ListenSpec, ListenerId};
 use crate::transport::tcp::table::TcpHandle;
 use crate::StackError;
 
@@ -37,6 +37,15 @@ use crate::StackError;
 /// accepted: one whose peer stays silent that long is reset and never handed out. A socket
 /// `accept` hands out has no timeout (what [`TcpSocket::set_timeout`] sets is the
 /// application's).
+///
+/// With every listening socket busy, a SYN is answered with a SYN cookie when
+/// [`Config::syn_cookies`](crate::Config::syn_cookies) is on (the default), so clients still get
+/// through a flood of handshakes that never complete: the peer's final ACK brings the cookie
+/// back and makes a connection. A listening socket free by then becomes it; otherwise a new
+/// socket (a free slot, buffers from `make_buffers`) does and waits for `accept` beside the
+/// listening sockets (at most `backlog` of them, under the same timeout). Either is handed out
+/// like any other connection. Its receive window and window scale are those the cookie's
+/// SYN-ACK announced: the listener's first buffers'.
 #[derive(Debug)]
 pub struct TcpListener {
     stack: Stack,
@@ -71,7 +80,13 @@ impl TcpListener {
         if endpoint.port == 0 {
             return Err(StackError::Unaddressable);
         }
-        let id = stack.with(|st| st.listener_ports.add(endpoint.port))?;
+        let spec = ListenSpec {
+            addr: endpoint.addr,
+            backlog,
+            make_buffers,
+            pool: stack.pool(),
+        };
+        let id = stack.with(|st| st.listener_ports.add(endpoint.port, spec))?;
         let mut l = Self {
             stack,
             id,
@@ -89,8 +104,10 @@ impl TcpListener {
     fn arm(&mut self, i: usize) -> Result<(), StackError> {
         let buffers = (self.make_buffers)().ok_or(StackError::NoBuffers)?;
         let handle = add_socket(self.stack, buffers)?;
-        let endpoint = self.endpoint;
+        let (endpoint, id) = (self.endpoint, self.id);
         let ok = self.stack.with(|st| {
+            st.listener_ports
+                .note_rx_capacity(id, buffers.rx_capacity());
             let r = st.with_tcb(handle, |s, _| {
                 s.set_timeout(Some(SmolDuration::from_secs(HANDSHAKE_TIMEOUT.as_secs())));
                 s.listen(endpoint)
@@ -136,6 +153,9 @@ impl TcpListener {
             if self.stack.is_shut_down() {
                 return Poll::Ready(Err(TcpError::ShutDown));
             }
+            if let Some(h) = self.take_completed(cx.waker()) {
+                return Poll::Ready(Ok((None, h)));
+            }
             if self.listening() < self.backlog {
                 // Ask to be woken when a slot frees up *before* trying, so a slot freed just
                 // after a failed try still wakes this task.
@@ -175,7 +195,7 @@ impl TcpListener {
                         }
                     });
                     if ready {
-                        return Some((i, h));
+                        return Some((Some(i), h));
                     }
                 }
                 None
@@ -186,8 +206,10 @@ impl TcpListener {
             }
         })
         .await?;
-        self.listening[i] = None;
-        self.rearm(i);
+        if let Some(i) = i {
+            self.listening[i] = None;
+            self.rearm(i);
+        }
         Ok(TcpSocket {
             conn: Conn {
                 stack: self.stack,
@@ -197,9 +219,40 @@ impl TcpListener {
     }
 }
 
+impl TcpListener {
+    /// The oldest connection completed from a SYN cookie that is still open, its listener's
+    /// timeout cleared, if any; otherwise `waker` is woken when one comes. Those that closed
+    /// while they waited (a reset, the listener's timeout) are removed.
+    fn take_completed(&mut self, waker: &core::task::Waker) -> Option<TcpHandle> {
+        let id = self.id;
+        self.stack.with(|st| loop {
+            let Some(h) = st.listener_ports.pop_completed(id) else {
+                st.listener_ports.wait_for_completed(id, waker);
+                return None;
+            };
+            let open = st.with_tcb(h, |s, st| {
+                if s.state() == TcpState::Closed {
+                    return false;
+                }
+                event!(tcp_accepted(s));
+                s.set_timeout(None);
+                st.meta.set_connected();
+                true
+            });
+            if open {
+                return Some(h);
+            }
+            st.remove_tcb(h);
+        })
+    }
+}
+
 impl Drop for TcpListener {
     fn drop(&mut self) {
         self.stack.with(|st| {
+            while let Some(h) = st.listener_ports.pop_completed(self.id) {
+                st.remove_tcb(h);
+            }
             st.listener_ports.remove(self.id);
             for h in self.listening.iter_mut().filter_map(Option::take) {
                 st.remove_tcb(h);

@@ -703,7 +703,7 @@ impl Stack {
             metas: SocketMetas::new(metas),
             tcp: TcpTable::new(tcbs, &resources.releases, &resources.segment_releases, &prf),
             tcp_slot_limit: config.tcp_pool_slots.unwrap_or(pool.slot_count() / 4 * 3),
-            listener_ports: ListenerPorts::new(),
+            listener_ports: ListenerPorts::new(config.syn_cookies),
             link: crate::link::LinkLayer {
                 driver,
                 caps,

@@ -15,7 +15,8 @@
 //!
 //! An input is a sequence of operations ([`Harness::run`]): raw frames (optionally with their
 //! checksums fixed), IP packets of any protocol, segments to the established connection
-//! relative to its current sequence numbers, segments to the listener, UDP datagrams, ARP,
+//! relative to its current sequence numbers, segments to the listener (a SYN with data is
+//! completed, through a SYN cookie when the backlog is full), UDP datagrams, ARP,
 //! NDP, DHCP replies to the client's current transaction, ICMP messages, and clock steps (at
 //! most [`CLOCK_BUDGET`] an input). The executor runs until idle and every transmitted frame
 //! is completed after each one; egress's timer is then never behind the clock. After the
@@ -796,7 +797,33 @@ impl Harness {
                     fix_checksums(&mut f);
                     f
                 };
+                // A SYN with data (over IPv6) to the listener that the stack answers is
+                // completed: the peer's ACK brings the data and the SYN's options again. When
+                // the backlog is full (SYNs without data fill it) the SYN-ACK carried a SYN
+                // cookie, and the ACK's timestamp echo, whatever the input put there, is
+                // decoded as the cookie's options.
+                let complete = bit
+                    && dst == LISTEN_PORT
+                    && !payload.is_empty()
+                    && fl & (flags::SYN | flags::ACK | flags::RST) == flags::SYN;
+                if complete {
+                    self.synack = None;
+                }
                 self.inject(&f);
+                if let (true, Some((p, s))) = (complete, self.synack.take()) {
+                    if p == src {
+                        self.inject(&tcp6_frame(
+                            src,
+                            dst,
+                            seq.wrapping_add(1),
+                            s.wrapping_add(1),
+                            flags::ACK | flags::PSH,
+                            window,
+                            options,
+                            payload,
+                        ));
+                    }
+                }
             }
             // A UDP datagram: to the echo socket, DHCP, or any port; checksum wrong when the
             // high bit is set.

@@ -11,9 +11,9 @@
 //!             as it is (no copy; a segment under 256 bytes may be copied into the previous
 //!             frame's tail, ledger: CopyBreak), or dropped if not kept
 //!          └─ an immediate answer (challenge ACK, ACK of out-of-order data) ─► output::emit
-//!    └─ nobody takes it: a bare SYN for a TcpListener's port is dropped (BacklogFull),
-//!       anything else but a RST is answered with a RST (Tcb::rst_reply) ─► output::emit
-//!       (NoSocket)
+//!    └─ nobody takes it: a bare SYN for a TcpListener's port gets a SYN cookie, or is
+//!       dropped (BacklogFull); an ACK may bring a cookie back (overflow.rs); anything else
+//!       but a RST is answered with a RST (Tcb::rst_reply) ─► output::emit (NoSocket)
 //! ```
 //!
 //! No TX frame for an answer is back-pressure: [`ingress`] gives the received frame back, the
@@ -27,6 +27,7 @@ use zcnet_buffer::RxFrame;
 
 use super::gro::{self, Gro};
 use super::output::{emit, hop_for, out, reserve, traffic_of};
+use super::overflow::{self, Unclaimed, Unowned};
 use crate::ip::check::TcpSeg;
 use crate::link::neighbor::Traffic;
 use crate::stack::State;
@@ -108,26 +109,33 @@ pub(crate) fn ingress(
                 }
             }
         }
+        // A SYN beyond a listener's backlog, an ACK bringing a SYN cookie back (`overflow.rs`).
         None => {
             gro.forget();
-            if repr.control == TcpControl::Syn
-                && repr.ack_number.is_none()
-                && st.listener_ports.contains(repr.dst_port)
-            {
-                // Every listening socket of a TcpListener is busy: drop the SYN, the client
-                // retries (`transport/tcp/backlog.rs`).
-                counters.drop(DropReason::BacklogFull);
-                return None;
+            match overflow::unclaimed(
+                st,
+                Unowned {
+                    frame,
+                    payload_at,
+                    ip: &ip,
+                    repr: &repr,
+                },
+                now,
+                counters,
+            ) {
+                Unclaimed::Handled(answer) => answer,
+                Unclaimed::Refused(frame) => {
+                    if repr.control == TcpControl::Rst {
+                        // Never answer a reset with a reset.
+                        return None;
+                    }
+                    counters.drop(DropReason::NoSocket);
+                    drop(frame);
+                    // The sender's address may be forged: the answer is unsolicited traffic
+                    // for the neighbour table.
+                    Some((Tcb::rst_reply(&ip, &repr), Traffic::Unsolicited))
+                }
             }
-            if repr.control == TcpControl::Rst {
-                // Never answer a reset with a reset.
-                return None;
-            }
-            counters.drop(DropReason::NoSocket);
-            drop(frame);
-            // The sender's address may be forged: the answer is unsolicited traffic for the
-            // neighbour table.
-            Some((Tcb::rst_reply(&ip, &repr), Traffic::Unsolicited))
         }
     };
     send_answer(st, reply, now, waker, counters);

@@ -8,13 +8,17 @@
 //! * [`table`]: the connection table (one place per socket slot), demultiplexing, kept
 //!   deadlines;
 //! * [`backlog`]: the listen backlog's ports and the tasks waiting for a free place;
+//! * [`overflow`]: a SYN beyond a listener's backlog (answered with a SYN cookie) and the ACK
+//!   that brings a cookie back; [`cookie`]: the cookies themselves;
 //! * [`tcb`]: one connection's state machine, its timers, RTT, congestion control and loss
 //!   recovery.
 
 pub(crate) mod backlog;
+pub(crate) mod cookie;
 pub(crate) mod gro;
 pub(crate) mod header;
 pub(crate) mod input;
 pub(crate) mod output;
+pub(crate) mod overflow;
 pub(crate) mod table;
 pub(crate) mod tcb;

@@ -356,6 +356,14 @@ pub(crate) struct Entry<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TcpHandle(usize);
 
+impl TcpHandle {
+    /// The handle of place `i` (for unit tests of what stores handles).
+    #[cfg(test)]
+    pub(crate) fn for_test(i: usize) -> TcpHandle {
+        TcpHandle(i)
+    }
+}
+
 /// The connections (part of the stack's locked state).
 pub(crate) struct TcpTable {
     slots: &'static mut [TcpSlot],

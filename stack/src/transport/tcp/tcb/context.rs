@@ -9,6 +9,7 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpEndpoint, TcpSeqNumber};
 
 use crate::keys::{Prf, Use};
+use crate::transport::tcp::cookie::CookieKey;
 
 /// How many challenge ACKs (RFC 5961) the stack sends in one second on average, all
 /// connections together (Linux's `tcp_challenge_ack_limit`). Each second's budget is drawn
@@ -117,12 +118,22 @@ impl LocalAddrs for Interface {
 #[derive(Clone)]
 pub(crate) struct TcpKeys {
     prf: Prf,
+    /// SYN cookies, under a key derived from the secret (`transport/tcp/cookie.rs`).
+    cookie: CookieKey,
 }
 
 impl TcpKeys {
     /// The functions keyed with the stack's secret.
     pub(crate) fn new(prf: Prf) -> Self {
-        Self { prf }
+        Self {
+            cookie: CookieKey::new(&prf),
+            prf,
+        }
+    }
+
+    /// The SYN cookie key.
+    pub(crate) fn cookie(&self) -> &CookieKey {
+        &self.cookie
     }
 
     /// The initial sequence number of the connection from `local` to `remote` at `now`, as
@@ -144,6 +155,12 @@ impl TcpKeys {
     /// again gets the same offset and so TSvals that keep increasing across incarnations.
     pub(crate) fn ts_offset(&self, local: IpEndpoint, remote: IpEndpoint) -> u32 {
         self.prf.tuple(Use::TsOffset, local, remote) as u32
+    }
+
+    /// The TSval at `now` of the connection from `local` to `remote`: the millisecond clock
+    /// plus its [`ts_offset`](Self::ts_offset) (what the connection's own segments carry).
+    pub(crate) fn tsval(&self, now: Instant, local: IpEndpoint, remote: IpEndpoint) -> u32 {
+        (now.total_millis() as u32).wrapping_add(self.ts_offset(local, remote))
     }
 }
 

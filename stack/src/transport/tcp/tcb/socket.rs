@@ -34,6 +34,9 @@ use super::stats::{millis, TcpCounters, TcpStats};
 use super::timer::{AckDelayTimer, Timer, ACK_DELAY_DEFAULT};
 use super::waker::WakerRegistration;
 
+mod cookie_open;
+pub(crate) use cookie_open::CookieOpen;
+
 /// A connection's local and remote endpoints.
 #[derive(Debug, Copy, Clone, Eq, PartialEq)]
 pub(crate) struct Tuple {
