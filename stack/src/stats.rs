@@ -73,10 +73,16 @@ pub enum DropReason {
     /// in-order data or because the pool had run dry; they were never acknowledged, so the peer
     /// sends them again.
     TcpOutOfOrderPurged,
+    /// An ICMP "fragmentation needed" (IPv4) or "packet too big" (IPv6) about a TCP segment
+    /// the stack has not got in flight: no connection of the quoted four-tuple (a listener's
+    /// port, an unknown one), or a quoted sequence number outside what the connection sent and
+    /// the peer has not acknowledged (RFC 5927). Forged or stale; ignored
+    /// (`transport/tcp/icmp_error.rs`).
+    IcmpUnmatched,
 }
 
 impl DropReason {
-    const COUNT: usize = 16;
+    const COUNT: usize = 17;
     /// Every reason, in the order [`StackStats::drops`] lists them.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TxTooLong,
@@ -95,6 +101,7 @@ impl DropReason {
         DropReason::LinkDown,
         DropReason::TcpRxBudget,
         DropReason::TcpOutOfOrderPurged,
+        DropReason::IcmpUnmatched,
     ];
 
     /// A stable snake_case name for logs and reports (`"backlog_full"`, ...).
@@ -116,6 +123,7 @@ impl DropReason {
             DropReason::LinkDown => "link_down",
             DropReason::TcpRxBudget => "tcp_rx_budget",
             DropReason::TcpOutOfOrderPurged => "tcp_out_of_order_purged",
+            DropReason::IcmpUnmatched => "icmp_unmatched",
         }
     }
 }
@@ -164,6 +172,15 @@ pub struct StackStats {
     /// average [`CHALLENGE_ACKS_PER_SECOND`](crate::tcp::CHALLENGE_ACKS_PER_SECOND)). Each
     /// connection also sends at most one a second; what that limit withholds is not counted.
     pub challenge_acks_withheld: u64,
+    /// ICMP "fragmentation needed" / "packet too big" messages that lowered a TCP
+    /// connection's path MTU: about a segment it had in flight, naming an MTU below the one
+    /// it used (path MTU discovery, RFC 1191 / RFC 8201). Those about other segments are
+    /// counted as [`DropReason::IcmpUnmatched`].
+    pub path_mtu_reductions: u64,
+    /// ICMP "fragmentation needed" / "packet too big" messages about a segment a connection had
+    /// in flight that named an MTU no lower than the one it already used (usually the
+    /// messages about the rest of a burst, after the first one lowered it): ignored.
+    pub path_mtu_unchanged: u64,
 }
 
 impl StackStats {
@@ -201,6 +218,8 @@ pub(crate) struct Counters {
     time_wait_evictions: AtomicU64,
     link_downs: AtomicU64,
     challenge_acks_withheld: AtomicU64,
+    path_mtu_reductions: AtomicU64,
+    path_mtu_unchanged: AtomicU64,
 }
 
 /// Adds one to a counter whose writers are serialised by the state's single owner (see [`Counters`]);
@@ -227,6 +246,8 @@ impl Counters {
             time_wait_evictions: AtomicU64::new(0),
             link_downs: AtomicU64::new(0),
             challenge_acks_withheld: AtomicU64::new(0),
+            path_mtu_reductions: AtomicU64::new(0),
+            path_mtu_unchanged: AtomicU64::new(0),
         }
     }
 
@@ -305,6 +326,13 @@ impl Counters {
         }
     }
 
+    pub(crate) fn path_mtu_reduction(&self) {
+        bump(&self.path_mtu_reductions);
+    }
+    pub(crate) fn path_mtu_unchanged(&self) {
+        bump(&self.path_mtu_unchanged);
+    }
+
     pub(crate) fn snapshot(&self) -> StackStats {
         let mut drops = [0; DropReason::COUNT];
         for (d, a) in drops.iter_mut().zip(&self.drops) {
@@ -324,6 +352,8 @@ impl Counters {
             time_wait_evictions: self.time_wait_evictions.load(Relaxed),
             link_downs: self.link_downs.load(Relaxed),
             challenge_acks_withheld: self.challenge_acks_withheld.load(Relaxed),
+            path_mtu_reductions: self.path_mtu_reductions.load(Relaxed),
+            path_mtu_unchanged: self.path_mtu_unchanged.load(Relaxed),
         }
     }
 }

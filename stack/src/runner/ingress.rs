@@ -83,6 +83,12 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>) -> Poll<()> {
                 }
                 None
             }
+            crate::ip::check::Verdict::TooBig(msg) => {
+                // Path MTU discovery: consumed by zcnet's TCP, counted there.
+                crate::transport::tcp::icmp_error::handle(&mut st, msg, now, counters);
+                processed += 1;
+                continue;
+            }
             crate::ip::check::Verdict::Drop(reason) => {
                 counters.drop(reason);
                 processed += 1;

@@ -7,12 +7,15 @@
 //!   and Ethernet headers;
 //! * [`table`]: the connection table (one place per socket slot), demultiplexing, kept
 //!   deadlines;
+//! * [`icmp_error`]: ICMP "fragmentation needed" / "packet too big" about a segment in flight
+//!   lower its connection's path MTU;
 //! * [`backlog`]: the listen backlog's ports and the tasks waiting for a free place;
 //! * [`tcb`]: one connection's state machine, its timers, RTT, congestion control and loss
 //!   recovery.
 
 pub(crate) mod backlog;
 pub(crate) mod header;
+pub(crate) mod icmp_error;
 pub(crate) mod input;
 pub(crate) mod output;
 pub(crate) mod table;
