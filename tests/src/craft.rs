@@ -1,7 +1,8 @@
 //! Crafted frames over the in-memory wire: the test plays the hosts on one end of a
 //! [`wire`](crate::wire), a stack runs on the other ([`WireTarget`]), and the test writes ARP
-//! requests and TCP segments byte by byte ([`arp_request`], [`tcp_frame`]) and reads what the
-//! stack sends back ([`WireTarget::recv`], [`tcp_in`]).
+//! requests, TCP segments and ICMP errors byte by byte ([`arp_request`], [`tcp_frame`],
+//! [`icmp_frag_needed`]) and reads what the stack sends back ([`WireTarget::recv`],
+//! [`tcp_in`]).
 
 use std::future::poll_fn;
 use std::task::{Context, Poll, Waker};
@@ -65,17 +66,17 @@ pub fn arp_request(from: Host, target: Ipv4Address) -> Vec<u8> {
     f
 }
 
-/// The Ethernet frame carrying `tcp` from `from` to `to` in IPv4 (hop limit 64), checksums
-/// computed.
-pub fn tcp_frame(from: Host, to: Host, tcp: &TcpRepr<'_>) -> Vec<u8> {
+/// The Ethernet frame carrying `payload` (an IP protocol's message, checksum included) from
+/// `from` to `to` in IPv4, hop limit 64, header checksum computed.
+fn ipv4_frame(from: Host, to: Host, next_header: IpProtocol, payload: &[u8]) -> Vec<u8> {
     let ip = Ipv4Repr {
         src_addr: from.ip,
         dst_addr: to.ip,
-        next_header: IpProtocol::Tcp,
-        payload_len: tcp.buffer_len(),
+        next_header,
+        payload_len: payload.len(),
         hop_limit: 64,
     };
-    let mut f = vec![0u8; 14 + ip.buffer_len() + tcp.buffer_len()];
+    let mut f = vec![0u8; 14 + ip.buffer_len() + payload.len()];
     let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
     EthernetRepr {
         src_addr: from.mac,
@@ -83,16 +84,35 @@ pub fn tcp_frame(from: Host, to: Host, tcp: &TcpRepr<'_>) -> Vec<u8> {
         ethertype: EthernetProtocol::Ipv4,
     }
     .emit(&mut eth);
-    let caps = ChecksumCapabilities::default();
     let mut p = Ipv4Packet::new_unchecked(eth.payload_mut());
-    ip.emit(&mut p, &caps);
+    ip.emit(&mut p, &ChecksumCapabilities::default());
+    p.payload_mut().copy_from_slice(payload);
+    f
+}
+
+/// The Ethernet frame carrying `tcp` from `from` to `to` in IPv4 (hop limit 64), checksums
+/// computed.
+pub fn tcp_frame(from: Host, to: Host, tcp: &TcpRepr<'_>) -> Vec<u8> {
+    let mut segment = vec![0u8; tcp.buffer_len()];
     tcp.emit(
-        &mut TcpPacket::new_unchecked(p.payload_mut()),
+        &mut TcpPacket::new_unchecked(&mut segment[..]),
         &from.ip.into(),
         &to.ip.into(),
-        &caps,
+        &ChecksumCapabilities::default(),
     );
-    f
+    ipv4_frame(from, to, IpProtocol::Tcp, &segment)
+}
+
+/// An ICMPv4 "fragmentation needed and DF set" (type 3, code 4) from `router` to `to`, naming
+/// the next-hop MTU `mtu` and quoting `quoted`, the start of the IP datagram the router could
+/// not forward (its IP header and at least 8 bytes of what follows); checksums computed.
+pub fn icmp_frag_needed(router: Host, to: Host, mtu: u16, quoted: &[u8]) -> Vec<u8> {
+    let mut icmp = vec![3, 4, 0, 0, 0, 0];
+    icmp.extend_from_slice(&mtu.to_be_bytes());
+    icmp.extend_from_slice(quoted);
+    let ck = !smoltcp::wire::checksum::data(&icmp);
+    icmp[2..4].copy_from_slice(&ck.to_be_bytes());
+    ipv4_frame(router, to, IpProtocol::Icmp, &icmp)
 }
 
 /// A segment from `from`:`ports.0` to the stack's `ports.1` without options (but MSS 1460 on a

@@ -9,6 +9,7 @@
 //! path that grew again is found again; if it did not, the next message lowers it once more.
 
 use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{IpAddress, IPV4_HEADER_LEN, IPV6_HEADER_LEN, TCP_HEADER_LEN};
 
 /// How long a lowered path MTU holds before the connection tries the link's MTU again
 /// (RFC 1191 §6.3, RFC 8201 §4: at least five minutes, ten recommended; Linux's
@@ -44,12 +45,29 @@ impl PathMtu {
         true
     }
 
-    /// Forgets an estimate lowered [`PATH_MTU_AGE`] or more before `now`.
-    pub(crate) fn expire(&mut self, now: Instant) {
-        if self.lowered.is_some_and(|(_, at)| now >= at + AGE) {
-            self.lowered = None;
-        }
+    /// When the estimate ages out (`None`: there is none).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.lowered.map(|(_, at)| at + AGE)
     }
+
+    /// Forgets an estimate lowered [`PATH_MTU_AGE`] or more before `now`; `true` if it did.
+    pub(crate) fn expire(&mut self, now: Instant) -> bool {
+        if self.deadline().is_some_and(|end| now >= end) {
+            self.lowered = None;
+            return true;
+        }
+        false
+    }
+}
+
+/// The payload a segment from `local` may carry on a path of `mtu` bytes, before TCP options:
+/// the MTU less the IP and TCP headers.
+pub(crate) fn mss_for(mtu: usize, local: IpAddress) -> usize {
+    let ip_header_len = match local {
+        IpAddress::Ipv4(_) => IPV4_HEADER_LEN,
+        IpAddress::Ipv6(_) => IPV6_HEADER_LEN,
+    };
+    mtu.saturating_sub(ip_header_len + TCP_HEADER_LEN)
 }
 
 #[cfg(test)]
@@ -64,19 +82,22 @@ mod tests {
         assert_eq!(p.get(1500), 1500);
         assert!(!p.lower(1500, 1500, t0), "not below the link's MTU");
         assert!(!p.lower(9000, 1500, t0));
+        assert_eq!(p.deadline(), None);
         assert!(p.lower(1280, 1500, t0));
         assert_eq!(p.get(1500), 1280);
+        assert_eq!(p.deadline(), Some(t0 + PATH_MTU_AGE));
         assert_eq!(p.get(1000), 1000, "a smaller link MTU still wins");
         assert!(!p.lower(1400, 1500, t0), "never raised by a message");
         assert!(!p.lower(1280, 1500, t0));
         let t1 = t0 + Duration::from_secs(60);
         assert!(p.lower(1000, 1500, t1));
         // The age counts from the last lowering.
-        p.expire(t0 + PATH_MTU_AGE);
+        assert!(!p.expire(t0 + PATH_MTU_AGE));
         assert_eq!(p.get(1500), 1000);
-        p.expire(t1 + PATH_MTU_AGE - Duration::from_millis(1));
+        assert!(!p.expire(t1 + PATH_MTU_AGE - Duration::from_millis(1)));
         assert_eq!(p.get(1500), 1000);
-        p.expire(t1 + PATH_MTU_AGE);
+        assert!(p.expire(t1 + PATH_MTU_AGE));
         assert_eq!(p.get(1500), 1500);
+        assert_eq!(p.deadline(), None);
     }
 }

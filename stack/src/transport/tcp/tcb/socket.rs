@@ -20,7 +20,7 @@ use zcnet_executor::LocalSpawner;
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
 use super::error::{ConnectError, ListenError, RecvError, SendError};
-use super::path_mtu::PathMtu;
+use super::path_mtu::{mss_for, PathMtu};
 use super::rack::Rack;
 use super::recovery::Recovery;
 use super::recv::{RecvBuffer, RxDrops};
@@ -1351,12 +1351,8 @@ impl<'a> Tcb<'a> {
             return false;
         }
         if let Some(tuple) = self.tuple {
-            let ip_header_len = match tuple.local.addr {
-                IpAddress::Ipv4(_) => IPV4_HEADER_LEN,
-                IpAddress::Ipv6(_) => IPV6_HEADER_LEN,
-            };
             // New frames of the send queue hold one segment of the new size.
-            self.local_mss = Some(mtu.saturating_sub(ip_header_len + TCP_HEADER_LEN));
+            self.local_mss = Some(mss_for(mtu, tuple.local.addr));
         }
         if self.sends_data() && self.remote_last_seq != self.local_seq_no {
             // Go back to SND.UNA as a timeout does; what the peer SACKed is skipped.
@@ -2742,8 +2738,11 @@ impl<'a> Tcb<'a> {
         }
 
         self.congestion_controller.inner_mut().pre_transmit(cx.now);
-        // A lowered path MTU is tried again once it is old (`path_mtu.rs`).
-        self.path_mtu.expire(cx.now);
+        // A lowered path MTU is tried again once it is old (`path_mtu.rs`): frames filled
+        // from now on hold a segment of the link's MTU again.
+        if self.path_mtu.expire(cx.now) {
+            self.local_mss = Some(mss_for(cx.ip_mtu, tuple.local.addr));
+        }
 
         // RACK's reordering timer: segments not yet deemed lost may be now (outside recovery,
         // that starts one); the tail loss probe's timer makes a probe due (a due probe with
@@ -3215,6 +3214,11 @@ impl<'a> Tcb<'a> {
 
             // RACK's reordering and probe timers.
             let rack_poll_at = self.rack.poll_at().map_or(PollAt::Ingress, PollAt::Time);
+            // A lowered path MTU's age (`dispatch` forgets it then).
+            let path_mtu_poll_at = self
+                .path_mtu
+                .deadline()
+                .map_or(PollAt::Ingress, PollAt::Time);
 
             // We wait for the earliest of our timers to fire.
             *[
@@ -3222,6 +3226,7 @@ impl<'a> Tcb<'a> {
                 timeout_poll_at,
                 delayed_ack_poll_at,
                 rack_poll_at,
+                path_mtu_poll_at,
             ]
             .iter()
             .min()
