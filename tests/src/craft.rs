@@ -11,13 +11,13 @@ use std::time::Duration;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr,
-    TcpSeqNumber,
+    EthernetRepr, IpAddress, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket,
+    TcpRepr, TcpSeqNumber,
 };
 use zcnet_buffer::{Driver, FramePool, PoolConfig};
 use zcnet_executor::time::timeout;
 use zcnet_executor::Executor;
-use zcnet_stack::{Stack, StackResources};
+use zcnet_stack::{Config, Stack, StackResources};
 
 use crate::clock::VirtualClock;
 use crate::net::{side_config, ADDR};
@@ -93,14 +93,20 @@ fn ipv4_frame(from: Host, to: Host, next_header: IpProtocol, payload: &[u8]) -> 
 /// The Ethernet frame carrying `tcp` from `from` to `to` in IPv4 (hop limit 64), checksums
 /// computed.
 pub fn tcp_frame(from: Host, to: Host, tcp: &TcpRepr<'_>) -> Vec<u8> {
+    let segment = tcp_bytes(from.ip.into(), to.ip.into(), tcp);
+    ipv4_frame(from, to, IpProtocol::Tcp, &segment)
+}
+
+/// The bytes of `tcp` from `src` to `dst` (header, options and payload), checksum computed.
+pub fn tcp_bytes(src: IpAddress, dst: IpAddress, tcp: &TcpRepr<'_>) -> Vec<u8> {
     let mut segment = vec![0u8; tcp.buffer_len()];
     tcp.emit(
         &mut TcpPacket::new_unchecked(&mut segment[..]),
-        &from.ip.into(),
-        &to.ip.into(),
+        &src,
+        &dst,
         &ChecksumCapabilities::default(),
     );
-    ipv4_frame(from, to, IpProtocol::Tcp, &segment)
+    segment
 }
 
 /// An ICMPv4 "fragmentation needed and DF set" (type 3, code 4) from `router` to `to`, naming
@@ -207,6 +213,16 @@ impl WireTarget {
     /// A stack at [`STACK`] with `S` socket slots, the secret made from `seed`, and pools of
     /// `slots` slots on both ends; its tasks spawned.
     pub fn new<const S: usize>(seed: u64, slots: usize) -> WireTarget {
+        Self::with_config::<S>(seed, slots, |_| {})
+    }
+
+    /// [`new`](Self::new), with `configure` adjusting the stack's configuration (static
+    /// [`STACK`] address, the secret from `seed`) before the stack is built.
+    pub fn with_config<const S: usize>(
+        seed: u64,
+        slots: usize,
+        configure: impl FnOnce(&mut Config),
+    ) -> WireTarget {
         let exec = Executor::leak(VirtualClock::leak());
         let pools = [
             FramePool::leak(PoolConfig::new(slots)).expect("pool"),
@@ -215,8 +231,9 @@ impl WireTarget {
         let (a, b) = wire_pair(exec, pools, Faults::default());
         let b: &'static mut WireEnd = Box::leak(Box::new(b));
         let resources: &'static StackResources<S> = StackResources::leak();
-        let (stack, runner) =
-            Stack::new(exec, pools[1], b, side_config(1, seed), resources).expect("stack");
+        let mut config = side_config(1, seed);
+        configure(&mut config);
+        let (stack, runner) = Stack::new(exec, pools[1], b, config, resources).expect("stack");
         runner.spawn(exec.local_spawner());
         WireTarget {
             exec,

@@ -1,4 +1,4 @@
-//! Path MTU discovery (RFC 1191, RFC 5927) over the in-memory wire with crafted frames. The
+//! Path MTU discovery (RFC 1191, RFC 8201, RFC 5927) over the in-memory wire with crafted frames. The
 //! test plays a peer behind a router whose next link takes IP packets of at most 1280 bytes;
 //! the stack sends a bulk transfer to it over a 1500-byte link:
 //!
@@ -7,7 +7,9 @@
 //!   transfer completes byte-exact;
 //! * forged messages (a sequence number outside SND.UNA..SND.MAX, an unknown four-tuple) and
 //!   messages naming no smaller MTU change nothing and are counted;
-//! * a lowered path MTU is tried again after `PATH_MTU_AGE` (ten minutes), not before.
+//! * a lowered path MTU is tried again after `PATH_MTU_AGE` (ten minutes), not before;
+//! * over IPv6 (RFC 8201), an ICMPv6 "packet too big" does the same, raised to IPv6's
+//!   minimum MTU of 1280 bytes, and a forged one is counted.
 //!
 //! The stack runs on a virtual clock with a secret made from a fixed seed: every run repeats.
 
@@ -21,6 +23,9 @@ use zcnet_stack::tcp::{TcpBuffers, TcpListener, PATH_MTU_AGE};
 use zcnet_stack::DropReason;
 use zcnet_tests::craft::{
     arp_request, icmp_frag_needed, tcp_frame, tcp_in, Host, WireTarget, PEER, STACK,
+};
+use zcnet_tests::craft6::{
+    neighbor_advert, packet_too_big, solicits, static_v6, tcp6_frame, tcp6_in, Host6, PEER6, STACK6,
 };
 
 /// The port the stack listens on, and the peer's.
@@ -64,13 +69,21 @@ struct Peer {
     rcv: u32,
     /// The peer's own next sequence number.
     snd: u32,
+    /// Over IPv6 (else IPv4).
+    v6: bool,
     /// What arrived in order.
     received: Vec<u8>,
 }
 
 impl Peer {
     fn new(seed: u64, parts: Vec<(Duration, Vec<u8>)>) -> Peer {
-        let mut wire = WireTarget::new::<8>(seed, 512);
+        Self::over(false, seed, parts)
+    }
+
+    /// [`new`](Self::new), over IPv6 with `v6` (the stack at fd00::2, the peer at fd00::1).
+    fn over(v6: bool, seed: u64, parts: Vec<(Duration, Vec<u8>)>) -> Peer {
+        let configure = if v6 { static_v6 } else { |_: &mut _| {} };
+        let mut wire = WireTarget::with_config::<8>(seed, 512, configure);
         let mut listener = TcpListener::bind(wire.stack, PORT, 1, || {
             Some(TcpBuffers::with_capacity(4096, 64 * 1024))
         })
@@ -91,6 +104,7 @@ impl Peer {
             wire,
             rcv: 0,
             snd: PEER_ISN,
+            v6,
             received: Vec::new(),
         };
         p.send(TcpControl::Syn, None);
@@ -117,12 +131,17 @@ impl Peer {
             timestamp: None,
             payload: &[],
         };
-        self.wire.send(&tcp_frame(PEER, STACK, &tcp));
+        let frame = if self.v6 {
+            tcp6_frame(PEER6, STACK6, &tcp)
+        } else {
+            tcp_frame(PEER, STACK, &tcp)
+        };
+        self.wire.send(&frame);
     }
 
     /// The next segment the stack sends the peer within `within` of virtual time. The peer
-    /// answers the stack's ARP requests (its entry for the peer expires while the connection
-    /// idles).
+    /// answers the stack's ARP requests and neighbour solicitations (its entry for the peer
+    /// also expires while the connection idles).
     fn next(&mut self, within: Duration) -> Option<Seg> {
         let exec = self.wire.exec;
         let deadline = exec.now() + within;
@@ -130,25 +149,30 @@ impl Peer {
             let frame = self
                 .wire
                 .recv(deadline.saturating_duration_since(exec.now()))?;
-            let Some(s) = tcp_in(&frame) else {
-                if asks_for_peer(&frame) {
-                    self.wire.send(&arp_request(PEER, STACK.ip));
-                }
+            if asks_for_peer(&frame) {
+                self.wire.send(&arp_request(PEER, STACK.ip));
+            }
+            if solicits(&frame, PEER6.ip) {
+                self.wire.send(&neighbor_advert(PEER6, STACK6));
+            }
+            let (tcp, ip_len, dont_frag) = if let Some(s) = tcp_in(&frame) {
+                let len = Ipv4Packet::new_checked(&frame[14..])
+                    .expect("IPv4")
+                    .total_len();
+                (s.tcp, usize::from(len), s.dont_frag)
+            } else if let Some((tcp, len)) = tcp6_in(&frame) {
+                // IPv6 routers never fragment: every packet is as if Don't Fragment.
+                (tcp, len, true)
+            } else {
                 continue;
             };
-            assert_eq!(s.tcp.dst_port, PEER_PORT);
-            let seg = Seg {
-                ip: Vec::new(),
-                seq: s.tcp.seq_number.0 as u32,
-                payload: s.tcp.payload.to_vec(),
-                fin: s.tcp.control == TcpControl::Fin,
-                dont_frag: s.dont_frag,
-            };
-            let ip = Ipv4Packet::new_checked(&frame[14..]).expect("IPv4");
-            let len = usize::from(ip.total_len());
+            assert_eq!(tcp.dst_port, PEER_PORT);
             return Some(Seg {
-                ip: frame[14..14 + len].to_vec(),
-                ..seg
+                ip: frame[14..14 + ip_len].to_vec(),
+                seq: tcp.seq_number.0 as u32,
+                payload: tcp.payload.to_vec(),
+                fin: tcp.control == TcpControl::Fin,
+                dont_frag,
             });
         }
     }
@@ -360,4 +384,49 @@ fn a_lowered_path_mtu_ages_back_to_the_link_mtu() {
     assert_eq!(third, LINK_MTU, "the link's MTU again once the age is up");
     assert!(p.received == parts.concat());
     assert_eq!(p.stats().path_mtu_reductions, 1);
+}
+
+/// The router on the IPv6 path.
+const ROUTER6: Host6 = Host6 {
+    mac: EthernetAddress([0x02, 0, 0, 0, 0, 0xfd]),
+    ip: smoltcp::wire::Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xfe),
+};
+
+/// The same over IPv6 (RFC 8201): a forged "packet too big" (a sequence number below SND.UNA)
+/// is counted and changes nothing; one about a segment in flight naming 1000 bytes, less than
+/// IPv6's minimum, cuts segments to 1280 bytes at once, and the transfer completes.
+#[test]
+fn packet_too_big_lowers_the_segment_size_over_ipv6() {
+    let sent = data(100_000, 9);
+    let mut p = Peer::over(true, 0x8201, vec![(Duration::ZERO, sent.clone())]);
+    let flight = p.flight();
+    assert!(flight.len() >= 4, "a flight of several segments");
+    for s in &flight {
+        assert_eq!(s.ip.len(), LINK_MTU, "full-sized segments first");
+    }
+    // The IPv6 header and 8 bytes of the TCP header; the sequence number at 44.
+    let quote6 = |seg: &Seg| seg.ip[..48].to_vec();
+    let mut forged = quote6(&flight[0]);
+    forged[44..48].copy_from_slice(&flight[0].seq.wrapping_sub(1).to_be_bytes());
+    p.wire.send(&packet_too_big(ROUTER6, STACK6, 1280, &forged));
+    assert!(
+        p.next(Duration::from_millis(100)).is_none(),
+        "a forged message changes nothing"
+    );
+    assert_eq!(p.stats().dropped(DropReason::IcmpUnmatched), 1);
+
+    p.wire
+        .send(&packet_too_big(ROUTER6, STACK6, 1000, &quote6(&flight[1])));
+    let again = p
+        .next(Duration::from_millis(100))
+        .expect("what was in flight is sent again at once");
+    assert_eq!(again.seq, p.rcv, "from SND.UNA");
+    assert_eq!(again.ip.len(), 1280, "cut to IPv6's minimum MTU");
+    p.take(&again);
+    let largest = p.receive(sent.len(), true, 1280, Duration::from_secs(1));
+    assert_eq!(largest, 1280);
+    assert!(p.received == sent, "the transfer is byte-exact");
+    let st = p.stats();
+    assert_eq!(st.path_mtu_reductions, 1);
+    assert_eq!(st.dropped(DropReason::IcmpUnmatched), 1);
 }
