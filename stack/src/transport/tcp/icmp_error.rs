@@ -36,7 +36,8 @@
 //!
 //! A message that names an MTU at or above the link's never raises anything: the estimate
 //! only goes up by ageing ([`PATH_MTU_AGE`](crate::tcp::PATH_MTU_AGE) after it was last
-//! lowered, RFC 1191 §6.3).
+//! lowered, RFC 1191 §6.3). The estimate is the connection's own: there is no cache per
+//! destination, so a new connection to the same host learns the path again.
 
 use smoltcp::time::Instant;
 use smoltcp::wire::{
