@@ -36,8 +36,11 @@ impl PathMtu {
     }
 
     /// Lowers the estimate to `mtu` at `now`, if that is below what [`get`](Self::get) gives
-    /// for `link_mtu`; `true` if it did.
+    /// for `link_mtu`; `true` if it did. An `mtu` below
+    /// [`MIN_PATH_MTU_V4`](crate::tcp::MIN_PATH_MTU_V4) counts as that (the messages' reader
+    /// raises it already; this keeps every segment size computed from the estimate positive).
     pub(crate) fn lower(&mut self, mtu: usize, link_mtu: usize, now: Instant) -> bool {
+        let mtu = mtu.max(crate::tcp::MIN_PATH_MTU_V4);
         if mtu >= self.get(link_mtu) {
             return false;
         }
@@ -91,6 +94,9 @@ mod tests {
         assert!(!p.lower(1280, 1500, t0));
         let t1 = t0 + Duration::from_secs(60);
         assert!(p.lower(1000, 1500, t1));
+        let mut floor = PathMtu::default();
+        assert!(floor.lower(20, 1500, t0));
+        assert_eq!(floor.get(1500), crate::tcp::MIN_PATH_MTU_V4);
         // The age counts from the last lowering.
         assert!(!p.expire(t0 + PATH_MTU_AGE));
         assert_eq!(p.get(1500), 1000);
