@@ -73,10 +73,16 @@ pub enum DropReason {
     /// in-order data or because the pool had run dry; they were never acknowledged, so the peer
     /// sends them again.
     TcpOutOfOrderPurged,
+    /// An ICMP "fragmentation needed" (IPv4) or "packet too big" (IPv6) about a TCP segment
+    /// the stack has not got in flight: no connection of the quoted four-tuple (a listener's
+    /// port, an unknown one), or a quoted sequence number outside what the connection sent and
+    /// the peer has not acknowledged (RFC 5927). Forged or stale; ignored
+    /// (`transport/tcp/icmp_error.rs`).
+    IcmpUnmatched,
 }
 
 impl DropReason {
-    const COUNT: usize = 16;
+    const COUNT: usize = 17;
     /// Every reason, in the order [`StackStats::drops`] lists them.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TxTooLong,
@@ -95,6 +101,7 @@ impl DropReason {
         DropReason::LinkDown,
         DropReason::TcpRxBudget,
         DropReason::TcpOutOfOrderPurged,
+        DropReason::IcmpUnmatched,
     ];
 
     /// A stable snake_case name for logs and reports (`"backlog_full"`, ...).
@@ -116,6 +123,7 @@ impl DropReason {
             DropReason::LinkDown => "link_down",
             DropReason::TcpRxBudget => "tcp_rx_budget",
             DropReason::TcpOutOfOrderPurged => "tcp_out_of_order_purged",
+            DropReason::IcmpUnmatched => "icmp_unmatched",
         }
     }
 }
@@ -193,6 +201,15 @@ pub struct StackStats {
     /// connections waiting for `accept`, or the stack had no socket slot, pool budget or
     /// buffers for one. The ACK is dropped; the peer's retransmission may find room.
     pub syn_cookie_accept_drops: u64,
+    /// ICMP "fragmentation needed" / "packet too big" messages that lowered a TCP
+    /// connection's path MTU: about a segment it had in flight, naming an MTU below the one
+    /// it used (path MTU discovery, RFC 1191 / RFC 8201). Those about other segments are
+    /// counted as [`DropReason::IcmpUnmatched`].
+    pub path_mtu_reductions: u64,
+    /// ICMP "fragmentation needed" / "packet too big" messages about a segment a connection had
+    /// in flight that named an MTU no lower than the one it already used (usually the
+    /// messages about the rest of a burst, after the first one lowered it): ignored.
+    pub path_mtu_unchanged: u64,
 }
 
 impl StackStats {
@@ -237,6 +254,8 @@ pub(crate) struct Counters {
     syn_cookies_validated: AtomicU64,
     syn_cookies_rejected: AtomicU64,
     syn_cookie_accept_drops: AtomicU64,
+    path_mtu_reductions: AtomicU64,
+    path_mtu_unchanged: AtomicU64,
 }
 
 /// Adds one to a counter whose writers are serialised by the state's single owner (see [`Counters`]);
@@ -270,6 +289,8 @@ impl Counters {
             syn_cookies_validated: AtomicU64::new(0),
             syn_cookies_rejected: AtomicU64::new(0),
             syn_cookie_accept_drops: AtomicU64::new(0),
+            path_mtu_reductions: AtomicU64::new(0),
+            path_mtu_unchanged: AtomicU64::new(0),
         }
     }
 
@@ -379,6 +400,12 @@ impl Counters {
         let _total = bump(&self.syn_cookie_accept_drops);
         event!(syn_cookie_accept_dropped(_port, _total));
     }
+    pub(crate) fn path_mtu_reduction(&self) {
+        bump(&self.path_mtu_reductions);
+    }
+    pub(crate) fn path_mtu_unchanged(&self) {
+        bump(&self.path_mtu_unchanged);
+    }
 
     pub(crate) fn snapshot(&self) -> StackStats {
         let mut drops = [0; DropReason::COUNT];
@@ -406,6 +433,8 @@ impl Counters {
             syn_cookies_validated: self.syn_cookies_validated.load(Relaxed),
             syn_cookies_rejected: self.syn_cookies_rejected.load(Relaxed),
             syn_cookie_accept_drops: self.syn_cookie_accept_drops.load(Relaxed),
+            path_mtu_reductions: self.path_mtu_reductions.load(Relaxed),
+            path_mtu_unchanged: self.path_mtu_unchanged.load(Relaxed),
         }
     }
 }

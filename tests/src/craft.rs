@@ -1,7 +1,8 @@
 //! Crafted frames over the in-memory wire: the test plays the hosts on one end of a
 //! [`wire`](crate::wire), a stack runs on the other ([`WireTarget`]), and the test writes ARP
-//! requests and TCP segments byte by byte ([`arp_request`], [`tcp_frame`]) and reads what the
-//! stack sends back ([`WireTarget::recv`], [`tcp_in`]).
+//! requests, TCP segments and ICMP errors byte by byte ([`arp_request`], [`tcp_frame`],
+//! [`icmp_frag_needed`]) and reads what the stack sends back ([`WireTarget::recv`],
+//! [`tcp_in`]).
 
 use std::future::poll_fn;
 use std::task::{Context, Poll, Waker};
@@ -10,13 +11,13 @@ use std::time::Duration;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr,
-    TcpSeqNumber,
+    EthernetRepr, IpAddress, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket,
+    TcpRepr, TcpSeqNumber,
 };
 use zcnet_buffer::{Driver, FramePool, PoolConfig};
 use zcnet_executor::time::timeout;
 use zcnet_executor::Executor;
-use zcnet_stack::{Stack, StackResources};
+use zcnet_stack::{Config, Stack, StackResources};
 
 use crate::clock::VirtualClock;
 use crate::net::{side_config, ADDR};
@@ -104,17 +105,17 @@ pub fn arp_answer(from: Host, frame: &[u8]) -> Option<Vec<u8>> {
     Some(f)
 }
 
-/// The Ethernet frame carrying `tcp` from `from` to `to` in IPv4 (hop limit 64), checksums
-/// computed.
-pub fn tcp_frame(from: Host, to: Host, tcp: &TcpRepr<'_>) -> Vec<u8> {
+/// The Ethernet frame carrying `payload` (an IP protocol's message, checksum included) from
+/// `from` to `to` in IPv4, hop limit 64, header checksum computed.
+fn ipv4_frame(from: Host, to: Host, next_header: IpProtocol, payload: &[u8]) -> Vec<u8> {
     let ip = Ipv4Repr {
         src_addr: from.ip,
         dst_addr: to.ip,
-        next_header: IpProtocol::Tcp,
-        payload_len: tcp.buffer_len(),
+        next_header,
+        payload_len: payload.len(),
         hop_limit: 64,
     };
-    let mut f = vec![0u8; 14 + ip.buffer_len() + tcp.buffer_len()];
+    let mut f = vec![0u8; 14 + ip.buffer_len() + payload.len()];
     let mut eth = EthernetFrame::new_unchecked(&mut f[..]);
     EthernetRepr {
         src_addr: from.mac,
@@ -122,16 +123,41 @@ pub fn tcp_frame(from: Host, to: Host, tcp: &TcpRepr<'_>) -> Vec<u8> {
         ethertype: EthernetProtocol::Ipv4,
     }
     .emit(&mut eth);
-    let caps = ChecksumCapabilities::default();
     let mut p = Ipv4Packet::new_unchecked(eth.payload_mut());
-    ip.emit(&mut p, &caps);
-    tcp.emit(
-        &mut TcpPacket::new_unchecked(p.payload_mut()),
-        &from.ip.into(),
-        &to.ip.into(),
-        &caps,
-    );
+    ip.emit(&mut p, &ChecksumCapabilities::default());
+    p.payload_mut().copy_from_slice(payload);
     f
+}
+
+/// The Ethernet frame carrying `tcp` from `from` to `to` in IPv4 (hop limit 64), checksums
+/// computed.
+pub fn tcp_frame(from: Host, to: Host, tcp: &TcpRepr<'_>) -> Vec<u8> {
+    let segment = tcp_bytes(from.ip.into(), to.ip.into(), tcp);
+    ipv4_frame(from, to, IpProtocol::Tcp, &segment)
+}
+
+/// The bytes of `tcp` from `src` to `dst` (header, options and payload), checksum computed.
+pub fn tcp_bytes(src: IpAddress, dst: IpAddress, tcp: &TcpRepr<'_>) -> Vec<u8> {
+    let mut segment = vec![0u8; tcp.buffer_len()];
+    tcp.emit(
+        &mut TcpPacket::new_unchecked(&mut segment[..]),
+        &src,
+        &dst,
+        &ChecksumCapabilities::default(),
+    );
+    segment
+}
+
+/// An ICMPv4 "fragmentation needed and DF set" (type 3, code 4) from `router` to `to`, naming
+/// the next-hop MTU `mtu` and quoting `quoted`, the start of the IP datagram the router could
+/// not forward (its IP header and at least 8 bytes of what follows); checksums computed.
+pub fn icmp_frag_needed(router: Host, to: Host, mtu: u16, quoted: &[u8]) -> Vec<u8> {
+    let mut icmp = vec![3, 4, 0, 0, 0, 0];
+    icmp.extend_from_slice(&mtu.to_be_bytes());
+    icmp.extend_from_slice(quoted);
+    let ck = !smoltcp::wire::checksum::data(&icmp);
+    icmp[2..4].copy_from_slice(&ck.to_be_bytes());
+    ipv4_frame(router, to, IpProtocol::Icmp, &icmp)
 }
 
 /// A segment from `from`:`ports.0` to the stack's `ports.1` without options (but MSS 1460 on a
@@ -229,11 +255,12 @@ impl WireTarget {
         Self::with_config::<S>(seed, slots, |_| {})
     }
 
-    /// [`new`](Self::new), with `configure` adjusting the stack's configuration first.
+    /// [`new`](Self::new), with `configure` adjusting the stack's configuration (static
+    /// [`STACK`] address, the secret from `seed`) before the stack is built.
     pub fn with_config<const S: usize>(
         seed: u64,
         slots: usize,
-        configure: impl FnOnce(&mut zcnet_stack::Config),
+        configure: impl FnOnce(&mut Config),
     ) -> WireTarget {
         let mut config = side_config(1, seed);
         configure(&mut config);

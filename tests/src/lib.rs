@@ -14,7 +14,8 @@
 //!   stacks can talk inside one process: [`zcnet_buffer::sim::wire`] with its delays on the
 //!   executor's timers.
 //! * [`craft`]: crafted frames (ARP requests, TCP segments) sent to a stack on one end of a
-//!   wire and its answers read back ([`craft::WireTarget`]).
+//!   wire and its answers read back ([`craft::WireTarget`]); [`craft6`]: the same over IPv6
+//!   (TCP segments, neighbour discovery, ICMPv6 "packet too big").
 //! * [`recorder`]: a driver wrapper that records every frame's slot, address, time and bytes,
 //!   and a wire pair built with it, to prove zero copy and to read the segments that crossed
 //!   ([`recorder::tcp_header`]).
@@ -35,6 +36,7 @@ pub mod audit;
 pub mod cable;
 pub mod clock;
 pub mod craft;
+pub mod craft6;
 pub mod log_capture;
 pub mod net;
 pub mod netns;

@@ -20,6 +20,7 @@
 //! | [`NotForUs`](DropReason::NotForUs) | an Ethernet destination that is neither ours, broadcast nor multicast; an IP destination that is none of the interface's addresses, broadcast or multicast; a TCP segment to a broadcast or multicast address | as above (TCP: dropped by ingress) |
 //! | [`Unsupported`](DropReason::Unsupported) | an Ethernet type other than ARP, IPv4 and IPv6; an IPv4 fragment (the stack does not reassemble) | as above |
 //! | [`UnexpectedAnswer`](DropReason::UnexpectedAnswer) | a DHCP ACK or NAK for the client's request from another server than the one it chose; a datagram smoltcp's DNS socket would take that is not from port 53 of the server its query asked | ingress, before smoltcp (`ip/asked.rs`; DNS: [`Verdict::DnsAnswer`], judged by `socket/dns.rs`) |
+//! | [`IcmpUnmatched`](DropReason::IcmpUnmatched) | an ICMP "fragmentation needed" / "packet too big" about a TCP segment not in flight ([`Verdict::TooBig`]) | zcnet's TCP (`transport/tcp/icmp_error.rs`); smoltcp never sees these messages |
 //! | [`NoSocket`](DropReason::NoSocket) | a datagram no socket took: smoltcp answered it with an ICMP destination unreachable, or an ICMPv6 parameter problem for an unknown next header; a TCP segment no connection or listener takes, answered with a reset by zcnet's TCP | the answer smoltcp writes while it handles the frame; for TCP, zcnet's TCP as it answers |
 //!
 //! A frame is counted once, when smoltcp has handled it (a frame kept for a later retry is not
@@ -58,6 +59,7 @@ use smoltcp::wire::{
 use crate::link::neighbor::is_v4_broadcast;
 use crate::stack::State;
 use crate::stats::DropReason;
+use crate::transport::tcp::icmp_error::{self, TooBig};
 
 /// The checksum capabilities smoltcp is built with: the driver's, with receive verification
 /// off wherever ingress verifies in smoltcp's place (wherever the driver does not).
@@ -108,6 +110,9 @@ pub(crate) enum Verdict {
         /// Its destination.
         dst: IpEndpoint,
     },
+    /// An ICMP "fragmentation needed" / "packet too big" to one of our addresses about a TCP
+    /// segment: zcnet's TCP takes it (`transport/tcp/icmp_error.rs`), smoltcp never sees it.
+    TooBig(TooBig),
 }
 
 /// Looks at `frame` as smoltcp will (see the [module docs](self)).
@@ -233,7 +238,19 @@ fn check_v4(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
     if verdict == Verdict::Pass && p.next_header() == IpProtocol::Udp {
         return check_answer(st, IpAddress::Ipv4(src), IpAddress::Ipv4(dst), payload);
     }
+    if verdict == Verdict::Pass && p.next_header() == IpProtocol::Icmp && st.iface.has_ip_addr(dst)
+    {
+        return too_big(icmp_error::parse_v4(payload)).unwrap_or(verdict);
+    }
     verdict
+}
+
+/// The verdict on an ICMP error [`icmp_error`] read (`None`: not one it takes).
+fn too_big(msg: Option<Result<TooBig, DropReason>>) -> Option<Verdict> {
+    Some(match msg? {
+        Ok(m) => Verdict::TooBig(m),
+        Err(reason) => Verdict::Drop(reason),
+    })
 }
 
 fn check_v6(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
@@ -283,6 +300,9 @@ fn check_v6(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
             IpAddress::Ipv6(dst),
             payload,
         );
+    }
+    if verdict == Verdict::Pass && next == IpProtocol::Icmpv6 && st.iface.has_ip_addr(dst) {
+        return too_big(icmp_error::parse_v6(payload)).unwrap_or(verdict);
     }
     verdict
 }

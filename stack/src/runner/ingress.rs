@@ -97,6 +97,14 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
                 }
                 None
             }
+            crate::ip::check::Verdict::TooBig(msg) => {
+                // Path MTU discovery: consumed by zcnet's TCP, counted there (after the held
+                // batch, which may be the same connection's).
+                gro.flush(&mut st, now, cx.waker(), counters);
+                crate::transport::tcp::icmp_error::handle(&mut st, msg, now, counters);
+                processed += 1;
+                continue;
+            }
             crate::ip::check::Verdict::Drop(reason) => {
                 counters.drop(reason);
                 processed += 1;

@@ -98,8 +98,10 @@ use crate::StackError;
 use zcnet_buffer::TxFrame;
 
 pub use super::tcp_listener::{TcpListener, HANDSHAKE_TIMEOUT, MAX_BACKLOG};
+pub use crate::transport::tcp::icmp_error::{MIN_PATH_MTU_V4, MIN_PATH_MTU_V6};
 pub use crate::transport::tcp::tcb::congestion::CongestionControl;
 pub use crate::transport::tcp::tcb::context::CHALLENGE_ACKS_PER_SECOND;
+pub use crate::transport::tcp::tcb::path_mtu::PATH_MTU_AGE;
 pub use crate::transport::tcp::tcb::retries::{retransmission_bound, MIN_TCP_RETRIES, TCP_RETRIES};
 pub use crate::transport::tcp::tcb::socket::{SYNACK_RETRIES, SYN_RETRIES};
 /// The state of a TCP connection (RFC 793).

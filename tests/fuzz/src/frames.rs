@@ -141,11 +141,17 @@ pub fn tcp6_frame(
     let seg = tcp(
         src_port, dst_port, seq, ack, flags, window, options, payload,
     );
+    peer6_frame(P_TCP, &seg)
+}
+
+/// An IPv6 packet of protocol `next` from the peer to the stack over link-local (hop limit
+/// 64), in its Ethernet frame, checksums right.
+pub fn peer6_frame(next: u8, payload: &[u8]) -> Vec<u8> {
     let mut f = eth(
         OUR_MAC,
         PEER_MAC,
         ETH_IPV6,
-        &ipv6(PEER_V6, OUR_V6, P_TCP, 64, &seg),
+        &ipv6(PEER_V6, OUR_V6, next, 64, payload),
     );
     fix_checksums(&mut f);
     f

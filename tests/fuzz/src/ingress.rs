@@ -938,6 +938,10 @@ impl Harness {
             _ => {
                 let ty = r.u8();
                 let code = r.u8();
+                if bit && ty == 2 && code & 0x80 != 0 {
+                    self.packet_too_big(r);
+                    return;
+                }
                 let mut icmp = vec![ty, code, 0, 0];
                 icmp.extend_from_slice(r.long(600));
                 let mut f = if bit {
@@ -959,6 +963,25 @@ impl Harness {
                 self.inject(&f);
             }
         }
+    }
+
+    /// An ICMPv6 "packet too big" (path MTU discovery) quoting a segment of the established
+    /// connection: its sequence number near the highest the stack sent (in flight or not), the
+    /// MTU fuzzed.
+    fn packet_too_big(&mut self, r: &mut Reader<'_>) {
+        let mtu = r.u32();
+        let off = r.u16() as i16 as i32 as u32;
+        let seq = self.conn.stack_nxt.wrapping_add(off);
+        // The quote: the IPv6 header and the first 8 bytes of the TCP header (ports and
+        // sequence number), as much as the stack reads.
+        let mut quoted = LISTEN_PORT.to_be_bytes().to_vec();
+        quoted.extend_from_slice(&self.conn.port.to_be_bytes());
+        quoted.extend_from_slice(&seq.to_be_bytes());
+        let mut icmp = vec![2, 0, 0, 0];
+        icmp.extend_from_slice(&mtu.to_be_bytes());
+        icmp.extend_from_slice(&ipv6(OUR_V6, PEER_V6, P_TCP, 64, &quoted));
+        let f = peer6_frame(P_ICMPV6, &icmp);
+        self.inject(&f);
     }
 
     /// The stack's IPv4 address, or the one the corpus's DHCP server offers.

@@ -74,6 +74,11 @@ mod op {
             .short(&[])
             .short(payload);
     }
+    /// An ICMPv6 packet too big naming `mtu`, quoting a segment of the established connection
+    /// `seq_off` from the highest sequence number the stack sent.
+    pub fn packet_too_big(w: &mut Writer, mtu: u32, seq_off: i16) {
+        w.u8(0x89).u8(2).u8(0x80).u32(mtu).u16(seq_off as u16);
+    }
     pub fn udp(w: &mut Writer, sel: u8, src_port: u16, payload: &[u8]) {
         w.u8(4).u8(sel).u16(src_port).long(payload);
     }
@@ -133,6 +138,12 @@ fn stack_ingress() -> Seeds {
     op::conn_seg(&mut s, flags::ACK | flags::PSH, 100, 0, b"out of order");
     op::conn_seg(&mut s, flags::ACK | flags::PSH, 0, 0, &[b'a'; 100]);
     out.push(("tcp-established-reorder", s.out));
+    // Path MTU discovery: the echoed request is in flight when the message comes.
+    let mut s = w();
+    op::conn_seg(&mut s, flags::ACK | flags::PSH, 0, 0, &[b'p'; 200]);
+    op::packet_too_big(&mut s, 1280, -1);
+    op::conn_seg(&mut s, flags::ACK, 0, 0, &[]);
+    out.push(("tcp-established-packet-too-big", s.out));
     let mut s = w();
     op::dhcp(&mut s, frames::dhcp::OFFER, 3600);
     op::dhcp(&mut s, frames::dhcp::ACK, 3600);

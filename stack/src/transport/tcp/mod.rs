@@ -7,6 +7,8 @@
 //!   and Ethernet headers;
 //! * [`table`]: the connection table (one place per socket slot), demultiplexing, kept
 //!   deadlines;
+//! * [`icmp_error`]: ICMP "fragmentation needed" / "packet too big" about a segment in flight
+//!   lower its connection's path MTU;
 //! * [`backlog`]: the listen backlog's ports and the tasks waiting for a free place;
 //! * [`overflow`]: a SYN beyond a listener's backlog (answered with a SYN cookie) and the ACK
 //!   that brings a cookie back; [`cookie`]: the cookies themselves;
@@ -17,6 +19,7 @@ pub(crate) mod backlog;
 pub(crate) mod cookie;
 pub(crate) mod gro;
 pub(crate) mod header;
+pub(crate) mod icmp_error;
 pub(crate) mod input;
 pub(crate) mod output;
 pub(crate) mod overflow;

@@ -120,6 +120,7 @@
 pub(crate) mod congestion;
 pub(crate) mod context;
 pub(crate) mod error;
+pub(crate) mod path_mtu;
 mod rack;
 mod recovery;
 pub(crate) mod recv;

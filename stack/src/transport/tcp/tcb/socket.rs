@@ -22,6 +22,7 @@ use zcnet_executor::LocalSpawner;
 use super::congestion::{AnyController, CongestionControl};
 use super::context::{PollAt, TcpContext};
 use super::error::{ConnectError, ListenError, RecvError, SendError};
+use super::path_mtu::{mss_for, PathMtu};
 use super::rack::Rack;
 use super::recovery::Recovery;
 use super::recv::{RecvBuffer, RxDrops};
@@ -193,6 +194,10 @@ pub(crate) struct Tcb<'a> {
     /// frames of the send buffer are sized from it. Not smoltcp's.
     local_mss: Option<usize>,
 
+    /// The path MTU estimate ICMP "too big" messages lowered
+    /// ([`path_mtu_reduced`](Self::path_mtu_reduced)): segments are cut to it. Not smoltcp's.
+    path_mtu: PathMtu,
+
     /// This connection's statistics counters ([`stats`](Self::stats)). Not smoltcp's.
     counters: TcpCounters,
 
@@ -293,6 +298,7 @@ impl<'a> Tcb<'a> {
             retries: Retries::default(),
             sent_max: None,
             local_mss: None,
+            path_mtu: PathMtu::default(),
             counters: TcpCounters::default(),
             fast_path: true,
         }
@@ -711,6 +717,7 @@ impl<'a> Tcb<'a> {
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
         self.sent_max = None;
+        self.path_mtu = PathMtu::default();
         self.recovery.reset();
         self.rack.reset();
         self.local_rx_dup_acks = 0;
@@ -1346,6 +1353,50 @@ impl<'a> Tcb<'a> {
     /// first segment): payload of a segment below it is sent again.
     pub(crate) fn sent_max(&self) -> Option<TcpSeqNumber> {
         self.sent_max
+    }
+
+    /// Whether `seq`, the sequence number an ICMP error quotes, lies in what this connection
+    /// sent and the peer has not acknowledged, SND.UNA up to SND.MAX (RFC 5927 §4.1; SND.MAX,
+    /// not SND.NXT, because a timeout or a path MTU reduction moves SND.NXT back to SND.UNA
+    /// while the segments sent before are still on their way). A listening or closed
+    /// connection has nothing in flight.
+    pub(crate) fn in_flight(&self, seq: TcpSeqNumber) -> bool {
+        match self.sent_max {
+            Some(max) if !matches!(self.state, State::Listen | State::Closed) => {
+                self.local_seq_no <= seq && seq < max
+            }
+            _ => false,
+        }
+    }
+
+    /// An ICMP "fragmentation needed" / "packet too big" about a segment of this connection in
+    /// flight ([`in_flight`](Self::in_flight)) says the path takes IP packets of at most `mtu`
+    /// bytes (already raised to the stack's floor). If that is below what the connection
+    /// uses on a link of `link_mtu` (`true` is returned), segments are cut to it from now on,
+    /// new frames of the send queue are sized to it, and everything in flight is sent again
+    /// at once from SND.UNA (Linux's `tcp_simple_retransmit`: the larger segments were
+    /// dropped on the way). Queued frames larger than the new segment size go out as a full
+    /// segment and the rest of the frame (both copied out of it). Unlike a timeout, this
+    /// neither backs off the retransmission timer nor shrinks the congestion window: nothing
+    /// says the path is congested. Else nothing changes (`false`).
+    pub(crate) fn path_mtu_reduced(&mut self, mtu: usize, link_mtu: usize, now: Instant) -> bool {
+        if !self.path_mtu.lower(mtu, link_mtu, now) {
+            return false;
+        }
+        if let Some(tuple) = self.tuple {
+            // New frames of the send queue hold one segment of the new size.
+            self.local_mss = Some(mss_for(mtu, tuple.local.addr));
+        }
+        if self.state_sends_data() && self.remote_last_seq != self.local_seq_no {
+            // Go back to SND.UNA as a timeout does; what the peer SACKed is skipped.
+            self.remote_last_seq = self.local_seq_no;
+            self.recovery.on_rto();
+            self.rack.on_recovery_end();
+            self.rack.clear_flight();
+            // No RTT sample from what is sent again (Karn).
+            self.rtte.on_retransmit();
+        }
+        true
     }
 
     /// Move to `state`, waking both wakers.
@@ -2794,7 +2845,7 @@ impl<'a> Tcb<'a> {
         // The effective max segment size, taking into account the options and the local and remote limits.
         let options_len = self.timestamp_option_len();
 
-        let local_mss = cx.ip_mtu - ip_header_len - TCP_HEADER_LEN;
+        let local_mss = self.path_mtu.get(cx.ip_mtu) - ip_header_len - TCP_HEADER_LEN;
         let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
 
         // Have we sent data that hasn't been ACKed yet?
@@ -2967,6 +3018,11 @@ impl<'a> Tcb<'a> {
         }
 
         self.congestion_controller.inner_mut().pre_transmit(cx.now);
+        // A lowered path MTU is tried again once it is old (`path_mtu.rs`): frames filled
+        // from now on hold a segment of the link's MTU again.
+        if self.path_mtu.expire(cx.now) {
+            self.local_mss = Some(mss_for(cx.ip_mtu, tuple.local.addr));
+        }
 
         // RACK's reordering timer: segments not yet deemed lost may be now (outside recovery,
         // that starts one); the tail loss probe's timer makes a probe due (a due probe with
@@ -3123,8 +3179,9 @@ impl<'a> Tcb<'a> {
         let mut zc: Option<TxFrame> = None;
         let mut zc_len = 0;
 
-        // Frames the application fills hold one full segment each (`data_mss`).
-        self.local_mss = Some(cx.ip_mtu - ip_repr.header_len() - TCP_HEADER_LEN);
+        // Frames the application fills hold one full segment each (`data_mss`), cut to the
+        // path MTU.
+        self.local_mss = Some(self.path_mtu.get(cx.ip_mtu) - ip_repr.header_len() - TCP_HEADER_LEN);
 
         match self.state {
             // We transmit an RST in the CLOSED state. If we ended up in the CLOSED state
@@ -3169,7 +3226,8 @@ impl<'a> Tcb<'a> {
                 // 3. MSS we can send, determined by our MTU.
                 // 4. Our congestion window
                 let options_len = repr.header_len() - TCP_HEADER_LEN;
-                let local_mss = cx.ip_mtu - ip_repr.header_len() - TCP_HEADER_LEN;
+                let local_mss =
+                    self.path_mtu.get(cx.ip_mtu) - ip_repr.header_len() - TCP_HEADER_LEN;
                 let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
 
                 let offset = if let Some((seq, len)) = self.retransmission_due() {
@@ -3443,6 +3501,11 @@ impl<'a> Tcb<'a> {
 
             // RACK's reordering and probe timers.
             let rack_poll_at = self.rack.poll_at().map_or(PollAt::Ingress, PollAt::Time);
+            // A lowered path MTU's age (`dispatch` forgets it then).
+            let path_mtu_poll_at = self
+                .path_mtu
+                .deadline()
+                .map_or(PollAt::Ingress, PollAt::Time);
 
             // We wait for the earliest of our timers to fire.
             *[
@@ -3450,6 +3513,7 @@ impl<'a> Tcb<'a> {
                 timeout_poll_at,
                 delayed_ack_poll_at,
                 rack_poll_at,
+                path_mtu_poll_at,
             ]
             .iter()
             .min()

@@ -7943,3 +7943,104 @@ fn test_syn_received_listens_again_after_synack_retries() {
     let (synacks, _) = run_handshake(&mut s, 700_000, |s| s.state != State::SynReceived);
     assert_eq!(synacks, 1 + usize::from(SYNACK_RETRIES), "the count starts over");
 }
+
+// zcnet: path MTU discovery (`Tcb::path_mtu_reduced`, `path_mtu.rs`).
+
+/// Every segment `dispatch` sends at `t` until it has nothing more: `(sequence number,
+/// payload, sent in place)`.
+fn drain(s: &mut TestSocket, t: Instant) -> Vec<(TcpSeqNumber, Vec<u8>, bool)> {
+    s.cx.set_now(t);
+    let mut out = Vec::new();
+    loop {
+        let mut got = None;
+        let r: Result<(), ()> = s.socket.dispatch(&mut s.cx, |_, (_, repr), zc| {
+            let mut payload = repr.payload.to_vec();
+            if let Some(f) = &zc {
+                payload.extend_from_slice(&f[..]);
+            }
+            got = Some((repr.seq_number, payload, zc.is_some()));
+            Ok(())
+        });
+        assert_eq!(r, Ok(()));
+        match got {
+            Some(seg) => out.push(seg),
+            None => return out,
+        }
+    }
+}
+
+/// zcnet: a "too big" message about a segment in flight (SND.UNA ..< SND.MAX) lowers the path
+/// MTU: at once, without a timeout's backoff, everything in flight goes again from SND.UNA in
+/// segments that fit, the bytes unchanged; data written afterwards goes in frames of the new
+/// segment size, sent in place. The estimate ages out after `PATH_MTU_AGE`, and then data goes
+/// out full-sized again.
+#[test]
+fn test_path_mtu_reduced_resends_in_flight_cut_to_the_path() {
+    let mut s = socket_established_with_buffer_sizes(8192, 64);
+    s.remote_mss = 1460;
+    s.remote_win_len = 8192;
+    s.set_nagle_enabled(false);
+    let link = s.cx.ip_mtu;
+    let full = mss_for(link, LOCAL_END.addr);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 + i / 256) as u8).collect();
+    s.send_slice(&data).unwrap();
+    let first = drain(&mut s, Instant::from_millis(0));
+    assert_eq!(first[0].0, LOCAL_SEQ + 1);
+    assert_eq!(first[0].1.len(), full);
+    let sent: usize = first.iter().map(|seg| seg.1.len()).sum();
+    assert_eq!(sent, data.len());
+
+    // RFC 5927: only SND.UNA ..< SND.MAX is in flight.
+    assert!(!s.in_flight(LOCAL_SEQ));
+    assert!(s.in_flight(LOCAL_SEQ + 1));
+    assert!(s.in_flight(LOCAL_SEQ + data.len()));
+    assert!(!s.in_flight(LOCAL_SEQ + 1 + data.len()));
+    // Not below the MTU in use: nothing changes.
+    let t = Instant::from_millis(10);
+    assert!(!s.path_mtu_reduced(link, link, t));
+    assert!(drain(&mut s, t).is_empty());
+
+    let mtu = 1000;
+    let mss = mss_for(mtu, LOCAL_END.addr);
+    assert!(s.path_mtu_reduced(mtu, link, t));
+    let rto = s.rtte.retransmission_timeout();
+    let again = drain(&mut s, t);
+    assert_eq!(again[0].0, LOCAL_SEQ + 1, "from SND.UNA");
+    let mut bytes = Vec::new();
+    for (seq, payload, _) in &again {
+        assert_eq!(*seq, LOCAL_SEQ + 1 + bytes.len(), "contiguous");
+        assert!(payload.len() <= mss, "{} > {mss}", payload.len());
+        bytes.extend_from_slice(payload);
+    }
+    assert!(bytes == data, "the same bytes again");
+    assert!(again.iter().any(|seg| seg.1.len() == mss), "full segments of the new size");
+    assert_eq!(s.rtte.retransmission_timeout(), rto, "no backoff");
+    assert_eq!(s.stats().counters.timeouts, 0);
+    assert!(s.stats().counters.bytes_retransmitted >= data.len() as u64);
+
+    // New data: frames of the new size, sent in place.
+    s.send_slice(&[b'n'; 2 * 1000]).unwrap();
+    let new = drain(&mut s, t);
+    assert!(!new.is_empty());
+    for (_, payload, in_place) in &new {
+        assert!(payload.len() <= mss);
+        assert!(*in_place, "a whole frame of the new size");
+    }
+
+    // Everything acknowledged; the estimate's age is the only deadline left.
+    let acked = LOCAL_SEQ + 1 + data.len() + 2 * 1000;
+    send!(s, time 20, TcpRepr {
+        seq_number: REMOTE_SEQ + 1,
+        ack_number: Some(acked),
+        window_len: 8192,
+        ..SEND_TEMPL
+    });
+    let aged = t + Duration::from_secs(crate::transport::tcp::tcb::path_mtu::PATH_MTU_AGE.as_secs());
+    assert_eq!(s.socket.poll_at(&mut s.cx), PollAt::Time(aged));
+    assert!(drain(&mut s, aged).is_empty());
+    assert_eq!(s.socket.poll_at(&mut s.cx), PollAt::Ingress);
+    s.send_slice(&data).unwrap();
+    let later = drain(&mut s, aged);
+    assert_eq!(later[0].0, acked);
+    assert_eq!(later[0].1.len(), full, "full-sized again");
+}
