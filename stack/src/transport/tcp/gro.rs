@@ -11,7 +11,7 @@
 //! connection, starts where they end, carries the same acknowledgement number and the same
 //! timestamp, has flags ACK or ACK|PSH and no other options (no SACK blocks), carries data,
 //! and is no longer than the first. A PSH, a shorter segment, a full chain
-//! ([`MAX_CHAIN_SEGMENTS`] frames) or 64 KiB end the batch: the next segment starts a new one.
+//! ([`MAX_BATCH_SEGMENTS`] segments) or 64 KiB end the batch: the next segment starts a new one.
 //! Anything else first hands the held segments over ([`Gro::flush`]), then goes its usual
 //! way. Ingress flushes at the end of every run, so nothing is held between runs.
 //!
