@@ -83,8 +83,7 @@
 //! #         Ok(())
 //! #     }
 //! #     fn capabilities(&self) -> Capabilities {
-//! #         Capabilities { medium: Medium::Ethernet, mtu: 1500, tx_headroom: 0,
-//! #             checksum: ChecksumOffloads::empty(), max_burst: None }
+//! #         Capabilities::new(Medium::Ethernet, 1500)
 //! #     }
 //! #     fn hardware_address(&self) -> HardwareAddress {
 //! #         HardwareAddress::Ethernet([2, 0, 0, 0, 0, 1])
@@ -740,7 +739,7 @@ mod tests {
     use std::vec::Vec;
 
     use super::*;
-    use crate::{ChecksumOffloads, FramePool, PoolConfig};
+    use crate::{FramePool, PoolConfig};
 
     /// A loopback: every transmitted slot comes back as received; `refuse` makes it refuse
     /// transmits (the frame is dropped, its slot freed).
@@ -776,13 +775,7 @@ mod tests {
             self.flushes += 1;
         }
         fn capabilities(&self) -> Capabilities {
-            Capabilities {
-                medium: self.medium,
-                mtu: 1500,
-                tx_headroom: 0,
-                checksum: ChecksumOffloads::empty(),
-                max_burst: None,
-            }
+            Capabilities::new(self.medium, 1500)
         }
         fn hardware_address(&self) -> HardwareAddress {
             HardwareAddress::Ethernet([2, 0, 0, 0, 0, 1])

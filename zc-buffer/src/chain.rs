@@ -611,6 +611,57 @@ impl<F: ChainFrame> FrameChain<F> {
         Ok(core::mem::replace(self, back))
     }
 
+    /// Completes a partial checksum in software, as a device would (see the
+    /// [checksum contract](crate::offload)): sums the chain's bytes from byte `start` to the
+    /// end (the checksum field holds the pseudo-header sum) and stores the complement in the
+    /// 16-bit field at `start + offset`. For a driver whose device left a received packet's
+    /// checksum partial, when its stack verifies checksums itself. Returns `false`, changing
+    /// nothing, when the field is not inside the chain. Not for retained TX frames' payload
+    /// (the field is in the headers, which is fine).
+    pub fn complete_checksum(&mut self, start: usize, offset: usize) -> bool {
+        let field = start.saturating_add(offset);
+        if field.saturating_add(2) > self.len() {
+            return false;
+        }
+        let mut skip = start;
+        let parts = self.segs.iter().filter_map(|f| {
+            let bytes: &[u8] = f;
+            if skip >= bytes.len() {
+                skip -= bytes.len();
+                None
+            } else {
+                let part = &bytes[skip..];
+                skip = 0;
+                Some(part)
+            }
+        });
+        let sum = crate::offload::ones_complement_sum(0, parts);
+        let mut c = !sum;
+        if c == 0 && offset == 6 {
+            c = 0xffff; // UDP sends a computed 0 as all ones (0 means "no checksum")
+        }
+        // The field's two bytes, wherever they fall (a field split across frames included).
+        let mut at = 0;
+        let mut value = c.to_be_bytes().into_iter().enumerate();
+        let mut next = value.next();
+        for frame in self.segs.iter_mut() {
+            let bytes = frame.data_mut();
+            while let Some((i, b)) = next {
+                let pos = field + i;
+                if pos >= at + bytes.len() {
+                    break;
+                }
+                bytes[pos - at] = b;
+                next = value.next();
+            }
+            at += bytes.len();
+            if next.is_none() {
+                break;
+            }
+        }
+        true
+    }
+
     /// Drops empty frames at the front.
     fn drop_empty_front(&mut self) {
         while self.segs.first().is_some_and(|f| f.is_empty()) {

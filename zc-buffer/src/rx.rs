@@ -6,6 +6,7 @@ use core::mem::ManuallyDrop;
 use core::ops::Deref;
 
 use crate::error::FrameError;
+use crate::offload::{GsoInfo, RxMarks};
 use crate::pool::FramePool;
 use crate::slot::SlotState;
 
@@ -123,6 +124,8 @@ pub struct RxFrame {
     end: u32,
     /// Whether the frame was lent to the application (state LENT rather than STACK).
     lent: bool,
+    /// What the driver said about the packet (none for a fresh lease).
+    marks: RxMarks,
 }
 
 impl RxFrame {
@@ -135,7 +138,35 @@ impl RxFrame {
             start,
             end,
             lent: false,
+            marks: RxMarks::default(),
         }
+    }
+
+    /// Whether the driver marked the packet's checksums as verified: the device checked the
+    /// L4 checksum (and an IPv4 header checksum), or the packet came from the host with a
+    /// partial checksum that never crossed a wire (its checksum field then holds only the
+    /// pseudo-header sum). A stack that trusts the mark skips its own check; see the
+    /// [checksum contract](crate::offload). For a chain, the head frame's mark counts.
+    /// `advance` and `truncate` keep it.
+    pub fn checksum_verified(&self) -> bool {
+        self.marks.checksum_verified
+    }
+
+    /// Sets (or clears) the [`checksum_verified`](Self::checksum_verified) mark. Drivers only.
+    pub fn set_checksum_verified(&mut self, verified: bool) {
+        self.marks.checksum_verified = verified;
+    }
+
+    /// How the device merged this packet from smaller TCP segments (a large receive, a TAP
+    /// read of a GSO packet), when it says so; `None` for an ordinary packet. For a chain, the
+    /// head frame's mark counts. `advance` and `truncate` keep it.
+    pub fn gso_info(&self) -> Option<GsoInfo> {
+        self.marks.gso
+    }
+
+    /// Sets (or clears) the [`gso_info`](Self::gso_info) mark. Drivers only.
+    pub fn set_gso_info(&mut self, info: Option<GsoInfo>) {
+        self.marks.gso = info;
     }
 
     /// Hides the first `n` bytes (a header already parsed). Errors if the frame is shorter.
@@ -269,6 +300,7 @@ impl fmt::Debug for RxFrame {
             .field("offset", &self.start)
             .field("len", &self.len())
             .field("lent", &self.lent)
+            .field("marks", &self.marks)
             .finish()
     }
 }

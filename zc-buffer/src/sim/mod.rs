@@ -39,12 +39,13 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 
 pub mod nic;
+mod offload;
 pub mod wire;
 
 pub use nic::{SimNic, SimNicStats};
 pub use wire::{
-    wire_pair, wire_pair_one_thread, wire_pair_with, Delivery, Faults, WireEnd, WireHandle,
-    WireStats, WireTimer,
+    wire_pair, wire_pair_one_thread, wire_pair_with, Delivery, Faults, GsoMode, WireEnd,
+    WireHandle, WireOffloads, WireStats, WireTimer,
 };
 
 /// A waker that counts how often it was woken and does nothing else: pass it to a driver

@@ -34,8 +34,8 @@ use std::task::{Context, Poll, Waker};
 use std::vec::Vec;
 
 use crate::{
-    Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, InFlight, LinkState,
-    Medium, PostedSlot, RxFrame, TxError, TxFrame,
+    Capabilities, Driver, FramePool, HardwareAddress, InFlight, LinkState, Medium, PostedSlot,
+    RxFrame, TxError, TxFrame,
 };
 
 /// Counters a [`SimNic`] keeps.
@@ -228,13 +228,9 @@ impl Driver for SimNic {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            medium: Medium::Ethernet,
-            mtu: self.mtu,
-            tx_headroom: self.tx_headroom,
-            checksum: ChecksumOffloads::empty(),
-            max_burst: Some(self.ring_size),
-        }
+        Capabilities::new(Medium::Ethernet, self.mtu)
+            .with_tx_headroom(self.tx_headroom)
+            .with_max_burst(Some(self.ring_size))
     }
 
     fn hardware_address(&self) -> HardwareAddress {
