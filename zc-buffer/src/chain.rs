@@ -12,7 +12,8 @@
 //!   [`truncate`](FrameChain::truncate) return the slots they empty at once. Memory stays
 //!   proportional to the bytes held: a chain holds only the slots its bytes are in.
 //! * **Bounded, no allocation.** At most [`MAX_CHAIN_SEGMENTS`] frames, stored inline (about
-//!   1.2 KiB of leases). A full chain hands a pushed frame back in the `Err`, never panics.
+//!   1.2 KiB of leases for a received chain, 1.5 KiB for one to send). A full chain hands a
+//!   pushed frame back in the `Err`, never panics.
 //! * **Views.** [`iter`](FrameChain::iter) yields the payload slices in order (a driver's
 //!   scatter-gather list: TAP `writev`, virtio descriptors), [`cursor`](FrameChain::cursor)
 //!   reads across slot boundaries, [`read_with`](FrameChain::read_with) lends the first bytes in

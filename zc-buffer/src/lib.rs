@@ -111,6 +111,8 @@ mod chain_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(all(test, not(loom)))]
+mod offload_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use chain::{

@@ -30,13 +30,15 @@
 //!   [`TxChain`](crate::TxChain) ([`Driver::transmit_chain`](crate::Driver::transmit_chain)).
 //!   The stack marks the head frame with a [`GsoRequest`]: the kind, the MSS, and the length of
 //!   the link + IP + TCP headers. A GSO packet always carries a [`ChecksumPartial`] mark too
-//!   (the device computes each segment's checksum), with the pseudo-header sum computed over a
-//!   zero length, as Linux and virtio do. The device cuts the payload into MSS-sized pieces,
-//!   each behind a copy of the headers with the IPv4 total length / IPv6 payload length, the
-//!   IPv4 ID (incremented per segment), the TCP sequence number advanced, FIN and PSH only on
-//!   the last segment, CWR only on the first, and each segment's checksums completed.
-//! * **Receive.** A driver that [`delivers_chains`](crate::Capabilities) may hand up packets
-//!   larger than one slot as an [`RxChain`](crate::RxChain)
+//!   (the device computes each segment's checksum), whose pseudo-header sum counts the whole
+//!   super-segment's TCP length, as Linux's own TCP writes it (its segmentation adjusts the sum
+//!   by the difference to each segment's length). The device cuts the payload into MSS-sized
+//!   pieces, each behind a copy of the headers with the IPv4 total length / IPv6 payload
+//!   length, the IPv4 ID (incremented per segment), the TCP sequence number advanced, FIN and
+//!   PSH only on the last segment, CWR only on the first, and each segment's checksums
+//!   completed.
+//! * **Receive.** A driver whose [`Capabilities::rx_chains`](crate::Capabilities) is set may
+//!   hand up packets larger than one slot as an [`RxChain`](crate::RxChain)
 //!   ([`Driver::poll_receive_chain`](crate::Driver::poll_receive_chain)): a merged TCP packet of
 //!   up to 64 KiB whose IP length fields describe the whole packet. When the device says how
 //!   it was merged, the head frame carries a [`GsoInfo`] (the kind and the size of the
@@ -109,45 +111,150 @@ pub struct GsoInfo {
     pub segment_size: u16,
 }
 
-/// The marks of a received frame (stored in the [`RxFrame`](crate::RxFrame) lease).
+/// The marks of a received frame, packed into the spare bytes of the
+/// [`RxFrame`](crate::RxFrame) lease (which stays 24 bytes): the verified bit, the GSO kind,
+/// the GSO segment size.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct RxMarks {
-    pub(crate) checksum_verified: bool,
-    pub(crate) gso: Option<GsoInfo>,
+    /// Bit 0: checksum verified; bits 1-2: GSO kind (0 none, 1 TCPv4, 2 TCPv6).
+    pub(crate) flags: u8,
+    pub(crate) gso_size: u16,
 }
 
-/// The marks of a frame to transmit (stored in the [`TxFrame`](crate::TxFrame) lease), with
-/// offsets counted from the slot's first byte so that headers pushed in front keep them
-/// pointing at the same bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub(crate) struct TxMarks {
-    /// `(checksum start, offset)`, the start as an offset in the slot.
-    pub(crate) checksum: Option<(u32, u16)>,
-    /// `(kind, segment size, end of the headers as an offset in the slot)`.
-    pub(crate) gso: Option<(GsoKind, u16, u32)>,
-}
+impl RxMarks {
+    const VERIFIED: u8 = 1;
+    const KIND_SHIFT: u8 = 1;
+    const KIND_MASK: u8 = 0b110;
 
-impl TxMarks {
-    /// The marks seen from a frame whose data starts at slot offset `start`: `None` for a mark
-    /// that points in front of it (its bytes were trimmed away).
-    pub(crate) fn checksum_at(&self, start: u32) -> Option<ChecksumPartial> {
-        let (abs, offset) = self.checksum?;
-        let rel = abs.checked_sub(start)?;
-        Some(ChecksumPartial {
-            start: u16::try_from(rel).ok()?,
-            offset,
+    pub(crate) fn verified(self) -> bool {
+        self.flags & Self::VERIFIED != 0
+    }
+
+    pub(crate) fn set_verified(&mut self, on: bool) {
+        self.flags = (self.flags & !Self::VERIFIED) | if on { Self::VERIFIED } else { 0 };
+    }
+
+    pub(crate) fn gso(self) -> Option<GsoInfo> {
+        let kind = match (self.flags & Self::KIND_MASK) >> Self::KIND_SHIFT {
+            1 => GsoKind::TcpV4,
+            2 => GsoKind::TcpV6,
+            _ => return None,
+        };
+        Some(GsoInfo {
+            kind,
+            segment_size: self.gso_size,
         })
     }
 
-    /// As [`checksum_at`](Self::checksum_at), for the GSO request.
-    pub(crate) fn gso_at(&self, start: u32) -> Option<GsoRequest> {
-        let (kind, segment_size, end) = self.gso?;
-        let rel = end.checked_sub(start)?;
-        Some(GsoRequest {
-            kind,
-            segment_size,
-            header_len: u16::try_from(rel).ok()?,
+    pub(crate) fn set_gso(&mut self, info: Option<GsoInfo>) {
+        let (kind, size) = match info {
+            None => (0, 0),
+            Some(GsoInfo {
+                kind: GsoKind::TcpV4,
+                segment_size,
+            }) => (1, segment_size),
+            Some(GsoInfo {
+                kind: GsoKind::TcpV6,
+                segment_size,
+            }) => (2, segment_size),
+        };
+        self.flags = (self.flags & !Self::KIND_MASK) | (kind << Self::KIND_SHIFT);
+        self.gso_size = size;
+    }
+}
+
+/// The marks of a frame to transmit (stored in the [`TxFrame`](crate::TxFrame) lease), with
+/// offsets counted from the frame's first data byte: [`grow`](Self::grow) and
+/// [`shrink`](Self::shrink) keep them on the same bytes as the data start moves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct TxMarks {
+    /// Bit 0: a partial checksum; bit 1: a GSO request; bit 2: the request is TCPv6.
+    flags: u8,
+    csum_start: u16,
+    csum_offset: u16,
+    gso_size: u16,
+    header_len: u16,
+}
+
+impl TxMarks {
+    const CSUM: u8 = 1;
+    const GSO: u8 = 2;
+    const V6: u8 = 4;
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.flags & (Self::CSUM | Self::GSO) == 0
+    }
+
+    pub(crate) fn checksum(&self) -> Option<ChecksumPartial> {
+        (self.flags & Self::CSUM != 0).then_some(ChecksumPartial {
+            start: self.csum_start,
+            offset: self.csum_offset,
         })
+    }
+
+    pub(crate) fn set_checksum(&mut self, mark: Option<ChecksumPartial>) {
+        match mark {
+            None => self.flags &= !Self::CSUM,
+            Some(m) => {
+                self.flags |= Self::CSUM;
+                self.csum_start = m.start;
+                self.csum_offset = m.offset;
+            }
+        }
+    }
+
+    pub(crate) fn gso(&self) -> Option<GsoRequest> {
+        (self.flags & Self::GSO != 0).then_some(GsoRequest {
+            kind: if self.flags & Self::V6 != 0 {
+                GsoKind::TcpV6
+            } else {
+                GsoKind::TcpV4
+            },
+            segment_size: self.gso_size,
+            header_len: self.header_len,
+        })
+    }
+
+    pub(crate) fn set_gso(&mut self, request: Option<GsoRequest>) {
+        self.flags &= !(Self::GSO | Self::V6);
+        if let Some(r) = request {
+            self.flags |= Self::GSO;
+            if r.kind == GsoKind::TcpV6 {
+                self.flags |= Self::V6;
+            }
+            self.gso_size = r.segment_size;
+            self.header_len = r.header_len;
+        }
+    }
+
+    /// `n` bytes were put in front of the data: the marks move back with their bytes; one that
+    /// would no longer fit its 16 bits is dropped.
+    pub(crate) fn grow(&mut self, n: usize) {
+        let Ok(n) = u16::try_from(n) else {
+            *self = Self::default();
+            return;
+        };
+        match self.csum_start.checked_add(n) {
+            Some(v) => self.csum_start = v,
+            None => self.flags &= !Self::CSUM,
+        }
+        match self.header_len.checked_add(n) {
+            Some(v) => self.header_len = v,
+            None => self.flags &= !(Self::GSO | Self::V6),
+        }
+    }
+
+    /// The first `n` data bytes were hidden: a mark whose bytes went with them is dropped.
+    pub(crate) fn shrink(&mut self, n: usize) {
+        let n = u16::try_from(n).unwrap_or(u16::MAX);
+        match self.csum_start.checked_sub(n) {
+            Some(v) => self.csum_start = v,
+            None => self.flags &= !Self::CSUM,
+        }
+        match self.header_len.checked_sub(n) {
+            Some(v) => self.header_len = v,
+            None => self.flags &= !(Self::GSO | Self::V6),
+        }
     }
 }
 

@@ -62,7 +62,7 @@ impl TxFrame {
     /// frame is now. Headers pushed in front later move `start` with them (the mark stays on
     /// the same bytes); a mark whose bytes were trimmed from the front reads as `None`.
     pub fn checksum_partial(&self) -> Option<ChecksumPartial> {
-        self.marks.checksum_at(self.start)
+        self.marks.checksum()
     }
 
     /// Marks the frame's L4 checksum as partial (`Some`), for a driver that advertises
@@ -78,7 +78,7 @@ impl TxFrame {
         mark: Option<ChecksumPartial>,
     ) -> Result<(), FrameError> {
         let Some(m) = mark else {
-            self.marks.checksum = None;
+            self.marks.set_checksum(None);
             return Ok(());
         };
         let field_end = usize::from(m.start) + usize::from(m.offset) + 2;
@@ -88,7 +88,7 @@ impl TxFrame {
                 available: self.len(),
             });
         }
-        self.marks.checksum = Some((self.start + u32::from(m.start), m.offset));
+        self.marks.set_checksum(Some(m));
         Ok(())
     }
 
@@ -96,7 +96,7 @@ impl TxFrame {
     /// [GSO](crate::offload)): `header_len` counted from the first data byte as the frame is
     /// now, so it grows with each header pushed in front.
     pub fn gso_request(&self) -> Option<GsoRequest> {
-        self.marks.gso_at(self.start)
+        self.marks.gso()
     }
 
     /// Asks the device to segment the packet this frame heads (`Some`), for a driver whose
@@ -108,7 +108,7 @@ impl TxFrame {
     /// frame's data or `segment_size` is 0.
     pub fn set_gso_request(&mut self, request: Option<GsoRequest>) -> Result<(), FrameError> {
         let Some(r) = request else {
-            self.marks.gso = None;
+            self.marks.set_gso(None);
             return Ok(());
         };
         if usize::from(r.header_len) > self.len() || r.segment_size == 0 {
@@ -117,13 +117,13 @@ impl TxFrame {
                 available: self.len(),
             });
         }
-        self.marks.gso = Some((r.kind, r.segment_size, self.start + u32::from(r.header_len)));
+        self.marks.set_gso(Some(r));
         Ok(())
     }
 
     /// Whether the frame carries any mark (a partial checksum, a GSO request).
     pub fn has_marks(&self) -> bool {
-        self.marks != TxMarks::default()
+        !self.marks.is_empty()
     }
 
     /// Whether a socket keeps this frame's slot until acknowledged (see the type docs).
@@ -229,6 +229,7 @@ impl TxFrame {
             });
         }
         self.start -= n as u32;
+        self.marks.grow(n);
         Ok(self.range_mut(self.start as usize, n))
     }
 
@@ -269,7 +270,9 @@ impl TxFrame {
     /// [`FrameChain`](crate::FrameChain) dropping bytes from its front. A retained frame's
     /// payload in its [`RetainedFrame`] is not touched; only this lease's view moves.
     pub(crate) fn advance(&mut self, n: usize) {
-        self.start += n.min(self.len()) as u32;
+        let n = n.min(self.len());
+        self.start += n as u32;
+        self.marks.shrink(n);
     }
 
     /// `len` bytes of the slot from `offset`; the callers keep `offset + len <= slot_size`.
@@ -337,12 +340,12 @@ pub struct InFlight {
 impl InFlight {
     /// The [`TxFrame`]'s partial-checksum mark (see [`TxFrame::checksum_partial`]).
     pub fn checksum_partial(&self) -> Option<ChecksumPartial> {
-        self.marks.checksum_at(self.start)
+        self.marks.checksum()
     }
 
     /// The [`TxFrame`]'s GSO request (see [`TxFrame::gso_request`]).
     pub fn gso_request(&self) -> Option<GsoRequest> {
-        self.marks.gso_at(self.start)
+        self.marks.gso()
     }
 
     /// The device (physical) address of the frame's first byte.
