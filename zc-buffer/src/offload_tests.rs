@@ -364,6 +364,40 @@ fn the_wire_completes_partial_checksums_and_marks_verified_frames() {
     assert!(pools.iter().all(|p| p.occupancy().in_use() == 0));
 }
 
+/// An end that completes checksums and segments super-segments (as a TSO NIC).
+const TSO: WireOffloads = WireOffloads {
+    tx_checksum: true,
+    rx_checksum: false,
+    gso_max_size: 65535,
+    gso_mode: GsoMode::Segment,
+    rx_chains: false,
+};
+
+/// An end that verifies received checksums.
+const VERIFY: WireOffloads = WireOffloads {
+    tx_checksum: false,
+    rx_checksum: true,
+    gso_max_size: 0,
+    gso_mode: GsoMode::Segment,
+    rx_chains: false,
+};
+
+/// `packet` as a super-segment of `mss`-byte segments over 1900-byte frames, to `end`.
+fn send_super(
+    end: &mut WireEnd,
+    p: &'static FramePool,
+    packet: &[u8],
+    mss: u16,
+) -> Result<(), TxError> {
+    end.transmit_chain(tx_chain(
+        p,
+        packet,
+        1900,
+        Some(TCP_MARK),
+        Some(gso_request(mss)),
+    ))
+}
+
 fn gso_request(mss: u16) -> GsoRequest {
     GsoRequest {
         kind: GsoKind::TcpV4,
@@ -374,28 +408,13 @@ fn gso_request(mss: u16) -> GsoRequest {
 
 #[test]
 fn the_wire_segments_a_super_segment_as_a_tso_nic_does() {
-    let tx = WireOffloads {
-        tx_checksum: true,
-        gso_max_size: 65535,
-        ..WireOffloads::default()
-    };
-    let rx = WireOffloads {
-        rx_checksum: true,
-        ..WireOffloads::default()
-    };
+    let (tx, rx) = (TSO, VERIFY);
     let (pools, mut a, mut b) = pair(Faults::default(), tx, rx);
     let caps = a.capabilities();
     assert_eq!(caps.gso_max_size, 65535);
     assert_eq!(caps.gso_kinds, GsoKinds::TCPV4 | GsoKinds::TCPV6);
     let packet = tcp4_partial(10_000, 0x19); // FIN PSH ACK
-    a.transmit_chain(tx_chain(
-        pools[0],
-        &packet,
-        1900,
-        Some(TCP_MARK),
-        Some(gso_request(1448)),
-    ))
-    .unwrap();
+    send_super(&mut a, pools[0], &packet, 1448).unwrap();
     let got = receive_all(&mut b, false);
     assert_eq!(got.len(), 7); // 6 × 1448 + 1312
     let mut payload = Vec::new();
@@ -434,13 +453,7 @@ fn an_end_without_gso_refuses_a_super_segment() {
     );
     let packet = tcp4_partial(3000, 0x10);
     assert_eq!(
-        a.transmit_chain(tx_chain(
-            pools[0],
-            &packet,
-            1900,
-            Some(TCP_MARK),
-            Some(gso_request(1000))
-        )),
+        send_super(&mut a, pools[0], &packet, 1000),
         Err(TxError::ChainUnsupported { frames: 2 })
     );
     drop((a, b));
@@ -462,14 +475,7 @@ fn a_whole_super_segment_arrives_as_a_marked_chain() {
     let (pools, mut a, mut b) = pair(Faults::default(), tx, rx);
     assert!(b.capabilities().rx_chains);
     let packet = tcp4_partial(20_000, 0x18);
-    a.transmit_chain(tx_chain(
-        pools[0],
-        &packet,
-        1900,
-        Some(TCP_MARK),
-        Some(gso_request(1448)),
-    ))
-    .unwrap();
+    send_super(&mut a, pools[0], &packet, 1448).unwrap();
     let got = receive_all(&mut b, true);
     assert_eq!(got.len(), 1);
     let c = &got[0];
@@ -485,14 +491,7 @@ fn a_whole_super_segment_arrives_as_a_marked_chain() {
         })
     );
     // A receiver taking single frames cannot have it: dropped, counted.
-    a.transmit_chain(tx_chain(
-        pools[0],
-        &packet,
-        1900,
-        Some(TCP_MARK),
-        Some(gso_request(1448)),
-    ))
-    .unwrap();
+    send_super(&mut a, pools[0], &packet, 1448).unwrap();
     assert!(receive_all(&mut b, false).is_empty());
     assert_eq!(a.handle().tx_stats().too_long, 1);
     drop((got, a, b));
@@ -501,15 +500,7 @@ fn a_whole_super_segment_arrives_as_a_marked_chain() {
 
 #[test]
 fn faults_apply_to_each_segment_and_corrupted_ones_lose_the_verified_mark() {
-    let tx = WireOffloads {
-        tx_checksum: true,
-        gso_max_size: 65535,
-        ..WireOffloads::default()
-    };
-    let rx = WireOffloads {
-        rx_checksum: true,
-        ..WireOffloads::default()
-    };
+    let (tx, rx) = (TSO, VERIFY);
     let faults = Faults {
         seed: 7,
         loss: 0.2,
@@ -520,14 +511,7 @@ fn faults_apply_to_each_segment_and_corrupted_ones_lose_the_verified_mark() {
     };
     let (pools, mut a, mut b) = pair(faults, tx, rx);
     let packet = tcp4_partial(30 * 1000, 0x10);
-    a.transmit_chain(tx_chain(
-        pools[0],
-        &packet,
-        1900,
-        Some(TCP_MARK),
-        Some(gso_request(1000)),
-    ))
-    .unwrap();
+    send_super(&mut a, pools[0], &packet, 1000).unwrap();
     let got = receive_all(&mut b, false);
     let s = a.handle().tx_stats();
     assert_eq!(s.sent, 30);
