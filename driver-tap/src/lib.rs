@@ -1,9 +1,10 @@
 //! # zcnet-tap: a Linux TAP device as a zcnet driver
 //!
 //! ```text
-//!  /dev/net/tun (IFF_TAP | IFF_NO_PI, non-blocking, in the executor's epoll reactor)
-//!    read(fd, PostedSlot) ─► RxFrame        (the kernel's copy is this device's "DMA",
-//!    write(fd, TxFrame)   ◄─ egress          counted as CopySite::KernelFd)
+//!  /dev/net/tun (IFF_TAP | IFF_NO_PI | IFF_VNET_HDR, non-blocking, in the epoll reactor)
+//!    read(fd, PostedSlot)            ─► RxFrame  (the kernel's copy is this device's "DMA",
+//!    readv(fd, head + tail slots)    ─► RxChain   counted as CopySite::KernelFd)
+//!    write(fd, TxFrame) / writev(fd, TxChain) ◄─ egress
 //! ```
 //!
 //! [`Tap::open`] creates (or attaches to) a TAP interface and registers its fd with a
@@ -18,8 +19,23 @@
 //!   keeps its frame (as an [`InFlight`], in a queue of at most [`TX_QUEUE`] frames) and
 //!   [`poll_transmit_frame`](Driver::poll_transmit_frame) returns `Pending` until the fd is
 //!   writable again and the queue has gone out. Write errors are counted ([`TapStats`]).
+//! * **Offloads** ([`TapConfig::offloads`], on by default): every frame carries a 12-byte
+//!   little-endian `virtio_net_hdr_v1` in front of it, in the slot on both directions (the
+//!   posted slot's first bytes on receive, the frame's headroom on transmit:
+//!   [`Capabilities::tx_headroom`] is [`VNET_HDR_LEN`]), and `TUNSETOFFLOAD` asks for
+//!   `TUN_F_CSUM`. The header's flags become the frames' marks and back
+//!   ([`zcnet_buffer::offload`]): `NEEDS_CSUM` / `DATA_VALID` from the kernel mark a received
+//!   packet [verified](RxFrame::checksum_verified) (and its partial checksum is completed in
+//!   software while [`TapConfig::complete_rx_checksums`] is on), a GSO type its
+//!   [`GsoInfo`]; a transmitted frame's [`ChecksumPartial`] and [`GsoRequest`] become
+//!   `NEEDS_CSUM`, `csum_start`/`csum_offset` and `gso_type`/`gso_size`/`hdr_len`, and an
+//!   unmarked frame goes out with a zero header. With [`TapConfig::rx_gso`] the kernel's TCP
+//!   packets of up to 64 KiB are read with `readv` into a chain ([`Driver::poll_receive_chain`]);
+//!   [`Driver::transmit_chain`] writes a chain with `writev`. [`TapConfig::tx_offloads`]
+//!   advertises checksum and segmentation offload to the stack.
 //! * **Copies**: the kernel's copy across the fd is recorded as
-//!   [`CopySite::KernelFd`]; the driver itself copies nothing.
+//!   [`CopySite::KernelFd`] (payload bytes, the virtio-net header not counted); the driver
+//!   itself copies nothing.
 //!
 //! [`Tap::from_fd`] drives a tun fd opened elsewhere (or any fd that keeps frame boundaries,
 //! such as a `SOCK_SEQPACKET` socketpair end, which is how `tests/eagain.rs` makes writes hit
@@ -562,7 +578,7 @@ fn set_offloads(fd: &OwnedFd, config: &TapConfig) -> Result<(), TapError> {
         libc::ioctl(
             fd.as_raw_fd(),
             libc::TUNSETOFFLOAD,
-            offload as libc::c_ulong,
+            libc::c_ulong::from(offload),
         )
     })
     .map_err(|e| TapError::io("TUNSETOFFLOAD", e))?;
@@ -618,6 +634,10 @@ fn parse_vnet(h: &[u8]) -> RxHeader {
 }
 
 /// A packet handed to the kernel, kept while its write waits for the fd.
+///
+/// A chain is held inline, not boxed: the queue's room is reserved when the driver opens
+/// ([`TX_QUEUE`] entries of about 1.5 KiB), so no packet allocates.
+#[allow(clippy::large_enum_variant)]
 enum Outgoing {
     One(InFlight),
     Chain(InFlightChain),
@@ -725,15 +745,16 @@ impl Tap {
         let mut ifr = ifreq("");
         // SAFETY: `fd` is open; TUNGETIFF writes one `ifreq`, valid for the call's duration
         // (on an fd that is not a tun fd it fails with ENOTTY/EBADFD and writes nothing).
-        let (name, vnet) =
-            match cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNGETIFF, &mut ifr) }) {
-                // SAFETY: TUNGETIFF succeeded and wrote `ifru_flags`.
-                Ok(_) => (ifreq_name(&ifr), {
-                    let flags = libc::c_int::from(unsafe { ifr.ifr_ifru.ifru_flags });
-                    flags & libc::IFF_VNET_HDR != 0
-                }),
-                Err(_) => (config.name.clone(), false),
-            };
+        let got = cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNGETIFF, &mut ifr) });
+        let (name, vnet) = match got {
+            Ok(_) => {
+                // SAFETY: TUNGETIFF succeeded and wrote the `ifru_flags` member.
+                let flags = unsafe { ifr.ifr_ifru.ifru_flags };
+                let flags = libc::c_int::from(flags);
+                (ifreq_name(&ifr), flags & libc::IFF_VNET_HDR != 0)
+            }
+            Err(_) => (config.name.clone(), false),
+        };
         // The fd decides whether frames carry a virtio-net header; the configuration only
         // which offloads it asks for.
         let mut config = config.clone();

@@ -7,8 +7,8 @@
 //!   driver-contract tests).
 //! * [`wire_pair`] ([`wire`]): two [`Driver`](crate::Driver)s linked back to back in memory,
 //!   so two stacks can talk inside one process, with seeded fault injection ([`Faults`]: loss,
-//!   reorder, duplication, corruption, delay, MTU) and counters per direction
-//!   ([`WireStats`]). zcnet's stack tests, its benchmarks against smoltcp and the `demo`
+//!   reorder, duplication, corruption, delay, MTU), offloads per end ([`WireOffloads`]:
+//!   checksums, segmentation, chains) and counters per direction ([`WireStats`]). zcnet's stack tests, its benchmarks against smoltcp and the `demo`
 //!   example run on it. [`wire_pair_one_thread`] is the same wire for two ends on one thread
 //!   (no lock: the stack benchmark's two stacks on one executor).
 //! * [`CountingWaker`]: a waker that only counts, for driving a driver by hand.

@@ -15,6 +15,14 @@
 //! TX frames, as it would against a real ring. (A duplicated frame's second copy is the one
 //! exception: it is kept on the heap.)
 //!
+//! Each end may offer its stack offloads ([`WireEnd::with_offloads`], [`WireOffloads`]), done
+//! as a NIC would: partial checksums completed before a frame leaves, received checksums
+//! verified and marked, a TCP super-segment cut into MSS-sized frames ([`GsoMode::Segment`],
+//! each frame then meets the faults on its own) or carried whole as a chain
+//! ([`GsoMode::Whole`], as a virtio host hands a GSO packet to its guest). A segmented
+//! super-segment's frames are written to the heap by the sending end, which frees its slots at
+//! once.
+//!
 //! [`Delivery::Lend`] (made by [`wire_pair_with`]) is the loopback variant: the receiver gets
 //! the sender's slot itself ([`InFlight::loop_back`]), so a frame crosses with no copy at all,
 //! as smoltcp's `Loopback` device hands over its buffer. Benchmarks that set zcnet beside
@@ -228,8 +236,9 @@ impl Rng {
 enum Payload {
     /// The sender's slot itself, released when the frame is delivered (or dropped).
     Slot(InFlight),
-    /// The sender's slots, a packet crossing whole, released when it is delivered.
-    Chain(InFlightChain),
+    /// The sender's slots, a packet crossing whole, released when it is delivered (boxed: the
+    /// queue's entries stay small).
+    Chain(Box<InFlightChain>),
     /// A duplicate's own copy, an injected frame, a segment of a super-segment.
     Heap(Vec<u8>),
 }
@@ -408,8 +417,10 @@ impl Shared {
 
 /// One end of the wire: a [`Driver`] over its own pool, made by [`wire_pair`].
 ///
-/// Ethernet, MTU `faults.mtu` less the 14-byte Ethernet header, no TX headroom, no checksum
-/// offloads, link always up. Its TX side may keep half its pool's slots on the wire at once
+/// Ethernet, MTU `faults.mtu` less the 14-byte Ethernet header, no TX headroom, link always
+/// up; no offloads unless [`with_offloads`](WireEnd::with_offloads) asks for some
+/// ([`WireOffloads`]: checksum completion and verification, segmentation or whole
+/// super-segments, chains on receive). Its TX side may keep half its pool's slots on the wire at once
 /// (its "TX ring"); further `poll_transmit_frame` calls are `Pending` until the other end
 /// receives some. Its RX side takes a slot from its pool for each frame it receives.
 pub struct WireEnd {
@@ -756,7 +767,7 @@ impl WireEnd {
                         Ok(rx) => RxChain::from_frame(rx),
                         Err(_) => unreachable!("retained frames are not lent"),
                     },
-                    Payload::Chain(c) => match c.loop_back() {
+                    Payload::Chain(c) => match (*c).loop_back() {
                         Ok(rx) => rx,
                         Err(_) => unreachable!("retained frames are not lent"),
                     },
@@ -1005,7 +1016,7 @@ impl Driver for WireEnd {
                     segment_size: req.segment_size,
                 };
                 return self.send(
-                    Payload::Chain(chain.into_device()),
+                    Payload::Chain(Box::new(chain.into_device())),
                     Some(info),
                     csum.is_some(),
                 );
@@ -1035,7 +1046,7 @@ impl Driver for WireEnd {
                 None => return Err(TxError::ChainUnsupported { frames }),
             }
         } else {
-            Payload::Chain(chain.into_device())
+            Payload::Chain(Box::new(chain.into_device()))
         };
         self.send(payload, None, false)
     }
