@@ -6,7 +6,7 @@
 use std::task::{Context, Poll, Waker};
 use std::vec::Vec;
 
-use crate::sim::{wire_pair, Faults, GsoMode, WireEnd, WireOffloads};
+use crate::sim::{wire_pair, Faults, GsoMode, SimNic, WireEnd, WireOffloads};
 use crate::*;
 
 fn pool(slots: usize) -> &'static FramePool {
@@ -541,4 +541,57 @@ fn faults_apply_to_each_segment_and_corrupted_ones_lose_the_verified_mark() {
     assert!(seqs.iter().all(|s| (s - 1) % 1000 == 0 && *s <= 29_001));
     drop((got, a, b));
     assert!(pools.iter().all(|p| p.occupancy().in_use() == 0));
+}
+
+#[test]
+fn the_sim_nic_receives_marked_chains_and_reports_what_was_sent() {
+    let p = pool(16);
+    let mut nic = SimNic::new(p, 8, 4).with_offloads(ChecksumOffloads::TCP_TX, 65535, true);
+    let caps = nic.capabilities();
+    assert_eq!((caps.gso_max_size, caps.rx_chains), (65535, true));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(nic.poll_receive_chain(&mut cx).is_pending()); // fills the ring
+    let info = GsoInfo {
+        kind: GsoKind::TcpV4,
+        segment_size: 1448,
+    };
+    let big: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+    assert!(nic.device_receive_marked(&big, true, Some(info)));
+    assert!(nic.device_receive_marked(b"small", true, None));
+    let Poll::Ready(chain) = nic.poll_receive_chain(&mut cx) else {
+        panic!("the chain is ready");
+    };
+    assert_eq!(chain.frame_count(), 3);
+    assert_eq!(flat(&chain), big);
+    assert!(chain.head().unwrap().checksum_verified());
+    assert_eq!(chain.head().unwrap().gso_info(), Some(info));
+    drop(chain);
+    // Single frames only: a chain is refused, counted; the small packet comes through.
+    assert!(nic.device_receive_marked(&big, false, None));
+    let Poll::Ready(f) = nic.poll_receive(&mut cx) else {
+        panic!("the small frame is ready");
+    };
+    assert_eq!(&f[..], b"small");
+    assert!(f.checksum_verified());
+    drop(f);
+    assert!(nic.poll_receive(&mut cx).is_pending());
+    assert_eq!(nic.stats().rx_chains_refused, 1);
+    // A super-segment goes out whole with its marks.
+    let packet = tcp4_partial(4000, 0x18);
+    nic.transmit_chain(tx_chain(
+        p,
+        &packet,
+        1900,
+        Some(TCP_MARK),
+        Some(gso_request(1448)),
+    ))
+    .unwrap();
+    let sent = nic.device_complete_tx_marked(1);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].bytes, packet);
+    assert_eq!(sent[0].frames, 3);
+    assert_eq!(sent[0].checksum, Some(TCP_MARK));
+    assert_eq!(sent[0].gso, Some(gso_request(1448)));
+    drop(nic);
+    assert_eq!(p.audit().unwrap().free, 16);
 }

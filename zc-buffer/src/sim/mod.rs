@@ -42,7 +42,7 @@ pub mod nic;
 mod offload;
 pub mod wire;
 
-pub use nic::{SimNic, SimNicStats};
+pub use nic::{SentPacket, SimNic, SimNicStats};
 pub use wire::{
     wire_pair, wire_pair_one_thread, wire_pair_with, Delivery, Faults, GsoMode, WireEnd,
     WireHandle, WireOffloads, WireStats, WireTimer,
