@@ -258,4 +258,38 @@ mod tests {
         };
         assert_eq!(segment(&f, v6), Err(NotSegmentable));
     }
+
+    #[test]
+    fn ipv6_segments_carry_their_payload_length_and_checksums() {
+        let payload: Vec<u8> = (0..3000u32).map(|i| (i * 3) as u8).collect();
+        let mut f = vec![0u8; 14 + 40 + 20];
+        f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+        f[14] = 0x60;
+        f[18..20].copy_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+        f[20] = 6;
+        f[21] = 64;
+        f[22..38].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f[38..54].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        f[66] = 5 << 4;
+        f[67] = 0x18;
+        f.extend_from_slice(&payload);
+        let req = GsoRequest {
+            kind: GsoKind::TcpV6,
+            segment_size: 1220,
+            header_len: 74,
+        };
+        let segs = segment(&f, req).unwrap();
+        assert_eq!(segs.len(), 3);
+        let mut joined = Vec::new();
+        for (i, s) in segs.iter().enumerate() {
+            assert!(l4_checksum_ok(s), "segment {i}");
+            let plen = usize::from(u16::from_be_bytes([s[18], s[19]]));
+            assert_eq!(plen, s.len() - 54);
+            let seq = u32::from_be_bytes([s[58], s[59], s[60], s[61]]);
+            assert_eq!(seq, 1220 * i as u32);
+            assert_eq!(s[67] & 0x08 != 0, i == 2, "PSH on the last only");
+            joined.extend_from_slice(&s[74..]);
+        }
+        assert_eq!(joined, payload);
+    }
 }
