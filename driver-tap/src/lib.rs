@@ -1,9 +1,10 @@
 //! # zcnet-tap: a Linux TAP device as a zcnet driver
 //!
 //! ```text
-//!  /dev/net/tun (IFF_TAP | IFF_NO_PI, non-blocking, in the executor's epoll reactor)
-//!    read(fd, PostedSlot) ─► RxFrame        (the kernel's copy is this device's "DMA",
-//!    write(fd, TxFrame)   ◄─ egress          counted as CopySite::KernelFd)
+//!  /dev/net/tun (IFF_TAP | IFF_NO_PI | IFF_VNET_HDR, non-blocking, in the epoll reactor)
+//!    read(fd, PostedSlot)            ─► RxFrame  (the kernel's copy is this device's "DMA",
+//!    readv(fd, head + tail slots)    ─► RxChain   counted as CopySite::KernelFd)
+//!    write(fd, TxFrame) / writev(fd, TxChain) ◄─ egress
 //! ```
 //!
 //! [`Tap::open`] creates (or attaches to) a TAP interface and registers its fd with a
@@ -18,8 +19,23 @@
 //!   keeps its frame (as an [`InFlight`], in a queue of at most [`TX_QUEUE`] frames) and
 //!   [`poll_transmit_frame`](Driver::poll_transmit_frame) returns `Pending` until the fd is
 //!   writable again and the queue has gone out. Write errors are counted ([`TapStats`]).
+//! * **Offloads** ([`TapConfig::offloads`], on by default): every frame carries a 12-byte
+//!   little-endian `virtio_net_hdr_v1` in front of it, in the slot on both directions (the
+//!   posted slot's first bytes on receive, the frame's headroom on transmit:
+//!   [`Capabilities::tx_headroom`] is [`VNET_HDR_LEN`]), and `TUNSETOFFLOAD` asks for
+//!   `TUN_F_CSUM`. The header's flags become the frames' marks and back
+//!   ([`zcnet_buffer::offload`]): `NEEDS_CSUM` / `DATA_VALID` from the kernel mark a received
+//!   packet [verified](RxFrame::checksum_verified) (and its partial checksum is completed in
+//!   software while [`TapConfig::complete_rx_checksums`] is on), a GSO type its
+//!   [`GsoInfo`]; a transmitted frame's [`ChecksumPartial`] and [`GsoRequest`] become
+//!   `NEEDS_CSUM`, `csum_start`/`csum_offset` and `gso_type`/`gso_size`/`hdr_len`, and an
+//!   unmarked frame goes out with a zero header. With [`TapConfig::rx_gso`] the kernel's TCP
+//!   packets of up to 64 KiB are read with `readv` into a chain ([`Driver::poll_receive_chain`]);
+//!   [`Driver::transmit_chain`] writes a chain with `writev`. [`TapConfig::tx_offloads`]
+//!   advertises checksum and segmentation offload to the stack.
 //! * **Copies**: the kernel's copy across the fd is recorded as
-//!   [`CopySite::KernelFd`]; the driver itself copies nothing.
+//!   [`CopySite::KernelFd`] (payload bytes, the virtio-net header not counted); the driver
+//!   itself copies nothing.
 //!
 //! [`Tap::from_fd`] drives a tun fd opened elsewhere (or any fd that keeps frame boundaries,
 //! such as a `SOCK_SEQPACKET` socketpair end, which is how `tests/eagain.rs` makes writes hit
@@ -64,8 +80,10 @@ use std::task::{Context, Poll, Waker};
 
 use zcnet_buffer::ledger::{self, CopySite};
 use zcnet_buffer::{
-    Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, InFlight, LinkState,
-    Medium, PostedSlot, RxFrame, TxError, TxFrame, ETHERNET_HEADER_LEN,
+    Capabilities, ChecksumOffloads, ChecksumPartial, Driver, FramePool, GsoInfo, GsoKind, GsoKinds,
+    GsoRequest, HardwareAddress, InFlight, InFlightChain, LinkState, Medium, PostedSlot, RxChain,
+    RxFrame, TxChain, TxError, TxFrame, DEFAULT_SLOT_SIZE, ETHERNET_HEADER_LEN, MAX_CHAIN_SEGMENTS,
+    SLOT_ALIGN,
 };
 use zcnet_executor::linux::{LinuxPlatform, Registration};
 
@@ -86,6 +104,23 @@ pub const DEFAULT_MAC: [u8; 6] = [0x02, 0x7a, 0x63, 0x00, 0x00, 0x01];
 pub const TX_QUEUE: usize = 32;
 /// Longest interface name Linux accepts (`IFNAMSIZ - 1`).
 pub const MAX_NAME_LEN: usize = libc::IFNAMSIZ - 1;
+/// Bytes of the virtio-net header (`struct virtio_net_hdr_v1`, little-endian) in front of every
+/// frame read or written while [`TapConfig::offloads`] is on: in the slot's first bytes on
+/// receive, in the frame's headroom on transmit.
+pub const VNET_HDR_LEN: usize = 12;
+/// The largest TCP super-segment the driver hands the kernel (IP packet bytes), advertised as
+/// [`Capabilities::gso_max_size`] with [`TapConfig::tx_offloads`].
+pub const GSO_MAX_SIZE: usize = 65535;
+/// The largest frame a TAP read returns once TSO is negotiated ([`TapConfig::rx_gso`]): a
+/// 64 KiB IP packet and its Ethernet header (and a VLAN tag).
+pub const MAX_GSO_FRAME: usize = 65535 + ETHERNET_HEADER_LEN + 4;
+
+// The virtio-net header's fields (linux/virtio_net.h).
+const VNET_F_NEEDS_CSUM: u8 = 1;
+const VNET_F_DATA_VALID: u8 = 2;
+const VNET_GSO_TCPV4: u8 = 1;
+const VNET_GSO_TCPV6: u8 = 4;
+const VNET_GSO_ECN: u8 = 0x80;
 
 /// How to open a TAP interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,6 +137,37 @@ pub struct TapConfig {
     /// Whether [`Tap::open`] sets the kernel interface's MTU to `mtu` (capped at
     /// [`KERNEL_MAX_MTU`]) with `SIOCSIFMTU` (default `true`; needs `CAP_NET_ADMIN`).
     pub set_interface_mtu: bool,
+    /// The virtio-net offloads (default `true`): the interface is opened with `IFF_VNET_HDR`
+    /// (a [`VNET_HDR_LEN`]-byte header in front of each frame, so the pool's slots need that
+    /// much more room: [`slot_size`](Self::slot_size)) and `TUNSETOFFLOAD` with `TUN_F_CSUM`.
+    /// The kernel then hands over its own packets with their checksum partial, and the driver
+    /// marks received packets [verified](RxFrame::checksum_verified) (the kernel checked them,
+    /// or they never left the host); transmitted frames carry the stack's marks
+    /// ([`TxFrame::checksum_partial`], [`TxFrame::gso_request`]) to the kernel, and unmarked
+    /// frames go out with a zero header (nothing asked). Off, the driver reads and writes bare
+    /// frames, as a TAP without offloads: for comparing both, or for a kernel that refuses
+    /// `IFF_VNET_HDR`.
+    pub offloads: bool,
+    /// With [`offloads`](Self::offloads): completes partial checksums of received packets in
+    /// software (default `true`), so a stack that verifies every checksum itself accepts the
+    /// kernel's packets. Turn it off for a stack that trusts the verified mark and skips its
+    /// own check; the packets' checksum fields then hold only the pseudo-header sum.
+    pub complete_rx_checksums: bool,
+    /// With [`offloads`](Self::offloads): advertises transmit checksum offload
+    /// ([`ChecksumOffloads::TCP_TX`], `UDP_TX`) and TCP segmentation ([`GSO_MAX_SIZE`], IPv4 and
+    /// IPv6) in the driver's [`Capabilities`] (default `false`). Only for a stack that writes
+    /// partial checksums and marks its frames (see [`zcnet_buffer::offload`]): a stack that
+    /// reads the checksum bit as "the device fills in the whole checksum" would send frames the
+    /// kernel drops.
+    pub tx_offloads: bool,
+    /// With [`offloads`](Self::offloads): negotiates TSO (`TUN_F_TSO4 | TUN_F_TSO6`) so the
+    /// kernel hands over TCP packets of up to 64 KiB, read with `readv` into a chain (a head
+    /// slot and tail slots; [`Capabilities::rx_chains`]) and marked with their
+    /// [`GsoInfo`] (default `false`). Only for a stack that takes chains
+    /// ([`Driver::poll_receive_chain`]): [`Driver::poll_receive`] drops such packets, counted
+    /// in [`TapStats::rx_errors`]. The driver keeps enough tail slots posted for
+    /// [`MAX_GSO_FRAME`] bytes (32 of 2 KiB).
+    pub rx_gso: bool,
 }
 
 impl TapConfig {
@@ -112,6 +178,64 @@ impl TapConfig {
             mtu: DEFAULT_MTU,
             mac: DEFAULT_MAC,
             set_interface_mtu: true,
+            offloads: true,
+            complete_rx_checksums: true,
+            tx_offloads: false,
+            rx_gso: false,
+        }
+    }
+
+    /// The same configuration with the offloads on or off ([`offloads`](Self::offloads)).
+    pub fn with_offloads(mut self, on: bool) -> Self {
+        self.offloads = on;
+        self
+    }
+
+    /// The same configuration with [`tx_offloads`](Self::tx_offloads) on or off.
+    pub fn with_tx_offloads(mut self, on: bool) -> Self {
+        self.tx_offloads = on;
+        self
+    }
+
+    /// The same configuration with [`rx_gso`](Self::rx_gso) on or off.
+    pub fn with_rx_gso(mut self, on: bool) -> Self {
+        self.rx_gso = on;
+        self
+    }
+
+    /// The same configuration with [`complete_rx_checksums`](Self::complete_rx_checksums) on
+    /// or off.
+    pub fn with_complete_rx_checksums(mut self, on: bool) -> Self {
+        self.complete_rx_checksums = on;
+        self
+    }
+
+    /// Bytes in front of each frame in a slot: [`VNET_HDR_LEN`] with the offloads, else 0.
+    pub fn header_len(&self) -> usize {
+        if self.offloads {
+            VNET_HDR_LEN
+        } else {
+            0
+        }
+    }
+
+    /// The smallest slot size for this configuration: a whole frame at `mtu` plus the
+    /// virtio-net header, rounded up to [`SLOT_ALIGN`], and at least [`DEFAULT_SLOT_SIZE`].
+    pub fn slot_size(&self) -> usize {
+        (self.mtu + ETHERNET_HEADER_LEN + self.header_len())
+            .next_multiple_of(SLOT_ALIGN)
+            .max(DEFAULT_SLOT_SIZE)
+    }
+
+    /// Tail slots a read of a GSO packet needs besides the head slot, with `slot_size`-byte
+    /// slots (0 without [`rx_gso`](Self::rx_gso)).
+    fn rx_tails(&self, slot_size: usize) -> usize {
+        if self.offloads && self.rx_gso {
+            (MAX_GSO_FRAME + VNET_HDR_LEN)
+                .div_ceil(slot_size.max(1))
+                .saturating_sub(1)
+        } else {
+            0
         }
     }
 
@@ -143,8 +267,8 @@ impl TapConfig {
         if !(MIN_MTU..=MAX_MTU).contains(&self.mtu) {
             return Err(TapError::BadMtu { mtu: self.mtu });
         }
-        let needed = self.mtu + ETHERNET_HEADER_LEN;
-        if pool.slot_size() < needed {
+        let needed = self.mtu + ETHERNET_HEADER_LEN + self.header_len();
+        if pool.slot_size() < needed || self.rx_tails(pool.slot_size()) >= MAX_CHAIN_SEGMENTS {
             return Err(TapError::SlotTooSmall {
                 slot_size: pool.slot_size(),
                 mtu: self.mtu,
@@ -182,7 +306,9 @@ pub enum TapError {
         slot_size: usize,
         /// The MTU asked for.
         mtu: usize,
-        /// Bytes a slot needs: `mtu` plus the Ethernet header.
+        /// Bytes a slot needs: `mtu` plus the Ethernet header (and the virtio-net header with
+        /// the offloads on; with [`TapConfig::rx_gso`], slots so small that a 64 KiB packet
+        /// would need more than a chain's frames are refused too).
         needed: usize,
     },
     /// A system call failed.
@@ -262,6 +388,15 @@ pub struct TapStats {
     pub tx_would_block: u64,
     /// Frames refused because [`TX_QUEUE`] frames already waited.
     pub tx_queue_full: u64,
+    /// Packets read as chains (larger than a slot: GSO packets with [`TapConfig::rx_gso`]).
+    pub rx_chains: u64,
+    /// Received packets whose partial checksum the driver completed
+    /// ([`TapConfig::complete_rx_checksums`]).
+    pub rx_checksums_completed: u64,
+    /// Packets written from chains (`writev`).
+    pub tx_chains: u64,
+    /// Packets written with a segmentation request for the kernel (TSO).
+    pub tx_gso: u64,
 }
 
 #[derive(Debug, Default)]
@@ -274,6 +409,10 @@ struct Counters {
     tx_errors: AtomicU64,
     tx_would_block: AtomicU64,
     tx_queue_full: AtomicU64,
+    rx_chains: AtomicU64,
+    rx_checksums_completed: AtomicU64,
+    tx_chains: AtomicU64,
+    tx_gso: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -297,6 +436,10 @@ impl TapStatsHandle {
             tx_errors: c.tx_errors.load(Relaxed),
             tx_would_block: c.tx_would_block.load(Relaxed),
             tx_queue_full: c.tx_queue_full.load(Relaxed),
+            rx_chains: c.rx_chains.load(Relaxed),
+            rx_checksums_completed: c.rx_checksums_completed.load(Relaxed),
+            tx_chains: c.tx_chains.load(Relaxed),
+            tx_gso: c.tx_gso.load(Relaxed),
         }
     }
 }
@@ -313,8 +456,17 @@ pub struct Tap {
     kernel_mtu: Option<usize>,
     /// The "RX ring": one posted slot the next `read` lands in.
     rx_slot: Option<PostedSlot>,
-    /// Frames whose write hit `EAGAIN`, oldest first (capacity reserved at open: no allocation).
-    tx_queue: VecDeque<InFlight>,
+    /// With [`TapConfig::rx_gso`]: the tail slots a read of a GSO packet continues into, kept
+    /// posted (`rx_tails` of them; capacity reserved at open).
+    rx_tail: Vec<PostedSlot>,
+    rx_tails: usize,
+    /// Bytes of virtio-net header in front of each frame (0 or [`VNET_HDR_LEN`]).
+    vnet: usize,
+    complete_rx_checksums: bool,
+    tx_offloads: bool,
+    rx_gso: bool,
+    /// Packets whose write hit `EAGAIN`, oldest first (capacity reserved at open: no allocation).
+    tx_queue: VecDeque<Outgoing>,
     counters: Arc<Counters>,
     /// The link state last observed, and who waits for it to change.
     link: LinkState,
@@ -404,6 +556,93 @@ fn fd_identity(fd: &OwnedFd) -> io::Result<(u64, u64)> {
     Ok((st.st_dev, st.st_ino))
 }
 
+/// Sets a `IFF_VNET_HDR` tun fd's header to the 12-byte little-endian `virtio_net_hdr_v1`
+/// and asks for the offloads `config` wants (`TUN_F_CSUM`, and TSO with
+/// [`TapConfig::rx_gso`]).
+fn set_offloads(fd: &OwnedFd, config: &TapConfig) -> Result<(), TapError> {
+    let size: libc::c_int = VNET_HDR_LEN as libc::c_int;
+    // SAFETY: `fd` is an open tun fd; TUNSETVNETHDRSZ reads one int through the pointer,
+    // valid for the call's duration.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &size) })
+        .map_err(|e| TapError::io("TUNSETVNETHDRSZ", e))?;
+    let little: libc::c_int = 1;
+    // SAFETY: as above, TUNSETVNETLE reads one int.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETLE, &little) })
+        .map_err(|e| TapError::io("TUNSETVNETLE", e))?;
+    let mut offload = libc::TUN_F_CSUM;
+    if config.rx_gso {
+        offload |= libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
+    }
+    // SAFETY: `fd` is an open tun fd; TUNSETOFFLOAD takes the flags by value.
+    cvt(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::TUNSETOFFLOAD,
+            libc::c_ulong::from(offload),
+        )
+    })
+    .map_err(|e| TapError::io("TUNSETOFFLOAD", e))?;
+    Ok(())
+}
+
+/// The virtio-net header for a frame with `csum` and `gso` marks (offsets from the link
+/// header, as the kernel reads them). All zero without marks: nothing asked.
+fn vnet_header(csum: Option<ChecksumPartial>, gso: Option<GsoRequest>) -> [u8; VNET_HDR_LEN] {
+    let mut h = [0u8; VNET_HDR_LEN];
+    if let Some(c) = csum {
+        h[0] = VNET_F_NEEDS_CSUM;
+        h[6..8].copy_from_slice(&c.start.to_le_bytes());
+        h[8..10].copy_from_slice(&c.offset.to_le_bytes());
+    }
+    if let Some(g) = gso {
+        h[1] = match g.kind {
+            GsoKind::TcpV4 => VNET_GSO_TCPV4,
+            GsoKind::TcpV6 => VNET_GSO_TCPV6,
+        };
+        h[2..4].copy_from_slice(&g.header_len.to_le_bytes());
+        h[4..6].copy_from_slice(&g.segment_size.to_le_bytes());
+    }
+    h
+}
+
+/// What a received virtio-net header says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RxHeader {
+    /// `(csum_start, csum_offset)` of a partial checksum (`NEEDS_CSUM`).
+    partial: Option<(usize, usize)>,
+    /// `DATA_VALID`: the kernel verified the checksum.
+    valid: bool,
+    gso: Option<GsoInfo>,
+}
+
+fn parse_vnet(h: &[u8]) -> RxHeader {
+    let le = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
+    let flags = h[0];
+    let gso = match h[1] & !VNET_GSO_ECN {
+        VNET_GSO_TCPV4 => Some(GsoKind::TcpV4),
+        VNET_GSO_TCPV6 => Some(GsoKind::TcpV6),
+        _ => None,
+    };
+    RxHeader {
+        partial: (flags & VNET_F_NEEDS_CSUM != 0).then(|| (usize::from(le(6)), usize::from(le(8)))),
+        valid: flags & VNET_F_DATA_VALID != 0,
+        gso: gso.map(|kind| GsoInfo {
+            kind,
+            segment_size: le(4),
+        }),
+    }
+}
+
+/// A packet handed to the kernel, kept while its write waits for the fd.
+///
+/// A chain is held inline, not boxed: the queue's room is reserved when the driver opens
+/// ([`TX_QUEUE`] entries of about 1.5 KiB), so no packet allocates.
+#[allow(clippy::large_enum_variant)]
+enum Outgoing {
+    One(InFlight),
+    Chain(InFlightChain),
+}
+
 fn is_would_block(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock
 }
@@ -443,12 +682,20 @@ impl Tap {
         // SAFETY: `raw` was just returned by `open`, is open, and nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let mut ifr = ifreq(&config.name);
-        ifr.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
+        let vnet = if config.offloads {
+            libc::IFF_VNET_HDR
+        } else {
+            0
+        };
+        ifr.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI | vnet) as libc::c_short;
         // SAFETY: `fd` is an open tun fd; TUNSETIFF reads and writes one `ifreq`, which `ifr`
         // is, valid for the call's duration.
         cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut ifr) })
             .map_err(|e| TapError::io("TUNSETIFF (IFF_TAP | IFF_NO_PI)", e))?;
         let name = ifreq_name(&ifr);
+        if config.offloads {
+            set_offloads(&fd, config)?;
+        }
         let kernel_mtu = if config.set_interface_mtu {
             let mtu = config.mtu.min(KERNEL_MAX_MTU);
             let sock = ctl_socket().map_err(|e| TapError::io("socket for SIOCSIFMTU", e))?;
@@ -470,8 +717,10 @@ impl Tap {
     /// as one end of a `SOCK_SEQPACKET` or `SOCK_DGRAM` `socketpair` (how the driver's
     /// `EAGAIN` handling is tested, since a TAP will not fill up on demand).
     ///
-    /// The fd is made non-blocking and registered with `platform`'s reactor; nothing else is
-    /// done to it: no `TUNSETIFF`, no MTU change ([`TapConfig::set_interface_mtu`] is ignored,
+    /// The fd is made non-blocking and registered with `platform`'s reactor; no `TUNSETIFF`,
+    /// no MTU change. A tun fd opened with `IFF_VNET_HDR` gets the virtio-net header set up as
+    /// [`open`](Self::open) does (its size, and the offloads `config` asks for, whatever
+    /// [`TapConfig::offloads`] says); any other fd carries bare frames. Otherwise ([`TapConfig::set_interface_mtu`] is ignored,
     /// [`kernel_mtu`](Self::kernel_mtu) is `None`). [`name`](Self::name) is the interface's
     /// name if the fd is an attached tun fd (`TUNGETIFF`), otherwise `config.name`. For an fd
     /// that is not a tun fd, [`link_state`](Self::link_state) fails (and
@@ -496,11 +745,25 @@ impl Tap {
         let mut ifr = ifreq("");
         // SAFETY: `fd` is open; TUNGETIFF writes one `ifreq`, valid for the call's duration
         // (on an fd that is not a tun fd it fails with ENOTTY/EBADFD and writes nothing).
-        let name = match cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNGETIFF, &mut ifr) }) {
-            Ok(_) => ifreq_name(&ifr),
-            Err(_) => config.name.clone(),
+        let got = cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNGETIFF, &mut ifr) });
+        let (name, vnet) = match got {
+            Ok(_) => {
+                // SAFETY: TUNGETIFF succeeded and wrote the `ifru_flags` member.
+                let flags = unsafe { ifr.ifr_ifru.ifru_flags };
+                let flags = libc::c_int::from(flags);
+                (ifreq_name(&ifr), flags & libc::IFF_VNET_HDR != 0)
+            }
+            Err(_) => (config.name.clone(), false),
         };
-        Self::assemble(platform, pool, fd, name, config, None)
+        // The fd decides whether frames carry a virtio-net header; the configuration only
+        // which offloads it asks for.
+        let mut config = config.clone();
+        config.offloads = vnet;
+        if vnet {
+            config.validate(pool)?;
+            set_offloads(&fd, &config)?;
+        }
+        Self::assemble(platform, pool, fd, name, &config, None)
     }
 
     /// The common end of [`open`](Self::open) and [`from_fd`](Self::from_fd): registers the
@@ -513,6 +776,7 @@ impl Tap {
         config: &TapConfig,
         kernel_mtu: Option<usize>,
     ) -> Result<Tap, TapError> {
+        let rx_tails = config.rx_tails(pool.slot_size());
         let reg = platform
             .register(fd.as_raw_fd())
             .map_err(|e| TapError::io("epoll registration", e))?;
@@ -531,6 +795,12 @@ impl Tap {
             mac: config.mac,
             kernel_mtu,
             rx_slot: None,
+            rx_tail: Vec::with_capacity(rx_tails),
+            rx_tails,
+            vnet: config.header_len(),
+            complete_rx_checksums: config.complete_rx_checksums,
+            tx_offloads: config.tx_offloads,
+            rx_gso: config.offloads && config.rx_gso,
             tx_queue: VecDeque::with_capacity(TX_QUEUE),
             counters: Arc::default(),
             link: LinkState::Down,
@@ -641,24 +911,55 @@ impl Tap {
         }
     }
 
-    /// Writes one whole frame (retrying `EINTR`), recording the kernel's copy.
-    fn write_frame(&self, bytes: &[u8]) -> io::Result<()> {
+    /// Writes one whole packet (retrying `EINTR`): `write` from a frame, `writev` from a
+    /// chain's slices; records the kernel's copy.
+    fn write_packet(&self, packet: &Outgoing) -> io::Result<()> {
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_CHAIN_SEGMENTS];
+        let (count, len) = match packet {
+            Outgoing::One(f) => {
+                iov[0] = libc::iovec {
+                    iov_base: f.as_ptr() as *mut libc::c_void,
+                    iov_len: f.len(),
+                };
+                (1, f.len())
+            }
+            Outgoing::Chain(c) => {
+                let mut n = 0;
+                for (slot, part) in iov.iter_mut().zip(c.iter()) {
+                    *slot = libc::iovec {
+                        iov_base: part.as_ptr() as *mut libc::c_void,
+                        iov_len: part.len(),
+                    };
+                    n += 1;
+                }
+                (n, c.len())
+            }
+        };
         loop {
-            // SAFETY: `fd` is open; `bytes` is valid for reads of `bytes.len()` bytes for the
-            // call's duration.
-            let r = unsafe { libc::write(self.fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+            // SAFETY: `fd` is open; the first `count` iovecs point at the packet's bytes, which
+            // the frames in `packet` keep alive and unchanged for the call's duration (the
+            // kernel only reads them).
+            let r =
+                unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), count as libc::c_int) };
             if r >= 0 {
                 let n = r as usize;
-                if n != bytes.len() {
+                if n != len {
                     // A TAP write takes the whole frame or fails; anything else is a broken fd.
                     return Err(io::Error::new(
                         io::ErrorKind::WriteZero,
-                        format!("short TAP write: {n} of {} bytes", bytes.len()),
+                        format!("short TAP write: {n} of {len} bytes"),
                     ));
                 }
-                ledger::record(CopySite::KernelFd, n);
+                let payload = n - self.vnet;
+                ledger::record(CopySite::KernelFd, payload);
                 bump(&self.counters.tx_frames, 1);
-                bump(&self.counters.tx_bytes, n as u64);
+                bump(&self.counters.tx_bytes, payload as u64);
+                if matches!(packet, Outgoing::Chain(_)) {
+                    bump(&self.counters.tx_chains, 1);
+                }
                 return Ok(());
             }
             let e = io::Error::last_os_error();
@@ -668,28 +969,91 @@ impl Tap {
         }
     }
 
-    /// Counts a failed write and says why it failed.
-    fn tx_failed(&mut self, e: &io::Error) -> TxError {
-        bump(&self.counters.tx_errors, 1);
-        if e.raw_os_error() == Some(libc::EIO) {
-            // The kernel refuses frames while the interface is down.
-            debug!("TAP {}: write refused: the interface is down", self.name);
-            self.observe_link(LinkState::Down);
-            TxError::LinkDown
-        } else {
-            warn!("TAP {}: write failed: {}", self.name, e);
-            TxError::Device
+    /// Writes the packets that waited for the fd, in order; `Pending` (the waker registered
+    /// for writability) while some still wait.
+    fn flush_tx_queue(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        while let Some(front) = self.tx_queue.front() {
+            let ev = match self.reg.poll_writable(cx) {
+                Poll::Ready(ev) => ev,
+                Poll::Pending => return Poll::Pending,
+            };
+            match self.write_packet(front) {
+                Ok(()) => drop(self.tx_queue.pop_front()),
+                Err(e) if is_would_block(&e) => self.reg.clear_writable(ev),
+                Err(e) => {
+                    // Counted as a TX error; the packet is lost like one on a broken cable.
+                    let _ = self.tx_failed(&e);
+                    drop(self.tx_queue.pop_front());
+                }
+            }
+        }
+        Poll::Ready(())
+    }
+
+    /// Writes `packet` now, or queues it behind packets waiting for the fd (or when the write
+    /// would block).
+    fn send(&mut self, packet: Outgoing) -> Result<(), TxError> {
+        if !self.tx_queue.is_empty() {
+            // Keep the order: behind the packets already waiting for the fd.
+            if self.tx_queue.len() >= TX_QUEUE {
+                debug!("TAP {}: frame refused: the write queue is full", self.name);
+                bump(&self.counters.tx_queue_full, 1);
+                return Err(TxError::Device);
+            }
+            self.tx_queue.push_back(packet);
+            return Ok(());
+        }
+        match self.write_packet(&packet) {
+            // Written: the kernel has the bytes; `packet` drops and its slots are free again.
+            Ok(()) => Ok(()),
+            Err(e) if is_would_block(&e) => {
+                trace!("TAP {}: write would block: frame queued", self.name);
+                bump(&self.counters.tx_would_block, 1);
+                self.tx_queue.push_back(packet);
+                Ok(())
+            }
+            Err(e) => Err(self.tx_failed(&e)),
         }
     }
-}
 
-impl Driver for Tap {
-    fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
+    /// Checks a packet of `len` bytes (link header first) with a `gso` request against the
+    /// MTU or the GSO size, and the head's headroom against the virtio-net header.
+    fn check_tx(&self, len: usize, headroom: usize, gso: bool) -> Result<(), TxError> {
+        let max = if gso {
+            GSO_MAX_SIZE + ETHERNET_HEADER_LEN
+        } else {
+            self.mtu + ETHERNET_HEADER_LEN
+        };
+        if len > max {
+            debug!(
+                "TAP {}: frame of {} bytes refused: over {}",
+                self.name, len, max
+            );
+            bump(&self.counters.tx_errors, 1);
+            return Err(TxError::TooLong { len, max });
+        }
+        if headroom < self.vnet {
+            bump(&self.counters.tx_errors, 1);
+            return Err(TxError::NoHeadroom);
+        }
+        Ok(())
+    }
+
+    /// Reads the next packet: into the posted slot (and, with [`TapConfig::rx_gso`], on into
+    /// the tail slots), as a chain.
+    fn poll_rx(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
         loop {
             if self.rx_slot.is_none() {
                 match self.pool.poll_alloc_rx(cx) {
                     Poll::Ready(slot) => self.rx_slot = Some(slot),
                     // Frames wait in the kernel's queue; a returned slot wakes us.
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            while self.rx_tail.len() < self.rx_tails {
+                match self.pool.poll_alloc_rx(cx) {
+                    Poll::Ready(slot) => self.rx_tail.push(slot),
+                    // A GSO packet would not fit yet: it waits in the kernel's queue.
                     Poll::Pending => return Poll::Pending,
                 }
             }
@@ -702,28 +1066,59 @@ impl Driver for Tap {
             let Some(slot) = self.rx_slot.as_mut() else {
                 continue;
             };
-            let buf = slot.buffer_mut();
-            // SAFETY: `fd` is open; `buf` is the posted slot's whole buffer, writable for
-            // `buf.len()` bytes and borrowed uniquely for the call's duration.
-            let r = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            let head_cap = slot.capacity();
+            let r = if self.rx_tail.is_empty() {
+                let buf = slot.buffer_mut();
+                // SAFETY: `fd` is open; `buf` is the posted slot's whole buffer, writable for
+                // `buf.len()` bytes and borrowed uniquely for the call's duration.
+                unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) }
+            } else {
+                let mut iov = [libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                }; MAX_CHAIN_SEGMENTS];
+                let buf = slot.buffer_mut();
+                iov[0] = libc::iovec {
+                    iov_base: buf.as_mut_ptr().cast(),
+                    iov_len: buf.len(),
+                };
+                let mut count = 1;
+                for (v, tail) in iov[1..].iter_mut().zip(self.rx_tail.iter_mut()) {
+                    let buf = tail.buffer_mut();
+                    *v = libc::iovec {
+                        iov_base: buf.as_mut_ptr().cast(),
+                        iov_len: buf.len(),
+                    };
+                    count += 1;
+                }
+                // SAFETY: `fd` is open; each of the first `count` iovecs is a posted slot's
+                // whole buffer, which this driver owns (POSTED) and nothing else reaches for
+                // the call's duration; the slots are distinct, so the buffers do not overlap.
+                unsafe { libc::readv(self.fd.as_raw_fd(), iov.as_ptr(), count as libc::c_int) }
+            };
             if r > 0 {
                 let n = r as usize;
-                ledger::record(CopySite::KernelFd, n);
-                bump(&self.counters.rx_frames, 1);
-                bump(&self.counters.rx_bytes, n as u64);
-                let Some(slot) = self.rx_slot.take() else {
+                let Some(head) = self.rx_slot.take() else {
                     continue;
                 };
-                // Post a fresh slot in its place at once (the Driver contract).
+                // Post a fresh slot in its place at once (the Driver contract); tails are
+                // topped up on the next poll.
                 self.rx_slot = self.pool.try_alloc_rx();
-                match slot.complete(n) {
-                    Ok(frame) => {
+                if n < self.vnet {
+                    bump(&self.counters.rx_errors, 1);
+                    continue;
+                }
+                let payload = n - self.vnet;
+                ledger::record(CopySite::KernelFd, payload);
+                bump(&self.counters.rx_frames, 1);
+                bump(&self.counters.rx_bytes, payload as u64);
+                match self.complete_rx(head, head_cap, n) {
+                    Some(chain) => {
                         // Frames only arrive while the interface is up and running.
                         self.observe_link(LinkState::Up);
-                        return Poll::Ready(frame);
+                        return Poll::Ready(chain);
                     }
-                    Err(_e) => {
-                        debug!("TAP {}: frame of {} bytes dropped: {}", self.name, n, _e);
+                    None => {
                         bump(&self.counters.rx_errors, 1);
                         continue;
                     }
@@ -761,94 +1156,181 @@ impl Driver for Tap {
         }
     }
 
-    fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
-        // Frames kept after `EAGAIN` go first, in order.
-        while let Some(front) = self.tx_queue.front() {
-            let ev = match self.reg.poll_writable(cx) {
-                Poll::Ready(ev) => ev,
+    /// The read of `n` bytes (virtio-net header included) landed in `head` (`head_cap` bytes)
+    /// and on in the tail slots: the packet as a chain with its marks, or `None` (counted by
+    /// the caller) when it is malformed.
+    fn complete_rx(&mut self, mut head: PostedSlot, head_cap: usize, n: usize) -> Option<RxChain> {
+        // The header sits in the slot in front of the frame: the posted slot's first bytes.
+        let header = (self.vnet > 0).then(|| parse_vnet(&head.buffer_mut()[..VNET_HDR_LEN]));
+        let in_head = n.min(head_cap);
+        let mut head = match head.complete_range(self.vnet, in_head - self.vnet) {
+            Ok(frame) => frame,
+            Err(_e) => {
+                debug!("TAP {}: frame of {} bytes dropped: {}", self.name, n, _e);
+                return None;
+            }
+        };
+        if let Some(h) = header {
+            head.set_checksum_verified(h.valid || h.partial.is_some());
+            head.set_gso_info(h.gso);
+        }
+        let mut chain = RxChain::from_frame(head);
+        let mut rest = n - in_head;
+        if rest > 0 {
+            bump(&self.counters.rx_chains, 1);
+        }
+        // The tails in use, in order; the unused ones stay posted.
+        let used = rest.div_ceil(self.pool.slot_size());
+        for tail in self.rx_tail.drain(..used.min(self.rx_tail.len())) {
+            let k = rest.min(tail.capacity());
+            rest -= k;
+            let frame = tail.complete(k).ok()?;
+            chain.push(frame).ok()?;
+        }
+        if rest > 0 {
+            return None;
+        }
+        if let Some(RxHeader {
+            partial: Some((start, offset)),
+            gso: None,
+            ..
+        }) = header
+        {
+            if self.complete_rx_checksums {
+                if !chain.complete_checksum(start, offset) {
+                    return None;
+                }
+                bump(&self.counters.rx_checksums_completed, 1);
+            }
+        }
+        Some(chain)
+    }
+
+    /// Counts a failed write and says why it failed.
+    fn tx_failed(&mut self, e: &io::Error) -> TxError {
+        bump(&self.counters.tx_errors, 1);
+        if e.raw_os_error() == Some(libc::EIO) {
+            // The kernel refuses frames while the interface is down.
+            debug!("TAP {}: write refused: the interface is down", self.name);
+            self.observe_link(LinkState::Down);
+            TxError::LinkDown
+        } else {
+            warn!("TAP {}: write failed: {}", self.name, e);
+            TxError::Device
+        }
+    }
+}
+
+impl Driver for Tap {
+    /// With [`TapConfig::rx_gso`], a packet read as a chain is dropped here (counted in
+    /// [`TapStats::rx_errors`]): take [`poll_receive_chain`](Driver::poll_receive_chain).
+    fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
+        loop {
+            let mut chain = match self.poll_rx(cx) {
+                Poll::Ready(chain) => chain,
                 Poll::Pending => return Poll::Pending,
             };
-            match self.write_frame(front) {
-                Ok(()) => drop(self.tx_queue.pop_front()),
-                Err(e) if is_would_block(&e) => self.reg.clear_writable(ev),
-                Err(e) => {
-                    // Counted as a TX error; the frame is lost like one on a broken cable.
-                    let _ = self.tx_failed(&e);
-                    drop(self.tx_queue.pop_front());
+            if chain.frame_count() == 1 {
+                if let Some(frame) = chain.pop_front() {
+                    return Poll::Ready(frame);
                 }
             }
+            debug!(
+                "TAP {}: a packet of {} bytes over {} slots dropped: the caller takes single frames",
+                self.name,
+                chain.len(),
+                chain.frame_count()
+            );
+            bump(&self.counters.rx_errors, 1);
+        }
+    }
+
+    fn poll_receive_chain(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
+        self.poll_rx(cx)
+    }
+
+    fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        // Packets kept after `EAGAIN` go first, in order.
+        if self.flush_tx_queue(cx).is_pending() {
+            return Poll::Pending;
         }
         self.pool.poll_alloc_tx(cx)
     }
 
     fn poll_transmit_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        // Room is what `transmit` checks: the queue of frames waiting for the fd. Flushing it
+        // Room is what `transmit` checks: the queue of packets waiting for the fd. Flushing it
         // (and registering for writability) is what `poll_transmit_frame` does first.
-        while let Some(front) = self.tx_queue.front() {
-            let ev = match self.reg.poll_writable(cx) {
-                Poll::Ready(ev) => ev,
-                Poll::Pending => return Poll::Pending,
-            };
-            match self.write_frame(front) {
-                Ok(()) => drop(self.tx_queue.pop_front()),
-                Err(e) if is_would_block(&e) => self.reg.clear_writable(ev),
-                Err(e) => {
-                    let _ = self.tx_failed(&e);
-                    drop(self.tx_queue.pop_front());
-                }
-            }
-        }
-        Poll::Ready(())
+        self.flush_tx_queue(cx)
     }
 
-    fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
-        let max = self.mtu + ETHERNET_HEADER_LEN;
-        if frame.len() > max {
-            debug!(
-                "TAP {}: frame of {} bytes refused: over {}",
-                self.name,
-                frame.len(),
-                max
-            );
+    fn transmit(&mut self, mut frame: TxFrame) -> Result<(), TxError> {
+        let gso = frame.gso_request();
+        self.check_tx(
+            frame.len(),
+            frame.headroom(),
+            gso.is_some() && self.vnet > 0,
+        )?;
+        if self.vnet > 0 {
+            let header = vnet_header(frame.checksum_partial(), gso);
+            if gso.is_some() {
+                bump(&self.counters.tx_gso, 1);
+            }
+            match frame.push_header(VNET_HDR_LEN) {
+                Ok(room) => room.copy_from_slice(&header),
+                Err(_) => return Err(TxError::NoHeadroom),
+            }
+        }
+        self.send(Outgoing::One(frame.into_device()))
+    }
+
+    /// Writes the chain with one `writev`. Without [`TapConfig::offloads`] only a chain that
+    /// fits the MTU is taken (a GSO request is refused with [`TxError::ChainUnsupported`]);
+    /// with them, the head's marks go into the virtio-net header pushed into its headroom.
+    fn transmit_chain(&mut self, mut chain: TxChain) -> Result<(), TxError> {
+        let frames = chain.frame_count();
+        let Some(head) = chain.head() else {
+            return Err(TxError::ChainUnsupported { frames });
+        };
+        let gso = head.gso_request();
+        if gso.is_some() && self.vnet == 0 {
             bump(&self.counters.tx_errors, 1);
-            return Err(TxError::TooLong {
-                len: frame.len(),
-                max,
-            });
+            return Err(TxError::ChainUnsupported { frames });
         }
-        let frame = frame.into_device();
-        if !self.tx_queue.is_empty() {
-            // Keep the order: behind the frames already waiting for the fd.
-            if self.tx_queue.len() >= TX_QUEUE {
-                debug!("TAP {}: frame refused: the write queue is full", self.name);
-                bump(&self.counters.tx_queue_full, 1);
-                return Err(TxError::Device);
+        self.check_tx(chain.len(), chain.headroom(), gso.is_some())?;
+        if self.vnet > 0 {
+            let header = vnet_header(head.checksum_partial(), gso);
+            if gso.is_some() {
+                bump(&self.counters.tx_gso, 1);
             }
-            self.tx_queue.push_back(frame);
-            return Ok(());
-        }
-        match self.write_frame(&frame) {
-            // Written: the kernel has the bytes; `frame` drops and its slot is free again.
-            Ok(()) => Ok(()),
-            Err(e) if is_would_block(&e) => {
-                trace!("TAP {}: write would block: frame queued", self.name);
-                bump(&self.counters.tx_would_block, 1);
-                self.tx_queue.push_back(frame);
-                Ok(())
+            match chain.push_header(VNET_HDR_LEN) {
+                Ok(room) => room.copy_from_slice(&header),
+                Err(_) => return Err(TxError::NoHeadroom),
             }
-            Err(e) => Err(self.tx_failed(&e)),
         }
+        if frames == 1 {
+            if let Some(frame) = chain.pop_front() {
+                return self.send(Outgoing::One(frame.into_device()));
+            }
+        }
+        self.send(Outgoing::Chain(chain.into_device()))
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            medium: Medium::Ethernet,
-            mtu: self.mtu,
-            tx_headroom: 0,
-            // Without TUNSETOFFLOAD the kernel hands over and expects complete checksums.
-            checksum: ChecksumOffloads::empty(),
-            max_burst: None,
-        }
+        let tx = self.vnet > 0 && self.tx_offloads;
+        let (checksum, gso) = if tx {
+            (
+                ChecksumOffloads::TCP_TX.union(ChecksumOffloads::UDP_TX),
+                GSO_MAX_SIZE,
+            )
+        } else {
+            // Without the stack's partial checksums the kernel expects complete ones.
+            (ChecksumOffloads::empty(), 0)
+        };
+        Capabilities::new(Medium::Ethernet, self.mtu)
+            .with_tx_headroom(self.vnet)
+            .with_checksum(checksum)
+            .with_gso(gso, GsoKinds::TCPV4.union(GsoKinds::TCPV6))
+            .with_rx_chains(self.rx_gso)
     }
 
     fn hardware_address(&self) -> HardwareAddress {
@@ -920,10 +1402,28 @@ mod tests {
             TapError::SlotTooSmall {
                 slot_size: 2048,
                 mtu: 9000,
-                needed: 9014
+                needed: 9026
             }
         ));
-        assert!(e.to_string().contains("9014 bytes needed"), "{e}");
+        assert!(e.to_string().contains("9026 bytes needed"), "{e}");
+        // Without the offloads, no virtio-net header to make room for.
+        let bare = TapConfig::new("zc").with_mtu(9000).with_offloads(false);
+        assert!(matches!(
+            bare.validate(p),
+            Err(TapError::SlotTooSmall { needed: 9014, .. })
+        ));
+        assert_eq!(bare.slot_size(), 9024);
+        assert_eq!(TapConfig::new("zc").with_mtu(9000).slot_size(), 9088);
+        assert!(TapConfig::new("zc").with_mtu(2022).validate(p).is_ok());
+        assert!(TapConfig::new("zc").with_mtu(2023).validate(p).is_err());
+        // A 64 KiB GSO packet must fit a chain: tiny slots are refused with rx_gso.
+        let tiny = pool(1024);
+        assert!(TapConfig::new("zc").with_mtu(900).validate(tiny).is_ok());
+        assert!(TapConfig::new("zc")
+            .with_mtu(900)
+            .with_rx_gso(true)
+            .validate(tiny)
+            .is_err());
         // And Tap::open reports it the same way, without opening anything.
         let platform = LinuxPlatform::leak().unwrap();
         let cfg = TapConfig::new("zc").with_mtu(9000);
@@ -941,14 +1441,15 @@ mod tests {
     fn opens_with_default_jumbo_and_max_mtu() {
         require_tun();
         let platform = LinuxPlatform::leak().unwrap();
-        for (mtu, slot, kernel) in [
-            (1500, 2048, 1500),
-            (9000, 9024, 9000),
-            (65535, 65600, KERNEL_MAX_MTU),
+        for (mtu, kernel, offloads) in [
+            (1500, 1500, true),
+            (1500, 1500, false),
+            (9000, 9000, true),
+            (65535, KERNEL_MAX_MTU, true),
         ] {
             let name = unique_name();
-            let cfg = TapConfig::new(&name).with_mtu(mtu);
-            let tap = Tap::open(platform, pool(slot), &cfg).unwrap();
+            let cfg = TapConfig::new(&name).with_mtu(mtu).with_offloads(offloads);
+            let tap = Tap::open(platform, pool(cfg.slot_size()), &cfg).unwrap();
             assert_eq!(tap.name(), name);
             assert_eq!(tap.current_name().unwrap(), name);
             assert_eq!(tap.mtu(), mtu);
@@ -956,7 +1457,11 @@ mod tests {
             let caps = tap.capabilities();
             assert_eq!(caps.mtu, mtu);
             assert_eq!(caps.max_frame_len(), mtu + 14);
-            assert_eq!(caps.tx_headroom, 0);
+            assert_eq!(caps.tx_headroom, if offloads { VNET_HDR_LEN } else { 0 });
+            // Transmit offloads and chains only when asked for.
+            assert_eq!(caps.checksum, ChecksumOffloads::empty());
+            assert_eq!(caps.gso_max_size, 0);
+            assert!(!caps.rx_chains);
             assert_eq!(
                 tap.hardware_address(),
                 HardwareAddress::Ethernet(DEFAULT_MAC)

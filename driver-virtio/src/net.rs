@@ -46,8 +46,8 @@ use heapless::Vec;
 use virtio_drivers::transport::{DeviceStatus, DeviceType, Transport};
 use virtio_drivers::{BufferDirection, Hal, PAGE_SIZE};
 use zcnet_buffer::{
-    Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, InFlight, LinkState,
-    Medium, PostedSlot, RxFrame, TxError, TxFrame, ETHERNET_HEADER_LEN,
+    Capabilities, Driver, FramePool, HardwareAddress, InFlight, LinkState, Medium, PostedSlot,
+    RxFrame, TxError, TxFrame, ETHERNET_HEADER_LEN,
 };
 
 use crate::irq::{Counters, VirtioIrq};
@@ -885,13 +885,9 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            medium: Medium::Ethernet,
-            mtu: self.mtu,
-            tx_headroom: self.header_len,
-            checksum: ChecksumOffloads::empty(),
-            max_burst: Some(QUEUE),
-        }
+        Capabilities::new(Medium::Ethernet, self.mtu)
+            .with_tx_headroom(self.header_len)
+            .with_max_burst(Some(QUEUE))
     }
 
     fn hardware_address(&self) -> HardwareAddress {

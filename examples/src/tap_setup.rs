@@ -40,9 +40,7 @@ use futures_util::future::{select, Either};
 use zcnet_buffer::capture::{
     system_time_ns, Capture, CaptureCounters, CaptureStats, IoSink, PcapSink,
 };
-use zcnet_buffer::{
-    Driver, FramePool, PoolConfig, DEFAULT_SLOT_SIZE, ETHERNET_HEADER_LEN, SLOT_ALIGN,
-};
+use zcnet_buffer::{Driver, FramePool, PoolConfig, DEFAULT_SLOT_SIZE};
 use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::Executor;
 use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
@@ -84,6 +82,9 @@ pub struct Options {
     /// How many `-v` (`-v`, `-vv`, `-vvv`, `--verbose`): the level of the log lines the stack
     /// and the TAP driver print to stderr ([`logger::level_for`](crate::logger::level_for)).
     pub verbosity: u8,
+    /// Open the TAP without its virtio-net offloads (`--no-offloads`): bare frames, as a TAP
+    /// without `IFF_VNET_HDR` ([`TapConfig::offloads`]), to compare both in one run.
+    pub no_offloads: bool,
 }
 
 impl Default for Options {
@@ -95,6 +96,7 @@ impl Default for Options {
             attach: false,
             pcap: None,
             verbosity: 0,
+            no_offloads: false,
         }
     }
 }
@@ -104,7 +106,7 @@ impl Options {
     pub fn usage(program: &str, what: &str) -> String {
         format!(
             "{program}: {what}\n\n\
-             usage: sudo {program} [--netns NAME] [--tap NAME] [--mtu N] [--pcap FILE] [-v|-vv|-vvv]\n\
+             usage: sudo {program} [--netns NAME] [--tap NAME] [--mtu N] [--pcap FILE] [--no-offloads] [-v|-vv|-vvv]\n\
              \x20      sudo ip netns exec NAME {program} --attach [--tap NAME] [--mtu N] [--pcap FILE] [-v...]\n\n\
              Without --attach (needs root): creates network namespace NAME (default {NETNS}) if\n\
              missing, opens TAP NAME (default {TAP}) and moves its kernel side into it as\n\
@@ -113,6 +115,8 @@ impl Options {
              inside that namespace.\n\
              With --pcap FILE: writes every frame zcnet receives or sends to FILE (created or\n\
              truncated) in pcap format, for `tcpdump -r FILE` or Wireshark.\n\
+             With --no-offloads: opens the TAP without its virtio-net header and checksum\n\
+             offload (bare frames), to compare with the default.\n\
              Log lines go to stderr: warnings and errors; with -v also link, address and\n\
              interface events; -vv TCP connections and dropped frames; -vvv every TCP state\n\
              change.\n"
@@ -135,6 +139,7 @@ impl Options {
                     o.mtu = v.parse().map_err(|_| format!("bad --mtu {v}"))?;
                 }
                 "--attach" => o.attach = true,
+                "--no-offloads" => o.no_offloads = true,
                 "--pcap" => o.pcap = Some(value("--pcap")?.into()),
                 other => return Err(format!("unknown argument {other}")),
             }
@@ -275,16 +280,15 @@ impl Demo {
         let capture = options.pcap.as_deref().map(PcapFile::create).transpose()?;
         let platform = LinuxPlatform::leak().map_err(|e| format!("epoll: {e}"))?;
         let exec = Executor::leak(platform);
-        let slot_size = (options.mtu + ETHERNET_HEADER_LEN)
-            .next_multiple_of(SLOT_ALIGN)
-            .max(DEFAULT_SLOT_SIZE);
+        let config = TapConfig::new(&options.tap)
+            .with_mtu(options.mtu)
+            .with_interface_mtu(!options.attach)
+            .with_offloads(!options.no_offloads);
+        let slot_size = config.slot_size();
         let slots = (POOL_SLOTS * DEFAULT_SLOT_SIZE / slot_size).max(MIN_POOL_SLOTS);
         let pool = FramePool::leak(PoolConfig::new(slots).with_slot_size(slot_size))
             .map_err(|e| format!("cannot build the frame pool: {e:?}"))?;
         let mut created_netns = false;
-        let config = TapConfig::new(&options.tap)
-            .with_mtu(options.mtu)
-            .with_interface_mtu(!options.attach);
         let tap = Tap::open(platform, pool, &config).map_err(|e| {
             format!(
                 "cannot open TAP {}: {e}{}",
@@ -458,8 +462,18 @@ mod tests {
     fn options() {
         assert_eq!(parse(&[]).unwrap(), Options::default());
         let o = parse(&[
-            "--netns", "n1", "--tap", "t1", "-v", "--mtu", "9000", "--attach", "--pcap", "x.pcap",
+            "--netns",
+            "n1",
+            "--tap",
+            "t1",
+            "-v",
+            "--mtu",
+            "9000",
+            "--attach",
+            "--pcap",
+            "x.pcap",
             "-vv",
+            "--no-offloads",
         ])
         .unwrap();
         assert_eq!(
@@ -471,6 +485,7 @@ mod tests {
                 attach: true,
                 pcap: Some("x.pcap".into()),
                 verbosity: 3,
+                no_offloads: true,
             }
         );
         assert!(parse(&["--mtu"]).is_err());

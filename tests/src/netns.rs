@@ -28,7 +28,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use zcnet_buffer::{FramePool, PoolConfig, DEFAULT_SLOT_SIZE, ETHERNET_HEADER_LEN, SLOT_ALIGN};
+use zcnet_buffer::{FramePool, PoolConfig};
 use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::time::{now, sleep};
 use zcnet_executor::Executor;
@@ -212,11 +212,10 @@ pub struct TapNet {
     pub netns: Netns,
 }
 
-/// Pool slots that hold a whole frame at `mtu`.
+/// Pool slots that hold a whole frame at `mtu` and the TAP's virtio-net header in front of it
+/// (the TAP's default configuration: [`TapConfig::slot_size`]).
 pub fn slot_size_for(mtu: usize) -> usize {
-    (mtu + ETHERNET_HEADER_LEN)
-        .next_multiple_of(SLOT_ALIGN)
-        .max(DEFAULT_SLOT_SIZE)
+    TapConfig::new("").with_mtu(mtu).slot_size()
 }
 
 impl TapNet {

@@ -12,7 +12,8 @@
 //!   [`truncate`](FrameChain::truncate) return the slots they empty at once. Memory stays
 //!   proportional to the bytes held: a chain holds only the slots its bytes are in.
 //! * **Bounded, no allocation.** At most [`MAX_CHAIN_SEGMENTS`] frames, stored inline (about
-//!   1.2 KiB of leases). A full chain hands a pushed frame back in the `Err`, never panics.
+//!   1.2 KiB of leases for a received chain, 1.5 KiB for one to send). A full chain hands a
+//!   pushed frame back in the `Err`, never panics.
 //! * **Views.** [`iter`](FrameChain::iter) yields the payload slices in order (a driver's
 //!   scatter-gather list: TAP `writev`, virtio descriptors), [`cursor`](FrameChain::cursor)
 //!   reads across slot boundaries, [`read_with`](FrameChain::read_with) lends the first bytes in
@@ -609,6 +610,57 @@ impl<F: ChainFrame> FrameChain<F> {
     pub fn split_to(&mut self, n: usize) -> Result<Self, ChainError> {
         let back = self.split_off(n)?;
         Ok(core::mem::replace(self, back))
+    }
+
+    /// Completes a partial checksum in software, as a device would (see the
+    /// [checksum contract](crate::offload)): sums the chain's bytes from byte `start` to the
+    /// end (the checksum field holds the pseudo-header sum) and stores the complement in the
+    /// 16-bit field at `start + offset`. For a driver whose device left a received packet's
+    /// checksum partial, when its stack verifies checksums itself. Returns `false`, changing
+    /// nothing, when the field is not inside the chain. Not for retained TX frames' payload
+    /// (the field is in the headers, which is fine).
+    pub fn complete_checksum(&mut self, start: usize, offset: usize) -> bool {
+        let field = start.saturating_add(offset);
+        if field.saturating_add(2) > self.len() {
+            return false;
+        }
+        let mut skip = start;
+        let parts = self.segs.iter().filter_map(|f| {
+            let bytes: &[u8] = f;
+            if skip >= bytes.len() {
+                skip -= bytes.len();
+                None
+            } else {
+                let part = &bytes[skip..];
+                skip = 0;
+                Some(part)
+            }
+        });
+        let sum = crate::offload::ones_complement_sum(0, parts);
+        let mut c = !sum;
+        if c == 0 && offset == 6 {
+            c = 0xffff; // UDP sends a computed 0 as all ones (0 means "no checksum")
+        }
+        // The field's two bytes, wherever they fall (a field split across frames included).
+        let mut at = 0;
+        let mut value = c.to_be_bytes().into_iter().enumerate();
+        let mut next = value.next();
+        for frame in self.segs.iter_mut() {
+            let bytes = frame.data_mut();
+            while let Some((i, b)) = next {
+                let pos = field + i;
+                if pos >= at + bytes.len() {
+                    break;
+                }
+                bytes[pos - at] = b;
+                next = value.next();
+            }
+            at += bytes.len();
+            if next.is_none() {
+                break;
+            }
+        }
+        true
     }
 
     /// Drops empty frames at the front.

@@ -6,22 +6,33 @@
 use core::fmt;
 use core::task::{Context, Poll};
 
+use crate::chain::{RxChain, TxChain};
+use crate::offload::GsoKinds;
 use crate::rx::RxFrame;
 use crate::tx::TxFrame;
 
 bitflags::bitflags! {
     /// Checksums the device computes on transmit or verifies on receive, so the stack need not.
+    ///
+    /// The TCP and UDP transmit bits follow the *partial checksum* contract (Linux
+    /// `CHECKSUM_PARTIAL`, virtio `NEEDS_CSUM`; see [`offload`](crate::offload)): the device
+    /// completes only frames marked with
+    /// [`TxFrame::set_checksum_partial`](crate::TxFrame::set_checksum_partial), whose checksum
+    /// field the stack filled with the pseudo-header sum; an unmarked frame goes out as it is.
+    /// On receive, the per-frame [`RxFrame::checksum_verified`](crate::RxFrame::checksum_verified)
+    /// mark says which packets the device vouches for; the `*_RX` bits say the device verifies
+    /// every packet of that kind.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
     pub struct ChecksumOffloads: u16 {
         /// The device fills in IPv4 header checksums of transmitted frames.
         const IPV4_TX = 1 << 0;
         /// The device verified IPv4 header checksums of received frames.
         const IPV4_RX = 1 << 1;
-        /// The device fills in UDP checksums of transmitted frames.
+        /// The device completes partial UDP checksums of frames so marked.
         const UDP_TX = 1 << 2;
         /// The device verified UDP checksums of received frames.
         const UDP_RX = 1 << 3;
-        /// The device fills in TCP checksums of transmitted frames.
+        /// The device completes partial TCP checksums of frames so marked.
         const TCP_TX = 1 << 4;
         /// The device verified TCP checksums of received frames.
         const TCP_RX = 1 << 5;
@@ -42,7 +53,23 @@ pub enum Medium {
 }
 
 /// What a driver can do, for the stack to size frames and skip work the device does.
+///
+/// Build it with [`Capabilities::new`] and the `with_*` methods, so that a driver keeps
+/// compiling when a capability is added:
+///
+/// ```
+/// use zcnet_buffer::{Capabilities, ChecksumOffloads, GsoKinds, Medium};
+///
+/// let caps = Capabilities::new(Medium::Ethernet, 1500)
+///     .with_tx_headroom(12)
+///     .with_checksum(ChecksumOffloads::TCP_TX | ChecksumOffloads::UDP_TX)
+///     .with_gso(65_536, GsoKinds::TCPV4 | GsoKinds::TCPV6)
+///     .with_rx_chains(true);
+/// assert_eq!(caps.max_frame_len(), 1514);
+/// assert!(caps.gso_kinds.contains(GsoKinds::TCPV6));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// The frames the device carries.
     pub medium: Medium,
@@ -58,9 +85,73 @@ pub struct Capabilities {
     /// The most frames worth handling per wakeup before yielding (a ring's size, say); `None`
     /// when the driver has no preference.
     pub max_burst: Option<usize>,
+    /// The largest TCP super-segment the device segments on transmit (TSO), in bytes of IP
+    /// packet (headers included; the link-layer header not counted): up to 65,535 for IPv4.
+    /// 0: no segmentation offload, every frame must fit [`mtu`](Self::mtu). See
+    /// [`offload`](crate::offload) for what the stack marks.
+    pub gso_max_size: usize,
+    /// The kinds of super-segment the device segments (empty when `gso_max_size` is 0).
+    pub gso_kinds: GsoKinds,
+    /// Whether [`Driver::poll_receive_chain`] may hand up packets larger than one slot (merged
+    /// by the device: a large receive, a TAP read of a GSO packet). A driver that says `false`
+    /// delivers one-frame chains only.
+    pub rx_chains: bool,
 }
 
 impl Capabilities {
+    /// A device carrying `medium` frames of up to `mtu` bytes of IP packet, with nothing else:
+    /// no headroom, no checksum or segmentation offload, no chains, no burst preference.
+    pub const fn new(medium: Medium, mtu: usize) -> Self {
+        Self {
+            medium,
+            mtu,
+            tx_headroom: 0,
+            checksum: ChecksumOffloads::empty(),
+            max_burst: None,
+            gso_max_size: 0,
+            gso_kinds: GsoKinds::empty(),
+            rx_chains: false,
+        }
+    }
+
+    /// The same, with [`tx_headroom`](Self::tx_headroom) `n`.
+    pub const fn with_tx_headroom(mut self, n: usize) -> Self {
+        self.tx_headroom = n;
+        self
+    }
+
+    /// The same, with [`checksum`](Self::checksum) offloads `checksum`.
+    pub const fn with_checksum(mut self, checksum: ChecksumOffloads) -> Self {
+        self.checksum = checksum;
+        self
+    }
+
+    /// The same, with [`max_burst`](Self::max_burst) `burst`.
+    pub const fn with_max_burst(mut self, burst: Option<usize>) -> Self {
+        self.max_burst = burst;
+        self
+    }
+
+    /// The same, segmenting super-segments of `kinds` up to `max_size` bytes
+    /// ([`gso_max_size`](Self::gso_max_size); 0, or empty `kinds`, turns it off).
+    pub const fn with_gso(mut self, max_size: usize, kinds: GsoKinds) -> Self {
+        if max_size == 0 || kinds.is_empty() {
+            self.gso_max_size = 0;
+            self.gso_kinds = GsoKinds::empty();
+        } else {
+            self.gso_max_size = max_size;
+            self.gso_kinds = kinds;
+        }
+        self
+    }
+
+    /// The same, delivering (or not) received packets larger than a slot as chains
+    /// ([`rx_chains`](Self::rx_chains)).
+    pub const fn with_rx_chains(mut self, rx_chains: bool) -> Self {
+        self.rx_chains = rx_chains;
+        self
+    }
+
     /// The largest frame the driver transmits or receives, link-layer header included
     /// (`mtu + 14` on Ethernet).
     pub fn max_frame_len(&self) -> usize {
@@ -122,6 +213,12 @@ pub enum TxError {
     LinkDown,
     /// The device failed (an I/O error from the host, a broken ring).
     Device,
+    /// A chain of several frames given to a driver that transmits one-frame packets only (the
+    /// default [`Driver::transmit_chain`]), or a GSO request the driver cannot honour.
+    ChainUnsupported {
+        /// Frames in the refused chain.
+        frames: usize,
+    },
 }
 
 impl fmt::Display for TxError {
@@ -133,6 +230,9 @@ impl fmt::Display for TxError {
             TxError::NoHeadroom => f.write_str("frame lacks the driver's headroom"),
             TxError::LinkDown => f.write_str("link is down"),
             TxError::Device => f.write_str("device error"),
+            TxError::ChainUnsupported { frames } => {
+                write!(f, "the driver does not transmit a chain of {frames} frames")
+            }
         }
     }
 }
@@ -214,13 +314,7 @@ impl core::error::Error for TxError {}
 ///         Ok(())
 ///     }
 ///     fn capabilities(&self) -> Capabilities {
-///         Capabilities {
-///             medium: Medium::Ethernet,
-///             mtu: 1500,
-///             tx_headroom: 0,
-///             checksum: ChecksumOffloads::empty(),
-///             max_burst: None,
-///         }
+///         Capabilities::new(Medium::Ethernet, 1500)
 ///     }
 ///     fn hardware_address(&self) -> HardwareAddress {
 ///         HardwareAddress::Ethernet([2, 0, 0, 0, 0, 1])
@@ -287,4 +381,45 @@ pub trait Driver {
 
     /// The link state now; registers `cx`'s waker for the next change.
     fn poll_link_state(&mut self, cx: &mut Context<'_>) -> LinkState;
+
+    /// [`poll_receive`](Self::poll_receive) for a stack that takes chains: the next received
+    /// packet as an [`RxChain`], with the same refill and waker rules.
+    ///
+    /// An ordinary packet is a one-frame chain. A driver whose
+    /// [`Capabilities::rx_chains`] is true may deliver a packet larger than one slot (merged
+    /// by the device) as several frames: the head frame starts with the link-layer header and
+    /// carries the packet's marks ([`RxFrame::checksum_verified`], [`RxFrame::gso_info`]), the
+    /// tails continue the packet's bytes in order (any split; a tail's own marks mean
+    /// nothing). The IP header's length fields describe the whole chain.
+    ///
+    /// The default wraps [`poll_receive`](Self::poll_receive)'s frame in a one-frame chain.
+    fn poll_receive_chain(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
+        self.poll_receive(cx).map(RxChain::from_frame)
+    }
+
+    /// [`transmit`](Self::transmit) for a packet over several frames (a TCP super-segment).
+    ///
+    /// The chain, in order, is the whole link-layer frame: the head frame has the driver's
+    /// [`tx_headroom`](Capabilities::tx_headroom) in front and holds the link-layer, IP and
+    /// TCP headers, possibly followed by payload; the tail frames hold payload (their headroom
+    /// is not used). The head's marks describe the packet: a
+    /// [`ChecksumPartial`](crate::ChecksumPartial) for the device to complete, and for a
+    /// packet longer than [`max_frame_len`](Capabilities::max_frame_len), a
+    /// [`GsoRequest`](crate::GsoRequest) (within [`gso_max_size`](Capabilities::gso_max_size)).
+    /// The driver keeps the chain ([`TxChain::into_device`]) until the device completes the
+    /// whole packet; on an error every slot has gone back (a retained frame's to its socket).
+    ///
+    /// The default sends a one-frame chain through [`transmit`](Self::transmit) and refuses a
+    /// longer one with [`TxError::ChainUnsupported`] (an empty chain is refused the same way,
+    /// with `frames: 0`).
+    fn transmit_chain(&mut self, chain: TxChain) -> Result<(), TxError> {
+        let frames = chain.frame_count();
+        if frames != 1 {
+            return Err(TxError::ChainUnsupported { frames });
+        }
+        match chain.into_iter().next() {
+            Some(frame) => self.transmit(frame),
+            None => Err(TxError::ChainUnsupported { frames: 0 }),
+        }
+    }
 }

@@ -92,6 +92,7 @@ mod error;
 #[cfg(any(feature = "alloc", test, doc))]
 mod heap;
 pub mod ledger;
+pub mod offload;
 mod pool;
 mod region;
 mod rx;
@@ -110,6 +111,8 @@ mod chain_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(all(test, not(loom)))]
+mod offload_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use chain::{
@@ -121,6 +124,7 @@ pub use driver::{
 };
 pub use error::{ChainError, FrameError, PoolError};
 pub use ledger::CopySite;
+pub use offload::{ChecksumPartial, GsoInfo, GsoKind, GsoKinds, GsoRequest};
 pub use pool::{
     AuditError, FramePool, Occupancy, PoolConfig, PoolOwner, PoolStats, DEFAULT_HEADROOM,
     DEFAULT_SLOT_SIZE, MAX_SLOTS, MAX_SLOT_SIZE, OWNER_CACHE, SLOT_ALIGN,

@@ -87,7 +87,18 @@ fn chain_dropped_on_another_thread_vs_driver_refill() {
         let mut chain = RxChain::from_frame(rx_frame(pool));
         chain.push(rx_frame(pool)).unwrap();
         chain.lend_to_app();
-        let app = thread::spawn(move || drop(chain));
+        // The driver's marks travel with the head frame's lease.
+        if let Some(head) = chain.head_mut() {
+            head.set_checksum_verified(true);
+            head.set_gso_info(Some(GsoInfo {
+                kind: GsoKind::TcpV4,
+                segment_size: 1448,
+            }));
+        }
+        let app = thread::spawn(move || {
+            assert!(chain.head().is_some_and(RxFrame::checksum_verified));
+            drop(chain)
+        });
         let first = block_on(poll_fn(|cx| pool.poll_alloc_rx(cx)));
         let second = block_on(poll_fn(|cx| pool.poll_alloc_rx(cx)));
         app.join().unwrap();
@@ -105,9 +116,23 @@ fn chain_completion_vs_tx_waiter_and_try_refill() {
     loom::model(|| {
         let m = ModelPool::new(2);
         let pool = m.pool;
-        let mut chain = TxChain::from_frame(pool.try_alloc_tx().unwrap());
+        let mut head = pool.try_alloc_tx().unwrap();
+        head.append(20).unwrap().fill(0);
+        let mark = ChecksumPartial {
+            start: 0,
+            offset: 16,
+        };
+        head.set_checksum_partial(Some(mark)).unwrap();
+        let mut chain = TxChain::from_frame(head);
         chain.push(pool.try_alloc_tx().unwrap()).unwrap();
         let inflight = chain.into_device();
+        assert_eq!(
+            inflight
+                .frames()
+                .next()
+                .and_then(InFlight::checksum_partial),
+            Some(mark)
+        );
         let device = thread::spawn(move || drop(inflight));
         let refill = pool.try_alloc_rx();
         let frame = block_on(poll_fn(|cx| pool.poll_alloc_tx(cx)));

@@ -6,6 +6,7 @@ use core::mem::ManuallyDrop;
 use core::ops::Deref;
 
 use crate::error::FrameError;
+use crate::offload::{GsoInfo, RxMarks};
 use crate::pool::FramePool;
 use crate::slot::SlotState;
 
@@ -123,6 +124,10 @@ pub struct RxFrame {
     end: u32,
     /// Whether the frame was lent to the application (state LENT rather than STACK).
     lent: bool,
+    /// What the driver said about the packet (none for a fresh lease): [`RxMarks`]' two
+    /// fields, kept apart so that the lease stays 24 bytes.
+    mark_flags: u8,
+    mark_gso_size: u16,
 }
 
 impl RxFrame {
@@ -135,7 +140,52 @@ impl RxFrame {
             start,
             end,
             lent: false,
+            mark_flags: 0,
+            mark_gso_size: 0,
         }
+    }
+
+    fn marks(&self) -> RxMarks {
+        RxMarks {
+            flags: self.mark_flags,
+            gso_size: self.mark_gso_size,
+        }
+    }
+
+    fn store_marks(&mut self, marks: RxMarks) {
+        self.mark_flags = marks.flags;
+        self.mark_gso_size = marks.gso_size;
+    }
+
+    /// Whether the driver marked the packet's checksums as verified: the device checked the
+    /// L4 checksum (and an IPv4 header checksum), or the packet came from the host with a
+    /// partial checksum that never crossed a wire (its checksum field then holds only the
+    /// pseudo-header sum). A stack that trusts the mark skips its own check; see the
+    /// [checksum contract](crate::offload). For a chain, the head frame's mark counts.
+    /// `advance` and `truncate` keep it.
+    pub fn checksum_verified(&self) -> bool {
+        self.marks().verified()
+    }
+
+    /// Sets (or clears) the [`checksum_verified`](Self::checksum_verified) mark. Drivers only.
+    pub fn set_checksum_verified(&mut self, verified: bool) {
+        let mut m = self.marks();
+        m.set_verified(verified);
+        self.store_marks(m);
+    }
+
+    /// How the device merged this packet from smaller TCP segments (a large receive, a TAP
+    /// read of a GSO packet), when it says so; `None` for an ordinary packet. For a chain, the
+    /// head frame's mark counts. `advance` and `truncate` keep it.
+    pub fn gso_info(&self) -> Option<GsoInfo> {
+        self.marks().gso()
+    }
+
+    /// Sets (or clears) the [`gso_info`](Self::gso_info) mark. Drivers only.
+    pub fn set_gso_info(&mut self, info: Option<GsoInfo>) {
+        let mut m = self.marks();
+        m.set_gso(info);
+        self.store_marks(m);
     }
 
     /// Hides the first `n` bytes (a header already parsed). Errors if the frame is shorter.
@@ -269,6 +319,7 @@ impl fmt::Debug for RxFrame {
             .field("offset", &self.start)
             .field("len", &self.len())
             .field("lent", &self.lent)
+            .field("marks", &self.marks())
             .finish()
     }
 }

@@ -7,6 +7,7 @@ use core::ops::{Deref, DerefMut};
 use core::task::{Context, Poll};
 
 use crate::error::FrameError;
+use crate::offload::{ChecksumPartial, GsoRequest, TxMarks};
 use crate::pool::FramePool;
 use crate::rx::RxFrame;
 use crate::slot::SlotState;
@@ -40,6 +41,8 @@ pub struct TxFrame {
     end: u32,
     /// The slot is SENT, kept by a socket (see the type docs).
     retained: bool,
+    /// Work the stack asks the device to finish (none for a fresh lease).
+    marks: TxMarks,
 }
 
 impl TxFrame {
@@ -50,7 +53,77 @@ impl TxFrame {
             start: headroom,
             end: headroom,
             retained: false,
+            marks: TxMarks::default(),
         }
+    }
+
+    /// The partial checksum the device is to complete, if the frame is so marked (see the
+    /// [checksum contract](crate::offload)): `start` counted from the first data byte as the
+    /// frame is now. Headers pushed in front later move `start` with them (the mark stays on
+    /// the same bytes); a mark whose bytes were trimmed from the front reads as `None`.
+    pub fn checksum_partial(&self) -> Option<ChecksumPartial> {
+        self.marks.checksum()
+    }
+
+    /// Marks the frame's L4 checksum as partial (`Some`), for a driver that advertises
+    /// [`TCP_TX`](crate::ChecksumOffloads::TCP_TX) / [`UDP_TX`](crate::ChecksumOffloads::UDP_TX):
+    /// the caller has written the pseudo-header sum (not complemented) at
+    /// `start + offset`, `start` counted from the first data byte now. `None` clears the mark.
+    ///
+    /// Errors, changing nothing, when the 2-byte field at `start + offset` is not inside the
+    /// frame's data ([`FrameError::Length`]). For a chain, mark the head, which holds the
+    /// headers.
+    pub fn set_checksum_partial(
+        &mut self,
+        mark: Option<ChecksumPartial>,
+    ) -> Result<(), FrameError> {
+        let Some(m) = mark else {
+            self.marks.set_checksum(None);
+            return Ok(());
+        };
+        let field_end = usize::from(m.start) + usize::from(m.offset) + 2;
+        if field_end > self.len() {
+            return Err(FrameError::Length {
+                requested: field_end,
+                available: self.len(),
+            });
+        }
+        self.marks.set_checksum(Some(m));
+        Ok(())
+    }
+
+    /// The segmentation the device is to do, if the frame (a chain's head) is so marked (see
+    /// [GSO](crate::offload)): `header_len` counted from the first data byte as the frame is
+    /// now, so it grows with each header pushed in front.
+    pub fn gso_request(&self) -> Option<GsoRequest> {
+        self.marks.gso()
+    }
+
+    /// Asks the device to segment the packet this frame heads (`Some`), for a driver whose
+    /// [`gso_max_size`](crate::Capabilities::gso_max_size) is not 0; `None` clears the mark.
+    /// `header_len` counts the headers from the first data byte now (headers pushed later are
+    /// added to it). The packet must also carry a [`ChecksumPartial`] mark.
+    ///
+    /// Errors, changing nothing: [`FrameError::Length`] when `header_len` is longer than the
+    /// frame's data or `segment_size` is 0.
+    pub fn set_gso_request(&mut self, request: Option<GsoRequest>) -> Result<(), FrameError> {
+        let Some(r) = request else {
+            self.marks.set_gso(None);
+            return Ok(());
+        };
+        if usize::from(r.header_len) > self.len() || r.segment_size == 0 {
+            return Err(FrameError::Length {
+                requested: usize::from(r.header_len),
+                available: self.len(),
+            });
+        }
+        self.marks.set_gso(Some(r));
+        Ok(())
+    }
+
+    /// Whether the frame carries any mark (a partial checksum, a GSO request).
+    pub fn has_marks(&self) -> bool {
+        !self.marks.is_empty()
     }
 
     /// Whether a socket keeps this frame's slot until acknowledged (see the type docs).
@@ -108,6 +181,7 @@ impl TxFrame {
         }
         self.start = headroom as u32;
         self.end = headroom as u32;
+        self.marks = TxMarks::default();
         Ok(())
     }
 
@@ -155,6 +229,7 @@ impl TxFrame {
             });
         }
         self.start -= n as u32;
+        self.marks.grow(n);
         Ok(self.range_mut(self.start as usize, n))
     }
 
@@ -187,6 +262,7 @@ impl TxFrame {
             start: this.start,
             end: this.end,
             retained: this.retained,
+            marks: this.marks,
         }
     }
 
@@ -194,7 +270,9 @@ impl TxFrame {
     /// [`FrameChain`](crate::FrameChain) dropping bytes from its front. A retained frame's
     /// payload in its [`RetainedFrame`] is not touched; only this lease's view moves.
     pub(crate) fn advance(&mut self, n: usize) {
-        self.start += n.min(self.len()) as u32;
+        let n = n.min(self.len());
+        self.start += n as u32;
+        self.marks.shrink(n);
     }
 
     /// `len` bytes of the slot from `offset`; the callers keep `offset + len <= slot_size`.
@@ -242,6 +320,7 @@ impl fmt::Debug for TxFrame {
             .field("headroom", &self.start)
             .field("len", &(self.end - self.start))
             .field("retained", &self.retained)
+            .field("marks", &self.marks)
             .finish()
     }
 }
@@ -255,9 +334,20 @@ pub struct InFlight {
     start: u32,
     end: u32,
     retained: bool,
+    marks: TxMarks,
 }
 
 impl InFlight {
+    /// The [`TxFrame`]'s partial-checksum mark (see [`TxFrame::checksum_partial`]).
+    pub fn checksum_partial(&self) -> Option<ChecksumPartial> {
+        self.marks.checksum()
+    }
+
+    /// The [`TxFrame`]'s GSO request (see [`TxFrame::gso_request`]).
+    pub fn gso_request(&self) -> Option<GsoRequest> {
+        self.marks.gso()
+    }
+
     /// The device (physical) address of the frame's first byte.
     pub fn device_addr(&self) -> u64 {
         self.pool.device_addr(self.slot, self.start as usize)
@@ -460,6 +550,7 @@ impl RetainedFrame {
                     start: self.start,
                     end: self.end,
                     retained: true,
+                    marks: TxMarks::default(),
                 });
             }
             if self.poll_idle(cx).is_pending() {

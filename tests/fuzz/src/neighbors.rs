@@ -18,7 +18,7 @@ use std::cell::{RefCell, RefMut};
 use std::task::{Context, Poll};
 
 use zcnet_buffer::{
-    Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, LinkState, Medium,
+    Capabilities, Driver, FramePool, HardwareAddress, LinkState, Medium,
     PoolConfig, RxFrame, TxError, TxFrame,
 };
 use zcnet_executor::Executor;
@@ -60,13 +60,7 @@ impl Driver for NullDriver {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            medium: Medium::Ethernet,
-            mtu: 1500,
-            tx_headroom: 0,
-            checksum: ChecksumOffloads::empty(),
-            max_burst: None,
-        }
+        Capabilities::new(Medium::Ethernet, 1500)
     }
 
     fn hardware_address(&self) -> HardwareAddress {

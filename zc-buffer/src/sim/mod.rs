@@ -7,8 +7,8 @@
 //!   driver-contract tests).
 //! * [`wire_pair`] ([`wire`]): two [`Driver`](crate::Driver)s linked back to back in memory,
 //!   so two stacks can talk inside one process, with seeded fault injection ([`Faults`]: loss,
-//!   reorder, duplication, corruption, delay, MTU) and counters per direction
-//!   ([`WireStats`]). zcnet's stack tests, its benchmarks against smoltcp and the `demo`
+//!   reorder, duplication, corruption, delay, MTU), offloads per end ([`WireOffloads`]:
+//!   checksums, segmentation, chains) and counters per direction ([`WireStats`]). zcnet's stack tests, its benchmarks against smoltcp and the `demo`
 //!   example run on it. [`wire_pair_one_thread`] is the same wire for two ends on one thread
 //!   (no lock: the stack benchmark's two stacks on one executor).
 //! * [`CountingWaker`]: a waker that only counts, for driving a driver by hand.
@@ -39,12 +39,13 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 
 pub mod nic;
+mod offload;
 pub mod wire;
 
-pub use nic::{SimNic, SimNicStats};
+pub use nic::{SentPacket, SimNic, SimNicStats};
 pub use wire::{
-    wire_pair, wire_pair_one_thread, wire_pair_with, Delivery, Faults, WireEnd, WireHandle,
-    WireStats, WireTimer,
+    wire_pair, wire_pair_one_thread, wire_pair_with, Delivery, Faults, GsoMode, WireEnd,
+    WireHandle, WireOffloads, WireStats, WireTimer,
 };
 
 /// A waker that counts how often it was woken and does nothing else: pass it to a driver

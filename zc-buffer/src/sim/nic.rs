@@ -34,8 +34,9 @@ use std::task::{Context, Poll, Waker};
 use std::vec::Vec;
 
 use crate::{
-    Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, InFlight, LinkState,
-    Medium, PostedSlot, RxFrame, TxError, TxFrame,
+    Capabilities, ChecksumOffloads, ChecksumPartial, Driver, FramePool, GsoInfo, GsoKinds,
+    GsoRequest, HardwareAddress, InFlightChain, LinkState, Medium, PostedSlot, RxChain, RxFrame,
+    TxChain, TxError, TxFrame, MAX_CHAIN_SEGMENTS,
 };
 
 /// Counters a [`SimNic`] keeps.
@@ -49,6 +50,24 @@ pub struct SimNicStats {
     pub tx_frames: u64,
     /// Times the ring could not be topped up because the pool was empty.
     pub refill_stalls: u64,
+    /// Packets larger than a slot dropped by [`poll_receive`](Driver::poll_receive), which
+    /// hands up single frames (take them with
+    /// [`poll_receive_chain`](Driver::poll_receive_chain)).
+    pub rx_chains_refused: u64,
+}
+
+/// A packet the device transmitted, with the marks the stack put on it
+/// ([`SimNic::device_complete_tx_marked`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentPacket {
+    /// The packet's bytes (every frame of a chain, in order).
+    pub bytes: Vec<u8>,
+    /// Frames it was made of.
+    pub frames: usize,
+    /// The head frame's partial-checksum mark.
+    pub checksum: Option<ChecksumPartial>,
+    /// The head frame's segmentation request.
+    pub gso: Option<GsoRequest>,
 }
 
 /// A simulated NIC with an RX ring of `ring_size` slots and a TX queue of `tx_queue` entries.
@@ -58,16 +77,20 @@ pub struct SimNic {
     ring_size: usize,
     /// Posted slots in the order the device fills them.
     ring: VecDeque<PostedSlot>,
-    /// Frames the device completed, not yet handed up.
-    completed: VecDeque<RxFrame>,
+    /// Packets the device completed, not yet handed up.
+    completed: VecDeque<RxChain>,
     /// Woken by the device when it completes a frame (the "RX interrupt").
     rx_waker: Option<Waker>,
     tx_queue: usize,
-    in_flight: VecDeque<InFlight>,
+    in_flight: VecDeque<InFlightChain>,
     /// Woken by the device when a TX completion makes room (the "TX interrupt").
     tx_waker: Option<Waker>,
     mtu: usize,
     tx_headroom: usize,
+    /// Offloads advertised ([`SimNic::with_offloads`]).
+    checksum: ChecksumOffloads,
+    gso_max_size: usize,
+    rx_chains: bool,
     stats: SimNicStats,
 }
 
@@ -88,6 +111,9 @@ impl SimNic {
             tx_waker: None,
             mtu: 1500,
             tx_headroom: 0,
+            checksum: ChecksumOffloads::empty(),
+            gso_max_size: 0,
+            rx_chains: false,
             stats: SimNicStats::default(),
         }
     }
@@ -95,6 +121,25 @@ impl SimNic {
     /// The same NIC demanding `n` bytes of TX headroom (like virtio-net's 12-byte header).
     pub fn with_tx_headroom(mut self, n: usize) -> Self {
         self.tx_headroom = n;
+        self
+    }
+
+    /// The same NIC advertising offloads: `checksum` ([`Capabilities::checksum`]),
+    /// segmentation of TCP super-segments up to `gso_max_size` bytes (0: none; IPv4 and IPv6),
+    /// and, with `rx_chains`, packets larger than a slot received over several ring slots
+    /// ([`device_receive_marked`](Self::device_receive_marked)). The test playing the device
+    /// does the work: it reads the marks of what was sent
+    /// ([`device_complete_tx_marked`](Self::device_complete_tx_marked)) and says what it
+    /// verified on receive.
+    pub fn with_offloads(
+        mut self,
+        checksum: ChecksumOffloads,
+        gso_max_size: usize,
+        rx_chains: bool,
+    ) -> Self {
+        self.checksum = checksum;
+        self.gso_max_size = gso_max_size;
+        self.rx_chains = rx_chains;
         self
     }
 
@@ -116,17 +161,51 @@ impl SimNic {
     /// Device side: a frame arrives from the wire. It lands in the oldest posted slot, or is
     /// dropped (and counted) when the ring is empty. Returns whether it landed.
     pub fn device_receive(&mut self, bytes: &[u8]) -> bool {
-        let Some(mut slot) = self.ring.pop_front() else {
+        self.device_receive_marked(bytes, false, None)
+    }
+
+    /// [`device_receive`](Self::device_receive) with the device's marks: `verified` sets
+    /// [`RxFrame::checksum_verified`], `gso` [`RxFrame::gso_info`], on the packet's head frame.
+    /// With `rx_chains` ([`with_offloads`](Self::with_offloads)), a packet larger than a slot
+    /// fills as many posted slots as it needs (as merged receive buffers) and arrives as a
+    /// chain; it is dropped, counted, when fewer are posted. Without, it is cut to one slot.
+    pub fn device_receive_marked(
+        &mut self,
+        bytes: &[u8],
+        verified: bool,
+        gso: Option<GsoInfo>,
+    ) -> bool {
+        let cap = self.pool.slot_size();
+        let needed = if self.rx_chains {
+            bytes.len().div_ceil(cap).clamp(1, MAX_CHAIN_SEGMENTS)
+        } else {
+            1
+        };
+        if self.ring.len() < needed {
             self.stats.rx_dropped_no_buffer += 1;
             return false;
-        };
-        let n = bytes.len().min(slot.capacity());
-        // The device's DMA write, not a copy made by zcnet.
-        slot.buffer_mut()[..n].copy_from_slice(&bytes[..n]);
-        match slot.complete(n) {
-            Ok(frame) => self.completed.push_back(frame),
-            Err(_) => unreachable!("n is at most the slot's capacity"),
         }
+        let mut chain = RxChain::new();
+        let mut rest = bytes;
+        for mut slot in self.ring.drain(..needed) {
+            let n = rest.len().min(slot.capacity());
+            // The device's DMA write, not a copy made by zcnet.
+            slot.buffer_mut()[..n].copy_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            match slot.complete(n) {
+                Ok(frame) => {
+                    if chain.push(frame).is_err() {
+                        unreachable!("needed <= MAX_CHAIN_SEGMENTS");
+                    }
+                }
+                Err(_) => unreachable!("n is at most the slot's capacity"),
+            }
+        }
+        if let Some(head) = chain.head_mut() {
+            head.set_checksum_verified(verified);
+            head.set_gso_info(gso);
+        }
+        self.completed.push_back(chain);
         self.stats.rx_frames += 1;
         if let Some(w) = self.rx_waker.take() {
             w.wake();
@@ -137,12 +216,31 @@ impl SimNic {
     /// Device side: the oldest `n` transmitted frames complete; their slots go back to the pool.
     /// Returns the frames' bytes, oldest first.
     pub fn device_complete_tx(&mut self, n: usize) -> Vec<Vec<u8>> {
+        self.device_complete_tx_marked(n)
+            .into_iter()
+            .map(|p| p.bytes)
+            .collect()
+    }
+
+    /// [`device_complete_tx`](Self::device_complete_tx) with each packet's marks and frame
+    /// count (a chain from [`Driver::transmit_chain`] is one packet).
+    pub fn device_complete_tx_marked(&mut self, n: usize) -> Vec<SentPacket> {
         let mut out = Vec::new();
         for _ in 0..n {
-            let Some(frame) = self.in_flight.pop_front() else {
+            let Some(chain) = self.in_flight.pop_front() else {
                 break;
             };
-            out.push(frame.to_vec());
+            let head = chain.frames().next();
+            let mut bytes = Vec::with_capacity(chain.len());
+            for part in chain.iter() {
+                bytes.extend_from_slice(part);
+            }
+            out.push(SentPacket {
+                bytes,
+                frames: chain.frame_count(),
+                checksum: head.and_then(|f| f.checksum_partial()),
+                gso: head.and_then(|f| f.gso_request()),
+            });
         }
         if !out.is_empty() {
             if let Some(w) = self.tx_waker.take() {
@@ -177,11 +275,24 @@ fn store_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
 impl Driver for SimNic {
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
         self.refill(cx);
+        while let Some(mut chain) = self.completed.pop_front() {
+            // Re-post right after the completion, so held frames drain spares, not the ring.
+            self.refill(cx);
+            match (chain.frame_count(), chain.pop_front()) {
+                (1, Some(frame)) => return Poll::Ready(frame),
+                _ => self.stats.rx_chains_refused += 1,
+            }
+        }
+        store_waker(&mut self.rx_waker, cx);
+        Poll::Pending
+    }
+
+    fn poll_receive_chain(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
+        self.refill(cx);
         match self.completed.pop_front() {
-            Some(frame) => {
-                // Re-post right after the completion, so held frames drain spares, not the ring.
+            Some(chain) => {
                 self.refill(cx);
-                Poll::Ready(frame)
+                Poll::Ready(chain)
             }
             None => {
                 store_waker(&mut self.rx_waker, cx);
@@ -207,6 +318,10 @@ impl Driver for SimNic {
     }
 
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
+        if frame.gso_request().is_some() {
+            // May be longer than the MTU: checked against the GSO size.
+            return self.transmit_chain(TxChain::from_frame(frame));
+        }
         let max = self.capabilities().max_frame_len();
         if frame.len() > max {
             return Err(TxError::TooLong {
@@ -222,19 +337,51 @@ impl Driver for SimNic {
             // no frame silently: it gets an error and the slot returns to the pool.
             return Err(TxError::Device);
         }
-        self.in_flight.push_back(frame.into_device());
+        self.in_flight
+            .push_back(TxChain::from_frame(frame).into_device());
+        self.stats.tx_frames += 1;
+        Ok(())
+    }
+
+    /// Takes a chain as one packet: up to the MTU, or with a GSO request up to
+    /// [`with_offloads`](SimNic::with_offloads)' `gso_max_size` (refused with
+    /// [`TxError::ChainUnsupported`] when it is 0).
+    fn transmit_chain(&mut self, chain: TxChain) -> Result<(), TxError> {
+        let frames = chain.frame_count();
+        let Some(head) = chain.head() else {
+            return Err(TxError::ChainUnsupported { frames });
+        };
+        let max = match head.gso_request() {
+            None => self.capabilities().max_frame_len(),
+            Some(_) if self.gso_max_size == 0 => {
+                return Err(TxError::ChainUnsupported { frames });
+            }
+            Some(_) => self.gso_max_size + crate::ETHERNET_HEADER_LEN,
+        };
+        if chain.len() > max {
+            return Err(TxError::TooLong {
+                len: chain.len(),
+                max,
+            });
+        }
+        if chain.headroom() < self.tx_headroom {
+            return Err(TxError::NoHeadroom);
+        }
+        if self.in_flight.len() >= self.tx_queue {
+            return Err(TxError::Device);
+        }
+        self.in_flight.push_back(chain.into_device());
         self.stats.tx_frames += 1;
         Ok(())
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            medium: Medium::Ethernet,
-            mtu: self.mtu,
-            tx_headroom: self.tx_headroom,
-            checksum: ChecksumOffloads::empty(),
-            max_burst: Some(self.ring_size),
-        }
+        Capabilities::new(Medium::Ethernet, self.mtu)
+            .with_tx_headroom(self.tx_headroom)
+            .with_max_burst(Some(self.ring_size))
+            .with_checksum(self.checksum)
+            .with_gso(self.gso_max_size, GsoKinds::TCPV4.union(GsoKinds::TCPV6))
+            .with_rx_chains(self.rx_chains)
     }
 
     fn hardware_address(&self) -> HardwareAddress {

@@ -15,6 +15,14 @@
 //! TX frames, as it would against a real ring. (A duplicated frame's second copy is the one
 //! exception: it is kept on the heap.)
 //!
+//! Each end may offer its stack offloads ([`WireEnd::with_offloads`], [`WireOffloads`]), done
+//! as a NIC would: partial checksums completed before a frame leaves, received checksums
+//! verified and marked, a TCP super-segment cut into MSS-sized frames ([`GsoMode::Segment`],
+//! each frame then meets the faults on its own) or carried whole as a chain
+//! ([`GsoMode::Whole`], as a virtio host hands a GSO packet to its guest). A segmented
+//! super-segment's frames are written to the heap by the sending end, which frees its slots at
+//! once.
+//!
 //! [`Delivery::Lend`] (made by [`wire_pair_with`]) is the loopback variant: the receiver gets
 //! the sender's slot itself ([`InFlight::loop_back`]), so a frame crosses with no copy at all,
 //! as smoltcp's `Loopback` device hands over its buffer. Benchmarks that set zcnet beside
@@ -60,9 +68,11 @@ use core::task::{Context, Poll, Waker};
 use core::time::Duration;
 use spin::mutex::{SpinMutex as Mutex, SpinMutexGuard};
 
+use super::offload;
 use crate::{
-    Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, InFlight, LinkState,
-    Medium, RxFrame, TxError, TxFrame,
+    Capabilities, ChecksumOffloads, Driver, FramePool, GsoInfo, GsoKinds, HardwareAddress,
+    InFlight, InFlightChain, LinkState, Medium, PostedSlot, RxChain, RxFrame, TxChain, TxError,
+    TxFrame, MAX_CHAIN_SEGMENTS,
 };
 
 /// Time as a wire sees it: [`WireTimer::now`], from the timer's own origin.
@@ -139,6 +149,45 @@ pub enum Delivery {
     Lend,
 }
 
+/// What a [`WireEnd`] does with a TCP super-segment its stack marked for segmentation
+/// ([`GsoRequest`](crate::GsoRequest)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GsoMode {
+    /// The sending end cuts it into MSS-sized frames, as a TSO NIC does (IP lengths and IDs,
+    /// sequence numbers, FIN/PSH on the last, checksums); each frame crosses the wire, and
+    /// meets the faults, on its own.
+    #[default]
+    Segment,
+    /// It crosses whole, as one packet (faults apply to it as a whole), and arrives as a chain
+    /// with a [`GsoInfo`] mark and, as from a virtio host, its checksum still partial and
+    /// marked verified: the receiving end must take chains ([`WireOffloads::rx_chains`]), or
+    /// it drops the packet, counted as `too_long`.
+    Whole,
+}
+
+/// The offloads one [`WireEnd`] offers its stack ([`WireEnd::with_offloads`]). The default is
+/// none: the end behaves exactly as a plain wire end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WireOffloads {
+    /// Transmit: the end completes partial TCP and UDP checksums
+    /// ([`TxFrame::set_checksum_partial`]) before the frame leaves, as a NIC does, so the other
+    /// end sees correct checksums; it advertises [`ChecksumOffloads::TCP_TX`] and `UDP_TX`.
+    pub tx_checksum: bool,
+    /// Receive: the end checks the IPv4 header and TCP/UDP checksums of each received frame
+    /// and marks the frames that pass as [verified](RxFrame::checksum_verified); a packet that
+    /// crossed whole with a partial checksum ([`GsoMode::Whole`]) is marked verified unless the
+    /// wire corrupted it.
+    pub rx_checksum: bool,
+    /// Transmit: the largest super-segment taken (IP packet bytes; 0: no segmentation
+    /// offload). Advertised as [`Capabilities::gso_max_size`] for TCP over IPv4 and IPv6.
+    pub gso_max_size: usize,
+    /// What happens to a super-segment on the wire.
+    pub gso_mode: GsoMode,
+    /// Receive: packets larger than a slot arrive as chains
+    /// ([`Driver::poll_receive_chain`]); advertised as [`Capabilities::rx_chains`].
+    pub rx_chains: bool,
+}
+
 /// What one direction of the wire did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WireStats {
@@ -158,6 +207,11 @@ pub struct WireStats {
     pub too_long: u64,
     /// Frames dropped because the wire was full.
     pub overflow: u64,
+    /// Super-segments the sending end cut into frames ([`GsoMode::Segment`]); each frame is
+    /// counted in `sent`, `delivered` and the faults as well.
+    pub segmented: u64,
+    /// Partial checksums the sending end completed ([`WireOffloads::tx_checksum`]).
+    pub checksums_completed: u64,
 }
 
 /// xorshift64*: seeded, reproducible.
@@ -182,16 +236,50 @@ impl Rng {
 enum Payload {
     /// The sender's slot itself, released when the frame is delivered (or dropped).
     Slot(InFlight),
-    /// A duplicate's own copy.
+    /// The sender's slots, a packet crossing whole, released when it is delivered (boxed: the
+    /// queue's entries stay small).
+    Chain(Box<InFlightChain>),
+    /// A duplicate's own copy, an injected frame, a segment of a super-segment.
     Heap(Vec<u8>),
 }
 
 impl Payload {
-    fn bytes(&self) -> &[u8] {
+    /// Bytes in the packet.
+    fn len(&self) -> usize {
         match self {
-            Payload::Slot(f) => f,
-            Payload::Heap(v) => v,
+            Payload::Slot(f) => f.len(),
+            Payload::Chain(c) => c.len(),
+            Payload::Heap(v) => v.len(),
         }
+    }
+
+    /// Sender slots the payload holds (what counts against the sender's ring).
+    fn slots(&self) -> usize {
+        match self {
+            Payload::Slot(_) => 1,
+            Payload::Chain(c) => c.frame_count(),
+            Payload::Heap(_) => 0,
+        }
+    }
+
+    /// The bytes as one slice per part, in order.
+    fn parts(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let (one, chain): (Option<&[u8]>, Option<&InFlightChain>) = match self {
+            Payload::Slot(f) => (Some(&f[..]), None),
+            Payload::Heap(v) => (Some(&v[..]), None),
+            Payload::Chain(c) => (None, Some(c)),
+        };
+        one.into_iter()
+            .chain(chain.into_iter().flat_map(|c| c.iter()))
+    }
+
+    /// A copy of the bytes on the heap.
+    fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        for p in self.parts() {
+            v.extend_from_slice(p);
+        }
+        v
     }
 }
 
@@ -203,6 +291,23 @@ struct Queued {
     payload: Payload,
     /// A byte to flip on delivery: (index, bit mask).
     corrupt: Option<(usize, u8)>,
+    /// How a packet crossing whole was merged ([`GsoMode::Whole`]).
+    gso: Option<GsoInfo>,
+    /// Its checksum is partial (crossing whole): the receiver marks it verified unless
+    /// corrupted.
+    partial: bool,
+}
+
+impl Queued {
+    fn new(at: Instant, payload: Payload) -> Self {
+        Self {
+            at,
+            payload,
+            corrupt: None,
+            gso: None,
+            partial: false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -312,8 +417,10 @@ impl Shared {
 
 /// One end of the wire: a [`Driver`] over its own pool, made by [`wire_pair`].
 ///
-/// Ethernet, MTU `faults.mtu` less the 14-byte Ethernet header, no TX headroom, no checksum
-/// offloads, link always up. Its TX side may keep half its pool's slots on the wire at once
+/// Ethernet, MTU `faults.mtu` less the 14-byte Ethernet header, no TX headroom, link always
+/// up; no offloads unless [`with_offloads`](WireEnd::with_offloads) asks for some
+/// ([`WireOffloads`]: checksum completion and verification, segmentation or whole
+/// super-segments, chains on receive). Its TX side may keep half its pool's slots on the wire at once
 /// (its "TX ring"); further `poll_transmit_frame` calls are `Pending` until the other end
 /// receives some. Its RX side takes a slot from its pool for each frame it receives.
 pub struct WireEnd {
@@ -326,6 +433,11 @@ pub struct WireEnd {
     timer: Option<Box<dyn WireTimer>>,
     /// The ring size of the direction leaving this end (`Direction::ring`, fixed).
     ring: usize,
+    /// The offloads this end offers ([`WireEnd::with_offloads`]).
+    offloads: WireOffloads,
+    /// Receive buffers taken for a packet larger than one slot while the pool ran short; kept
+    /// for the next try (at most [`MAX_CHAIN_SEGMENTS`]).
+    rx_spare: Vec<PostedSlot>,
 }
 
 impl core::fmt::Debug for WireEnd {
@@ -438,11 +550,25 @@ fn make_pair(
         mac: [0x02, 0, 0, 0, 0, side as u8 + 1],
         timer,
         ring: (pools[side].slot_count() / 2).max(1),
+        offloads: WireOffloads::default(),
+        rx_spare: Vec::new(),
     };
     (end(0, t0), end(1, t1))
 }
 
 impl WireEnd {
+    /// The same end offering `offloads` to its stack (set it before handing the end to a
+    /// stack: a driver's capabilities do not change afterwards).
+    pub fn with_offloads(mut self, offloads: WireOffloads) -> Self {
+        self.offloads = offloads;
+        self
+    }
+
+    /// The offloads this end offers.
+    pub fn offloads(&self) -> WireOffloads {
+        self.offloads
+    }
+
     /// A handle to this end's counters and switches, usable while the end itself is owned
     /// (as a `&'static mut` driver) by a stack.
     pub fn handle(&self) -> WireHandle {
@@ -495,11 +621,8 @@ impl WireHandle {
     pub fn inject(&self, frame: &[u8]) {
         let mut dir = self.shared.dir(self.side);
         dir.stats.sent += 1;
-        dir.queue.push_back(Queued {
-            at: AT_ONCE,
-            payload: Payload::Heap(frame.to_vec()),
-            corrupt: None,
-        });
+        dir.queue
+            .push_back(Queued::new(AT_ONCE, Payload::Heap(frame.to_vec())));
         if let Some(w) = &dir.rx_waker {
             w.wake_by_ref();
         }
@@ -515,10 +638,13 @@ fn set_waker(slot: &mut Option<Waker>, cx: &Context<'_>) {
 }
 
 impl WireEnd {
-    /// A sender slot joins the queue of the direction leaving this end (`d`, locked): counted
+    /// Sender slots join the queue of the direction leaving this end (`d`, locked): counted
     /// against the ring, and the count mirrored for the lock-free ring check.
-    fn count_in_flight(&self, d: &mut Direction) {
-        d.slots_in_flight += 1;
+    fn count_in_flight(&self, d: &mut Direction, slots: usize) {
+        if slots == 0 {
+            return;
+        }
+        d.slots_in_flight += slots;
         self.shared.in_flight[self.side].store(d.slots_in_flight, Relaxed);
     }
 }
@@ -549,8 +675,8 @@ impl Drop for WireEnd {
         }
         let mut dir = self.shared.dir(self.side);
         for q in dir.queue.iter_mut() {
-            if let Payload::Slot(f) = &q.payload {
-                q.payload = Payload::Heap(f.to_vec());
+            if q.payload.slots() > 0 {
+                q.payload = Payload::Heap(q.payload.to_vec());
             }
         }
         dir.slots_in_flight = 0;
@@ -558,83 +684,280 @@ impl Drop for WireEnd {
     }
 }
 
+impl WireEnd {
+    /// The next packet from the other end, as a chain (one frame unless `chains` and the packet
+    /// is larger than a slot). A packet that cannot be delivered (larger than a slot while
+    /// `chains` is off, or than a chain holds) is dropped and counted as `too_long`.
+    fn poll_packet(&mut self, cx: &mut Context<'_>, chains: bool) -> Poll<RxChain> {
+        loop {
+            let mut dir = self.shared.dir(1 - self.side);
+            let (due, lend, len) = match dir.queue.front() {
+                None => {
+                    set_waker(&mut dir.rx_waker, cx);
+                    return Poll::Pending;
+                }
+                Some(q) => (
+                    q.at,
+                    self.shared.delivery == Delivery::Lend
+                        && q.corrupt.is_none()
+                        // A retained frame (a TCP socket keeps it) is copied, never lent.
+                        && match &q.payload {
+                            Payload::Slot(f) => !f.is_retained(),
+                            Payload::Chain(c) => chains && c.frames().all(|f| !f.is_retained()),
+                            Payload::Heap(_) => false,
+                        },
+                    q.payload.len(),
+                ),
+            };
+            // Frames without a delay are queued due at zero: no clock read on the fast path.
+            if due > AT_ONCE {
+                let timer = self
+                    .timer
+                    .as_mut()
+                    .expect("a delayed frame implies the wire has timers");
+                if due > timer.now() {
+                    set_waker(&mut dir.rx_waker, cx);
+                    drop(dir);
+                    if timer.poll_until(due, cx).is_ready() {
+                        cx.waker().wake_by_ref();
+                    }
+                    return Poll::Pending;
+                }
+            }
+            let needed = if lend {
+                0
+            } else {
+                len.div_ceil(self.pool.slot_size()).max(1)
+            };
+            let deliverable = needed <= 1 || (chains && needed <= MAX_CHAIN_SEGMENTS);
+            // Copying, the receiving NIC needs buffers; without them the packet waits (the pool
+            // wakes us). Lending, the sender's slots are the buffers.
+            if deliverable {
+                while self.rx_spare.len() < needed {
+                    match self.pool.poll_alloc_rx(cx) {
+                        Poll::Ready(s) => self.rx_spare.push(s),
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+            }
+            let q = dir.queue.pop_front().expect("front exists");
+            if deliverable {
+                dir.stats.delivered += 1;
+            } else {
+                dir.stats.too_long += 1;
+            }
+            let mut sender = None;
+            let held = q.payload.slots();
+            if held > 0 {
+                dir.slots_in_flight -= held;
+                self.shared.in_flight[1 - self.side].store(dir.slots_in_flight, Relaxed);
+                sender = dir.tx_waker.take();
+            }
+            drop(dir);
+            if let Some(w) = sender {
+                w.wake();
+            }
+            if !deliverable {
+                continue; // `q` drops: the sender's slots are free again
+            }
+            let corrupted = q.corrupt.is_some();
+            let mut chain = if lend {
+                match q.payload {
+                    Payload::Slot(frame) => match frame.loop_back() {
+                        Ok(rx) => RxChain::from_frame(rx),
+                        Err(_) => unreachable!("retained frames are not lent"),
+                    },
+                    Payload::Chain(c) => match (*c).loop_back() {
+                        Ok(rx) => rx,
+                        Err(_) => unreachable!("retained frames are not lent"),
+                    },
+                    Payload::Heap(_) => unreachable!("only slots are lent"),
+                }
+            } else {
+                let mut chain = RxChain::new();
+                let mut at = 0; // bytes of the packet copied so far
+                let mut parts = q.payload.parts();
+                let mut part: &[u8] = &[];
+                for mut slot in self.rx_spare.drain(..needed) {
+                    let cap = slot.capacity();
+                    let buf = slot.buffer_mut();
+                    let mut n = 0;
+                    while n < cap && at + n < len {
+                        if part.is_empty() {
+                            part = parts.next().unwrap_or(&[]);
+                            if part.is_empty() {
+                                break;
+                            }
+                        }
+                        let k = part.len().min(cap - n);
+                        buf[n..n + k].copy_from_slice(&part[..k]); // the receiving NIC's DMA
+                        part = &part[k..];
+                        n += k;
+                    }
+                    if let Some((i, mask)) = q.corrupt {
+                        if (at..at + n).contains(&i) {
+                            buf[i - at] ^= mask;
+                        }
+                    }
+                    at += n;
+                    match slot.complete(n) {
+                        Ok(f) => {
+                            if chain.push(f).is_err() {
+                                unreachable!("needed <= MAX_CHAIN_SEGMENTS");
+                            }
+                        }
+                        Err(_) => unreachable!("n <= capacity"),
+                    }
+                }
+                drop(parts);
+                // The sender's slots (if the payload holds any) complete here and return to
+                // their pool.
+                drop(q.payload);
+                chain
+            };
+            let verified = if q.partial {
+                !corrupted
+            } else if self.offloads.rx_checksum {
+                match chain.frame_count() {
+                    1 => chain.head().is_some_and(|f| offload::l4_checksum_ok(f)),
+                    _ => {
+                        let mut bytes = std::vec![0u8; chain.len()];
+                        chain.copy_to(&mut bytes, crate::CopySite::Driver);
+                        offload::l4_checksum_ok(&bytes)
+                    }
+                }
+            } else {
+                false
+            };
+            if let Some(head) = chain.head_mut() {
+                head.set_checksum_verified(verified);
+                head.set_gso_info(q.gso);
+            }
+            return Poll::Ready(chain);
+        }
+    }
+
+    /// Puts one packet on the wire (its length checked against the MTU, or the GSO size for a
+    /// packet crossing whole), through the faults.
+    fn send(
+        &mut self,
+        payload: Payload,
+        gso: Option<GsoInfo>,
+        partial: bool,
+    ) -> Result<(), TxError> {
+        let mut dir = self.shared.dir(self.side);
+        let d = &mut *dir;
+        d.stats.sent += 1;
+        let max = match gso {
+            Some(_) => self.offloads.gso_max_size + crate::ETHERNET_HEADER_LEN,
+            None => d.faults.mtu,
+        };
+        if payload.len() > max {
+            d.stats.too_long += 1;
+            return Err(TxError::TooLong {
+                len: payload.len(),
+                max,
+            });
+        }
+        let queued = |at, payload| Queued {
+            gso,
+            partial,
+            ..Queued::new(at, payload)
+        };
+        if d.perfect && !d.cut {
+            // Nothing to draw: the frame joins the queue as it is, due at once.
+            if d.queue.len() >= d.faults.capacity {
+                d.stats.overflow += 1;
+                return Ok(()); // tail-dropped: "transmitted", its slot is free again
+            }
+            self.count_in_flight(d, payload.slots());
+            d.queue.push_back(queued(AT_ONCE, payload));
+            if let Some(w) = &d.rx_waker {
+                w.wake_by_ref();
+            }
+            return Ok(());
+        }
+        if d.cut || d.rng.chance(d.faults.loss) {
+            d.stats.lost += 1;
+            return Ok(()); // the frame drops here: "transmitted", its slot is free again
+        }
+        let duplicate = d.rng.chance(d.faults.duplicate);
+        let mut frames = [Some(payload), None];
+        if duplicate {
+            d.stats.duplicated += 1;
+            frames[1] = frames[0].as_ref().map(|p| Payload::Heap(p.to_vec()));
+        }
+        for payload in frames.into_iter().flatten() {
+            if d.queue.len() >= d.faults.capacity {
+                d.stats.overflow += 1;
+                continue;
+            }
+            self.count_in_flight(d, payload.slots());
+            let len = payload.len();
+            let corrupt = if d.rng.chance(d.faults.corrupt) && len > 0 {
+                d.stats.corrupted += 1;
+                let i = (d.rng.next() % len as u64) as usize;
+                Some((i, 1u8 << (d.rng.next() % 8)))
+            } else {
+                None
+            };
+            // Due at once unless delayed (zero: no clock read, see `poll_packet`).
+            let at = if d.faults.delay.is_zero() {
+                AT_ONCE
+            } else {
+                let timer = self.timer.as_ref().expect("checked by wire_pair_with");
+                timer.now() + d.faults.delay
+            };
+            let q = Queued {
+                corrupt,
+                ..queued(at, payload)
+            };
+            if d.rng.chance(d.faults.reorder) && !d.queue.is_empty() {
+                // Deliver ahead of the last queued frame (which then arrives after this one).
+                let last = d.queue.len() - 1;
+                let at = d.queue[last].at;
+                d.queue.insert(last, Queued { at, ..q });
+                d.stats.reordered += 1;
+            } else {
+                d.queue.push_back(q);
+            }
+        }
+        // The receiver's waker stays registered (it is the same task every time).
+        if let Some(w) = &d.rx_waker {
+            w.wake_by_ref();
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of a chain, copied out (the simulated device reading its scatter-gather list).
+fn flatten(chain: &TxChain) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(chain.len());
+    for part in chain.iter() {
+        bytes.extend_from_slice(part);
+    }
+    bytes
+}
+
 impl Driver for WireEnd {
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
-        let mut dir = self.shared.dir(1 - self.side);
-        let (due, lend) = match dir.queue.front() {
-            None => {
-                set_waker(&mut dir.rx_waker, cx);
-                return Poll::Pending;
-            }
-            Some(q) => (
-                q.at,
-                self.shared.delivery == Delivery::Lend
-                    && q.corrupt.is_none()
-                    // A retained frame (a TCP socket keeps it) is copied, never lent.
-                    && matches!(&q.payload, Payload::Slot(f) if !f.is_retained()),
-            ),
-        };
-        // Frames without a delay are queued due at zero: no clock read on the fast path.
-        if due > AT_ONCE {
-            let timer = self
-                .timer
-                .as_mut()
-                .expect("a delayed frame implies the wire has timers");
-            if due > timer.now() {
-                set_waker(&mut dir.rx_waker, cx);
-                drop(dir);
-                if timer.poll_until(due, cx).is_ready() {
-                    cx.waker().wake_by_ref();
+        loop {
+            match self.poll_packet(cx, false) {
+                Poll::Ready(mut chain) => {
+                    if let Some(frame) = chain.pop_front() {
+                        return Poll::Ready(frame);
+                    }
                 }
-                return Poll::Pending;
-            }
-        }
-        // Copying, the receiving NIC needs a buffer; without one the frame waits (the pool wakes
-        // us). Lending, the sender's slot is the buffer.
-        let slot = if lend {
-            None
-        } else {
-            match self.pool.poll_alloc_rx(cx) {
-                Poll::Ready(s) => Some(s),
                 Poll::Pending => return Poll::Pending,
             }
-        };
-        let q = dir.queue.pop_front().expect("front exists");
-        dir.stats.delivered += 1;
-        let mut sender = None;
-        if matches!(q.payload, Payload::Slot(_)) {
-            dir.slots_in_flight -= 1;
-            self.shared.in_flight[1 - self.side].store(dir.slots_in_flight, Relaxed);
-            sender = dir.tx_waker.take();
         }
-        drop(dir);
-        if let Some(w) = sender {
-            w.wake();
-        }
-        let Some(mut slot) = slot else {
-            let Payload::Slot(frame) = q.payload else {
-                unreachable!("only slots are lent")
-            };
-            match frame.loop_back() {
-                Ok(rx) => return Poll::Ready(rx),
-                Err(_) => unreachable!("retained frames are not lent"),
-            }
-        };
-        let bytes = q.payload.bytes();
-        let n = bytes.len().min(slot.capacity());
-        let buf = &mut slot.buffer_mut()[..n];
-        buf.copy_from_slice(&bytes[..n]); // the receiving NIC's DMA
-        if let Some((i, mask)) = q.corrupt {
-            if let Some(b) = buf.get_mut(i) {
-                *b ^= mask;
-            }
-        }
-        // The sender's slot (if the payload is one) completes here and returns to its pool.
-        drop(q);
-        match slot.complete(n) {
-            Ok(f) => Poll::Ready(f),
-            Err(_) => unreachable!("n <= capacity"),
-        }
+    }
+
+    /// Packets larger than a slot arrive as chains when this end's
+    /// [`WireOffloads::rx_chains`] is on; otherwise as [`poll_receive`](Self::poll_receive).
+    fn poll_receive_chain(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
+        let chains = self.offloads.rx_chains;
+        self.poll_packet(cx, chains)
     }
 
     fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
@@ -662,105 +985,84 @@ impl Driver for WireEnd {
     }
 
     fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
-        let mut dir = self.shared.dir(self.side);
-        let d = &mut *dir;
-        d.stats.sent += 1;
-        if frame.len() > d.faults.mtu {
-            d.stats.too_long += 1;
-            return Err(TxError::TooLong {
-                len: frame.len(),
-                max: d.faults.mtu,
-            });
+        if frame.has_marks() {
+            return self.transmit_chain(TxChain::from_frame(frame));
         }
-        if d.perfect && !d.cut {
-            // Nothing to draw: the frame joins the queue as it is, due at once.
-            if d.queue.len() >= d.faults.capacity {
-                d.stats.overflow += 1;
-                return Ok(()); // tail-dropped: "transmitted", its slot is free again
+        self.send(Payload::Slot(frame.into_device()), None, false)
+    }
+
+    /// Sends a chain: one packet over several of the sender's slots. A
+    /// [`GsoRequest`](crate::GsoRequest) is honoured as the end's [`GsoMode`] says (refused with
+    /// [`TxError::ChainUnsupported`] when the end offers no segmentation, or the headers are not
+    /// Ethernet + IPv4/IPv6 + TCP of the kind named); a partial checksum is completed first
+    /// when the end offers [`WireOffloads::tx_checksum`].
+    fn transmit_chain(&mut self, mut chain: TxChain) -> Result<(), TxError> {
+        let frames = chain.frame_count();
+        let Some(head) = chain.head() else {
+            return Err(TxError::ChainUnsupported { frames });
+        };
+        let csum = head.checksum_partial();
+        let gso = head.gso_request();
+        if let Some(req) = gso {
+            if self.offloads.gso_max_size == 0
+                || !GsoKinds::all().contains(req.kind.flag())
+                || chain.len() > self.offloads.gso_max_size + crate::ETHERNET_HEADER_LEN
+            {
+                return Err(TxError::ChainUnsupported { frames });
             }
-            self.count_in_flight(d);
-            d.queue.push_back(Queued {
-                at: AT_ONCE,
-                payload: Payload::Slot(frame.into_device()),
-                corrupt: None,
-            });
-            if let Some(w) = &d.rx_waker {
-                w.wake_by_ref();
-            }
-            return Ok(());
-        }
-        if d.cut || d.rng.chance(d.faults.loss) {
-            d.stats.lost += 1;
-            return Ok(()); // the frame drops here: "transmitted", its slot is free again
-        }
-        let duplicate = d.rng.chance(d.faults.duplicate);
-        let mut frames = [Some(Payload::Slot(frame.into_device())), None];
-        if duplicate {
-            d.stats.duplicated += 1;
-            frames[1] = frames[0]
-                .as_ref()
-                .map(|p| Payload::Heap(p.bytes().to_vec()));
-        }
-        for payload in frames.into_iter().flatten() {
-            if d.queue.len() >= d.faults.capacity {
-                d.stats.overflow += 1;
-                continue;
-            }
-            if matches!(payload, Payload::Slot(_)) {
-                self.count_in_flight(d);
-            }
-            let len = payload.bytes().len();
-            let corrupt = if d.rng.chance(d.faults.corrupt) && len > 0 {
-                d.stats.corrupted += 1;
-                let i = (d.rng.next() % len as u64) as usize;
-                Some((i, 1u8 << (d.rng.next() % 8)))
-            } else {
-                None
-            };
-            // Due at once unless delayed (zero: no clock read, see `poll_receive`).
-            let at = if d.faults.delay.is_zero() {
-                AT_ONCE
-            } else {
-                let timer = self.timer.as_ref().expect("checked by wire_pair_with");
-                timer.now() + d.faults.delay
-            };
-            if d.rng.chance(d.faults.reorder) && !d.queue.is_empty() {
-                // Deliver ahead of the last queued frame (which then arrives after this one).
-                let last = d.queue.len() - 1;
-                let at = d.queue[last].at;
-                d.queue.insert(
-                    last,
-                    Queued {
-                        at,
-                        payload,
-                        corrupt,
-                    },
+            if self.offloads.gso_mode == GsoMode::Whole {
+                let info = GsoInfo {
+                    kind: req.kind,
+                    segment_size: req.segment_size,
+                };
+                return self.send(
+                    Payload::Chain(Box::new(chain.into_device())),
+                    Some(info),
+                    csum.is_some(),
                 );
-                d.stats.reordered += 1;
-            } else {
-                d.queue.push_back(Queued {
-                    at,
-                    payload,
-                    corrupt,
-                });
+            }
+            // The NIC reads the packet and cuts it; the sender's slots are done with at once.
+            let bytes = flatten(&chain);
+            drop(chain);
+            let segments =
+                offload::segment(&bytes, req).map_err(|_| TxError::ChainUnsupported { frames })?;
+            self.shared.dir(self.side).stats.segmented += 1;
+            let mut result = Ok(());
+            for seg in segments {
+                if let Err(e) = self.send(Payload::Heap(seg), None, false) {
+                    result = result.and(Err(e));
+                }
+            }
+            return result;
+        }
+        if let (Some(c), true) = (csum, self.offloads.tx_checksum) {
+            if chain.complete_checksum(usize::from(c.start), usize::from(c.offset)) {
+                self.shared.dir(self.side).stats.checksums_completed += 1;
             }
         }
-        // The receiver's waker stays registered (it is the same task every time).
-        if let Some(w) = &d.rx_waker {
-            w.wake_by_ref();
-        }
-        Ok(())
+        let payload = if frames == 1 {
+            match chain.pop_front() {
+                Some(frame) => Payload::Slot(frame.into_device()),
+                None => return Err(TxError::ChainUnsupported { frames }),
+            }
+        } else {
+            Payload::Chain(Box::new(chain.into_device()))
+        };
+        self.send(payload, None, false)
     }
 
     fn capabilities(&self) -> Capabilities {
         let mtu = self.shared.dir(self.side).faults.mtu;
-        Capabilities {
-            medium: Medium::Ethernet,
-            mtu: mtu - crate::ETHERNET_HEADER_LEN,
-            tx_headroom: 0,
-            checksum: ChecksumOffloads::empty(),
-            max_burst: None,
-        }
+        let o = self.offloads;
+        let checksum = if o.tx_checksum {
+            ChecksumOffloads::TCP_TX.union(ChecksumOffloads::UDP_TX)
+        } else {
+            ChecksumOffloads::empty()
+        };
+        Capabilities::new(Medium::Ethernet, mtu - crate::ETHERNET_HEADER_LEN)
+            .with_checksum(checksum)
+            .with_gso(o.gso_max_size, GsoKinds::all())
+            .with_rx_chains(o.rx_chains)
     }
 
     fn hardware_address(&self) -> HardwareAddress {
