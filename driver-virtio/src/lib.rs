@@ -21,8 +21,8 @@
 //! * **TX**: the virtio-net header is written into the [`TxFrame`](zcnet_buffer::TxFrame)'s
 //!   headroom, header and frame go to the device as one buffer, and the slot stays an
 //!   [`InFlight`](zcnet_buffer::InFlight) until the device returns it. A full TX queue is
-//!   back-pressure: the stack's egress waits for the TX interrupt, the only time the driver
-//!   asks for one.
+//!   back-pressure: the stack's egress waits for the TX interrupt. The driver asks for one
+//!   then, and while a retained frame the stack waits to resend is still with the device.
 //! * **Doorbells**: posting only publishes; [`Driver::flush`](zcnet_buffer::Driver::flush) (which
 //!   the stack calls after every run of transmits and refills) notifies each queue once, and
 //!   only when the device's event index asks for it.
