@@ -30,6 +30,10 @@
 //!   it counts and wakes the waiting task, without a lock, so it is safe in interrupt context.
 //! * **Link state**: read from the device's configuration space (`VIRTIO_NET_F_STATUS`); a
 //!   configuration-change interrupt wakes the stack's link watcher.
+//! * **One write per doorbell**: [`Doorbells`] wraps a transport so that a notification is one
+//!   write at the queue's doorbell, its address read once when the queue is set up
+//!   (virtio-drivers' PCI transport re-reads it, with a queue select, on every notification),
+//!   and counts notifications for any driver over it.
 //! * **Counters**: [`VirtioIrq::stats`] gives frames, bytes, drops by reason, doorbells and
 //!   interrupts.
 //!
@@ -74,9 +78,11 @@ mod logging;
 
 mod irq;
 mod net;
+mod notify;
 mod ring;
 mod shared;
 
 pub use irq::{VirtioIrq, VirtioStats};
 pub use net::{VirtioError, VirtioNet, MIN_RX_BUFFER, MTU};
+pub use notify::{Doorbells, PciNotify, DIRECT_QUEUES};
 pub use shared::SharedTransport;
