@@ -82,6 +82,11 @@ mod notify;
 mod ring;
 mod shared;
 
+// The inert test transport, shared by the unit tests of `ring` and `notify`.
+#[cfg(test)]
+#[path = "../tests/support/inert_transport.rs"]
+mod inert_transport;
+
 pub use irq::{VirtioIrq, VirtioStats};
 pub use net::{VirtioError, VirtioNet, MIN_RX_BUFFER, MTU};
 pub use notify::{Doorbells, PciNotify, DIRECT_QUEUES};

@@ -64,7 +64,14 @@ pub struct PciNotify {
 
 /// A [`Transport`] around `T` whose `notify` is one write to the queue's doorbell (with a
 /// [`PciNotify`] layout) and, with [`counted`](Self::counted), counted. Everything else
-/// forwards to `T`. See the [module docs](self).
+/// forwards to `T`.
+///
+/// virtio-drivers 0.13's `PciTransport::notify` selects the queue, reads its
+/// `queue_notify_off` back and then writes the doorbell: three register accesses (three exits
+/// under a hypervisor) per notification. The offset is fixed once the queue is set up, so this
+/// wrapper reads it once, at `queue_set`, and a notification is one 16-bit write of the queue
+/// index at the doorbell. A doorbell the device places outside its notify structure is not
+/// used: that queue goes through `T`'s own `notify`.
 ///
 /// ```ignore
 /// static KICKS: AtomicU64 = AtomicU64::new(0);
@@ -235,17 +242,13 @@ impl<T: Transport> Transport for Doorbells<T> {
 }
 
 #[cfg(test)]
-#[path = "../tests/support/inert_transport.rs"]
-mod inert_transport;
-
-#[cfg(test)]
 mod tests {
     extern crate std;
 
     use std::boxed::Box;
 
-    use super::inert_transport::{Areas as Inner, COUNTED_QUEUES};
     use super::*;
+    use crate::inert_transport::{Areas as Inner, COUNTED_QUEUES};
 
     // The test transport counts every queue the tests notify.
     const _: () = assert!(DIRECT_QUEUES < COUNTED_QUEUES);

@@ -494,10 +494,6 @@ impl<H: Hal, const SIZE: usize> Ring<H, SIZE> {
 mod identity_hal;
 
 #[cfg(test)]
-#[path = "../tests/support/inert_transport.rs"]
-mod inert_transport;
-
-#[cfg(test)]
 mod tests {
     extern crate std;
 
@@ -507,7 +503,7 @@ mod tests {
     use super::*;
 
     use super::identity_hal::IdentityHal as TestHal;
-    use super::inert_transport::Areas;
+    use crate::inert_transport::Areas;
 
     const N: usize = 8;
 

@@ -1,7 +1,7 @@
 //! [`Areas`], an inert test `Transport` shared by the unit tests of the ring (`src/ring.rs`) and
-//! of the doorbell wrapper (`src/notify.rs`), which include this file with `#[path]`: it records
-//! where the last queue was placed and counts notifications per queue; everything else does
-//! nothing.
+//! of the doorbell wrapper (`src/notify.rs`); `src/lib.rs` includes this file with `#[path]`.
+//! It records where the last queue was placed and counts notifications per queue; everything
+//! else does nothing.
 
 use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus, Transport};
 use virtio_drivers::PhysAddr;
