@@ -663,7 +663,12 @@ pub fn response(
     keep_alive: bool,
     head_only: bool,
 ) -> Vec<u8> {
-    let mut out = String::new();
+    // Sized first (a counting pass moves no bytes), so that neither the head nor the body is
+    // copied again by a reallocation.
+    let mut count = Window::counter();
+    let _ = write_head(&mut count, status, content_type, body.len(), keep_alive);
+    let body_len = if head_only { 0 } else { body.len() };
+    let mut out = String::with_capacity(count.seen + body_len);
     // Writing to a `String` cannot fail.
     let _ = write_head(&mut out, status, content_type, body.len(), keep_alive);
     let mut out = out.into_bytes();
