@@ -473,6 +473,13 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         self.header_len
     }
 
+    /// The transport the driver owns, to look at (a wrapper's state, such as which queues
+    /// [`Doorbells`](crate::Doorbells) rings directly). Calls through it that touch the device
+    /// would race the driver's own: use [`SharedTransport`](crate::SharedTransport) for those.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
     /// The feature bits the driver accepted (virtio 1.x numbering: bit 5 `VIRTIO_NET_F_MAC`,
     /// 29 `VIRTIO_F_EVENT_IDX`, 32 `VIRTIO_F_VERSION_1`, ...).
     pub fn features(&self) -> u64 {

@@ -14,7 +14,7 @@
 //! `/stats` and the console ([`location`]).
 
 use core::fmt;
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use virtio_drivers::transport::SomeTransport;
 use zcnet_virtio::Doorbells;
@@ -111,6 +111,27 @@ static KICKS: AtomicU64 = AtomicU64::new(0);
 /// Queue notifications (kicks) since boot.
 pub fn kicks() -> u64 {
     KICKS.load(Relaxed)
+}
+
+/// Set when the zcnet driver's RX and TX queues both got a doorbell of their own (one write
+/// per notification), see [`note_doorbells`].
+static DIRECT_DOORBELLS: AtomicBool = AtomicBool::new(false);
+
+/// Records whether `transport`, after the driver set its queues up, rings queues 0 (RX) and 1
+/// (TX) with one write each.
+pub fn note_doorbells(transport: &NicTransport) {
+    let direct = transport.doorbell(0).is_some() && transport.doorbell(1).is_some();
+    DIRECT_DOORBELLS.store(direct, Relaxed);
+}
+
+/// How the driver's notifications reach the device, for `/stats`: `"direct"` (one write at the
+/// queue's doorbell, read once at set-up) or `"transport"` (the transport's own `notify`).
+pub fn doorbell_kind() -> &'static str {
+    if DIRECT_DOORBELLS.load(Relaxed) {
+        "direct"
+    } else {
+        "transport"
+    }
 }
 
 /// Wraps the transport [`find_virtio_net`] found so that its notifications are counted
