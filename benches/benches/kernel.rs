@@ -40,7 +40,11 @@
 //!      exchanges (a few digits of JSON), well under one request's worth in N.
 //!    * **guest CPU**: around each iperf3 and wrk run the benchmark reads `/stats` and reports
 //!      the share of the time the guest was not halted (`kernel.busy_ns` over
-//!      `kernel.uptime_ns`) and, for wrk, the guest's busy microseconds per request. Under TCG
+//!      `kernel.uptime_ns`) and, for wrk, the guest's busy microseconds per request.
+//!    * **kicks and interrupts per MB** of each iperf3 run (10^6 bytes received by the
+//!      receiving end): `/stats`'s `kernel.nic.kicks` (queue notifications, counted by the
+//!      transport wrapper both kernels' drivers go through) and `kernel.nic.interrupts` (NIC
+//!      interrupts taken, counted by the kernel's interrupt dispatcher), read around the run. Under TCG
 //!      the guest's emulated CPU is the scarce resource; these say how much of it each kernel
 //!      spends for its throughput.
 //!    * **idle wakeups**: a boot with `idle=S`; the guest settles for a second after `READY`,
@@ -52,7 +56,7 @@
 //!    `i` of zcnet and run `i` of the baseline ran back to back, so a slow phase of the shared
 //!    machine cancels within the pair, as in the `stack` benchmark) and the targets: zcnet
 //!    ≥ 1.2x the baseline's throughput and request rate, ≤ 0.5x its bytes copied per request,
-//!    and 0 wakeups while idle.
+//!    ≤ 0.1x its kicks and interrupts per MB of bulk, and 0 wakeups while idle.
 //!
 //! Everything runs under QEMU's TCG (no KVM on these machines): every guest instruction is
 //! translated, so the absolute figures are a fraction of what the same kernels do on hardware,
@@ -444,8 +448,8 @@ fn in_netns(ns: &Netns, program: &str, args: &[String], limit: Duration) -> Stri
 
 // ---- measurements ---------------------------------------------------------------------------
 
-/// Mbit/s received by the receiving end, from `iperf3 -J`.
-fn iperf(ns: &Netns, secs: u64, reverse: bool) -> f64 {
+/// Mbit/s and bytes received by the receiving end, from `iperf3 -J`.
+fn iperf(ns: &Netns, secs: u64, reverse: bool) -> (f64, f64) {
     let mut args: Vec<String> = ["-c", GUEST, "-J", "-t"]
         .iter()
         .map(|s| s.to_string())
@@ -460,10 +464,12 @@ fn iperf(ns: &Netns, secs: u64, reverse: bool) -> f64 {
     if let Some(e) = j.get("error").and_then(Json::as_str) {
         panic!("iperf3 failed: {e}");
     }
-    j.path(&["end", "sum_received", "bits_per_second"])
-        .and_then(Json::as_f64)
-        .unwrap_or_else(|| panic!("no end.sum_received.bits_per_second in: {out}"))
-        / 1e6
+    let get = |key: &str| {
+        j.path(&["end", "sum_received", key])
+            .and_then(Json::as_f64)
+            .unwrap_or_else(|| panic!("no end.sum_received.{key} in: {out}"))
+    };
+    (get("bits_per_second") / 1e6, get("bytes"))
 }
 
 /// (requests per second, requests, errors) from `wrk`'s output.
@@ -516,6 +522,10 @@ struct GuestStats {
     busy_ns: f64,
     /// Nanoseconds since the guest's clock started (`kernel.uptime_ns`).
     uptime_ns: f64,
+    /// Queue notifications the guest's driver made (`kernel.nic.kicks`).
+    kicks: f64,
+    /// NIC interrupts the guest took (`kernel.nic.interrupts`).
+    interrupts: f64,
 }
 
 fn stats(ns: &Netns) -> GuestStats {
@@ -539,6 +549,8 @@ fn stats(ns: &Netns) -> GuestStats {
         requests: num(&["http", "requests"]),
         busy_ns: num(&["kernel", "busy_ns"]),
         uptime_ns: num(&["kernel", "uptime_ns"]),
+        kicks: num(&["kernel", "nic", "kicks"]),
+        interrupts: num(&["kernel", "nic", "interrupts"]),
     }
 }
 
@@ -698,6 +710,30 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
             key: "iperf -R busy".into(),
             unit: "%",
             target: Target::None,
+        },
+        Row {
+            metric: "kicks per MB, iperf3",
+            key: "iperf kicks".into(),
+            unit: "per MB",
+            target: Target::AtMost(0.1),
+        },
+        Row {
+            metric: "kicks per MB, iperf3 -R",
+            key: "iperf -R kicks".into(),
+            unit: "per MB",
+            target: Target::AtMost(0.1),
+        },
+        Row {
+            metric: "NIC interrupts per MB, iperf3",
+            key: "iperf irqs".into(),
+            unit: "per MB",
+            target: Target::AtMost(0.1),
+        },
+        Row {
+            metric: "NIC interrupts per MB, iperf3 -R",
+            key: "iperf -R irqs".into(),
+            unit: "per MB",
+            target: Target::AtMost(0.1),
         },
     ]);
     for &c in plan.conns {
@@ -914,13 +950,20 @@ fn main() {
                 for (v, elf) in &elfs {
                     let g = Guest::boot(&ns, *v, elf, &cmdline(*v, ""));
                     let before = stats(&ns);
-                    let mbit = iperf(&ns, plan.iperf_secs, reverse);
-                    let busy = busy_percent(before, stats(&ns));
+                    let (mbit, bytes) = iperf(&ns, plan.iperf_secs, reverse);
+                    let after = stats(&ns);
                     drop(g);
+                    let busy = busy_percent(before, after);
+                    let mb = (bytes / 1e6).max(1e-9);
+                    let kicks = (after.kicks - before.kicks) / mb;
+                    let irqs = (after.interrupts - before.interrupts) / mb;
                     s.add(key, *v, mbit);
                     s.add(&format!("{key} busy"), *v, busy);
+                    s.add(&format!("{key} kicks"), *v, kicks);
+                    s.add(&format!("{key} irqs"), *v, irqs);
                     eprintln!(
-                        "run {run} {key} {}: {mbit:.1} Mbit/s, guest busy {busy:.0}%",
+                        "run {run} {key} {}: {mbit:.1} Mbit/s, guest busy {busy:.0}%, \
+                         {kicks:.1} kicks and {irqs:.1} interrupts per MB",
                         v.name()
                     );
                 }

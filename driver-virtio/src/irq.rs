@@ -250,6 +250,7 @@ pub struct VirtioStats {
     pub kicks_suppressed: u64,
     /// Times the driver asked for an RX interrupt: once per drained batch.
     pub rx_interrupt_requests: u64,
-    /// Times the driver asked for a TX interrupt: only while the stack waits for TX room.
+    /// Times the driver asked for a TX interrupt: only while the stack waits for TX room, or
+    /// for the return of a retained frame it waits to send again.
     pub tx_interrupt_requests: u64,
 }

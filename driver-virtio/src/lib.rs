@@ -21,8 +21,8 @@
 //! * **TX**: the virtio-net header is written into the [`TxFrame`](zcnet_buffer::TxFrame)'s
 //!   headroom, header and frame go to the device as one buffer, and the slot stays an
 //!   [`InFlight`](zcnet_buffer::InFlight) until the device returns it. A full TX queue is
-//!   back-pressure: the stack's egress waits for the TX interrupt, the only time the driver
-//!   asks for one.
+//!   back-pressure: the stack's egress waits for the TX interrupt. The driver asks for one
+//!   then, and while a retained frame the stack waits to resend is still with the device.
 //! * **Doorbells**: posting only publishes; [`Driver::flush`](zcnet_buffer::Driver::flush) (which
 //!   the stack calls after every run of transmits and refills) notifies each queue once, and
 //!   only when the device's event index asks for it.
@@ -30,6 +30,10 @@
 //!   it counts and wakes the waiting task, without a lock, so it is safe in interrupt context.
 //! * **Link state**: read from the device's configuration space (`VIRTIO_NET_F_STATUS`); a
 //!   configuration-change interrupt wakes the stack's link watcher.
+//! * **One write per doorbell**: [`Doorbells`] wraps a transport so that a notification is one
+//!   write at the queue's doorbell, its address read once when the queue is set up
+//!   (virtio-drivers' PCI transport re-reads it, with a queue select, on every notification),
+//!   and counts notifications for any driver over it.
 //! * **Counters**: [`VirtioIrq::stats`] gives frames, bytes, drops by reason, doorbells and
 //!   interrupts.
 //!
@@ -74,9 +78,16 @@ mod logging;
 
 mod irq;
 mod net;
+mod notify;
 mod ring;
 mod shared;
 
+// The inert test transport, shared by the unit tests of `ring` and `notify`.
+#[cfg(test)]
+#[path = "../tests/support/inert_transport.rs"]
+mod inert_transport;
+
 pub use irq::{VirtioIrq, VirtioStats};
 pub use net::{VirtioError, VirtioNet, MIN_RX_BUFFER, MTU};
+pub use notify::{Doorbells, PciNotify, DIRECT_QUEUES};
 pub use shared::SharedTransport;

@@ -28,7 +28,10 @@
 //!
 //! Interrupts: the RX queue's used-buffer notification is asked for once per batch, when
 //! [`Driver::poll_receive`] finds nothing and is about to return `Pending`; TX completions
-//! interrupt only while the stack waits for room (a `poll_transmit_*` returning `Pending`).
+//! interrupt only while the stack waits for room (a `poll_transmit_*` returning `Pending`), or
+//! for a retained frame the device still has ([`InFlight::is_watched`]: a retransmission that
+//! must wait for the frame's return; the interrupt wakes the sender, whose flush takes the
+//! frame back).
 //!
 //! # The token tables
 //!
@@ -40,7 +43,7 @@
 use core::fmt;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use core::task::{Context, Poll};
+use core::task::{Context, Poll, Waker};
 
 use heapless::Vec;
 use virtio_drivers::transport::{DeviceStatus, DeviceType, Transport};
@@ -286,6 +289,10 @@ pub struct VirtioNet<H: Hal, T: Transport, const QUEUE: usize> {
     broken: bool,
     /// The user calls [`Driver::flush`]: transmits only publish, the flush notifies.
     batched: bool,
+    /// The waker of the task that last asked for TX room or a TX frame (the stack's egress):
+    /// woken by the TX interrupt asked for while a frame in flight is watched
+    /// ([`InFlight::is_watched`]), see [`VirtioNet::watch_tx_returns`].
+    tx_waker: Option<Waker>,
 }
 
 /// What device initialisation settled, before the driver takes the transport.
@@ -352,6 +359,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             starved: false,
             broken: false,
             batched: false,
+            tx_waker: None,
         })
     }
 
@@ -463,6 +471,13 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     /// frame's headroom (and so [`Capabilities::tx_headroom`]).
     pub fn header_len(&self) -> usize {
         self.header_len
+    }
+
+    /// The transport the driver owns, to look at (a wrapper's state, such as which queues
+    /// [`Doorbells`](crate::Doorbells) rings directly). Calls through it that touch the device
+    /// would race the driver's own: use [`SharedTransport`](crate::SharedTransport) for those.
+    pub fn transport(&self) -> &T {
+        &self.transport
     }
 
     /// The feature bits the driver accepted (virtio 1.x numbering: bit 5 `VIRTIO_NET_F_MAC`,
@@ -653,6 +668,40 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             .store(self.tx.in_flight() as u64, Relaxed);
     }
 
+    /// Keeps `cx`'s waker as the sender's (cloned only when it changed).
+    fn note_sender(&mut self, cx: &Context<'_>) {
+        match &mut self.tx_waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+    }
+
+    /// At the end of a run, after the reclaim: while a frame the device still has is watched (a
+    /// task waits for its return to send it again, [`InFlight::is_watched`]), asks for a TX
+    /// interrupt at the next completion, for the sender's waker. TX completions raise no
+    /// interrupt otherwise, and this driver returns frames only when it is called, so without
+    /// it the watcher would wait for unrelated traffic to call the driver. The interrupt wakes
+    /// the sender, whose run ends with a flush that reclaims the frame, and dropping it wakes
+    /// the watcher.
+    fn watch_tx_returns(&mut self) {
+        while !self.broken && self.tx.in_flight() > 0 {
+            let Some(waker) = self.tx_waker.as_ref() else {
+                return;
+            };
+            if !self.tx_frames.iter().flatten().any(InFlight::is_watched) {
+                return;
+            }
+            self.irq.tx.register(waker);
+            Counters::bump(&self.counters().tx_interrupt_requests);
+            if !self.tx.enable_interrupts(0) {
+                return;
+            }
+            // Completions landed before the request and raised no interrupt: take them back
+            // and look again.
+            self.reclaim_tx();
+        }
+    }
+
     /// The TX queue has room (a free descriptor).
     fn tx_room(&self) -> bool {
         self.tx.free() > 0
@@ -758,6 +807,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
                 self.kick_rx();
                 // The end of an ingress run: sent frames go back, as in `flush`.
                 self.reclaim_tx();
+                self.watch_tx_returns();
                 return Poll::Pending;
             }
         }
@@ -767,6 +817,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         if self.broken {
             return Poll::Pending;
         }
+        self.note_sender(cx);
         self.reclaim_tx();
         if self.broken {
             return Poll::Pending;
@@ -798,6 +849,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         if self.broken {
             return Poll::Pending;
         }
+        self.note_sender(cx);
         self.reclaim_tx();
         if !self.tx_room() {
             self.wait_tx(cx, false);
@@ -877,10 +929,12 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         self.batched = true;
         if !self.broken {
             // Frames the device is done with go back now: a socket may wait on a retained
-            // frame's return (to send it again), and no TX interrupt is asked for it.
+            // frame's return (to send it again); for one the device still has, a TX interrupt
+            // is asked for (after the doorbell, which may be what starts its transmission).
             self.reclaim_tx();
             self.kick_rx();
             self.kick_tx();
+            self.watch_tx_returns();
         }
     }
 

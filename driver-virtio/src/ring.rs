@@ -500,68 +500,10 @@ mod tests {
     use std::vec;
     use std::vec::Vec;
 
-    use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus};
-    use zerocopy::{FromBytes, Immutable, IntoBytes};
-
     use super::*;
 
     use super::identity_hal::IdentityHal as TestHal;
-
-    /// Records where the ring was placed; everything else is inert.
-    #[derive(Default)]
-    struct Areas {
-        descriptors: u64,
-        driver: u64,
-        device: u64,
-    }
-
-    impl Transport for Areas {
-        fn device_type(&self) -> DeviceType {
-            DeviceType::Network
-        }
-        fn read_device_features(&mut self) -> u64 {
-            0
-        }
-        fn write_driver_features(&mut self, _driver_features: u64) {}
-        fn max_queue_size(&mut self, _queue: u16) -> u32 {
-            256
-        }
-        fn notify(&mut self, _queue: u16) {}
-        fn get_status(&self) -> DeviceStatus {
-            DeviceStatus::empty()
-        }
-        fn set_status(&mut self, _status: DeviceStatus) {}
-        fn set_guest_page_size(&mut self, _guest_page_size: u32) {}
-        fn requires_legacy_layout(&self) -> bool {
-            true
-        }
-        fn queue_set(&mut self, _queue: u16, _size: u32, d: PhysAddr, a: PhysAddr, u: PhysAddr) {
-            (self.descriptors, self.driver, self.device) = (d, a, u);
-        }
-        fn queue_unset(&mut self, _queue: u16) {}
-        fn queue_used(&mut self, _queue: u16) -> bool {
-            false
-        }
-        fn ack_interrupt(&mut self) -> InterruptStatus {
-            InterruptStatus::empty()
-        }
-        fn read_config_generation(&self) -> u32 {
-            0
-        }
-        fn read_config_space<V: FromBytes + IntoBytes>(
-            &self,
-            _offset: usize,
-        ) -> virtio_drivers::Result<V> {
-            Err(virtio_drivers::Error::Unsupported)
-        }
-        fn write_config_space<V: IntoBytes + Immutable>(
-            &mut self,
-            _offset: usize,
-            _value: V,
-        ) -> virtio_drivers::Result<()> {
-            Err(virtio_drivers::Error::Unsupported)
-        }
-    }
+    use crate::inert_transport::Areas;
 
     const N: usize = 8;
 

@@ -668,6 +668,79 @@ fn a_retained_frame_the_device_has_sent_is_returned_at_the_next_flush() {
 }
 
 #[test]
+fn a_retransmission_waiting_for_the_device_is_woken_by_the_tx_completion() {
+    let (mut net, device, pool, irq) = setup(64);
+    // The sender (the stack's egress) and, apart so that the test tells them apart, the
+    // waker the pool's retained waiter holds (in the stack: the egress's too).
+    let (sender_wakes, sender) = waker();
+    let (watcher_wakes, watcher) = waker();
+    let mut cx = Context::from_waker(&sender);
+    net.flush();
+    // A TCP segment goes out in a frame its socket keeps.
+    assert!(net.poll_transmit_ready(&mut cx).is_ready());
+    let mut tx = pool.try_alloc_tx().unwrap();
+    tx.append(60).unwrap().fill(9);
+    let mut kept = tx.retain().unwrap();
+    let Poll::Ready(lent) = kept.poll_send(&mut cx) else {
+        panic!("a fresh retained frame goes out");
+    };
+    net.transmit(lent).unwrap();
+    net.flush();
+    assert_eq!(
+        irq.stats().tx_interrupt_requests,
+        0,
+        "nobody waits for the frame: no TX interrupt"
+    );
+
+    // A retransmission timeout: the segment must go again, its frame is still with the device,
+    // so the sender watches it and ends its run.
+    assert!(kept
+        .poll_idle(&mut Context::from_waker(&watcher))
+        .is_pending());
+    net.flush();
+    assert_eq!(
+        irq.stats().tx_interrupt_requests,
+        1,
+        "a TX interrupt is asked for the watched frame"
+    );
+    // The device sends it and, asked to, interrupts.
+    assert_eq!(device.transmit_all().len(), 1);
+    assert_eq!(device.interrupts(TX), 1);
+    assert_eq!(
+        wakes(&watcher_wakes),
+        0,
+        "nothing has called the driver yet"
+    );
+    irq.handle_tx_interrupt();
+    assert_eq!(wakes(&sender_wakes), 1, "the TX interrupt wakes the sender");
+    // The sender's run ends with a flush, which takes the frame back: the watcher wakes.
+    net.flush();
+    assert_eq!(
+        wakes(&watcher_wakes),
+        1,
+        "the frame's return wakes the watcher"
+    );
+    let Poll::Ready(again) = kept.poll_send(&mut cx) else {
+        panic!("the returned frame can be sent again");
+    };
+    net.transmit(again).unwrap();
+    net.flush();
+
+    // Nobody watches the resent frame: its completion raises no interrupt.
+    assert_eq!(device.transmit_all().len(), 1);
+    assert_eq!(
+        device.interrupts(TX),
+        1,
+        "no TX interrupt for an unwatched frame"
+    );
+    assert_eq!(irq.stats().tx_interrupt_requests, 1);
+    net.flush();
+    assert!(kept.is_idle());
+    drop(kept);
+    pool.audit().unwrap();
+}
+
+#[test]
 fn runt_and_oversize_completions_are_dropped_and_counted() {
     let (mut net, device, pool, irq) = setup(64);
     let (_count, w) = waker();

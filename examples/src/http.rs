@@ -46,6 +46,7 @@
 //! The server counts what it shed and what timed out ([`HttpStatsSnapshot::shed`],
 //! [`HttpStatsSnapshot::timed_out`]).
 
+use alloc::borrow::Cow;
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::{String, ToString};
@@ -60,7 +61,7 @@ use zcnet_buffer::ledger::{CopySite, LEDGER};
 use zcnet_buffer::LinkState;
 use zcnet_executor::time::{now, timeout};
 use zcnet_executor::LocalSpawner;
-use zcnet_stack::tcp::{TcpBuffers, TcpCounters, TcpListener, TcpSocket, TcpStats};
+use zcnet_stack::tcp::{TcpBuffers, TcpCounters, TcpError, TcpListener, TcpSocket, TcpStats};
 use zcnet_stack::{DropReason, Stack, StackError};
 
 use crate::json::{object, Json};
@@ -631,6 +632,28 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
+/// Writes a response head (status line, headers, the blank line) to `w`: the one definition of
+/// the head's bytes, for [`response`] and for the server, which formats it straight into the
+/// connection's TX frames.
+pub fn write_head(
+    w: &mut impl fmt::Write,
+    status: u16,
+    content_type: &str,
+    content_length: usize,
+    keep_alive: bool,
+) -> fmt::Result {
+    write!(
+        w,
+        "HTTP/1.1 {status} {}\r\nServer: zcnet\r\nContent-Type: {content_type}\r\nContent-Length: {content_length}\r\nConnection: {}\r\n",
+        reason(status),
+        if keep_alive { "keep-alive" } else { "close" }
+    )?;
+    if status == 405 {
+        w.write_str("Allow: GET, HEAD\r\n")?;
+    }
+    w.write_str("\r\n")
+}
+
 /// A complete response: head and (unless `head_only`) body, as this server sends it (also
 /// used by the example kernel's smoltcp baseline, so both serve the same bytes).
 pub fn response(
@@ -640,21 +663,122 @@ pub fn response(
     keep_alive: bool,
     head_only: bool,
 ) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status} {}\r\nServer: zcnet\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: {}\r\n",
-        reason(status),
-        body.len(),
-        if keep_alive { "keep-alive" } else { "close" }
-    );
-    if status == 405 {
-        out.push_str("Allow: GET, HEAD\r\n");
-    }
-    out.push_str("\r\n");
+    // Sized first (a counting pass moves no bytes), so that neither the head nor the body is
+    // copied again by a reallocation.
+    let mut count = Window::counter();
+    let _ = write_head(&mut count, status, content_type, body.len(), keep_alive);
+    let body_len = if head_only { 0 } else { body.len() };
+    let mut out = String::with_capacity(count.seen + body_len);
+    // Writing to a `String` cannot fail.
+    let _ = write_head(&mut out, status, content_type, body.len(), keep_alive);
     let mut out = out.into_bytes();
     if !head_only {
         out.extend_from_slice(body);
     }
     out
+}
+
+/// A response as the server sends it: the head is formatted when it is written (straight into
+/// the connection's frames, [`send_response`]), the body stays where it is (the page in static
+/// memory, or a document built for this request).
+struct Response {
+    status: u16,
+    content_type: &'static str,
+    body: Cow<'static, [u8]>,
+    keep_alive: bool,
+    head_only: bool,
+}
+
+impl Response {
+    fn new(
+        status: u16,
+        content_type: &'static str,
+        body: Cow<'static, [u8]>,
+        keep_alive: bool,
+        head_only: bool,
+    ) -> Self {
+        Response {
+            status,
+            content_type,
+            body,
+            keep_alive,
+            head_only,
+        }
+    }
+
+    /// An error response (plain text, the connection closed after it).
+    fn error(status: u16) -> Self {
+        Self::new(
+            status,
+            "text/plain",
+            error_body(status).into(),
+            false,
+            false,
+        )
+    }
+
+    fn head(&self, w: &mut impl fmt::Write) -> fmt::Result {
+        write_head(
+            w,
+            self.status,
+            self.content_type,
+            self.body.len(),
+            self.keep_alive,
+        )
+    }
+
+    /// The head's length in bytes (formatted into a counter: no bytes are moved).
+    fn head_len(&self) -> usize {
+        let mut n = Window::counter();
+        // A `Window` never fails.
+        let _ = self.head(&mut n);
+        n.seen
+    }
+
+    /// The bytes sent after the head.
+    fn body(&self) -> &[u8] {
+        if self.head_only {
+            &[]
+        } else {
+            &self.body
+        }
+    }
+}
+
+/// A [`fmt::Write`] that keeps only bytes `skip..skip + out.len()` of what is written, in
+/// `out`: the part of a head that fits the frame at hand, formatted in place.
+struct Window<'a> {
+    out: &'a mut [u8],
+    skip: usize,
+    /// Bytes written to the window so far, kept or not.
+    seen: usize,
+}
+
+impl Window<'_> {
+    /// Keeps nothing, counts everything.
+    fn counter() -> Window<'static> {
+        Window {
+            out: &mut [],
+            skip: usize::MAX,
+            seen: 0,
+        }
+    }
+}
+
+impl fmt::Write for Window<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let s = s.as_bytes();
+        let start = self.seen;
+        self.seen += s.len();
+        // The overlap of `start..start + s.len()` with `skip..skip + out.len()`.
+        let from = self.skip.max(start);
+        let to = self.skip.saturating_add(self.out.len()).min(self.seen);
+        if from < to {
+            self.out[from - self.skip..to - self.skip]
+                .copy_from_slice(&s[from - start..to - start]);
+        }
+        Ok(())
+    }
 }
 
 /// The plain-text body of an error response: the status and its reason phrase.
@@ -807,16 +931,21 @@ pub fn tcp_stats_json(s: &TcpStats) -> Json {
     Json::Obj(m)
 }
 
-/// Chooses the response for a well-formed request on `sock`: (status, content type, body).
-fn route(req: &Request<'_>, shared: &Shared, sock: &TcpSocket) -> (u16, &'static str, Vec<u8>) {
+/// Chooses the response for a well-formed request on `sock`: (status, content type, body). The
+/// page is not copied: the body borrows it.
+fn route(
+    req: &Request<'_>,
+    shared: &Shared,
+    sock: &TcpSocket,
+) -> (u16, &'static str, Cow<'static, [u8]>) {
     if req.method != "GET" && req.method != "HEAD" {
-        return (405, "text/plain", error_body(405));
+        return (405, "text/plain", error_body(405).into());
     }
     match req.path {
         "/" | "/index.html" => (
             200,
             "text/html; charset=utf-8",
-            shared.config.index_html.as_bytes().to_vec(),
+            Cow::Borrowed(shared.config.index_html.as_bytes()),
         ),
         "/stats" => {
             let mut body = stats_json(
@@ -830,14 +959,17 @@ fn route(req: &Request<'_>, shared: &Shared, sock: &TcpSocket) -> (u16, &'static
             .to_compact()
             .into_bytes();
             body.push(b'\n');
-            (200, "application/json", body)
+            (200, "application/json", body.into())
         }
-        path => shared
+        path => match shared
             .config
             .extra_routes
             .as_ref()
             .and_then(|r| r.answer(path))
-            .unwrap_or_else(|| (404, "text/plain", error_body(404))),
+        {
+            Some((status, ctype, body)) => (status, ctype, body.into()),
+            None => (404, "text/plain", error_body(404).into()),
+        },
     }
 }
 
@@ -913,8 +1045,7 @@ async fn serve_requests(sock: &mut TcpSocket, shared: &Shared, permit: &Permit) 
                 permit.working();
                 shared.stats.0.requests.fetch_add(1, Relaxed);
                 shared.stats.count_status(431);
-                let out = response(431, "text/plain", &error_body(431), false, false);
-                return write_response(sock, config, &out)
+                return write_response(sock, config, &Response::error(431))
                     .await
                     .err()
                     .unwrap_or(Stop::Close);
@@ -925,19 +1056,17 @@ async fn serve_requests(sock: &mut TcpSocket, shared: &Shared, permit: &Permit) 
             }
         };
         shared.stats.0.requests.fetch_add(1, Relaxed);
-        let (status, out, keep_alive, body_len) = match parse_head(&buf[..end]) {
-            Err(status) => {
-                let out = response(status, "text/plain", &error_body(status), false, false);
-                (status, out, false, 0)
-            }
+        let (out, body_len) = match parse_head(&buf[..end]) {
+            Err(status) => (Response::error(status), 0),
             Ok(req) => {
                 let (status, ctype, body) = route(&req, shared, sock);
                 let head_only = req.method == "HEAD";
-                let out = response(status, ctype, &body, req.keep_alive, head_only);
-                (status, out, req.keep_alive, req.content_length)
+                let out = Response::new(status, ctype, body, req.keep_alive, head_only);
+                (out, req.content_length)
             }
         };
-        shared.stats.count_status(status);
+        let keep_alive = out.keep_alive;
+        shared.stats.count_status(out.status);
         // 2. Skip the body: what is already buffered, then the rest from the socket, by the
         //    request's deadline.
         let mut consumed = end;
@@ -979,12 +1108,52 @@ async fn serve_requests(sock: &mut TcpSocket, shared: &Shared, permit: &Permit) 
 
 /// Writes `out` within the write timeout: `Err(Stop::Late)` past it, `Err(Stop::Close)` when
 /// the connection failed.
-async fn write_response(sock: &mut TcpSocket, config: &HttpConfig, out: &[u8]) -> Result<(), Stop> {
-    match timeout(config.write_timeout, sock.write_all(out)).await {
+async fn write_response(
+    sock: &mut TcpSocket,
+    config: &HttpConfig,
+    out: &Response,
+) -> Result<(), Stop> {
+    match timeout(config.write_timeout, send_response(sock, out)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(Stop::Close),
         Err(_) => Err(Stop::Late),
     }
+}
+
+/// Queues `out` in the connection's TX frames, in place ([`TcpSocket::write_with`]): the head
+/// is formatted straight into the frames (no buffer in between), and the body is copied from
+/// where it is into them, the one copy of its bytes (counted in the copy ledger as
+/// [`CopySite::AppToSocket`], as `write` would). A head longer than the room of the frame at
+/// hand (a peer with a tiny MSS) is formatted again for each frame, each keeping its part.
+async fn send_response(sock: &mut TcpSocket, out: &Response) -> Result<(), TcpError> {
+    let head_len = out.head_len();
+    let mut done = 0;
+    while done < head_len {
+        done += sock
+            .write_with(|room| {
+                let n = room.len().min(head_len - done);
+                let mut w = Window {
+                    out: &mut room[..n],
+                    skip: done,
+                    seen: 0,
+                };
+                // A `Window` never fails.
+                let _ = out.head(&mut w);
+                (n, n)
+            })
+            .await?;
+    }
+    let body = out.body();
+    let mut done = 0;
+    while done < body.len() {
+        done += sock
+            .write_with(|room| {
+                let n = LEDGER.copy(CopySite::AppToSocket, room, &body[done..]);
+                (n, n)
+            })
+            .await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1273,6 +1442,32 @@ mod tests {
         }
         let s = stats.get();
         assert_eq!((s.timed_out, s.requests), (1, 1), "{s:?}");
+    }
+
+    #[test]
+    fn a_head_formatted_through_windows_of_any_size_is_the_same_bytes() {
+        let out = Response::new(405, "text/plain", Cow::Borrowed(b"body"), true, false);
+        let whole = response(405, "text/plain", b"body", true, false);
+        let head_len = out.head_len();
+        assert_eq!(head_len, whole.len() - 4);
+        for room in 1..=head_len {
+            let mut got = Vec::new();
+            while got.len() < head_len {
+                let mut part = vec![0u8; room.min(head_len - got.len())];
+                let mut w = Window {
+                    out: &mut part,
+                    skip: got.len(),
+                    seen: 0,
+                };
+                out.head(&mut w).unwrap();
+                assert_eq!(w.seen, head_len);
+                got.extend_from_slice(&part);
+            }
+            assert_eq!(got, whole[..head_len], "windows of {room} bytes");
+        }
+        assert_eq!(out.body(), b"body");
+        let head = Response::new(200, "text/html", Cow::Borrowed(b"body"), false, true);
+        assert!(head.body().is_empty(), "HEAD: no body");
     }
 
     #[test]

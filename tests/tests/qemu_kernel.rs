@@ -104,7 +104,8 @@ fn curl(mut cmd: Command, url: &str) -> (String, String, ToolOutput) {
 /// `/stats` parses as JSON and holds the stack's and the virtio driver's counters (which saw
 /// at least this request's handshake and head, and no device error), the pool's occupancy, the
 /// copy ledger, and the kernel's own counters (the traffic woke its idle loop through the
-/// device; the NIC's transport and the clock's reference are `machine`'s).
+/// device; its kicks are the driver's doorbells and its NIC interrupts at least those the driver
+/// was told of; the NIC's transport and the clock's reference are `machine`'s).
 fn check_stats(body: &str, machine: Machine) {
     let j = json::parse(body.as_bytes()).unwrap_or_else(|e| panic!("/stats: {e}: {body}"));
     let num = |path: &[&str]| {
@@ -118,6 +119,35 @@ fn check_stats(body: &str, machine: Machine) {
     assert!(num(&["pool", "slots"]) > 0, "{body}");
     assert!(j.get("copy_ledger").is_some(), "no copy_ledger in {body}");
     assert!(num(&["kernel", "wakeups", "device"]) >= 1, "{body}");
+    // The transport wrapper counts every doorbell the driver rang (on q35 each one register
+    // write at the address read at set-up); the interrupt dispatcher every NIC interrupt.
+    assert!(num(&["kernel", "nic", "kicks"]) >= 1, "{body}");
+    // On q35 each doorbell is one write at the address read at set-up; virtio-mmio's doorbell
+    // register is one write already, through the transport.
+    let doorbells = j
+        .path(&["kernel", "nic", "doorbells"])
+        .and_then(Json::as_str);
+    let expected = match machine {
+        Machine::Q35 => "direct",
+        Machine::Microvm => "transport",
+    };
+    assert_eq!(doorbells, Some(expected), "{body}");
+    assert_eq!(
+        num(&["kernel", "nic", "kicks"]),
+        num(&["virtio", "rx_kicks"]) + num(&["virtio", "tx_kicks"]),
+        "{body}"
+    );
+    let handled = [
+        "rx_interrupts",
+        "tx_interrupts",
+        "shared_interrupts",
+        "config_interrupts",
+    ]
+    .iter()
+    .map(|k| num(&["virtio", k]))
+    .sum::<u64>();
+    assert!(handled >= 1, "{body}");
+    assert!(num(&["kernel", "nic", "interrupts"]) >= handled, "{body}");
     let text = |path: &[&str]| {
         j.path(path)
             .and_then(Json::as_str)

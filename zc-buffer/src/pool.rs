@@ -850,6 +850,13 @@ impl FramePool {
         true
     }
 
+    /// Whether a SENT slot is marked watched ([`watch_retained`](Self::watch_retained)): a task
+    /// waits for the device to let go of it. A statistic-grade read (Relaxed): the caller only
+    /// decides whether to ask its device for a completion interrupt.
+    pub(crate) fn is_watched(&self, slot: u32) -> bool {
+        self.meta[slot as usize].state.load(Relaxed) & WATCHED != 0
+    }
+
     /// Whether a retained slot is RETAINED (device done) rather than SENT.
     pub(crate) fn is_idle(&self, slot: u32) -> bool {
         self.meta[slot as usize].state.load(Acquire) == SlotState::Retained as u8

@@ -363,6 +363,17 @@ impl InFlight {
         self.retained
     }
 
+    /// Whether a task waits for this retained frame to come back from the device, to send it
+    /// again (it polled the socket's [`RetainedFrame::poll_idle`], which marked the slot
+    /// watched). Dropping the `InFlight` wakes that task. A driver that reclaims completed
+    /// frames only when it is called, with TX interrupts off, asks for a TX interrupt while a
+    /// frame it holds is watched: otherwise nothing would call it to return the frame and the
+    /// retransmission would wait for unrelated traffic. Always `false` for a frame that is not
+    /// retained.
+    pub fn is_watched(&self) -> bool {
+        self.retained && self.pool.is_watched(self.slot)
+    }
+
     /// For a loopback device: the frame it was given to transmit is what it receives. The slot
     /// becomes an [`RxFrame`] showing the same bytes (DEVICE → STACK), without a copy; dropping
     /// that frame returns the slot to this pool, as completion would have.

@@ -11,7 +11,9 @@
 //!
 //! The transport (PCI on q35, virtio-mmio on microvm: `nic.rs` finds it, as one
 //! `SomeTransport`) goes to the driver, which initialises the device itself (features,
-//! queues) and reads the link status through it.
+//! queues) and reads the link status through it. It is wrapped in zcnet-virtio's `Doorbells`
+//! first: on PCI a doorbell is then one register write (virtio-drivers' transport makes three),
+//! and every doorbell is counted for `/stats` (`kernel.nic.kicks`).
 //!
 //! The order matters: `VirtioNet::new` initialises the device, which resets its MSI-X vectors,
 //! so the interrupts are routed (`nic.rs`) only after the driver exists.
@@ -19,7 +21,6 @@
 use alloc::boxed::Box;
 use core::fmt;
 
-use virtio_drivers::transport::SomeTransport;
 use zcnet_buffer::{FramePool, PoolError, StaticPool, DEFAULT_HEADROOM};
 use zcnet_executor::LocalSpawner;
 use zcnet_stack::{Config, Ipv4Cidr, Ipv4Config, Stack, StackError, StackResources, StaticV4};
@@ -27,7 +28,7 @@ use zcnet_virtio::{VirtioError, VirtioIrq, VirtioNet};
 
 use crate::cmdline::{BootInfo, IpSetting};
 use crate::hal::KernelHal;
-use crate::nic::{self, Handlers, NicError};
+use crate::nic::{self, Handlers, NicError, NicTransport};
 use crate::nic_irq::Routing;
 
 /// Frames in the pool (8 MiB): the RX ring (256) stays full, the rest is for frames in flight,
@@ -46,7 +47,7 @@ pub const QUEUE_SIZE: usize = 256;
 pub const SOCKETS: usize = 128;
 
 /// The zcnet driver type this kernel uses.
-pub type Nic = VirtioNet<KernelHal, SomeTransport<'static>, QUEUE_SIZE>;
+pub type Nic = VirtioNet<KernelHal, NicTransport, QUEUE_SIZE>;
 
 /// Shared between the driver and the NIC's interrupt handlers.
 pub static NET_IRQ: VirtioIrq = VirtioIrq::new();
@@ -127,7 +128,9 @@ pub fn start(spawner: LocalSpawner, boot: &BootInfo) -> Result<Net, NetError> {
     let exec = spawner.executor();
     let pool = POOL.init(DEFAULT_HEADROOM).map_err(NetError::Pool)?;
     let (transport, nic) = nic::find_virtio_net(boot).map_err(NetError::Nic)?;
+    let transport = nic::doorbells(transport, &nic, true);
     let driver: Nic = VirtioNet::new(transport, pool, &NET_IRQ).map_err(NetError::Driver)?;
+    nic::note_doorbells(driver.transport());
     let routing = nic::route_interrupts(&nic, cmdline.irq, HANDLERS).map_err(NetError::Nic)?;
     let ipv4 = match cmdline.ip {
         IpSetting::Dhcp => Ipv4Config::Dhcp,

@@ -14,8 +14,10 @@
 //! `/stats` and the console ([`location`]).
 
 use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use virtio_drivers::transport::SomeTransport;
+use zcnet_virtio::Doorbells;
 
 use crate::cmdline::{BootInfo, IrqMode};
 use crate::mmio::{self, MmioError, NicMmio};
@@ -96,6 +98,60 @@ impl fmt::Display for NicError {
             NicError::Interrupts => f.write_str("no interrupt route for the NIC"),
         }
     }
+}
+
+/// The NIC's transport as the drivers get it: notifications counted ([`kicks`]), and on PCI
+/// with `direct` one write per doorbell (zcnet-virtio's [`Doorbells`]).
+pub type NicTransport = Doorbells<SomeTransport<'static>>;
+
+/// Queue notifications (kicks) the NIC's driver made, whichever kernel: both go through
+/// [`doorbells`].
+static KICKS: AtomicU64 = AtomicU64::new(0);
+
+/// Queue notifications (kicks) since boot.
+pub fn kicks() -> u64 {
+    KICKS.load(Relaxed)
+}
+
+/// Set when the zcnet driver's RX and TX queues both got a doorbell of their own (one write
+/// per notification), see [`note_doorbells`].
+static DIRECT_DOORBELLS: AtomicBool = AtomicBool::new(false);
+
+/// Records whether `transport`, after the driver set its queues up, rings queues 0 (RX) and 1
+/// (TX) with one write each.
+pub fn note_doorbells(transport: &NicTransport) {
+    let direct = transport.doorbell(0).is_some() && transport.doorbell(1).is_some();
+    DIRECT_DOORBELLS.store(direct, Relaxed);
+}
+
+/// How the driver's notifications reach the device, for `/stats`: `"direct"` (one write at the
+/// queue's doorbell, read once at set-up) or `"transport"` (the transport's own `notify`).
+pub fn doorbell_kind() -> &'static str {
+    if DIRECT_DOORBELLS.load(Relaxed) {
+        "direct"
+    } else {
+        "transport"
+    }
+}
+
+/// Wraps the transport [`find_virtio_net`] found so that its notifications are counted
+/// ([`kicks`]). With `direct` (the zcnet kernel), on PCI a notification is one write at the
+/// queue's doorbell, its address read once when the queue is set up; without it (the smoltcp
+/// baseline, which keeps virtio-drivers as such kernels do) virtio-drivers' PCI transport
+/// selects the queue and reads the doorbell offset back before each write. virtio-mmio's
+/// doorbell is one write either way.
+pub fn doorbells(
+    transport: SomeTransport<'static>,
+    location: &Location,
+    direct: bool,
+) -> NicTransport {
+    let wrapped = match location {
+        // SAFETY: `nic.notify` was read from this device's capabilities (`pci::describe`), and
+        // its BAR memory is identity mapped for the kernel's whole life.
+        Location::Pci(nic) if direct => unsafe { Doorbells::pci(transport, nic.notify) },
+        _ => Doorbells::new(transport),
+    };
+    wrapped.counted(&KICKS)
 }
 
 /// What was found, once [`find_virtio_net`] succeeded.

@@ -12,6 +12,8 @@
 use virtio_drivers::transport::pci::bus::{Command, ConfigurationAccess, DeviceFunction, PciRoot};
 use virtio_drivers::transport::pci::{PciTransport, VirtioPciError};
 
+use zcnet_virtio::PciNotify;
+
 use crate::hal::KernelHal;
 use crate::port::{inl, outl};
 
@@ -22,6 +24,7 @@ const VIRTIO_NET_MODERN: u16 = 0x1041;
 const CAP_MSIX: u8 = 0x11;
 const CAP_VENDOR: u8 = 0x09;
 const VIRTIO_CFG_COMMON: u8 = 1;
+const VIRTIO_CFG_NOTIFY: u8 = 2;
 const VIRTIO_CFG_ISR: u8 = 3;
 
 /// Configuration access through the legacy I/O ports (mechanism #1): bus 0..255, no ECAM
@@ -81,6 +84,9 @@ pub struct NicPci {
     pub common_cfg: usize,
     /// CPU address of the ISR status byte (cfg_type 3); reading it acknowledges INTx.
     pub isr: usize,
+    /// Where the queues' doorbells are (cfg_type 2, with the common configuration), for
+    /// zcnet-virtio's [`Doorbells`](zcnet_virtio::Doorbells).
+    pub notify: PciNotify,
     /// MSI-X, if the device has it.
     pub msix: Option<MsixCapability>,
     /// The Interrupt Line register (the firmware's IOAPIC pin for INTx).
@@ -94,7 +100,7 @@ pub enum PciError {
     NotFound,
     /// A capability points at a BAR that is not assigned memory.
     BadBar(u8),
-    /// The device lacks a virtio structure the kernel needs (common config or ISR).
+    /// The device lacks a virtio structure the kernel needs (common config, notify or ISR).
     MissingCapability(u8),
     /// virtio-drivers' transport refused the device.
     Transport(VirtioPciError),
@@ -141,6 +147,7 @@ fn describe(root: &PciRoot<PortCam>, df: DeviceFunction) -> Result<NicPci, PciEr
     let cam = PortCam;
     let mut common_cfg = None;
     let mut isr = None;
+    let mut notify = None;
     let mut msix = None;
     for cap in root.capabilities(df) {
         match cap.id {
@@ -152,6 +159,18 @@ fn describe(root: &PciRoot<PortCam>, df: DeviceFunction) -> Result<NicPci, PciEr
                 let slot = match cfg_type {
                     VIRTIO_CFG_COMMON => &mut common_cfg,
                     VIRTIO_CFG_ISR => &mut isr,
+                    VIRTIO_CFG_NOTIFY => {
+                        // virtio_pci_notify_cap: length at +12, notify_off_multiplier at +16.
+                        if notify.is_none() {
+                            let base = bar_address(&cam, df, bar).ok_or(PciError::BadBar(bar))?;
+                            notify = Some((
+                                base + offset,
+                                cam.read_word(df, cap.offset + 12) as usize,
+                                cam.read_word(df, cap.offset + 16),
+                            ));
+                        }
+                        continue;
+                    }
                     _ => continue,
                 };
                 if slot.is_none() {
@@ -172,10 +191,19 @@ fn describe(root: &PciRoot<PortCam>, df: DeviceFunction) -> Result<NicPci, PciEr
             _ => {}
         }
     }
+    let common_cfg = common_cfg.ok_or(PciError::MissingCapability(VIRTIO_CFG_COMMON))?;
+    let (notify, notify_len, notify_off_multiplier) =
+        notify.ok_or(PciError::MissingCapability(VIRTIO_CFG_NOTIFY))?;
     Ok(NicPci {
         function: df,
-        common_cfg: common_cfg.ok_or(PciError::MissingCapability(VIRTIO_CFG_COMMON))?,
+        common_cfg,
         isr: isr.ok_or(PciError::MissingCapability(VIRTIO_CFG_ISR))?,
+        notify: PciNotify {
+            common_cfg,
+            notify,
+            notify_len,
+            notify_off_multiplier,
+        },
         msix,
         interrupt_line: cam.read_word(df, 0x3C) as u8,
     })

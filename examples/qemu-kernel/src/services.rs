@@ -172,8 +172,11 @@ fn virtio_json(s: &VirtioStats) -> Json {
 }
 
 /// The kernel's section of `/stats`: why the CPU woke from `hlt`, CPU time, heap use, the
-/// machine (the NIC's transport and address, the clock's calibration reference) and how the
-/// NIC interrupts. (Its `"copies"` section beside this one counts every `memcpy` and
+/// machine (the NIC's transport and address, the clock's calibration reference), how the NIC
+/// interrupts, and `nic`: how doorbells are rung (`"direct"`: one write each, else through the
+/// transport), the queue notifications (kicks) the driver made and the NIC's interrupts the CPU
+/// took, counted alike in both kernels (the transport wrapper in `nic.rs`, the interrupt
+/// dispatcher in `idt.rs`). (Its `"copies"` section beside this one counts every `memcpy` and
 /// `memmove` in the kernel, smoltcp's and zcnet's alike.) The smoltcp baseline reports the same
 /// section.
 pub fn kernel_json(routing: Routing) -> Json {
@@ -224,6 +227,14 @@ pub fn kernel_json(routing: Routing) -> Json {
         ),
         ("machine", machine),
         ("nic_interrupts", irq.as_str().into()),
+        (
+            "nic",
+            object([
+                ("doorbells", crate::nic::doorbell_kind().into()),
+                ("kicks", crate::nic::kicks().into()),
+                ("interrupts", crate::idt::device_interrupts().into()),
+            ]),
+        ),
     ])
 }
 
