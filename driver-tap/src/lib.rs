@@ -149,16 +149,16 @@ pub struct TapConfig {
     /// `IFF_VNET_HDR`.
     pub offloads: bool,
     /// With [`offloads`](Self::offloads): completes partial checksums of received packets in
-    /// software (default `true`), so a stack that verifies every checksum itself accepts the
-    /// kernel's packets. Turn it off for a stack that trusts the verified mark and skips its
-    /// own check; the packets' checksum fields then hold only the pseudo-header sum.
+    /// software (default `false`: zcnet's stack trusts the verified mark and skips its own
+    /// check, so the packets' checksum fields may hold only the pseudo-header sum). Turn it on
+    /// for a stack that verifies every checksum itself.
     pub complete_rx_checksums: bool,
     /// With [`offloads`](Self::offloads): advertises transmit checksum offload
     /// ([`ChecksumOffloads::TCP_TX`], `UDP_TX`) and TCP segmentation ([`GSO_MAX_SIZE`], IPv4 and
-    /// IPv6) in the driver's [`Capabilities`] (default `false`). Only for a stack that writes
-    /// partial checksums and marks its frames (see [`zcnet_buffer::offload`]): a stack that
-    /// reads the checksum bit as "the device fills in the whole checksum" would send frames the
-    /// kernel drops.
+    /// IPv6) in the driver's [`Capabilities`] (default `true`: zcnet's TCP writes partial
+    /// checksums and marks its frames, see [`zcnet_buffer::offload`]; smoltcp's frames go out
+    /// with full checksums and no mark). Off for a stack that reads the checksum bit as "the
+    /// device fills in the whole checksum": it would send frames the kernel drops.
     pub tx_offloads: bool,
     /// With [`offloads`](Self::offloads): negotiates TSO (`TUN_F_TSO4 | TUN_F_TSO6`) so the
     /// kernel hands over TCP packets of up to 64 KiB, read with `readv` into a chain (a head
@@ -179,8 +179,8 @@ impl TapConfig {
             mac: DEFAULT_MAC,
             set_interface_mtu: true,
             offloads: true,
-            complete_rx_checksums: true,
-            tx_offloads: false,
+            complete_rx_checksums: false,
+            tx_offloads: true,
             rx_gso: false,
         }
     }
@@ -397,6 +397,11 @@ pub struct TapStats {
     pub tx_chains: u64,
     /// Packets written with a segmentation request for the kernel (TSO).
     pub tx_gso: u64,
+    /// Received packets the kernel marked checksummed (`DATA_VALID`) or partial
+    /// (`NEEDS_CSUM`): the stack does not verify their checksum.
+    pub rx_verified: u64,
+    /// Packets written with a partial checksum for the kernel to complete (`NEEDS_CSUM`).
+    pub tx_checksum_partial: u64,
 }
 
 #[derive(Debug, Default)]
@@ -413,6 +418,8 @@ struct Counters {
     rx_checksums_completed: AtomicU64,
     tx_chains: AtomicU64,
     tx_gso: AtomicU64,
+    rx_verified: AtomicU64,
+    tx_checksum_partial: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -440,6 +447,8 @@ impl TapStatsHandle {
             rx_checksums_completed: c.rx_checksums_completed.load(Relaxed),
             tx_chains: c.tx_chains.load(Relaxed),
             tx_gso: c.tx_gso.load(Relaxed),
+            rx_verified: c.rx_verified.load(Relaxed),
+            tx_checksum_partial: c.tx_checksum_partial.load(Relaxed),
         }
     }
 }
@@ -1171,7 +1180,11 @@ impl Tap {
             }
         };
         if let Some(h) = header {
-            head.set_checksum_verified(h.valid || h.partial.is_some());
+            let verified = h.valid || h.partial.is_some();
+            if verified {
+                bump(&self.counters.rx_verified, 1);
+            }
+            head.set_checksum_verified(verified);
             head.set_gso_info(h.gso);
         }
         let mut chain = RxChain::from_frame(head);
@@ -1275,6 +1288,9 @@ impl Driver for Tap {
             if gso.is_some() {
                 bump(&self.counters.tx_gso, 1);
             }
+            if frame.checksum_partial().is_some() {
+                bump(&self.counters.tx_checksum_partial, 1);
+            }
             match frame.push_header(VNET_HDR_LEN) {
                 Ok(room) => room.copy_from_slice(&header),
                 Err(_) => return Err(TxError::NoHeadroom),
@@ -1301,6 +1317,9 @@ impl Driver for Tap {
             let header = vnet_header(head.checksum_partial(), gso);
             if gso.is_some() {
                 bump(&self.counters.tx_gso, 1);
+            }
+            if head.checksum_partial().is_some() {
+                bump(&self.counters.tx_checksum_partial, 1);
             }
             match chain.push_header(VNET_HDR_LEN) {
                 Ok(room) => room.copy_from_slice(&header),

@@ -106,7 +106,7 @@ impl Probe {
                 dg::snoop_only(st, frame, at(now_ms), &inner.counters);
                 return Verdict::Pass;
             }
-            match dg::classify(st, frame, at(now_ms), &inner.counters) {
+            match dg::classify(st, frame, false, at(now_ms), &inner.counters) {
                 Class::Pass => Verdict::Pass,
                 Class::Drop(reason) => Verdict::Drop(reason),
                 Class::Deliver {

@@ -292,10 +292,10 @@ fn linux_datagram(link: &mut Link) -> (RxChain, ChildGuard) {
 }
 
 /// A datagram from a Linux socket leaves the kernel with its checksum partial: it arrives
-/// marked verified, and completed by the driver (the default) its checksum checks out.
+/// marked verified, and completed by the driver (when asked to) its checksum checks out.
 #[test]
 fn a_linux_datagram_arrives_verified_and_completed() {
-    let mut link = Link::new(TapConfig::default());
+    let mut link = Link::new(TapConfig::default().with_complete_rx_checksums(true));
     let (d, _client) = linux_datagram(&mut link);
     let f = flat(&d);
     let head = d.head().unwrap();
@@ -309,11 +309,11 @@ fn a_linux_datagram_arrives_verified_and_completed() {
     assert_eq!(link.pool.audit().unwrap().free, 256);
 }
 
-/// Without completion, the kernel's datagram keeps its partial checksum (only the
-/// pseudo-header sum): the verified mark is what a stack must trust.
+/// Without completion (the default), the kernel's datagram keeps its partial checksum (only
+/// the pseudo-header sum): the verified mark is what a stack must trust.
 #[test]
 fn without_completion_the_kernels_checksum_stays_partial_and_marked() {
-    let mut link = Link::new(TapConfig::default().with_complete_rx_checksums(false));
+    let mut link = Link::new(TapConfig::default());
     let (d, _client) = linux_datagram(&mut link);
     let f = flat(&d);
     assert!(d.head().unwrap().checksum_verified());

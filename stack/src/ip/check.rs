@@ -115,8 +115,11 @@ pub(crate) enum Verdict {
     TooBig(TooBig),
 }
 
-/// Looks at `frame` as smoltcp will (see the [module docs](self)).
-pub(crate) fn check(st: &State, frame: &[u8]) -> Verdict {
+/// Looks at `frame` as smoltcp will (see the [module docs](self)). `verified`: the driver
+/// marked the frame's TCP or UDP checksum verified (`RxFrame::checksum_verified`: the device
+/// checked it, or the host handed the packet over with a partial one); it is then not
+/// verified again.
+pub(crate) fn check(st: &State, frame: &[u8], verified: bool) -> Verdict {
     // The IP version smoltcp takes the packet for: the Ethernet type's, or the first nibble's;
     // a packet whose own version field disagrees is dropped either way.
     let version = |ip: &[u8]| ip.first().map(|b| b >> 4);
@@ -147,8 +150,8 @@ pub(crate) fn check(st: &State, frame: &[u8]) -> Verdict {
         _ => return Verdict::Pass,
     };
     match (v, version(ip)) {
-        (4, Some(4)) => check_v4(st, frame, ip),
-        (6, Some(6)) => check_v6(st, frame, ip),
+        (4, Some(4)) => check_v4(st, frame, ip, verified),
+        (6, Some(6)) => check_v6(st, frame, ip, verified),
         _ => Verdict::Doomed(DropReason::Malformed),
     }
 }
@@ -157,6 +160,7 @@ pub(crate) fn check(st: &State, frame: &[u8]) -> Verdict {
 /// stack's TCP when its header is whole, its checksum right and its addresses usable (a
 /// unicast destination of ours, a source that is not unspecified, broadcast or multicast),
 /// else dropped here, counted.
+#[allow(clippy::too_many_arguments)]
 fn check_tcp(
     st: &State,
     frame: &[u8],
@@ -164,11 +168,13 @@ fn check_tcp(
     dst: IpAddress,
     hop_limit: u8,
     payload: &[u8],
+    verified: bool,
 ) -> Verdict {
     let Ok(t) = TcpPacket::new_checked(payload) else {
         return Verdict::Drop(DropReason::Malformed);
     };
-    if st.link.caps.checksum.tcp.rx()
+    if !verified
+        && st.link.caps.checksum.tcp.rx()
         && !super::checksum::verify(&src, &dst, IpProtocol::Tcp, t.into_inner())
     {
         return Verdict::Drop(DropReason::BadChecksum);
@@ -197,7 +203,7 @@ fn check_tcp(
     })
 }
 
-fn check_v4(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
+fn check_v4(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {
     let Ok(p) = Ipv4Packet::new_checked(ip) else {
         return Verdict::Doomed(DropReason::Malformed);
     };
@@ -226,10 +232,12 @@ fn check_v4(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
             IpAddress::Ipv4(dst),
             p.hop_limit(),
             payload,
+            verified,
         );
     }
     let verdict = check_transport(
         ck,
+        verified,
         p.next_header(),
         IpAddress::Ipv4(src),
         IpAddress::Ipv4(dst),
@@ -253,7 +261,7 @@ fn too_big(msg: Option<Result<TooBig, DropReason>>) -> Option<Verdict> {
     })
 }
 
-fn check_v6(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
+fn check_v6(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {
     let Ok(p) = Ipv6Packet::new_checked(ip) else {
         return Verdict::Doomed(DropReason::Malformed);
     };
@@ -278,10 +286,12 @@ fn check_v6(st: &State, frame: &[u8], ip: &[u8]) -> Verdict {
             IpAddress::Ipv6(dst),
             p.hop_limit(),
             payload,
+            verified,
         );
     }
     let verdict = check_transport(
         &st.link.caps.checksum,
+        verified,
         next,
         IpAddress::Ipv6(p.src_addr()),
         IpAddress::Ipv6(dst),
@@ -345,9 +355,11 @@ fn advertises_multicast_prefix(icmp: &[u8]) -> bool {
     )
 }
 
-/// The transport header smoltcp will parse, and its checksum where ingress verifies it.
+/// The transport header smoltcp will parse, and its checksum where ingress verifies it (not
+/// when the driver marked the frame `verified`).
 fn check_transport(
     ck: &ChecksumCapabilities,
+    verified: bool,
     proto: IpProtocol,
     src: IpAddress,
     dst: IpAddress,
@@ -355,20 +367,20 @@ fn check_transport(
 ) -> Verdict {
     let good = match proto {
         IpProtocol::Udp => match UdpPacket::new_checked(payload) {
-            Ok(u) => !ck.udp.rx() || u.verify_checksum(&src, &dst),
+            Ok(u) => verified || !ck.udp.rx() || u.verify_checksum(&src, &dst),
             Err(_) => return Verdict::Doomed(DropReason::Malformed),
         },
         // ICMPv4 over IPv4, ICMPv6 over IPv6; the other way round, smoltcp treats them as
         // unknown protocols.
         IpProtocol::Icmp if src.version() == IpVersion::Ipv4 => {
             match Icmpv4Packet::new_checked(payload) {
-                Ok(i) => !ck.icmpv4.rx() || i.verify_checksum(),
+                Ok(i) => verified || !ck.icmpv4.rx() || i.verify_checksum(),
                 Err(_) => return Verdict::Doomed(DropReason::Malformed),
             }
         }
         IpProtocol::Icmpv6 => match (Icmpv6Packet::new_checked(payload), src, dst) {
             (Ok(i), IpAddress::Ipv6(src), IpAddress::Ipv6(dst)) => {
-                !ck.icmpv6.rx() || i.verify_checksum(&src, &dst)
+                verified || !ck.icmpv6.rx() || i.verify_checksum(&src, &dst)
             }
             (Err(_), IpAddress::Ipv6(_), _) => return Verdict::Doomed(DropReason::Malformed),
             _ => true,

@@ -62,6 +62,13 @@ pub(crate) fn compute_with_header(
     )
 }
 
+/// What goes in the checksum field of a segment whose checksum the device completes (a
+/// partial checksum, `ChecksumPartial`): the pseudo-header's sum for `len` bytes of
+/// `protocol` from `src` to `dst`, not complemented.
+pub(crate) fn partial(src: &IpAddress, dst: &IpAddress, protocol: IpProtocol, len: usize) -> u16 {
+    pseudo_header(src, dst, protocol, len)
+}
+
 /// The ones' complement sum of the pseudo-header (RFC 9293 §3.1 for IPv4, RFC 8200 §8.1 for
 /// IPv6): addresses, protocol and the upper-layer length.
 fn pseudo_header(src: &IpAddress, dst: &IpAddress, protocol: IpProtocol, len: usize) -> u16 {

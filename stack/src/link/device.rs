@@ -35,13 +35,14 @@ pub(crate) fn smoltcp_caps(caps: &zcnet_buffer::Capabilities) -> DeviceCapabilit
     // smoltcp counts the Ethernet header in the MTU.
     c.max_transmission_unit = caps.max_frame_len();
     c.max_burst_size = caps.max_burst;
-    let pick = |tx: ChecksumOffloads, rx: ChecksumOffloads| {
-        let o = caps.checksum;
-        match (o.contains(tx), o.contains(rx)) {
-            (false, false) => Checksum::Both,
-            (true, false) => Checksum::Rx, // device computes on TX; smoltcp still verifies
-            (false, true) => Checksum::Tx, // device verified on RX; smoltcp still computes
-            (true, true) => Checksum::None,
+    // Transmit offloads complete a partial checksum the sender marks on the frame
+    // (`ChecksumOffloads`): smoltcp cannot mark the frames it builds, so it computes every
+    // transmit checksum itself; zcnet's TCP uses the offload (`LinkLayer::tcp_tx_partial`).
+    let pick = |_tx: ChecksumOffloads, rx: ChecksumOffloads| {
+        if caps.checksum.contains(rx) {
+            Checksum::Tx // device verified on RX; software still computes
+        } else {
+            Checksum::Both
         }
     };
     let mut ck = ChecksumCapabilities::default();

@@ -31,6 +31,11 @@ pub(crate) struct LinkLayer {
     pub(crate) smol_caps: DeviceCapabilities,
     /// Bytes the driver needs in front of every frame it transmits.
     pub(crate) tx_headroom: usize,
+    /// The device completes TCP checksums (`ChecksumOffloads::TCP_TX`): zcnet's TCP writes
+    /// only the pseudo-header's sum and marks the frame (`TxFrame::set_checksum_partial`).
+    /// smoltcp is never told of transmit offloads (it cannot mark its frames): `caps` says
+    /// software for every transmit checksum.
+    pub(crate) tcp_tx_partial: bool,
     /// A slot leased as scratch space (see `device.rs`) until shutdown gives it back.
     pub(crate) scratch: Option<TxFrame>,
     /// The TX frame the next TX token writes into (see `device.rs`): reserved for a reply

@@ -61,7 +61,7 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
         };
         // TCP segments for us go to zcnet's TCP; what smoltcp will drop is counted
         // (`ip/check.rs`); wrong checksums, which smoltcp leaves to ingress, drop here.
-        let doomed = match crate::ip::check::check(&st, &frame) {
+        let doomed = match crate::ip::check::check(&st, &frame, frame.checksum_verified()) {
             crate::ip::check::Verdict::Pass => None,
             crate::ip::check::Verdict::Tcp(seg) => {
                 match crate::transport::tcp::input::ingress(

@@ -434,7 +434,7 @@ pub(crate) fn ingress(
         snoop_only(st, &frame, now, counters);
         return Some(frame);
     }
-    match classify(st, &frame, now, counters) {
+    match classify(st, &frame, frame.checksum_verified(), now, counters) {
         Class::Pass => Some(frame),
         Class::Drop(reason) => {
             counters.drop(reason);
@@ -494,7 +494,13 @@ pub(crate) fn snoop_only(st: &mut State, bytes: &[u8], now: Instant, counters: &
     }
 }
 
-pub(crate) fn classify(st: &mut State, bytes: &[u8], now: Instant, counters: &Counters) -> Class {
+pub(crate) fn classify(
+    st: &mut State,
+    bytes: &[u8],
+    verified: bool,
+    now: Instant,
+    counters: &Counters,
+) -> Class {
     let l3 = match st.link.caps.medium {
         Medium::Ethernet => {
             let Ok(eth) = EthernetFrame::new_checked(bytes) else {
@@ -523,13 +529,13 @@ pub(crate) fn classify(st: &mut State, bytes: &[u8], now: Instant, counters: &Co
     };
     let ip = &bytes[l3..];
     match ip.first().map(|b| b >> 4) {
-        Some(4) => classify_v4(st, ip, l3),
-        Some(6) => classify_v6(st, ip, l3, now, counters),
+        Some(4) => classify_v4(st, ip, l3, verified),
+        Some(6) => classify_v6(st, ip, l3, verified, now, counters),
         _ => Class::Pass,
     }
 }
 
-fn classify_v4(st: &State, ip: &[u8], l3: usize) -> Class {
+fn classify_v4(st: &State, ip: &[u8], l3: usize, verified: bool) -> Class {
     let Ok(p) = Ipv4Packet::new_checked(ip) else {
         return Class::Pass;
     };
@@ -551,7 +557,7 @@ fn classify_v4(st: &State, ip: &[u8], l3: usize) -> Class {
     if st.link.caps.checksum.ipv4.rx() && !p.verify_checksum() {
         return Class::Drop(DropReason::BadChecksum);
     }
-    if st.link.caps.checksum.udp.rx() && !udp.verify_checksum(&src_ip, &dst_ip) {
+    if !verified && st.link.caps.checksum.udp.rx() && !udp.verify_checksum(&src_ip, &dst_ip) {
         return Class::Drop(DropReason::BadChecksum);
     }
     Class::Deliver {
@@ -563,7 +569,14 @@ fn classify_v4(st: &State, ip: &[u8], l3: usize) -> Class {
     }
 }
 
-fn classify_v6(st: &mut State, ip: &[u8], l3: usize, now: Instant, counters: &Counters) -> Class {
+fn classify_v6(
+    st: &mut State,
+    ip: &[u8],
+    l3: usize,
+    verified: bool,
+    now: Instant,
+    counters: &Counters,
+) -> Class {
     let Ok(p) = Ipv6Packet::new_checked(ip) else {
         return Class::Pass;
     };
@@ -588,7 +601,8 @@ fn classify_v6(st: &mut State, ip: &[u8], l3: usize, now: Instant, counters: &Co
     }
     let src_ip = IpAddress::Ipv6(src);
     // IPv6 makes the UDP checksum mandatory (RFC 8200 §8.1): zero is invalid.
-    if st.link.caps.checksum.udp.rx()
+    if !verified
+        && st.link.caps.checksum.udp.rx()
         && (udp.checksum() == 0 || !udp.verify_checksum(&src_ip, &dst_ip))
     {
         return Class::Drop(DropReason::BadChecksum);

@@ -709,6 +709,9 @@ impl Stack {
                 caps,
                 smol_caps,
                 tx_headroom: dcaps.tx_headroom,
+                tcp_tx_partial: dcaps
+                    .checksum
+                    .contains(zcnet_buffer::ChecksumOffloads::TCP_TX),
                 scratch: Some(scratch),
                 spare_tx: None,
                 carrier: crate::link::carrier::Link::new(),

@@ -38,6 +38,7 @@ use smoltcp::phy::{ChecksumCapabilities, Medium};
 use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpProtocol, IpRepr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber};
 use zcnet_buffer::ledger::{self, CopySite};
+use zcnet_buffer::ChecksumPartial;
 use zcnet_buffer::TxFrame;
 
 use crate::datagram::DatagramError;
@@ -226,7 +227,11 @@ pub(super) fn emit(
         payload: &[],
         ..*tcp
     };
-    write_tcp(&mut buf[ip_len..], ip, &header, &out.link.caps.checksum);
+    let partial = out.link.tcp_tx_partial;
+    write_tcp(&mut buf[ip_len..], ip, &header, partial);
+    if partial {
+        mark_partial(&mut frame, ip_len);
+    }
     send(out, frame, hop);
     Ok(())
 }
@@ -268,36 +273,55 @@ fn emit_in_place(
     write_header(buf, ip, out.ident, &out.link.caps.checksum);
     // `tcp.payload` is empty: the header goes over the start of the packet and the checksum
     // covers the payload in place.
-    write_tcp(&mut buf[ip_len..], ip, tcp, &out.link.caps.checksum);
+    let partial = out.link.tcp_tx_partial;
+    write_tcp(&mut buf[ip_len..], ip, tcp, partial);
+    if partial {
+        mark_partial(&mut frame, ip_len);
+    }
     send(out, frame, hop);
     Ok(())
 }
 
+/// Marks `frame` (its data the IP packet, the TCP header `ip_len` bytes in) for the device to
+/// complete its TCP checksum; the link header the link layer pushes later moves the mark with
+/// it.
+fn mark_partial(frame: &mut TxFrame, ip_len: usize) {
+    let mark = ChecksumPartial {
+        start: ip_len as u16,
+        offset: TCP_CHECKSUM_AT,
+    };
+    // The field lies in the header just written.
+    let _ = frame.set_checksum_partial(Some(mark));
+}
+
+/// Offset of the checksum field in a TCP header.
+const TCP_CHECKSUM_AT: u16 = 16;
+
 /// Writes `tcp`'s header over the start of `segment` (the header's room, then the payload
-/// already in place) and, unless the driver computes it, the checksum over the whole segment
-/// ([`checksum::compute`]).
-fn write_tcp(segment: &mut [u8], ip: &IpRepr, tcp: &TcpRepr<'_>, caps: &ChecksumCapabilities) {
+/// already in place) and its checksum: the whole segment's ([`checksum::compute`]), or with
+/// `partial` (the device completes it) only the pseudo-header's sum
+/// ([`checksum::partial`]).
+fn write_tcp(segment: &mut [u8], ip: &IpRepr, tcp: &TcpRepr<'_>, partial: bool) {
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
     debug_assert!(tcp.payload.is_empty(), "the payload is in place already");
-    let sum = match write_plain_header(segment, tcp) {
+    let written = write_plain_header(segment, tcp);
+    if written.is_none() {
+        // Checksum field zero (smoltcp's checksum would sum the segment again): filled below.
+        let mut packet = TcpPacket::new_unchecked(&mut *segment);
+        tcp.emit(&mut packet, &src, &dst, &ChecksumCapabilities::ignored());
+    }
+    let sum = match written {
+        // The device sums the segment into the field: the pseudo-header's sum, folded, not
+        // complemented (Linux's CHECKSUM_PARTIAL convention).
+        _ if partial => checksum::partial(&src, &dst, IpProtocol::Tcp, segment.len()),
         // The header summed from the values written, the payload from memory.
-        Some((len, header)) => caps.tcp.tx().then(|| {
+        Some((len, header)) => {
             let rest = segment.get(len..).unwrap_or(&[]);
             checksum::compute_with_header(&src, &dst, IpProtocol::Tcp, segment.len(), header, rest)
-        }),
-        None => {
-            // Without a checksum here (smoltcp's would sum the segment again): filled below,
-            // once.
-            let mut packet = TcpPacket::new_unchecked(&mut *segment);
-            tcp.emit(&mut packet, &src, &dst, &ChecksumCapabilities::ignored());
-            caps.tcp
-                .tx()
-                .then(|| checksum::compute(&src, &dst, IpProtocol::Tcp, packet.as_ref()))
         }
+        None => checksum::compute(&src, &dst, IpProtocol::Tcp, segment),
     };
-    if let Some(sum) = sum {
-        TcpPacket::new_unchecked(&mut *segment).set_checksum(sum);
-    }
+    TcpPacket::new_unchecked(&mut *segment).set_checksum(sum);
 }
 
 /// Writes the header of `tcp` over the start of `segment`, checksum zero, when its only
