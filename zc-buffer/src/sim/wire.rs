@@ -244,6 +244,15 @@ enum Payload {
 }
 
 impl Payload {
+    /// The bytes of a packet in one part (a slot or a heap copy); `None` for a chain.
+    fn single(&self) -> Option<&[u8]> {
+        match self {
+            Payload::Slot(f) => Some(&f[..]),
+            Payload::Heap(v) => Some(&v[..]),
+            Payload::Chain(_) => None,
+        }
+    }
+
     /// Bytes in the packet.
     fn len(&self) -> usize {
         match self {
@@ -684,11 +693,50 @@ impl Drop for WireEnd {
     }
 }
 
+/// A delivered packet: one frame (no chain set up: a chain is a kilobyte and a half of leases,
+/// boxed here so that a one-frame packet moves as a frame), or a chain of several.
+enum Packet {
+    /// A packet in one slot.
+    One(RxFrame),
+    /// A packet over several slots.
+    Many(Box<RxChain>),
+}
+
+impl Packet {
+    /// Adds `frame` after the packet's frames (`false`: the chain is full).
+    fn push(self, frame: RxFrame) -> Result<Packet, Packet> {
+        let mut chain = match self {
+            Packet::One(first) => Box::new(RxChain::from_frame(first)),
+            Packet::Many(chain) => chain,
+        };
+        match chain.push(frame) {
+            Ok(()) => Ok(Packet::Many(chain)),
+            Err(_) => Err(Packet::Many(chain)),
+        }
+    }
+
+    /// The packet's first frame, where its marks go.
+    fn head_mut(&mut self) -> Option<&mut RxFrame> {
+        match self {
+            Packet::One(f) => Some(f),
+            Packet::Many(c) => c.head_mut(),
+        }
+    }
+
+    /// The packet as a chain.
+    fn into_chain(self) -> RxChain {
+        match self {
+            Packet::One(f) => RxChain::from_frame(f),
+            Packet::Many(c) => *c,
+        }
+    }
+}
+
 impl WireEnd {
-    /// The next packet from the other end, as a chain (one frame unless `chains` and the packet
-    /// is larger than a slot). A packet that cannot be delivered (larger than a slot while
+    /// The next packet from the other end (several frames only if `chains` and the packet is
+    /// larger than a slot). A packet that cannot be delivered (larger than a slot while
     /// `chains` is off, or than a chain holds) is dropped and counted as `too_long`.
-    fn poll_packet(&mut self, cx: &mut Context<'_>, chains: bool) -> Poll<RxChain> {
+    fn poll_packet(&mut self, cx: &mut Context<'_>, chains: bool) -> Poll<Packet> {
         loop {
             let mut dir = self.shared.dir(1 - self.side);
             let (due, lend, len) = match dir.queue.front() {
@@ -730,9 +778,25 @@ impl WireEnd {
                 len.div_ceil(self.pool.slot_size()).max(1)
             };
             let deliverable = needed <= 1 || (chains && needed <= MAX_CHAIN_SEGMENTS);
+            // The common case, a packet in one part copied into one slot: no spare list, no
+            // chain.
+            let single = !lend
+                && needed == 1
+                && self.rx_spare.is_empty()
+                && dir
+                    .queue
+                    .front()
+                    .is_some_and(|q| q.payload.single().is_some());
+            let mut one_slot = None;
+            if single {
+                match self.pool.poll_alloc_rx(cx) {
+                    Poll::Ready(s) => one_slot = Some(s),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
             // Copying, the receiving NIC needs buffers; without them the packet waits (the pool
             // wakes us). Lending, the sender's slots are the buffers.
-            if deliverable {
+            if deliverable && !single {
                 while self.rx_spare.len() < needed {
                     match self.pool.poll_alloc_rx(cx) {
                         Poll::Ready(s) => self.rx_spare.push(s),
@@ -761,20 +825,37 @@ impl WireEnd {
                 continue; // `q` drops: the sender's slots are free again
             }
             let corrupted = q.corrupt.is_some();
-            let mut chain = if lend {
+            let mut packet = if let Some(mut slot) = one_slot {
+                let bytes = q.payload.single().unwrap_or(&[]);
+                let n = bytes.len().min(slot.capacity());
+                let buf = &mut slot.buffer_mut()[..n];
+                buf.copy_from_slice(&bytes[..n]); // the receiving NIC's DMA
+                if let Some((i, mask)) = q.corrupt {
+                    if let Some(b) = buf.get_mut(i) {
+                        *b ^= mask;
+                    }
+                }
+                // The sender's slot (if the payload is one) completes here and returns to its
+                // pool.
+                drop(q.payload);
+                match slot.complete(n) {
+                    Ok(f) => Packet::One(f),
+                    Err(_) => unreachable!("n <= capacity"),
+                }
+            } else if lend {
                 match q.payload {
                     Payload::Slot(frame) => match frame.loop_back() {
-                        Ok(rx) => RxChain::from_frame(rx),
+                        Ok(rx) => Packet::One(rx),
                         Err(_) => unreachable!("retained frames are not lent"),
                     },
                     Payload::Chain(c) => match (*c).loop_back() {
-                        Ok(rx) => rx,
+                        Ok(rx) => Packet::Many(Box::new(rx)),
                         Err(_) => unreachable!("retained frames are not lent"),
                     },
                     Payload::Heap(_) => unreachable!("only slots are lent"),
                 }
             } else {
-                let mut chain = RxChain::new();
+                let mut packet: Option<Packet> = None;
                 let mut at = 0; // bytes of the packet copied so far
                 let mut parts = q.payload.parts();
                 let mut part: &[u8] = &[];
@@ -800,27 +881,32 @@ impl WireEnd {
                         }
                     }
                     at += n;
-                    match slot.complete(n) {
-                        Ok(f) => {
-                            if chain.push(f).is_err() {
-                                unreachable!("needed <= MAX_CHAIN_SEGMENTS");
-                            }
-                        }
-                        Err(_) => unreachable!("n <= capacity"),
-                    }
+                    let Ok(f) = slot.complete(n) else {
+                        unreachable!("n <= capacity")
+                    };
+                    packet = Some(match packet {
+                        None => Packet::One(f),
+                        Some(p) => match p.push(f) {
+                            Ok(p) => p,
+                            Err(_) => unreachable!("needed <= MAX_CHAIN_SEGMENTS"),
+                        },
+                    });
                 }
                 drop(parts);
                 // The sender's slots (if the payload holds any) complete here and return to
                 // their pool.
                 drop(q.payload);
-                chain
+                match packet {
+                    Some(p) => p,
+                    None => unreachable!("needed >= 1"),
+                }
             };
             let verified = if q.partial {
                 !corrupted
             } else if self.offloads.rx_checksum {
-                match chain.frame_count() {
-                    1 => chain.head().is_some_and(|f| offload::l4_checksum_ok(f)),
-                    _ => {
+                match &packet {
+                    Packet::One(f) => offload::l4_checksum_ok(f),
+                    Packet::Many(chain) => {
                         let mut bytes = std::vec![0u8; chain.len()];
                         chain.copy_to(&mut bytes, crate::CopySite::Driver);
                         offload::l4_checksum_ok(&bytes)
@@ -829,11 +915,11 @@ impl WireEnd {
             } else {
                 false
             };
-            if let Some(head) = chain.head_mut() {
+            if let Some(head) = packet.head_mut() {
                 head.set_checksum_verified(verified);
                 head.set_gso_info(q.gso);
             }
-            return Poll::Ready(chain);
+            return Poll::Ready(packet);
         }
     }
 
@@ -943,7 +1029,9 @@ impl Driver for WireEnd {
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
         loop {
             match self.poll_packet(cx, false) {
-                Poll::Ready(mut chain) => {
+                Poll::Ready(Packet::One(frame)) => return Poll::Ready(frame),
+                // Without chains a packet is one frame.
+                Poll::Ready(Packet::Many(mut chain)) => {
                     if let Some(frame) = chain.pop_front() {
                         return Poll::Ready(frame);
                     }
@@ -957,7 +1045,7 @@ impl Driver for WireEnd {
     /// [`WireOffloads::rx_chains`] is on; otherwise as [`poll_receive`](Self::poll_receive).
     fn poll_receive_chain(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
         let chains = self.offloads.rx_chains;
-        self.poll_packet(cx, chains)
+        self.poll_packet(cx, chains).map(Packet::into_chain)
     }
 
     fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
