@@ -1477,9 +1477,18 @@ mod tests {
             assert_eq!(caps.mtu, mtu);
             assert_eq!(caps.max_frame_len(), mtu + 14);
             assert_eq!(caps.tx_headroom, if offloads { VNET_HDR_LEN } else { 0 });
-            // Transmit offloads and chains only when asked for.
-            assert_eq!(caps.checksum, ChecksumOffloads::empty());
-            assert_eq!(caps.gso_max_size, 0);
+            // Transmit offloads (checksums and segmentation) with the offloads, by default;
+            // chains only when asked for.
+            if offloads {
+                assert_eq!(
+                    caps.checksum,
+                    ChecksumOffloads::TCP_TX | ChecksumOffloads::UDP_TX
+                );
+                assert_eq!(caps.gso_max_size, GSO_MAX_SIZE);
+            } else {
+                assert_eq!(caps.checksum, ChecksumOffloads::empty());
+                assert_eq!(caps.gso_max_size, 0);
+            }
             assert!(!caps.rx_chains);
             assert_eq!(
                 tap.hardware_address(),
