@@ -18,8 +18,8 @@ use std::cell::{RefCell, RefMut};
 use std::task::{Context, Poll};
 
 use zcnet_buffer::{
-    Capabilities, Driver, FramePool, HardwareAddress, LinkState, Medium,
-    PoolConfig, RxFrame, TxError, TxFrame,
+    Capabilities, Driver, FramePool, HardwareAddress, LinkState, Medium, PoolConfig, RxFrame,
+    TxError, TxFrame,
 };
 use zcnet_executor::Executor;
 use zcnet_stack::datagram::{DatagramQueue, DatagramSocket};
