@@ -42,7 +42,7 @@
 //!   checks the calling thread's number, which is never reused, against the bound one). A
 //!   slot freed on that thread goes into the cache, and an allocation on it takes from the
 //!   cache first: no locked instruction either way. Slots freed on any other thread, or in
-//!   an interrupt handler (no `std`: no owner), take the lock-free list as before. The cache
+//!   an interrupt handler (no `std`: no owner), take the lock-free list. The cache
 //!   never keeps a slot from a waiter: while a waiting bit is set in `head` the owner frees
 //!   to the shared list and flushes the cache before it allocates; and a context other than
 //!   the owner that finds no free slot sets a flag and wakes the owner's task, which flushes
