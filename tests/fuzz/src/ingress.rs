@@ -599,21 +599,13 @@ impl Harness {
             return;
         }
         self.stats.reconnects += 1;
-        if !self.connect() {
-            // Fuzzed connections may hold every socket slot or the listener's backlog until
-            // their keep-alive gives up, and fuzzed neighbours every table place.
-            self.stats.reconnect_waits += 1;
-            self.advance(Duration::from_secs(600));
-            assert!(
-                self.connect(),
-                "the listener answers no SYN even after 10 minutes: {}",
-                self.describe()
-            );
-        } else if !self.data_acked() {
-            // A SYN cookie answers a SYN even when no socket is free; the ACK that completes
-            // it then finds no room and is dropped (`syn_cookie_accept_drops`), so the client
-            // believes in a connection the stack does not have. The fuzzed connections that
-            // hold the room time out (two minutes without a segment): try again after them.
+        // Fuzzed connections may hold every socket slot or the listener's backlog until their
+        // keep-alive gives up, and fuzzed neighbours every table place. And a SYN cookie answers
+        // a SYN even when no socket is free; the ACK that completes it then finds no room and
+        // is dropped (`syn_cookie_accept_drops`), so the client believes in a connection the
+        // stack does not have. Either way the fuzzed connections time out (two minutes without
+        // a segment): try again after them.
+        if !self.connect() || !self.data_acked() {
             self.stats.reconnect_waits += 1;
             self.advance(Duration::from_secs(600));
             assert!(
