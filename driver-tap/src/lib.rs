@@ -469,6 +469,9 @@ pub struct Tap {
     /// posted (`rx_tails` of them; capacity reserved at open).
     rx_tail: Vec<PostedSlot>,
     rx_tails: usize,
+    /// The packet [`poll_rx`](Self::poll_rx) read over several slots, until the caller takes
+    /// it (empty otherwise).
+    rx_chain: RxChain,
     /// Bytes of virtio-net header in front of each frame (0 or [`VNET_HDR_LEN`]).
     vnet: usize,
     complete_rx_checksums: bool,
@@ -642,6 +645,14 @@ fn parse_vnet(h: &[u8]) -> RxHeader {
     }
 }
 
+/// A packet read from the fd: one frame when it fit the posted slot (the usual packet: no
+/// chain built, nothing large moved), else a chain over the head and tail slots, left in
+/// [`Tap::rx_chain`].
+enum Received {
+    Frame(RxFrame),
+    Chain,
+}
+
 /// A packet handed to the kernel, kept while its write waits for the fd.
 ///
 /// A chain is held inline, not boxed: the queue's room is reserved when the driver opens
@@ -806,6 +817,7 @@ impl Tap {
             rx_slot: None,
             rx_tail: Vec::with_capacity(rx_tails),
             rx_tails,
+            rx_chain: RxChain::new(),
             vnet: config.header_len(),
             complete_rx_checksums: config.complete_rx_checksums,
             tx_offloads: config.tx_offloads,
@@ -1050,7 +1062,7 @@ impl Tap {
 
     /// Reads the next packet: into the posted slot (and, with [`TapConfig::rx_gso`], on into
     /// the tail slots), as a chain.
-    fn poll_rx(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
+    fn poll_rx(&mut self, cx: &mut Context<'_>) -> Poll<Received> {
         loop {
             if self.rx_slot.is_none() {
                 match self.pool.poll_alloc_rx(cx) {
@@ -1122,10 +1134,10 @@ impl Tap {
                 bump(&self.counters.rx_frames, 1);
                 bump(&self.counters.rx_bytes, payload as u64);
                 match self.complete_rx(head, head_cap, n) {
-                    Some(chain) => {
+                    Some(packet) => {
                         // Frames only arrive while the interface is up and running.
                         self.observe_link(LinkState::Up);
-                        return Poll::Ready(chain);
+                        return Poll::Ready(packet);
                     }
                     None => {
                         bump(&self.counters.rx_errors, 1);
@@ -1166,9 +1178,9 @@ impl Tap {
     }
 
     /// The read of `n` bytes (virtio-net header included) landed in `head` (`head_cap` bytes)
-    /// and on in the tail slots: the packet as a chain with its marks, or `None` (counted by
-    /// the caller) when it is malformed.
-    fn complete_rx(&mut self, mut head: PostedSlot, head_cap: usize, n: usize) -> Option<RxChain> {
+    /// and on in the tail slots: the packet with its marks (one frame when it fits the head
+    /// slot, else a chain), or `None` (counted by the caller) when it is malformed.
+    fn complete_rx(&mut self, mut head: PostedSlot, head_cap: usize, n: usize) -> Option<Received> {
         // The header sits in the slot in front of the frame: the posted slot's first bytes.
         let header = (self.vnet > 0).then(|| parse_vnet(&head.buffer_mut()[..VNET_HDR_LEN]));
         let in_head = n.min(head_cap);
@@ -1187,11 +1199,23 @@ impl Tap {
             head.set_checksum_verified(verified);
             head.set_gso_info(h.gso);
         }
-        let mut chain = RxChain::from_frame(head);
         let mut rest = n - in_head;
+        let partial = match header {
+            Some(RxHeader {
+                partial: Some(at),
+                gso: None,
+                ..
+            }) if self.complete_rx_checksums => Some(at),
+            _ => None,
+        };
+        if rest == 0 && partial.is_none() {
+            // The usual packet: one slot, nothing to complete, no chain built.
+            return Some(Received::Frame(head));
+        }
         if rest > 0 {
             bump(&self.counters.rx_chains, 1);
         }
+        let mut chain = RxChain::from_frame(head);
         // The tails in use, in order; the unused ones stay posted.
         let used = rest.div_ceil(self.pool.slot_size());
         for tail in self.rx_tail.drain(..used.min(self.rx_tail.len())) {
@@ -1203,20 +1227,19 @@ impl Tap {
         if rest > 0 {
             return None;
         }
-        if let Some(RxHeader {
-            partial: Some((start, offset)),
-            gso: None,
-            ..
-        }) = header
-        {
-            if self.complete_rx_checksums {
-                if !chain.complete_checksum(start, offset) {
-                    return None;
-                }
-                bump(&self.counters.rx_checksums_completed, 1);
+        if let Some((start, offset)) = partial {
+            if !chain.complete_checksum(start, offset) {
+                return None;
             }
+            bump(&self.counters.rx_checksums_completed, 1);
         }
-        Some(chain)
+        self.rx_chain = chain;
+        Some(Received::Chain)
+    }
+
+    /// The chain [`poll_rx`](Self::poll_rx) just read ([`Received::Chain`]).
+    fn take_rx_chain(&mut self) -> RxChain {
+        core::mem::replace(&mut self.rx_chain, RxChain::new())
     }
 
     /// Counts a failed write and says why it failed.
@@ -1240,7 +1263,8 @@ impl Driver for Tap {
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
         loop {
             let mut chain = match self.poll_rx(cx) {
-                Poll::Ready(chain) => chain,
+                Poll::Ready(Received::Frame(frame)) => return Poll::Ready(frame),
+                Poll::Ready(Received::Chain) => self.take_rx_chain(),
                 Poll::Pending => return Poll::Pending,
             };
             if chain.frame_count() == 1 {
@@ -1259,7 +1283,10 @@ impl Driver for Tap {
     }
 
     fn poll_receive_chain(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
-        self.poll_rx(cx)
+        self.poll_rx(cx).map(|packet| match packet {
+            Received::Frame(frame) => RxChain::from_frame(frame),
+            Received::Chain => self.take_rx_chain(),
+        })
     }
 
     fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
