@@ -53,6 +53,7 @@ use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::cell::RefCell;
 use core::fmt;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use core::time::Duration;
@@ -411,6 +412,37 @@ struct Shared {
     config: HttpConfig,
     stats: HttpStats,
     limit: ConnLimit,
+    /// Request-head buffers of connections that ended, for the next ones: at most one per
+    /// connection that can be open at once (`max_connections`), so a new connection neither
+    /// allocates nor zeroes [`MAX_HEAD`] bytes.
+    heads: RefCell<Vec<Vec<u8>>>,
+}
+
+impl Shared {
+    /// A request-head buffer of [`MAX_HEAD`] bytes, given back when the guard drops.
+    fn head_buffer(&self) -> HeadBuffer<'_> {
+        let buf = self
+            .heads
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| vec![0u8; MAX_HEAD]);
+        HeadBuffer { buf, shared: self }
+    }
+}
+
+/// A connection's request-head buffer; back to [`Shared::heads`] on drop.
+struct HeadBuffer<'a> {
+    buf: Vec<u8>,
+    shared: &'a Shared,
+}
+
+impl Drop for HeadBuffer<'_> {
+    fn drop(&mut self) {
+        let mut heads = self.shared.heads.borrow_mut();
+        if heads.len() < self.shared.config.max_connections {
+            heads.push(core::mem::take(&mut self.buf));
+        }
+    }
 }
 
 /// A bound HTTP server; [`run`](Self::run) serves forever.
@@ -433,6 +465,7 @@ impl HttpServer {
                 config,
                 stats: HttpStats::default(),
                 limit,
+                heads: RefCell::new(Vec::new()),
             }),
         })
     }
@@ -1018,7 +1051,8 @@ async fn serve_connection(sock: &mut TcpSocket, shared: &Shared, permit: &Permit
 
 async fn serve_requests(sock: &mut TcpSocket, shared: &Shared, permit: &Permit) -> Stop {
     let config = &shared.config;
-    let mut buf = vec![0u8; MAX_HEAD];
+    let mut head = shared.head_buffer();
+    let buf = &mut head.buf[..];
     let mut filled = 0usize;
     // A new connection that sends nothing is reset when idle too long (no FIN exchange to
     // hold a socket slot for a client that may never close); a kept-alive one is closed.
@@ -1031,7 +1065,7 @@ async fn serve_requests(sock: &mut TcpSocket, shared: &Shared, permit: &Permit) 
         if filled == 0 {
             let idle = waiting + config.idle_timeout;
             let end = core::mem::replace(&mut idle_end, Stop::Close);
-            filled = match read_until(sock, permit, &mut buf, idle, end).await {
+            filled = match read_until(sock, permit, buf, idle, end).await {
                 Ok(n) => n,
                 Err(stop) => return stop,
             };
