@@ -201,8 +201,12 @@ fn keepalive_keeps_a_live_peer_and_the_timeout_detects_a_dead_one() {
     p.exec.block_on(async move {
         let mut c = socket(a);
         c.connect(b_at(7002)).await.unwrap();
+        let set = a_end.tx_stats().sent;
         c.set_keep_alive(Some(Duration::from_millis(100)));
         c.set_timeout(Some(Duration::from_millis(400)));
+        // The first probe comes after an idle interval, not when keep-alive is set.
+        sleep(Duration::from_millis(80)).await;
+        assert_eq!(a_end.tx_stats().sent - set, 0, "a probe before the interval");
         let before = a_end.tx_stats().sent;
         // Idle for longer than the timeout: keep-alive probes and their ACKs keep it up.
         let mut buf = [0u8; 8];

@@ -242,13 +242,17 @@ pub(crate) fn add_tcb(
     pool: &'static zcnet_buffer::FramePool,
     buffers: TcpBuffers,
 ) -> Result<TcpHandle, StackError> {
-    let rx = RecvBuffer::new(buffers.rx);
     let tx_frames = frame_budget(buffers.tx);
     let reserve = buffers.frames();
-    let tx = SendBuffer::new(pool, buffers.tx, tx_frames, tcp_headroom(st));
-    let mut tcb = Tcb::new(rx, tx);
-    tcb.set_timestamps(true);
-    st.add_tcb(tcb, reserve)
+    let headroom = tcp_headroom(st);
+    // Built where it is kept: a TCB is several KiB, not worth a move.
+    st.add_tcb(reserve, || {
+        let rx = RecvBuffer::new(buffers.rx);
+        let tx = SendBuffer::new(pool, buffers.tx, tx_frames, headroom);
+        let mut tcb = Tcb::new(rx, tx);
+        tcb.set_timestamps(true);
+        tcb
+    })
 }
 
 /// The stack and a socket's handle: what a socket and both its halves share. Every operation
@@ -818,10 +822,12 @@ impl TcpSocket {
         })
     }
 
-    /// Sends keep-alive probes when the connection has been idle this long. `None` disables.
+    /// Sends keep-alive probes when the connection has been idle this long, the first one
+    /// this long after the call at the earliest. `None` disables.
     pub fn set_keep_alive(&mut self, interval: Option<core::time::Duration>) {
+        let now = self.conn.stack.now();
         self.with(|s, st| {
-            s.set_keep_alive(interval.map(to_smol));
+            s.set_keep_alive(interval.map(to_smol), now);
             st.signal_egress(); // a new deadline for egress to honour
         })
     }

@@ -229,8 +229,8 @@ impl State {
     /// TIME-WAIT gives its slot (and reservation) up first.
     pub(crate) fn add_tcb(
         &mut self,
-        tcb: Tcb<'static>,
         slots: usize,
+        make: impl FnOnce() -> Tcb<'static>,
     ) -> Result<TcpHandle, StackError> {
         if self.shut_down {
             return Err(StackError::ShutDown);
@@ -249,7 +249,7 @@ impl State {
         // The TCP table has a place per slot, so a free slot means a free place.
         let handle = self
             .tcp
-            .insert(tcb, slots)
+            .insert_with(slots, make)
             .ok_or(StackError::NoSocketSlot)?;
         self.socket_count += 1;
         Ok(handle)

@@ -465,14 +465,19 @@ impl TcpTable {
         }
     }
 
-    /// Places a connection whose budget reserves `slots` pool slots in a free place; `None`
-    /// when every place is taken (the stack's slot count keeps that from happening).
-    pub(crate) fn insert(&mut self, tcb: Tcb<'static>, slots: usize) -> Option<TcpHandle> {
+    /// Places the connection `make` builds, whose budget reserves `slots` pool slots, in a free
+    /// place (built there, not moved in); `None` when every place is taken (the stack's slot
+    /// count keeps that from happening).
+    pub(crate) fn insert_with(
+        &mut self,
+        slots: usize,
+        make: impl FnOnce() -> Tcb<'static>,
+    ) -> Option<TcpHandle> {
         let i = self.free_head as usize;
         let slot = self.slots.get_mut(i)?;
         debug_assert!(slot.tcb.is_none(), "a place on the free stack is in use");
         self.free_head = core::mem::replace(&mut slot.next_free, NO_PLACE);
-        slot.tcb = Some(tcb);
+        slot.tcb = Some(make());
         slot.meta = TcpMeta::EMPTY;
         slot.generation = slot.generation.wrapping_add(1);
         self.releases[i].reset(slot.generation);
@@ -534,7 +539,9 @@ impl TcpTable {
         }
         self.unlink(h.0);
         let slot = &mut self.slots[h.0];
-        let was_used = slot.tcb.take().is_some();
+        // Dropped where it lies: a TCB is several KiB, not worth a move.
+        let was_used = slot.tcb.is_some();
+        slot.tcb = None;
         if was_used {
             self.used -= 1;
             self.reserved -= slot.slots;

@@ -625,13 +625,13 @@ impl<'a> Tcb<'a> {
     ///
     /// The keep-alive functionality together with the timeout functionality allows to react
     /// to these error conditions.
-    pub(crate) fn set_keep_alive(&mut self, interval: Option<Duration>) {
+    ///
+    /// Set at `now`, the first probe of an idle connection is due one `interval` later (never at
+    /// once: RFC 1122 4.2.3.6 sends one only after an interval without traffic); `None` disarms
+    /// a probe that was due.
+    pub(crate) fn set_keep_alive(&mut self, interval: Option<Duration>, now: Instant) {
         self.keep_alive = interval;
-        if self.keep_alive.is_some() {
-            // If the connection is idle and we've just set the option, it would not take effect
-            // until the next packet, unless we wind up the timer explicitly.
-            self.timer.set_keep_alive();
-        }
+        self.timer.rewind_keep_alive(now, interval);
     }
 
     /// Return the time-to-live (IPv4) or hop limit (IPv6) value used in outgoing packets.

@@ -97,16 +97,8 @@ impl Timer {
         }
     }
 
-    /// Keep-alive was just enabled: if idle without one, make one due now.
-    pub(crate) fn set_keep_alive(&mut self) {
-        if let Timer::Idle { keep_alive_at } = self {
-            if keep_alive_at.is_none() {
-                *keep_alive_at = Some(Instant::from_millis(0))
-            }
-        }
-    }
-
-    /// Something was sent at `timestamp`: if idle, push the keep-alive back by `interval`.
+    /// Something was sent at `timestamp`, or keep-alive was set then: if idle, the next probe
+    /// is due `interval` later (none without an interval).
     pub(crate) fn rewind_keep_alive(&mut self, timestamp: Instant, interval: Option<Duration>) {
         if let Timer::Idle { keep_alive_at } = self {
             *keep_alive_at = interval.map(|interval| timestamp + interval)
