@@ -1,6 +1,9 @@
 //! The zcnet peer: zcnet-stack over zcnet-tap, on zcnet's executor (one thread, its epoll
 //! reactor holding the TAP fd). One listener per port; each accepted connection is a task.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use zcnet_buffer::{FramePool, PoolConfig};
 use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::Executor;
@@ -98,14 +101,20 @@ fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
 
 async fn accept_loop(_stack: Stack, mut listener: TcpListener, port: u16) {
     let spawner = EXEC.get().expect("executor").local_spawner();
+    // Application buffers of ended connections, for the next ones: each connection has its
+    // APP_BUF as the peers' fixed socket slots do, allocated and zeroed once, not per connection.
+    let spare: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
     loop {
         // Fails only once the stack is shut down.
         let Ok(s) = listener.accept().await else {
             return;
         };
+        let spare = spare.clone();
         spawner.spawn(async move {
-            let mut buf = vec![0u8; APP_BUF];
+            let taken = spare.borrow_mut().pop();
+            let mut buf = taken.unwrap_or_else(|| vec![0u8; APP_BUF]);
             common::serve_conn(&mut ZcConn(s), port, &mut buf).await;
+            spare.borrow_mut().push(buf);
         });
     }
 }
