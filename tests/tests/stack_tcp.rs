@@ -206,7 +206,11 @@ fn keepalive_keeps_a_live_peer_and_the_timeout_detects_a_dead_one() {
         c.set_timeout(Some(Duration::from_millis(400)));
         // The first probe comes after an idle interval, not when keep-alive is set.
         sleep(Duration::from_millis(80)).await;
-        assert_eq!(a_end.tx_stats().sent - set, 0, "a probe before the interval");
+        assert_eq!(
+            a_end.tx_stats().sent - set,
+            0,
+            "a probe before the interval"
+        );
         let before = a_end.tx_stats().sent;
         // Idle for longer than the timeout: keep-alive probes and their ACKs keep it up.
         let mut buf = [0u8; 8];
