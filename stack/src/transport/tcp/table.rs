@@ -72,6 +72,11 @@ const DEMUX_BITS: u32 = 9;
 /// Buckets of the lookup's direct-mapped cache of places (see the module docs): 1 KiB.
 pub(crate) const DEMUX_BUCKETS: usize = 1 << DEMUX_BITS;
 
+/// The lookup index's bucket of a [`TcpTable::tuple_hash`]: its top [`DEMUX_BITS`].
+fn bucket_of(hash: u64) -> usize {
+    (hash >> (64 - DEMUX_BITS)) as usize
+}
+
 /// Why a TCP connection closed other than by an orderly exchange of FINs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CloseCause {
@@ -276,6 +281,9 @@ pub(crate) struct TcpSlot {
     /// there ([`NO_PLACE`]: the end).
     chain: Chain,
     chain_next: u32,
+    /// The keyed hash of its four-tuple when filed in a bucket ([`TcpTable::tuple_hash`]): a
+    /// walk along a chain compares it, next to `chain_next`, before it reads the connection.
+    tuple_hash: u64,
     /// The connection was handed out mutably since the index last looked at it, so its chain
     /// may be stale (its four-tuple or state may have changed): it is on the table's list of
     /// such places, linked through `stale_next`.
@@ -327,6 +335,7 @@ impl TcpSlot {
         prev_used: NO_PLACE,
         chain: Chain::None,
         chain_next: NO_PLACE,
+        tuple_hash: 0,
         stale: false,
         stale_next: NO_PLACE,
         filed_epoch: None,
@@ -840,13 +849,15 @@ impl TcpTable {
 
     /// [`find`](Self::find) over the index, once it is fresh.
     fn lookup(&self, ip: &IpRepr, repr: &TcpRepr) -> Option<usize> {
-        if self.takes(self.last_hit, ip, repr) {
+        let hash = self.tuple_hash(ip.src_addr(), ip.dst_addr(), repr.src_port, repr.dst_port);
+        // The hashes first: a connection's own fields are read only where the hash matches.
+        let last = self.slots.get(self.last_hit);
+        if last.is_some_and(|s| s.tuple_hash == hash) && self.takes(self.last_hit, ip, repr) {
             return Some(self.last_hit);
         }
-        let bucket = self.bucket(ip.src_addr(), ip.dst_addr(), repr.src_port, repr.dst_port);
-        let mut at = self.demux[bucket];
+        let mut at = self.demux[bucket_of(hash)];
         while let Some(slot) = self.slots.get(at as usize) {
-            if self.takes(at as usize, ip, repr) {
+            if slot.tuple_hash == hash && self.takes(at as usize, ip, repr) {
                 return Some(at as usize);
             }
             at = slot.chain_next;
@@ -920,17 +931,20 @@ impl TcpTable {
             if epoch.is_some() && epoch == slot.filed_epoch {
                 continue;
             }
+            let mut hash = 0;
             let want = match slot.tcb.as_ref() {
                 None => Chain::None,
                 Some(t) if t.state() == State::Listen => Chain::Listen,
                 Some(t) => match (t.remote_endpoint(), t.local_endpoint()) {
                     (Some(r), Some(l)) => {
+                        hash = self.tuple_hash(r.addr, l.addr, r.port, l.port);
                         // Buckets number fewer than 2^16 (`DEMUX_BITS`).
-                        Chain::Bucket(self.bucket(r.addr, l.addr, r.port, l.port) as u16)
+                        Chain::Bucket(bucket_of(hash) as u16)
                     }
                     _ => Chain::None,
                 },
             };
+            self.slots[i].tuple_hash = hash;
             if self.slots[i].chain != want {
                 self.unlink(i);
                 let head = match want {
@@ -975,9 +989,10 @@ impl TcpTable {
         slot.filed_epoch = None;
     }
 
-    /// The lookup index's bucket of a four-tuple, as a received segment names it (multiply-
-    /// shift, keyed).
-    fn bucket(&self, src: IpAddress, dst: IpAddress, src_port: u16, dst_port: u16) -> usize {
+    /// The keyed hash of a four-tuple, as a received segment names it (multiply-shift: its
+    /// top [`DEMUX_BITS`] are the lookup index's bucket, [`bucket_of`]). Every bit of both
+    /// addresses and both ports reaches it.
+    fn tuple_hash(&self, src: IpAddress, dst: IpAddress, src_port: u16, dst_port: u16) -> u64 {
         let fold = |a: IpAddress| -> u64 {
             match a {
                 IpAddress::Ipv4(v4) => u64::from(u32::from_be_bytes(v4.octets())),
@@ -991,10 +1006,9 @@ impl TcpTable {
             }
         };
         let ports = (u64::from(src_port) << 16) | u64::from(dst_port);
-        let x = (fold(src) ^ fold(dst).rotate_left(21) ^ ports << 40)
+        (fold(src) ^ fold(dst).rotate_left(21) ^ ports.rotate_left(40))
             .wrapping_add(self.demux_key)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (x >> (64 - DEMUX_BITS)) as usize
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
     }
 
     /// Whether a connection uses local `port` (bound or listening).
