@@ -75,9 +75,19 @@ fn pseudo_header(src: &IpAddress, dst: &IpAddress, protocol: IpProtocol, len: us
     let mut b = [0u8; 40];
     let n = match (src, dst) {
         (IpAddress::Ipv4(s), IpAddress::Ipv4(d)) => {
-            b[..4].copy_from_slice(&s.octets());
-            b[4..8].copy_from_slice(&d.octets());
-            8
+            // Six 16-bit words summed in registers: no buffer to fill and read back.
+            let words = |a: [u8; 4]| {
+                u32::from(u16::from_be_bytes([a[0], a[1]]))
+                    + u32::from(u16::from_be_bytes([a[2], a[3]]))
+            };
+            let len = len as u32;
+            let total = words(s.octets())
+                + words(d.octets())
+                + u32::from(u8::from(protocol))
+                + (len >> 16)
+                + (len & 0xFFFF);
+            let folded = (total >> 16) + (total & 0xFFFF);
+            return ((folded >> 16) + (folded & 0xFFFF)) as u16;
         }
         (IpAddress::Ipv6(s), IpAddress::Ipv6(d)) => {
             b[..16].copy_from_slice(&s.octets());
@@ -237,6 +247,11 @@ mod tests {
             (
                 IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1)),
                 IpAddress::Ipv4(Ipv4Address::new(192, 168, 200, 254)),
+            ),
+            // Address words whose sum carries out of 16 bits more than once.
+            (
+                IpAddress::Ipv4(Ipv4Address::new(255, 255, 255, 254)),
+                IpAddress::Ipv4(Ipv4Address::new(255, 255, 254, 255)),
             ),
             (
                 IpAddress::Ipv6(Ipv6Address::new(0xfe80, 0, 0, 0, 1, 2, 3, 4)),
