@@ -849,6 +849,10 @@ impl TcpTable {
 
     /// [`find`](Self::find) over the index, once it is fresh.
     fn lookup(&self, ip: &IpRepr, repr: &TcpRepr) -> Option<usize> {
+        // One connection: it is the last hit, no hash needed to find it.
+        if self.used == 1 && self.takes(self.last_hit, ip, repr) {
+            return Some(self.last_hit);
+        }
         let hash = self.tuple_hash(ip.src_addr(), ip.dst_addr(), repr.src_port, repr.dst_port);
         // The hashes first: a connection's own fields are read only where the hash matches.
         let last = self.slots.get(self.last_hit);
