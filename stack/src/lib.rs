@@ -82,6 +82,10 @@
 //!
 //! * `alloc`: resources, buffers and the [`Runner`]'s tasks on the heap
 //!   (`StackResources::leak`, the `with_capacity` constructors, `Runner::spawn`).
+//! * `std`: for a program with an operating system under it (user space): the stack may use
+//!   CPU features it finds at run time whose registers the OS saves across context switches
+//!   (AVX2 for the TCP checksums on x86_64). A kernel leaves it off; the stack then uses only
+//!   what the target enables at build time. Implies `alloc`.
 //! * `log`: the stack logs its events through the [`log`](https://docs.rs/log) crate:
 //!   TCP connections (opened, established, accepted, closed, reset, refused, timed out,
 //!   aborted), dropped frames with their [`DropReason`], DHCPv4 and SLAAC changes, link
@@ -103,6 +107,9 @@
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
+
+#[cfg(feature = "std")]
+extern crate std;
 
 // First: the logging macros are used by the modules below.
 #[macro_use]
