@@ -140,7 +140,7 @@ fn sum(data: &[u8]) -> u16 {
 }
 
 /// Below this many bytes the add-with-carry chain is the fastest sum; from it on, the
-/// parallel sums ([`sum64_lanes`], [`sum64_avx2`]).
+/// parallel sums ([`sum64_lanes`], and `sum64_avx2` with `std`).
 #[cfg(target_arch = "x86_64")]
 const WIDE_FROM: usize = 128;
 
