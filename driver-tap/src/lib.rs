@@ -422,8 +422,12 @@ struct Counters {
     tx_checksum_partial: AtomicU64,
 }
 
+/// Adds `n` to a counter. Only the driver writes its counters, always through `&mut self`
+/// (one writer at a time; handing the driver to another thread orders the writes), so a load
+/// and a store do, without a locked add per frame; a reader on another thread sees each value
+/// whole.
 fn bump(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Relaxed);
+    c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
 /// A handle to a [`Tap`]'s counters that stays readable after the driver was handed to a stack.
