@@ -133,6 +133,11 @@ pub(crate) struct Counters {
     pub(crate) kicks_suppressed: AtomicU64,
     pub(crate) rx_interrupt_requests: AtomicU64,
     pub(crate) tx_interrupt_requests: AtomicU64,
+    pub(crate) rx_checksum_valid: AtomicU64,
+    pub(crate) rx_checksum_partial: AtomicU64,
+    pub(crate) tx_checksum_offloaded: AtomicU64,
+    pub(crate) tx_checksum_completed: AtomicU64,
+    pub(crate) tx_bad_checksum_mark: AtomicU64,
 }
 
 impl Counters {
@@ -160,6 +165,11 @@ impl Counters {
             kicks_suppressed: AtomicU64::new(0),
             rx_interrupt_requests: AtomicU64::new(0),
             tx_interrupt_requests: AtomicU64::new(0),
+            rx_checksum_valid: AtomicU64::new(0),
+            rx_checksum_partial: AtomicU64::new(0),
+            tx_checksum_offloaded: AtomicU64::new(0),
+            tx_checksum_completed: AtomicU64::new(0),
+            tx_bad_checksum_mark: AtomicU64::new(0),
         }
     }
 
@@ -193,6 +203,11 @@ impl Counters {
             kicks_suppressed: get(&self.kicks_suppressed),
             rx_interrupt_requests: get(&self.rx_interrupt_requests),
             tx_interrupt_requests: get(&self.tx_interrupt_requests),
+            rx_checksum_valid: get(&self.rx_checksum_valid),
+            rx_checksum_partial: get(&self.rx_checksum_partial),
+            tx_checksum_offloaded: get(&self.tx_checksum_offloaded),
+            tx_checksum_completed: get(&self.tx_checksum_completed),
+            tx_bad_checksum_mark: get(&self.tx_bad_checksum_mark),
         }
     }
 }
@@ -253,4 +268,17 @@ pub struct VirtioStats {
     /// Times the driver asked for a TX interrupt: only while the stack waits for TX room, or
     /// for the return of a retained frame it waits to send again.
     pub tx_interrupt_requests: u64,
+    /// Received frames the device marked checked (`DATA_VALID`): handed up
+    /// [verified](zcnet_buffer::RxFrame::checksum_verified).
+    pub rx_checksum_valid: u64,
+    /// Received frames with a partial checksum (`NEEDS_CSUM`: a local sender's, never on a
+    /// wire): handed up verified, their checksum field holding the pseudo-header sum.
+    pub rx_checksum_partial: u64,
+    /// Frames sent with `NEEDS_CSUM`: the device completes their checksum.
+    pub tx_checksum_offloaded: u64,
+    /// Frames marked checksum-partial that the driver completed itself (the device has no
+    /// `VIRTIO_NET_F_CSUM`, or checksum offload is off).
+    pub tx_checksum_completed: u64,
+    /// Frames refused by `transmit` because their checksum mark lies past their end.
+    pub tx_bad_checksum_mark: u64,
 }

@@ -12,9 +12,15 @@
 //!   device writes the virtio-net header into the end of the headroom and the frame exactly where
 //!   [`PostedSlot::complete_range`] makes the [`RxFrame`] start. No copy, no bounce buffer.
 //! * **TX**: the stack builds the frame in a [`TxFrame`] with headroom left in front; the driver
-//!   pushes a zeroed virtio-net header into that headroom and hands header and frame to the
-//!   device as one descriptor. The frame stays an [`InFlight`] lease until the device returns
-//!   it.
+//!   pushes the virtio-net header into that headroom and hands header and frame to the device
+//!   as one descriptor. The header is zero but for a frame marked
+//!   [checksum-partial](TxFrame::checksum_partial) when `VIRTIO_NET_F_CSUM` was negotiated:
+//!   `NEEDS_CSUM` with the mark's `csum_start` / `csum_offset` (without that feature the driver
+//!   completes such a checksum itself). The frame stays an [`InFlight`] lease until the device
+//!   returns it.
+//! * **RX checksums**: with `VIRTIO_NET_F_GUEST_CSUM`, a frame whose header says `DATA_VALID`
+//!   (the device checked it) or `NEEDS_CSUM` (a local sender left it partial) is marked
+//!   [verified](RxFrame::checksum_verified); any other is left for the stack to check.
 //!
 //! # Notifications
 //!
@@ -48,9 +54,10 @@ use core::task::{Context, Poll, Waker};
 use heapless::Vec;
 use virtio_drivers::transport::{DeviceStatus, DeviceType, Transport};
 use virtio_drivers::{BufferDirection, Hal, PAGE_SIZE};
+use zcnet_buffer::offload::ones_complement_sum;
 use zcnet_buffer::{
-    Capabilities, Driver, FramePool, HardwareAddress, InFlight, LinkState, Medium, PostedSlot,
-    RxFrame, TxError, TxFrame, ETHERNET_HEADER_LEN,
+    Capabilities, ChecksumOffloads, ChecksumPartial, Driver, FramePool, HardwareAddress, InFlight,
+    LinkState, Medium, PostedSlot, RxFrame, TxError, TxFrame, ETHERNET_HEADER_LEN,
 };
 
 use crate::irq::{Counters, VirtioIrq};
@@ -71,6 +78,11 @@ const MIN_DEVICE_MTU: usize = 68;
 /// Feature bits (virtio 1.x, sections 5.1.3 and 6). Only these are ever accepted; whatever the
 /// device does not offer is not used.
 mod feature {
+    /// The device completes partial checksums of frames the driver sends (`NEEDS_CSUM`).
+    pub(super) const CSUM: u64 = 1 << 0;
+    /// The driver takes received frames with partial checksums (`NEEDS_CSUM`) and the device
+    /// marks the frames whose checksum it checked (`DATA_VALID`).
+    pub(super) const GUEST_CSUM: u64 = 1 << 1;
     /// The device advises an MTU (configuration field `mtu`).
     pub(super) const MTU: u64 = 1 << 3;
     /// The device has a MAC address (configuration field `mac`).
@@ -93,6 +105,21 @@ mod config {
     pub(super) const MTU: usize = 10;
     /// `status` bit: the link is up (`VIRTIO_NET_S_LINK_UP`).
     pub(super) const S_LINK_UP: u16 = 1;
+}
+
+/// The virtio-net header's fields (virtio 1.x, 5.1.6): byte offsets and flag values.
+mod hdr {
+    /// `u8`: `NEEDS_CSUM`, `DATA_VALID`.
+    pub(super) const FLAGS: usize = 0;
+    /// `le16`: where the checksummed bytes start, from the Ethernet header's first byte.
+    pub(super) const CSUM_START: usize = 6;
+    /// `le16`: where the checksum goes, from `csum_start`.
+    pub(super) const CSUM_OFFSET: usize = 8;
+    /// `flags` bit: the checksum is partial; the other side completes it (or, received, may
+    /// rely on the packet never having crossed a wire).
+    pub(super) const F_NEEDS_CSUM: u8 = 1;
+    /// `flags` bit, received: the device checked the packet's checksums.
+    pub(super) const F_DATA_VALID: u8 = 2;
 }
 
 /// How many times [`VirtioNet::new`] reads the device status waiting for a reset to finish.
@@ -197,6 +224,58 @@ impl fmt::Display for VirtioError {
 
 impl core::error::Error for VirtioError {}
 
+/// What [`VirtioNet::with_config`] negotiates beyond what every driver needs. Build it from
+/// [`VirtioConfig::new`] (everything the device offers is used) and the `with_*` methods.
+///
+/// ```
+/// use zcnet_virtio::VirtioConfig;
+///
+/// // For a stack that verifies every received checksum itself and marks no frame partial.
+/// let config = VirtioConfig::new().with_checksum_offload(false);
+/// assert!(!config.checksum_offload);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct VirtioConfig {
+    /// Checksum offload, when the device offers it (on by default):
+    ///
+    /// * `VIRTIO_NET_F_CSUM`: frames the stack marks
+    ///   [checksum-partial](zcnet_buffer::TxFrame::checksum_partial) go out with `NEEDS_CSUM`
+    ///   and the device completes their checksum; [`Driver::capabilities`] then advertises
+    ///   [`TCP_TX`](zcnet_buffer::ChecksumOffloads::TCP_TX) and
+    ///   [`UDP_TX`](zcnet_buffer::ChecksumOffloads::UDP_TX).
+    /// * `VIRTIO_NET_F_GUEST_CSUM`: received frames the device checked (`DATA_VALID`), or that
+    ///   a local sender handed over with a partial checksum (`NEEDS_CSUM`: their checksum field
+    ///   holds only the pseudo-header sum), are marked
+    ///   [verified](zcnet_buffer::RxFrame::checksum_verified).
+    ///
+    /// Turn it off for a stack that ignores the verified mark: with `GUEST_CSUM` it would
+    /// receive partial checksums it takes for wrong ones. Off, or without the device's
+    /// `CSUM`, a frame marked partial anyway gets its checksum completed by the driver.
+    pub checksum_offload: bool,
+}
+
+impl VirtioConfig {
+    /// Every offload the device offers.
+    pub const fn new() -> Self {
+        Self {
+            checksum_offload: true,
+        }
+    }
+
+    /// The same, with [`checksum_offload`](Self::checksum_offload) `on`.
+    pub const fn with_checksum_offload(mut self, on: bool) -> Self {
+        self.checksum_offload = on;
+        self
+    }
+}
+
+impl Default for VirtioConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A virtio-net device as a zcnet [`Driver`]: pool slots in both virtqueues, no copies.
 ///
 /// `QUEUE` is the size of each virtqueue (a power of two, at most what the device offers; QEMU
@@ -276,6 +355,10 @@ pub struct VirtioNet<H: Hal, T: Transport, const QUEUE: usize> {
     mac: [u8; 6],
     /// The features accepted.
     features: u64,
+    /// `VIRTIO_NET_F_CSUM` was accepted: partial checksums go to the device.
+    tx_csum: bool,
+    /// `VIRTIO_NET_F_GUEST_CSUM` was accepted: received headers carry checksum flags.
+    rx_csum: bool,
     /// Invariant: `rx_slots[t]` is `Some` exactly while the device owns RX token `t`; the slot
     /// is POSTED and nothing reads or writes its bytes until the ring pops `t`.
     /// `QUEUE` entries, one per possible token.
@@ -321,14 +404,24 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     /// The initialisation resets the device, and with it any MSI-X vectors: program them after
     /// this returns.
     pub fn new(
+        transport: T,
+        pool: &'static FramePool,
+        irq: &'static VirtioIrq,
+    ) -> Result<Self, VirtioError> {
+        Self::with_config(transport, pool, irq, VirtioConfig::new())
+    }
+
+    /// [`new`](Self::new), negotiating the offloads `config` allows (and the device offers).
+    pub fn with_config(
         mut transport: T,
         pool: &'static FramePool,
         irq: &'static VirtioIrq,
+        config: VirtioConfig,
     ) -> Result<Self, VirtioError> {
         if transport.device_type() != DeviceType::Network {
             return Err(VirtioError::NotNetwork);
         }
-        let setup = match Self::init(&mut transport, pool) {
+        let setup = match Self::init(&mut transport, pool, config) {
             Ok(setup) => setup,
             Err(e) => {
                 error!("virtio-net: initialisation failed: {}", e);
@@ -354,6 +447,8 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             mtu: setup.mtu,
             mac: setup.mac,
             features: setup.features,
+            tx_csum: setup.features & feature::CSUM != 0,
+            rx_csum: setup.features & feature::GUEST_CSUM != 0,
             rx_slots,
             tx_frames,
             starved: false,
@@ -364,7 +459,11 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     }
 
     /// The device initialisation proper (virtio 1.x, 3.1.1), up to `DRIVER_OK`.
-    fn init(transport: &mut T, pool: &'static FramePool) -> Result<Setup<H, QUEUE>, VirtioError> {
+    fn init(
+        transport: &mut T,
+        pool: &'static FramePool,
+        config: VirtioConfig,
+    ) -> Result<Setup<H, QUEUE>, VirtioError> {
         // Reset, and wait for the device to say it is done (virtio 1.x, 4.1.4.3.2).
         transport.set_status(DeviceStatus::empty());
         let mut reads = 0;
@@ -377,8 +476,12 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         }
         transport.set_status(DeviceStatus::ACKNOWLEDGE | DeviceStatus::DRIVER);
         let offered = transport.read_device_features();
-        let mut features = offered
-            & (feature::MAC | feature::STATUS | feature::RING_EVENT_IDX | feature::VERSION_1);
+        let mut wanted =
+            feature::MAC | feature::STATUS | feature::RING_EVENT_IDX | feature::VERSION_1;
+        if config.checksum_offload {
+            wanted |= feature::CSUM | feature::GUEST_CSUM;
+        }
+        let mut features = offered & wanted;
         let header_len = if features & feature::VERSION_1 != 0 {
             12
         } else {
@@ -602,7 +705,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     /// Turns the used RX buffer `used` into a frame, or `None` when it was dropped (counted) or
     /// the device broke the protocol.
     fn complete_rx(&mut self, used: Used) -> Option<RxFrame> {
-        let Some(slot) = self
+        let Some(mut slot) = self
             .rx_slots
             .get_mut(usize::from(used.head))
             .and_then(Option::take)
@@ -626,8 +729,21 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             Counters::bump(&counters.rx_oversize);
             return None;
         }
+        // The header's flags byte, which the device wrote (`written >= header_len`).
+        let flags = slot.buffer_mut()[self.rx_offset + hdr::FLAGS];
         match slot.complete_range(self.rx_offset + self.header_len, len) {
-            Ok(frame) => {
+            Ok(mut frame) => {
+                if self.rx_csum {
+                    // Either flag vouches for the checksum: DATA_VALID, the device checked it;
+                    // NEEDS_CSUM, a local sender left it partial and it crossed no wire.
+                    if flags & hdr::F_DATA_VALID != 0 {
+                        frame.set_checksum_verified(true);
+                        Counters::bump(&counters.rx_checksum_valid);
+                    } else if flags & hdr::F_NEEDS_CSUM != 0 {
+                        frame.set_checksum_verified(true);
+                        Counters::bump(&counters.rx_checksum_partial);
+                    }
+                }
                 Counters::bump(&counters.rx_frames);
                 counters.rx_bytes.fetch_add(len as u64, Relaxed);
                 Some(frame)
@@ -751,6 +867,24 @@ fn kick<H: Hal, T: Transport, const QUEUE: usize>(
         None => {}
     }
 }
+
+/// Completes `frame`'s partial checksum in software, as a device with `VIRTIO_NET_F_CSUM` would:
+/// the ones'-complement sum of the bytes from `mark.start` to the end (the field holds the
+/// pseudo-header sum), complemented, stored at `mark.start + mark.offset`. The caller checked
+/// that the field lies inside the frame. A UDP checksum (`offset` 6) that comes out as 0 is sent
+/// as `0xffff`: 0 says "no checksum" there (RFC 768).
+fn complete_checksum(frame: &mut TxFrame, mark: ChecksumPartial) {
+    let start = usize::from(mark.start);
+    let field = start + usize::from(mark.offset);
+    let mut sum = !ones_complement_sum(0, [&frame[start..]]);
+    if sum == 0 && mark.offset == UDP_CHECKSUM_OFFSET {
+        sum = 0xffff;
+    }
+    frame[field..field + 2].copy_from_slice(&sum.to_be_bytes());
+}
+
+/// Where a UDP header's checksum field sits (a [`ChecksumPartial::offset`]).
+const UDP_CHECKSUM_OFFSET: u16 = 6;
 
 /// Shares one pool slot with the device through the `Hal` and checks that the device address it
 /// gets is the one the pool's address map gives: a `Hal` that bounces through its own buffers
@@ -884,13 +1018,41 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
                 return Err(TxError::Device);
             }
         }
-        let Ok(header) = frame.push_header(self.header_len) else {
+        if frame.headroom() < self.header_len {
             debug!("virtio-net: frame refused: no headroom for the virtio-net header");
             Counters::bump(&counters.tx_no_headroom);
             return Err(TxError::NoHeadroom);
+        }
+        // The mark counts from the frame's first byte as it is before the header goes in front.
+        let partial = match frame.checksum_partial() {
+            Some(mark) if usize::from(mark.start) + usize::from(mark.offset) + 2 > len => {
+                debug!("virtio-net: frame refused: its checksum mark lies past its end");
+                Counters::bump(&counters.tx_bad_checksum_mark);
+                return Err(TxError::Device);
+            }
+            Some(mark) if !self.tx_csum => {
+                complete_checksum(&mut frame, mark);
+                Counters::bump(&counters.tx_checksum_completed);
+                None
+            }
+            mark => mark,
         };
-        // No offloads: flags, GSO type and the rest are zero.
+        let Ok(header) = frame.push_header(self.header_len) else {
+            // Checked above: the headroom holds the header.
+            Counters::bump(&counters.tx_no_headroom);
+            return Err(TxError::NoHeadroom);
+        };
+        // Without a mark every field is zero (nothing asked of the device). A GSO request is not
+        // passed on: this driver negotiates no segmentation, and the frame fits the MTU
+        // (checked above), so it goes out as the one segment it is.
         header.fill(0);
+        if let Some(mark) = partial {
+            header[hdr::FLAGS] = hdr::F_NEEDS_CSUM;
+            header[hdr::CSUM_START..hdr::CSUM_START + 2].copy_from_slice(&mark.start.to_le_bytes());
+            header[hdr::CSUM_OFFSET..hdr::CSUM_OFFSET + 2]
+                .copy_from_slice(&mark.offset.to_le_bytes());
+            Counters::bump(&counters.tx_checksum_offloaded);
+        }
         let frame = frame.into_device();
         let buffer = NonNull::from(&*frame);
         // SAFETY: `frame` (DEVICE state, owned by this driver) is stored in `tx_frames` under
@@ -939,8 +1101,14 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
     }
 
     fn capabilities(&self) -> Capabilities {
+        let checksum = if self.tx_csum {
+            ChecksumOffloads::TCP_TX.union(ChecksumOffloads::UDP_TX)
+        } else {
+            ChecksumOffloads::empty()
+        };
         Capabilities::new(Medium::Ethernet, self.mtu)
             .with_tx_headroom(self.header_len)
+            .with_checksum(checksum)
             .with_max_burst(Some(QUEUE))
     }
 

@@ -16,9 +16,10 @@ use std::task::{Context, Poll, Wake, Waker};
 use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus, Transport};
 use virtio_drivers::{BufferDirection, Hal, PhysAddr};
 use zcnet_buffer::{
-    Driver, FramePool, HardwareAddress, LinkState, PoolConfig, SlotState, TxError, TxFrame,
+    ChecksumOffloads, ChecksumPartial, Driver, FramePool, HardwareAddress, LinkState, PoolConfig,
+    SlotState, TxError, TxFrame,
 };
-use zcnet_virtio::{SharedTransport, VirtioError, VirtioIrq, VirtioNet, MTU};
+use zcnet_virtio::{SharedTransport, VirtioConfig, VirtioError, VirtioIrq, VirtioNet, MTU};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 /// Virtqueue size of the fake device.
@@ -29,6 +30,7 @@ const TX: usize = 1;
 const HDR: usize = 12;
 const MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
 const F_CSUM: u64 = 1 << 0;
+const F_GUEST_CSUM: u64 = 1 << 1;
 const F_MTU: u64 = 1 << 3;
 const F_MAC: u64 = 1 << 5;
 const F_MRG_RXBUF: u64 = 1 << 15;
@@ -244,6 +246,12 @@ impl FakeDevice {
     /// into the next posted buffer, and interrupts if the driver asked. `claimed_len` overrides
     /// the length reported (runts and oversize completions). False when no buffer was posted.
     fn receive(&self, frame: &[u8], claimed_len: Option<u32>) -> bool {
+        self.receive_with_header(frame, &[], claimed_len)
+    }
+
+    /// As [`receive`](Self::receive), with the virtio-net header's first bytes set to `header`
+    /// (flags, GSO type, ...) and the rest zero.
+    fn receive_with_header(&self, frame: &[u8], header: &[u8], claimed_len: Option<u32>) -> bool {
         let mut state = self.0.lock().unwrap();
         let event_idx = Self::event_idx(&state);
         let hdr = Self::header_len(&state);
@@ -259,6 +267,7 @@ impl FakeDevice {
         // SAFETY: `addr..addr + len` is the buffer the driver posted (a pool slot).
         unsafe {
             std::ptr::write_bytes(addr as *mut u8, 0, hdr);
+            std::ptr::copy_nonoverlapping(header.as_ptr(), addr as *mut u8, header.len().min(hdr));
             std::ptr::copy_nonoverlapping(frame.as_ptr(), (addr as *mut u8).add(hdr), frame.len());
         }
         let old = q.next_used;
@@ -970,13 +979,13 @@ fn a_copying_hal_and_unfit_pools_are_refused_and_the_device_marked_failed() {
 
 #[test]
 fn only_the_features_the_driver_uses_are_accepted() {
-    let offered = FEATURES | F_STATUS | F_CSUM | F_MRG_RXBUF | F_INDIRECT | F_MTU;
+    let offered = FEATURES | F_STATUS | F_CSUM | F_GUEST_CSUM | F_MRG_RXBUF | F_INDIRECT | F_MTU;
     let (net, device, _pool, _irq) = setup_with(offered, 64);
     assert_eq!(
         device.accepted(),
-        F_MAC | F_EVENT_IDX | F_VERSION_1 | F_STATUS,
-        "no offload, no merged buffers, no indirect descriptors; the MTU field reads 0, \
-         below the minimum, so not that either"
+        F_MAC | F_EVENT_IDX | F_VERSION_1 | F_STATUS | F_CSUM | F_GUEST_CSUM,
+        "checksum offload both ways, no merged buffers, no indirect descriptors; the MTU \
+         field reads 0, below the minimum, so not that either"
     );
     assert_eq!(net.features(), device.accepted());
     assert!(device.status().contains(
@@ -1384,4 +1393,277 @@ fn a_shared_transport_serves_the_driver_and_the_kernel() {
     tx.append(60).unwrap();
     net.transmit(tx).unwrap();
     assert_eq!(device.notified(TX), 1);
+}
+
+// ---- checksum offload ----------------------------------------------------------------------
+
+/// virtio-net header flags.
+const NEEDS_CSUM: u8 = 1;
+const DATA_VALID: u8 = 2;
+/// Where the Ethernet and IPv4 headers (20 bytes, no options) put the L4 header.
+const L4_START: usize = 14 + 20;
+
+/// The Internet checksum's ones'-complement sum of `parts` (each even-length but the last),
+/// folded, written out here rather than taken from the crates under test.
+fn fold_sum(parts: &[&[u8]]) -> u16 {
+    let mut acc: u64 = 0;
+    for part in parts {
+        for pair in part.chunks(2) {
+            let hi = u64::from(pair[0]) << 8;
+            acc += hi | pair.get(1).map_or(0, |&b| u64::from(b));
+        }
+    }
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
+/// The IPv4 pseudo-header of `frame`'s L4 segment (built by [`ipv4_frame`]).
+fn pseudo_header(frame: &[u8]) -> Vec<u8> {
+    let l4_len = (frame.len() - L4_START) as u16;
+    let mut p = frame[26..34].to_vec(); // source, destination
+    p.extend_from_slice(&[0, frame[23]]);
+    p.extend_from_slice(&l4_len.to_be_bytes());
+    p
+}
+
+/// Whether `frame`'s L4 checksum is right, as a receiver checks it.
+fn l4_checksum_ok(frame: &[u8]) -> bool {
+    fold_sum(&[&pseudo_header(frame), &frame[L4_START..]]) == 0xffff
+}
+
+/// An Ethernet + IPv4 frame carrying `l4` (a TCP or UDP header and payload) of protocol `proto`,
+/// with the L4 checksum field (at `csum_offset` in `l4`) holding the pseudo-header sum, as a
+/// stack leaves it for the device: returns the frame and its checksum mark.
+fn ipv4_frame(proto: u8, mut l4: Vec<u8>, csum_offset: usize) -> (Vec<u8>, ChecksumPartial) {
+    let mut f = Vec::new();
+    f.extend_from_slice(&MAC);
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let total = (20 + l4.len()) as u16;
+    let mut ip = vec![0x45, 0];
+    ip.extend_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&[
+        0x12, 0x34, 0x40, 0, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ]);
+    let ip_sum = !fold_sum(&[&ip]);
+    ip[10..12].copy_from_slice(&ip_sum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    l4[csum_offset..csum_offset + 2].fill(0);
+    f.extend_from_slice(&l4);
+    let partial = fold_sum(&[&pseudo_header(&f)]);
+    f[L4_START + csum_offset..L4_START + csum_offset + 2].copy_from_slice(&partial.to_be_bytes());
+    let mark = ChecksumPartial {
+        start: L4_START as u16,
+        offset: csum_offset as u16,
+    };
+    (f, mark)
+}
+
+/// A TCP segment (20-byte header, PSH|ACK) with `payload`.
+fn tcp_frame(payload: &[u8]) -> (Vec<u8>, ChecksumPartial) {
+    let mut l4 = vec![
+        0x1f, 0x90, 0xc3, 0x50, 0, 0, 0x10, 0, 0, 0, 0x20, 0, 0x50, 0x18, 0xfa, 0xf0, 0, 0, 0, 0,
+    ];
+    l4.extend_from_slice(payload);
+    ipv4_frame(6, l4, 16)
+}
+
+/// A UDP datagram with `payload`.
+fn udp_frame(payload: &[u8]) -> (Vec<u8>, ChecksumPartial) {
+    let len = (8 + payload.len()) as u16;
+    let mut l4 = vec![0x30, 0x39, 0x00, 0x35];
+    l4.extend_from_slice(&len.to_be_bytes());
+    l4.extend_from_slice(&[0, 0]);
+    l4.extend_from_slice(payload);
+    ipv4_frame(17, l4, 6)
+}
+
+/// What the device does with a sent buffer (virtio-net header first): with `NEEDS_CSUM`,
+/// completes the checksum at `csum_start + csum_offset` over the bytes from `csum_start` on.
+/// Returns the frame as it goes on the wire.
+fn device_completes(sent: &[u8]) -> Vec<u8> {
+    let (header, frame) = sent.split_at(HDR);
+    let mut frame = frame.to_vec();
+    if header[0] & NEEDS_CSUM != 0 {
+        let start = usize::from(u16::from_le_bytes([header[6], header[7]]));
+        let field = start + usize::from(u16::from_le_bytes([header[8], header[9]]));
+        let sum = !fold_sum(&[&frame[start..]]);
+        frame[field..field + 2].copy_from_slice(&sum.to_be_bytes());
+    }
+    frame
+}
+
+/// Transmits `bytes` marked with `mark` and returns what the device got (header included).
+fn send_marked(
+    net: &mut Net,
+    device: &FakeDevice,
+    bytes: &[u8],
+    mark: Option<ChecksumPartial>,
+) -> Vec<u8> {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut tx = tx_frame(net, &mut cx, bytes.len(), 0);
+    tx.copy_from_slice(bytes);
+    tx.set_checksum_partial(mark).unwrap();
+    net.transmit(tx).unwrap();
+    net.flush();
+    let mut sent = device.transmit_all();
+    assert_eq!(sent.len(), 1);
+    sent.pop().unwrap().1
+}
+
+#[test]
+fn partial_checksums_go_to_the_device_as_needs_csum_in_the_headroom() {
+    let (mut net, device, _pool, irq) = setup_with(FEATURES | F_CSUM | F_GUEST_CSUM, 64);
+    assert_eq!(
+        device.accepted() & (F_CSUM | F_GUEST_CSUM),
+        F_CSUM | F_GUEST_CSUM
+    );
+    let caps = net.capabilities();
+    assert_eq!(
+        caps.checksum,
+        ChecksumOffloads::TCP_TX | ChecksumOffloads::UDP_TX
+    );
+    assert_eq!(caps.tx_headroom, HDR);
+
+    let (frame, mark) = tcp_frame(b"GET / HTTP/1.1\r\nHost: zcnet\r\n\r\n");
+    assert!(!l4_checksum_ok(&frame), "only the pseudo-header sum so far");
+    let sent = send_marked(&mut net, &device, &frame, Some(mark));
+    assert_eq!(sent.len(), HDR + frame.len());
+    let header = &sent[..HDR];
+    assert_eq!(header[0], NEEDS_CSUM, "flags");
+    assert_eq!(header[1], 0, "no segmentation");
+    assert_eq!(u16::from_le_bytes([header[6], header[7]]), 34, "csum_start");
+    assert_eq!(
+        u16::from_le_bytes([header[8], header[9]]),
+        16,
+        "csum_offset"
+    );
+    assert_eq!(
+        &sent[HDR..],
+        &frame[..],
+        "the driver left the frame's bytes alone"
+    );
+    assert!(l4_checksum_ok(&device_completes(&sent)));
+
+    let (frame, mark) = udp_frame(b"a datagram of odd length");
+    let sent = send_marked(&mut net, &device, &frame, Some(mark));
+    assert_eq!(
+        (sent[0], u16::from_le_bytes([sent[8], sent[9]])),
+        (NEEDS_CSUM, 6)
+    );
+    assert!(l4_checksum_ok(&device_completes(&sent)));
+
+    // An unmarked frame carries its own checksum: the header asks nothing.
+    let (mut frame, _) = tcp_frame(b"complete");
+    frame[L4_START + 16..L4_START + 18].fill(0);
+    let sum = !fold_sum(&[&pseudo_header(&frame), &frame[L4_START..]]);
+    frame[L4_START + 16..L4_START + 18].copy_from_slice(&sum.to_be_bytes());
+    let sent = send_marked(&mut net, &device, &frame, None);
+    assert!(sent[..HDR].iter().all(|&b| b == 0));
+    assert!(l4_checksum_ok(&sent[HDR..]));
+
+    let stats = irq.stats();
+    assert_eq!(
+        (stats.tx_checksum_offloaded, stats.tx_checksum_completed),
+        (2, 0)
+    );
+}
+
+#[test]
+fn without_the_devices_csum_the_driver_completes_marked_checksums() {
+    // The device offers no checksum offload.
+    let (mut net, device, _pool, irq) = setup(64);
+    assert_eq!(net.capabilities().checksum, ChecksumOffloads::empty());
+    let (frame, mark) = tcp_frame(b"seventeen bytes!!");
+    let sent = send_marked(&mut net, &device, &frame, Some(mark));
+    assert!(
+        sent[..HDR].iter().all(|&b| b == 0),
+        "nothing asked of the device"
+    );
+    assert!(l4_checksum_ok(&sent[HDR..]));
+
+    // A UDP checksum that comes out 0 goes out as 0xffff (0 would mean "none"): the payload's
+    // last word is chosen so that the whole sum is 0xffff.
+    let (mut frame, mark) = udp_frame(&[7, 7, 7, 7, 0, 0]);
+    let n = frame.len();
+    let rest = fold_sum(&[&frame[L4_START..]]);
+    frame[n - 2..].copy_from_slice(&(0xffff - rest).to_be_bytes());
+    let sent = send_marked(&mut net, &device, &frame, Some(mark));
+    assert_eq!(&sent[HDR + L4_START + 6..HDR + L4_START + 8], &[0xff, 0xff]);
+    assert!(l4_checksum_ok(&sent[HDR..]));
+
+    // Offload turned off on a device that offers it: neither feature is taken.
+    let device = FakeDevice::new(FEATURES | F_CSUM | F_GUEST_CSUM);
+    let pool = FramePool::leak(PoolConfig::new(64)).unwrap();
+    let config = VirtioConfig::new().with_checksum_offload(false);
+    let mut off = Net::with_config(transport(&device), pool, leak_irq(), config).unwrap();
+    assert_eq!(device.accepted() & (F_CSUM | F_GUEST_CSUM), 0);
+    assert_eq!(off.capabilities().checksum, ChecksumOffloads::empty());
+    let (frame, mark) = tcp_frame(b"x");
+    let sent = send_marked(&mut off, &device, &frame, Some(mark));
+    assert_eq!(sent[0], 0);
+    assert!(l4_checksum_ok(&sent[HDR..]));
+    assert_eq!(
+        (
+            off.irq().stats().tx_checksum_completed,
+            irq.stats().tx_checksum_completed
+        ),
+        (1, 2)
+    );
+    assert_eq!(irq.stats().tx_checksum_offloaded, 0);
+}
+
+#[test]
+fn a_checksum_mark_past_the_frames_end_is_refused_and_counted() {
+    let (mut net, _device, pool, irq) = setup_with(FEATURES | F_CSUM, 64);
+    let mut cx = Context::from_waker(Waker::noop());
+    let (frame, mark) = tcp_frame(b"payload");
+    let mut tx = tx_frame(&mut net, &mut cx, frame.len(), 0);
+    tx.copy_from_slice(&frame);
+    tx.set_checksum_partial(Some(mark)).unwrap();
+    // Cut short after marking: the checksum field is gone.
+    tx.set_len(L4_START + 10).unwrap();
+    assert_eq!(net.transmit(tx), Err(TxError::Device));
+    assert_eq!(irq.stats().tx_bad_checksum_mark, 1);
+    assert_eq!(irq.stats().tx_frames, 0);
+    assert_eq!(pool.audit().unwrap().get(SlotState::Device), 0);
+}
+
+#[test]
+fn received_frames_are_verified_when_the_device_vouches_and_only_then() {
+    let (mut net, device, _pool, irq) = setup_with(FEATURES | F_CSUM | F_GUEST_CSUM, 64);
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(net.poll_receive(&mut cx).is_pending());
+    let (checked, _) = tcp_frame(b"checked by the device");
+    let (partial, _) = tcp_frame(b"left partial by a local sender");
+    let (unchecked, _) = tcp_frame(b"not looked at");
+    assert!(device.receive_with_header(&checked, &[DATA_VALID], None));
+    assert!(device.receive_with_header(&partial, &[NEEDS_CSUM, 0, 0, 0, 0, 0, 34, 0, 16, 0], None));
+    assert!(device.receive_with_header(&unchecked, &[0], None));
+    let mut got = Vec::new();
+    while let Poll::Ready(rx) = net.poll_receive(&mut cx) {
+        got.push((rx.to_vec(), rx.checksum_verified()));
+    }
+    assert_eq!(
+        got,
+        [(checked, true), (partial, true), (unchecked, false)],
+        "a frame the device did not validate is left for the stack to check"
+    );
+    let stats = irq.stats();
+    assert_eq!((stats.rx_checksum_valid, stats.rx_checksum_partial), (1, 1));
+
+    // Without GUEST_CSUM the flags mean nothing (a device must not set them): never verified.
+    let device = FakeDevice::new(FEATURES | F_CSUM);
+    let pool = FramePool::leak(PoolConfig::new(64)).unwrap();
+    let mut net = Net::new(transport(&device), pool, leak_irq()).unwrap();
+    assert!(net.poll_receive(&mut cx).is_pending());
+    let (frame, _) = tcp_frame(b"flags ignored");
+    assert!(device.receive_with_header(&frame, &[DATA_VALID | NEEDS_CSUM], None));
+    let Poll::Ready(rx) = net.poll_receive(&mut cx) else {
+        panic!("frame");
+    };
+    assert!(!rx.checksum_verified());
+    assert_eq!(net.irq().stats().rx_checksum_valid, 0);
 }

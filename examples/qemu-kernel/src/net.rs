@@ -131,6 +131,7 @@ pub fn start(spawner: LocalSpawner, boot: &BootInfo) -> Result<Net, NetError> {
     let transport = nic::doorbells(transport, &nic, true);
     let driver: Nic = VirtioNet::new(transport, pool, &NET_IRQ).map_err(NetError::Driver)?;
     nic::note_doorbells(driver.transport());
+    nic::note_features(driver.features());
     let routing = nic::route_interrupts(&nic, cmdline.irq, HANDLERS).map_err(NetError::Nic)?;
     let ipv4 = match cmdline.ip {
         IpSetting::Dhcp => Ipv4Config::Dhcp,
