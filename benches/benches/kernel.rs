@@ -70,6 +70,8 @@
 //! * `ZCNET_KERNEL_BASELINE=lend` builds the baseline with `--features baseline-lend`: its
 //!   device lends the DMA buffers to smoltcp instead of copying (as ArceOS's `axnet` does);
 //! * `ZCNET_KERNEL_BASELINE_ARGS` appends words to the baseline's kernel command line;
+//! * `ZCNET_KERNEL_ZCNET_ARGS` appends words to zcnet's (`csum=0`, `rx_recheck=0`: see
+//!   `examples/qemu-kernel/README.md`);
 //! * `ZCNET_KERNEL_NO_BUILD=1` uses the ELFs already in `target/kernel-bench/`.
 
 use std::collections::VecDeque;
@@ -524,6 +526,10 @@ struct GuestStats {
     uptime_ns: f64,
     /// Queue notifications the guest's driver made (`kernel.nic.kicks`).
     kicks: f64,
+    /// zcnet-virtio's own counters (`virtio.*`; the baseline's device reports others): RX and
+    /// TX interrupts, frames sent with a partial checksum for the device to complete, frames
+    /// received that the device vouched for (`DATA_VALID` or `NEEDS_CSUM`).
+    virtio: Option<VirtioCounts>,
     /// NIC interrupts the guest took (`kernel.nic.interrupts`).
     interrupts: f64,
 }
@@ -550,7 +556,41 @@ fn stats(ns: &Netns) -> GuestStats {
         busy_ns: num(&["kernel", "busy_ns"]),
         uptime_ns: num(&["kernel", "uptime_ns"]),
         kicks: num(&["kernel", "nic", "kicks"]),
+        virtio: j.path(&["virtio", "rx_interrupts"]).map(|_| {
+            let n = |k: &str| num(&["virtio", k]);
+            VirtioCounts {
+                rx_interrupts: n("rx_interrupts"),
+                tx_interrupts: n("tx_interrupts"),
+                tx_checksum_offloaded: n("tx_checksum_offloaded"),
+                rx_checksum_vouched: n("rx_checksum_valid") + n("rx_checksum_partial"),
+            }
+        }),
         interrupts: num(&["kernel", "nic", "interrupts"]),
+    }
+}
+
+/// zcnet-virtio's counters in `/stats` (see [`GuestStats::virtio`]).
+#[derive(Clone, Copy, Debug)]
+struct VirtioCounts {
+    rx_interrupts: f64,
+    tx_interrupts: f64,
+    tx_checksum_offloaded: f64,
+    rx_checksum_vouched: f64,
+}
+
+/// What zcnet-virtio did between two readings of an iperf3 run of `mb` MB, for the log: RX
+/// and TX interrupts per MB, and the frames whose checksums the device handled.
+fn virtio_note(before: GuestStats, after: GuestStats, mb: f64) -> String {
+    match (before.virtio, after.virtio) {
+        (Some(b), Some(a)) => format!(
+            " (RX {:.1} + TX {:.1} interrupts per MB; checksums: {:.0} sent partial, {:.0} \
+             received vouched for)",
+            (a.rx_interrupts - b.rx_interrupts) / mb,
+            (a.tx_interrupts - b.tx_interrupts) / mb,
+            a.tx_checksum_offloaded - b.tx_checksum_offloaded,
+            a.rx_checksum_vouched - b.rx_checksum_vouched,
+        ),
+        _ => String::new(),
     }
 }
 
@@ -921,6 +961,7 @@ fn main() {
     let only = std::env::var("ZCNET_KERNEL_ONLY").unwrap_or_default();
     let want = |w: &str| only.is_empty() || only.split(',').any(|o| o.trim() == w);
     let extra = std::env::var("ZCNET_KERNEL_BASELINE_ARGS").unwrap_or_default();
+    let zcnet_extra = std::env::var("ZCNET_KERNEL_ZCNET_ARGS").unwrap_or_default();
     let cmdline = |v: Variant, more: &str| {
         let mut c = GUEST_NET.to_string();
         if !more.is_empty() {
@@ -930,6 +971,10 @@ fn main() {
         if v == Variant::Baseline && !extra.trim().is_empty() {
             c.push(' ');
             c.push_str(extra.trim());
+        }
+        if v == Variant::Zcnet && !zcnet_extra.trim().is_empty() {
+            c.push(' ');
+            c.push_str(zcnet_extra.trim());
         }
         c
     };
@@ -963,8 +1008,9 @@ fn main() {
                     s.add(&format!("{key} irqs"), *v, irqs);
                     eprintln!(
                         "run {run} {key} {}: {mbit:.1} Mbit/s, guest busy {busy:.0}%, \
-                         {kicks:.1} kicks and {irqs:.1} interrupts per MB",
-                        v.name()
+                         {kicks:.1} kicks and {irqs:.1} interrupts per MB{}",
+                        v.name(),
+                        virtio_note(before, after, mb)
                     );
                 }
             }

@@ -138,6 +138,7 @@ pub(crate) struct Counters {
     pub(crate) tx_checksum_offloaded: AtomicU64,
     pub(crate) tx_checksum_completed: AtomicU64,
     pub(crate) tx_bad_checksum_mark: AtomicU64,
+    pub(crate) rx_rechecks: AtomicU64,
 }
 
 impl Counters {
@@ -170,6 +171,7 @@ impl Counters {
             tx_checksum_offloaded: AtomicU64::new(0),
             tx_checksum_completed: AtomicU64::new(0),
             tx_bad_checksum_mark: AtomicU64::new(0),
+            rx_rechecks: AtomicU64::new(0),
         }
     }
 
@@ -208,6 +210,7 @@ impl Counters {
             tx_checksum_offloaded: get(&self.tx_checksum_offloaded),
             tx_checksum_completed: get(&self.tx_checksum_completed),
             tx_bad_checksum_mark: get(&self.tx_bad_checksum_mark),
+            rx_rechecks: get(&self.rx_rechecks),
         }
     }
 }
@@ -263,7 +266,9 @@ pub struct VirtioStats {
     /// Notification decisions with something new published where the device had asked not to
     /// be notified (it was still working through the queue): doorbells saved.
     pub kicks_suppressed: u64,
-    /// Times the driver asked for an RX interrupt: once per drained batch.
+    /// Times the driver asked for an RX interrupt: once per drained batch (with
+    /// [`VirtioConfig::rx_recheck`](crate::VirtioConfig::rx_recheck), once per pass that found
+    /// nothing after one that found frames).
     pub rx_interrupt_requests: u64,
     /// Times the driver asked for a TX interrupt: only while the stack waits for TX room, or
     /// for the return of a retained frame it waits to send again.
@@ -281,4 +286,7 @@ pub struct VirtioStats {
     pub tx_checksum_completed: u64,
     /// Frames refused by `transmit` because their checksum mark lies past their end.
     pub tx_bad_checksum_mark: u64,
+    /// Drained RX passes that had handed frames up and woke their caller to look again
+    /// instead of asking for an RX interrupt ([`VirtioConfig::rx_recheck`](crate::VirtioConfig::rx_recheck)).
+    pub rx_rechecks: u64,
 }

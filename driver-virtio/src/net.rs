@@ -32,8 +32,12 @@
 //! that rule, so a user that never flushes still gets its frames out; from the first flush on
 //! it counts on one after every run of transmits.
 //!
-//! Interrupts: the RX queue's used-buffer notification is asked for once per batch, when
-//! [`Driver::poll_receive`] finds nothing and is about to return `Pending`; TX completions
+//! Interrupts: the RX queue's used-buffer notification is off while a batch is being handled
+//! and asked for again only when [`Driver::poll_receive`] finds nothing and is about to return
+//! `Pending`. With [`VirtioConfig::rx_recheck`] (the default) a pass that handed frames up does
+//! not ask for it when it drains the queue: it wakes its caller to look again after the other
+//! tasks ran, and only a pass that finds nothing arms the interrupt, so a steady stream is
+//! polled, not interrupted per batch; TX completions
 //! interrupt only while the stack waits for room (a `poll_transmit_*` returning `Pending`), or
 //! for a retained frame the device still has ([`InFlight::is_watched`]: a retransmission that
 //! must wait for the frame's return; the interrupt wakes the sender, whose flush takes the
@@ -224,7 +228,8 @@ impl fmt::Display for VirtioError {
 
 impl core::error::Error for VirtioError {}
 
-/// What [`VirtioNet::with_config`] negotiates beyond what every driver needs. Build it from
+/// What [`VirtioNet::with_config`] negotiates beyond what every driver needs, and how it
+/// waits for received frames. Build it from
 /// [`VirtioConfig::new`] (everything the device offers is used) and the `with_*` methods.
 ///
 /// ```
@@ -253,6 +258,15 @@ pub struct VirtioConfig {
     /// receive partial checksums it takes for wrong ones. Off, or without the device's
     /// `CSUM`, a frame marked partial anyway gets its checksum completed by the driver.
     pub checksum_offload: bool,
+    /// Look at a drained RX queue once more before asking for an interrupt (on by default).
+    ///
+    /// When a [`Driver::poll_receive`] pass that handed frames up finds the queue empty, the
+    /// driver wakes its caller at once and returns `Pending` with RX interrupts still off;
+    /// only a pass that finds no frame asks for the interrupt. Under a stream of frames the
+    /// queue is then polled between the other tasks' runs instead of interrupting once per
+    /// batch; at the end of the stream it costs one pass that finds nothing. Off: every
+    /// drained pass asks for the interrupt.
+    pub rx_recheck: bool,
 }
 
 impl VirtioConfig {
@@ -260,12 +274,19 @@ impl VirtioConfig {
     pub const fn new() -> Self {
         Self {
             checksum_offload: true,
+            rx_recheck: true,
         }
     }
 
     /// The same, with [`checksum_offload`](Self::checksum_offload) `on`.
     pub const fn with_checksum_offload(mut self, on: bool) -> Self {
         self.checksum_offload = on;
+        self
+    }
+
+    /// The same, with [`rx_recheck`](Self::rx_recheck) `on`.
+    pub const fn with_rx_recheck(mut self, on: bool) -> Self {
+        self.rx_recheck = on;
         self
     }
 }
@@ -368,6 +389,10 @@ pub struct VirtioNet<H: Hal, T: Transport, const QUEUE: usize> {
     /// Set when the RX ring ran dry for want of slots; cleared when a slot is posted again, so
     /// each dry spell counts once.
     starved: bool,
+    /// [`Driver::poll_receive`] handed a frame up since it last returned `Pending`.
+    rx_delivered: bool,
+    /// [`VirtioConfig::rx_recheck`].
+    rx_recheck: bool,
     /// The device broke the queue protocol: the driver no longer touches the queues.
     broken: bool,
     /// The user calls [`Driver::flush`]: transmits only publish, the flush notifies.
@@ -452,6 +477,8 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             rx_slots,
             tx_frames,
             starved: false,
+            rx_delivered: false,
+            rx_recheck: config.rx_recheck,
             broken: false,
             batched: false,
             tx_waker: None,
@@ -925,15 +952,28 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
                         // A batch begins: no RX interrupts until it has been drained.
                         self.rx.disable_interrupts();
                     }
+                    self.rx_delivered = true;
                     return Poll::Ready(frame);
                 }
             }
             if self.broken {
                 return Poll::Pending;
             }
-            // Drained. Register, then ask for the RX interrupt and look once more: a buffer
-            // used before the request raised no interrupt.
+            // Drained.
             self.irq.rx.register(cx.waker());
+            if core::mem::take(&mut self.rx_delivered) && self.rx_recheck {
+                // This pass handed frames up: more are likely on their way. Rather than ask
+                // for an interrupt, have the caller look again once the other tasks have run
+                // (interrupts stay off); only a pass that finds nothing arms the interrupt.
+                Counters::bump(&self.counters().rx_rechecks);
+                self.kick_rx();
+                self.reclaim_tx();
+                self.watch_tx_returns();
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            // Ask for the RX interrupt and look once more: a buffer used before the request
+            // raised no interrupt.
             if !self.rx.interrupts_enabled() {
                 Counters::bump(&self.counters().rx_interrupt_requests);
             }

@@ -449,10 +449,20 @@ fn setup_with(
     features: u64,
     slots: usize,
 ) -> (Net, FakeDevice, &'static FramePool, &'static VirtioIrq) {
+    setup_config(features, slots, VirtioConfig::new())
+}
+
+/// As [`setup_with`], with the driver configured by `config`.
+fn setup_config(
+    features: u64,
+    slots: usize,
+    config: VirtioConfig,
+) -> (Net, FakeDevice, &'static FramePool, &'static VirtioIrq) {
     let device = FakeDevice::new(features);
     let pool = FramePool::leak(PoolConfig::new(slots)).unwrap();
     let irq = leak_irq();
-    let net = VirtioNet::new(transport(&device), pool, irq).expect("driver over the pool");
+    let net = VirtioNet::with_config(transport(&device), pool, irq, config)
+        .expect("driver over the pool");
     (net, device, pool, irq)
 }
 
@@ -1162,8 +1172,9 @@ fn without_flush_calls_every_transmit_is_notified_when_the_device_asks() {
 }
 
 #[test]
-fn the_rx_interrupt_is_asked_for_once_per_drained_batch() {
-    let (mut net, device, _pool, irq) = setup(64);
+fn without_rechecks_the_rx_interrupt_is_asked_for_once_per_drained_batch() {
+    let no_recheck = VirtioConfig::new().with_rx_recheck(false);
+    let (mut net, device, _pool, irq) = setup_config(FEATURES, 64, no_recheck);
     let (count, w) = waker();
     let mut cx = Context::from_waker(&w);
     assert!(net.poll_receive(&mut cx).is_pending());
@@ -1193,6 +1204,68 @@ fn the_rx_interrupt_is_asked_for_once_per_drained_batch() {
     );
     assert!(device.receive(&frame(60, 10), None));
     assert_eq!(device.interrupts(RX), 2);
+    assert_eq!(irq.stats().rx_rechecks, 0);
+}
+
+/// The device receives `burst` frames, then the driver's caller runs one pass (polls until
+/// `Pending`); `rounds` times. Returns the frames the passes took and the device's RX interrupts.
+fn stream(
+    net: &mut Net,
+    device: &FakeDevice,
+    cx: &mut Context<'_>,
+    rounds: usize,
+    burst: u8,
+) -> (usize, usize) {
+    let mut taken = 0;
+    for r in 0..rounds {
+        for i in 0..burst {
+            assert!(device.receive(&frame(60, r as u8 ^ i), None));
+        }
+        while net.poll_receive(cx).is_ready() {
+            taken += 1;
+        }
+    }
+    (taken, device.interrupts(RX))
+}
+
+#[test]
+fn a_stream_of_frames_is_polled_and_interrupts_once() {
+    let (mut net, device, _pool, irq) = setup(64);
+    let (count, w) = waker();
+    let mut cx = Context::from_waker(&w);
+    assert!(net.poll_receive(&mut cx).is_pending());
+    assert_eq!(
+        wakes(&count),
+        0,
+        "nothing received: no recheck, the interrupt is armed"
+    );
+    assert_eq!(irq.stats().rx_interrupt_requests, 1);
+
+    // Frames keep arriving between passes: each pass that took some wakes its caller to look
+    // again, and the device never interrupts after the first frame.
+    let (taken, interrupts) = stream(&mut net, &device, &mut cx, 50, 3);
+    assert_eq!((taken, interrupts), (150, 1));
+    assert_eq!(wakes(&count), 50, "every pass woke its caller for the next");
+    assert_eq!(irq.stats().rx_rechecks, 50);
+    assert_eq!(irq.stats().rx_interrupt_requests, 1, "never re-armed");
+
+    // The stream stops: the recheck pass finds nothing and arms the interrupt, without a wake.
+    assert!(net.poll_receive(&mut cx).is_pending());
+    assert_eq!(wakes(&count), 50);
+    assert_eq!(irq.stats().rx_interrupt_requests, 2);
+    assert!(device.receive(&frame(60, 1), None));
+    assert_eq!(device.interrupts(RX), 2, "the next frame interrupts");
+
+    // The same stream without rechecks: one interrupt per pass.
+    let no_recheck = VirtioConfig::new().with_rx_recheck(false);
+    let (mut net, device, _pool, irq) = setup_config(FEATURES, 64, no_recheck);
+    let (count, w) = waker();
+    let mut cx = Context::from_waker(&w);
+    assert!(net.poll_receive(&mut cx).is_pending());
+    let (taken, interrupts) = stream(&mut net, &device, &mut cx, 50, 3);
+    assert_eq!((taken, interrupts), (150, 50));
+    assert_eq!(wakes(&count), 0);
+    assert_eq!(irq.stats().rx_rechecks, 0);
 }
 
 #[test]

@@ -105,6 +105,12 @@ pub struct Cmdline {
     pub irq: IrqMode,
     /// `virtio_mmio.device=` words, in order.
     pub virtio_mmio: [Option<VirtioMmioArg>; MAX_VIRTIO_MMIO],
+    /// `csum=0` turns the NIC's checksum offload off (zcnet-virtio's
+    /// `VirtioConfig::checksum_offload`); on by default.
+    pub csum: bool,
+    /// `rx_recheck=0` makes the NIC driver arm the RX interrupt after every drained pass
+    /// (zcnet-virtio's `VirtioConfig::rx_recheck`); on by default.
+    pub rx_recheck: bool,
 }
 
 impl Default for Cmdline {
@@ -116,6 +122,8 @@ impl Default for Cmdline {
             idle_secs: None,
             irq: IrqMode::Msix,
             virtio_mmio: [None; MAX_VIRTIO_MMIO],
+            csum: true,
+            rx_recheck: true,
         }
     }
 }
@@ -146,6 +154,8 @@ impl Cmdline {
             }
             "gw" => self.gateway = Some(value.parse().ok()?),
             "test" => self.test = parse_bool(value)?,
+            "csum" => self.csum = parse_bool(value)?,
+            "rx_recheck" => self.rx_recheck = parse_bool(value)?,
             "idle" => self.idle_secs = Some(value.parse().ok()?),
             "irq" => {
                 self.irq = match value {

@@ -173,6 +173,7 @@ fn virtio_json(s: &VirtioStats) -> Json {
         ("tx_checksum_offloaded", s.tx_checksum_offloaded.into()),
         ("tx_checksum_completed", s.tx_checksum_completed.into()),
         ("tx_bad_checksum_mark", s.tx_bad_checksum_mark.into()),
+        ("rx_rechecks", s.rx_rechecks.into()),
     ])
 }
 
