@@ -139,6 +139,9 @@ pub(crate) struct Counters {
     pub(crate) tx_checksum_completed: AtomicU64,
     pub(crate) tx_bad_checksum_mark: AtomicU64,
     pub(crate) rx_rechecks: AtomicU64,
+    pub(crate) rx_merged: AtomicU64,
+    pub(crate) rx_chains_dropped: AtomicU64,
+    pub(crate) tx_gso: AtomicU64,
 }
 
 impl Counters {
@@ -172,6 +175,9 @@ impl Counters {
             tx_checksum_completed: AtomicU64::new(0),
             tx_bad_checksum_mark: AtomicU64::new(0),
             rx_rechecks: AtomicU64::new(0),
+            rx_merged: AtomicU64::new(0),
+            rx_chains_dropped: AtomicU64::new(0),
+            tx_gso: AtomicU64::new(0),
         }
     }
 
@@ -211,6 +217,9 @@ impl Counters {
             tx_checksum_completed: get(&self.tx_checksum_completed),
             tx_bad_checksum_mark: get(&self.tx_bad_checksum_mark),
             rx_rechecks: get(&self.rx_rechecks),
+            rx_merged: get(&self.rx_merged),
+            rx_chains_dropped: get(&self.rx_chains_dropped),
+            tx_gso: get(&self.tx_gso),
         }
     }
 }
@@ -289,4 +298,11 @@ pub struct VirtioStats {
     /// Drained RX passes that had handed frames up and woke their caller to look again
     /// instead of asking for an RX interrupt ([`VirtioConfig::rx_recheck`](crate::VirtioConfig::rx_recheck)).
     pub rx_rechecks: u64,
+    /// Packets received over several buffers (merged receive buffers: large receive).
+    pub rx_merged: u64,
+    /// Merged packets dropped because the caller took frames (`Driver::poll_receive`), not
+    /// chains.
+    pub rx_chains_dropped: u64,
+    /// Super-segments the device was asked to segment (`HOST_TSO4` / `HOST_TSO6`).
+    pub tx_gso: u64,
 }

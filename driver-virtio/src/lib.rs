@@ -39,6 +39,10 @@
 //! * **Checksum offload** ([`VirtioConfig`]): `VIRTIO_NET_F_CSUM` and `VIRTIO_NET_F_GUEST_CSUM`
 //!   are negotiated when offered; the stack then leaves TCP and UDP transmit checksums to the
 //!   device, and received frames the device vouches for are marked verified.
+//! * **Segmentation and large receive** ([`VirtioConfig`]): with `HOST_TSO4` / `HOST_TSO6` a
+//!   TCP super-segment goes out as one chain of descriptors for the device to cut; with
+//!   `MRG_RXBUF` and `GUEST_TSO4` / `GUEST_TSO6` (asked for only by
+//!   [`VirtioConfig::large_receive`]) merged packets of up to 64 KiB come up as frame chains.
 //! * **Counters**: [`VirtioIrq::stats`] gives frames, bytes, drops by reason, doorbells and
 //!   interrupts.
 //!

@@ -5,8 +5,9 @@
 //! consumed; it interrupts only when `used_event` says so, and counts those interrupts). The
 //! QEMU tests (`tests/tests/qemu_kernel.rs`) run the same driver against QEMU's real device;
 //! these tests reach the corners QEMU never shows: runts, oversize completions, a full TX
-//! queue, an exhausted pool, a copying `Hal`, a device that breaks the protocol, and exact
-//! doorbell and interrupt counts.
+//! queue, an exhausted pool, a copying `Hal`, a device that breaks the protocol, exact
+//! doorbell and interrupt counts, checksum marks both ways, merged receive buffers and chained
+//! transmits.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,8 +17,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus, Transport};
 use virtio_drivers::{BufferDirection, Hal, PhysAddr};
 use zcnet_buffer::{
-    ChecksumOffloads, ChecksumPartial, Driver, FramePool, HardwareAddress, LinkState, PoolConfig,
-    SlotState, TxError, TxFrame,
+    ChecksumOffloads, ChecksumPartial, Driver, FramePool, GsoInfo, GsoKind, GsoKinds, GsoRequest,
+    HardwareAddress, LinkState, PoolConfig, SlotState, TxChain, TxError, TxFrame,
 };
 use zcnet_virtio::{SharedTransport, VirtioConfig, VirtioError, VirtioIrq, VirtioNet, MTU};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -31,6 +32,10 @@ const HDR: usize = 12;
 const MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
 const F_CSUM: u64 = 1 << 0;
 const F_GUEST_CSUM: u64 = 1 << 1;
+const F_GUEST_TSO4: u64 = 1 << 7;
+const F_GUEST_TSO6: u64 = 1 << 8;
+const F_HOST_TSO4: u64 = 1 << 11;
+const F_HOST_TSO6: u64 = 1 << 12;
 const F_MTU: u64 = 1 << 3;
 const F_MAC: u64 = 1 << 5;
 const F_MRG_RXBUF: u64 = 1 << 15;
@@ -103,6 +108,8 @@ struct DeviceState {
     notified: [usize; 2],
     /// Used-buffer notifications (interrupts) the device sent per queue.
     interrupts: [usize; 2],
+    /// RX used elements [`FakeDevice::receive_merged`] has not published yet.
+    held_used: Vec<(u32, u32)>,
 }
 
 /// The device side, shared between the transport (owned by the driver) and the test.
@@ -227,6 +234,7 @@ impl FakeDevice {
             queues: Default::default(),
             notified: [0; 2],
             interrupts: [0; 2],
+            held_used: Vec::new(),
         })))
     }
 
@@ -276,6 +284,91 @@ impl FakeDevice {
             state.interrupts[RX] += 1;
         }
         true
+    }
+
+    /// With merged receive buffers: the device receives `packet` behind a virtio-net header
+    /// whose first bytes are `header` (the rest zero but `num_buffers`), spread over as many
+    /// posted buffers as it takes, each filled to its length. The used elements of the first
+    /// `publish` buffers are published; the rest wait for [`publish_held`](Self::publish_held).
+    /// Returns the number of buffers taken.
+    fn receive_merged(&self, packet: &[u8], header: &[u8], publish: usize) -> usize {
+        let mut state = self.0.lock().unwrap();
+        let event_idx = Self::event_idx(&state);
+        let hdr = Self::header_len(&state);
+        let mut bytes = vec![0u8; hdr];
+        bytes[..header.len()].copy_from_slice(header);
+        bytes.extend_from_slice(packet);
+        let q = &mut state.queues[RX];
+        let mut used = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let (head, chain) = q.take_avail(event_idx).expect("a posted buffer");
+            let (addr, len, _) = chain[0];
+            let n = (len as usize).min(bytes.len() - at);
+            // SAFETY: `addr..addr + len` is the buffer the driver posted (a pool slot).
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes[at..].as_ptr(), addr as *mut u8, n);
+            }
+            used.push((u32::from(head), n as u32, addr));
+            at += n;
+        }
+        let count = used.len();
+        // num_buffers, in the first buffer's header.
+        // SAFETY: as above; the first buffer holds the header.
+        unsafe {
+            let p = (used[0].2 as *mut u8).add(10);
+            std::ptr::copy_nonoverlapping((count as u16).to_le_bytes().as_ptr(), p, 2);
+        }
+        let held: Vec<(u32, u32)> = used[publish.min(count)..]
+            .iter()
+            .map(|&(id, len, _)| (id, len))
+            .collect();
+        let old = q.next_used;
+        for &(id, len, _) in &used[..publish.min(count)] {
+            q.push_used(id, len);
+        }
+        if q.next_used != old && q.wants_interrupt(old, event_idx) {
+            state.interrupts[RX] += 1;
+        }
+        state.held_used = held;
+        count
+    }
+
+    /// Publishes the used elements [`receive_merged`](Self::receive_merged) held back.
+    fn publish_held(&self) {
+        let mut state = self.0.lock().unwrap();
+        let held = std::mem::take(&mut state.held_used);
+        let q = &mut state.queues[RX];
+        for (id, len) in held {
+            q.push_used(id, len);
+        }
+    }
+
+    /// The device sends what the driver queued, as one batch: returns each packet as the bytes
+    /// of each of its descriptors (virtio-net header included), completes them, then
+    /// interrupts once if the driver asked for any of them.
+    fn transmit_chains(&self) -> Vec<Vec<Vec<u8>>> {
+        let mut state = self.0.lock().unwrap();
+        let event_idx = Self::event_idx(&state);
+        let q = &mut state.queues[TX];
+        let old = q.next_used;
+        let mut sent = Vec::new();
+        while let Some((head, chain)) = q.take_avail(event_idx) {
+            let mut parts = Vec::new();
+            for &(addr, len, flags) in &chain {
+                assert_eq!(flags & 2, 0, "TX buffers are device-readable");
+                // SAFETY: the buffer the driver queued (a pool slot), `len` bytes long.
+                parts.push(
+                    unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) }.to_vec(),
+                );
+            }
+            sent.push(parts);
+            q.push_used(u32::from(head), 0);
+        }
+        if q.next_used != old && q.wants_interrupt(old, event_idx) {
+            state.interrupts[TX] += 1;
+        }
+        sent
     }
 
     /// The device sends what the driver queued, as one batch: returns each buffer's address and
@@ -1739,4 +1832,270 @@ fn received_frames_are_verified_when_the_device_vouches_and_only_then() {
     };
     assert!(!rx.checksum_verified());
     assert_eq!(net.irq().stats().rx_checksum_valid, 0);
+}
+
+// ---- segmentation offload and merged receive buffers ---------------------------------------
+
+/// Everything a device can offer for large receive and segmentation.
+const ALL_OFFLOADS: u64 =
+    F_CSUM | F_GUEST_CSUM | F_HOST_TSO4 | F_HOST_TSO6 | F_GUEST_TSO4 | F_GUEST_TSO6 | F_MRG_RXBUF;
+
+/// A driver taking large receives, over a device offering every offload, with 64 slots.
+fn large_receive() -> (Net, FakeDevice, &'static FramePool, &'static VirtioIrq) {
+    let config = VirtioConfig::new().with_large_receive(true);
+    setup_config(FEATURES | ALL_OFFLOADS, 64, config)
+}
+
+#[test]
+fn large_receive_is_negotiated_only_when_asked_for_and_with_its_prerequisites() {
+    let (net, device, _pool, _irq) = setup_with(FEATURES | ALL_OFFLOADS, 64);
+    assert_eq!(
+        device.accepted() & ALL_OFFLOADS,
+        F_CSUM | F_GUEST_CSUM | F_HOST_TSO4 | F_HOST_TSO6,
+        "segmentation by default, large receive only when asked for"
+    );
+    let caps = net.capabilities();
+    assert_eq!(
+        (caps.gso_max_size, caps.gso_kinds, caps.rx_chains),
+        (65_535, GsoKinds::TCPV4 | GsoKinds::TCPV6, false)
+    );
+
+    let (net, device, _pool, _irq) = large_receive();
+    assert_eq!(device.accepted() & ALL_OFFLOADS, ALL_OFFLOADS);
+    assert!(net.capabilities().rx_chains);
+
+    // Without checksum offload neither segmentation nor large receive is taken.
+    let config = VirtioConfig::new()
+        .with_large_receive(true)
+        .with_checksum_offload(false);
+    let (net, device, _pool, _irq) = setup_config(FEATURES | ALL_OFFLOADS, 64, config);
+    assert_eq!(device.accepted() & ALL_OFFLOADS, 0);
+    assert_eq!(net.capabilities().gso_max_size, 0);
+    // Large receive needs merged buffers: GUEST_TSO alone is not taken.
+    let config = VirtioConfig::new().with_large_receive(true);
+    let offered = FEATURES | F_CSUM | F_GUEST_CSUM | F_GUEST_TSO4;
+    let (_net, device, _pool, _irq) = setup_config(offered, 64, config);
+    assert_eq!(device.accepted() & (F_GUEST_TSO4 | F_MRG_RXBUF), 0);
+}
+
+#[test]
+fn a_packet_over_merged_buffers_comes_up_as_one_chain_with_its_marks() {
+    let (mut net, device, pool, irq) = large_receive();
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(net.poll_receive_chain(&mut cx).is_pending());
+    let payload: Vec<u8> = (0..4946u32).map(|i| (i * 7) as u8).collect();
+    let (packet, _) = tcp_frame(&payload);
+    assert_eq!(packet.len(), 5000);
+    // NEEDS_CSUM, GSO_TCPV4, gso_size 1448; the first buffer alone is published at first.
+    let header = [NEEDS_CSUM, 1, 54, 0, 0xa8, 0x05, 34, 0, 16, 0];
+    let buffers = device.receive_merged(&packet, &header, 1);
+    assert_eq!(buffers, 3, "posted buffers hold 1,932 bytes each");
+    assert!(
+        net.poll_receive_chain(&mut cx).is_pending(),
+        "the packet is not whole yet"
+    );
+    assert_eq!(
+        irq.stats().rx_posted,
+        Q as u64,
+        "its first buffer was replaced"
+    );
+    device.publish_held();
+    let Poll::Ready(chain) = net.poll_receive_chain(&mut cx) else {
+        panic!("the whole packet");
+    };
+    assert_eq!(chain.frame_count(), 3);
+    let mut bytes = vec![0u8; chain.len()];
+    chain.copy_to(&mut bytes, zcnet_buffer::CopySite::Driver);
+    assert_eq!(bytes, packet);
+    let head = chain.head().unwrap();
+    assert!(head.checksum_verified());
+    assert_eq!(
+        head.gso_info(),
+        Some(GsoInfo {
+            kind: GsoKind::TcpV4,
+            segment_size: 1448
+        })
+    );
+    assert!(chain.frames().all(|f| pool.slot_of(f.as_ptr()).is_some()));
+    let stats = irq.stats();
+    assert_eq!(
+        (stats.rx_frames, stats.rx_merged, stats.rx_bytes),
+        (1, 1, 5000)
+    );
+    assert_eq!(stats.rx_posted, Q as u64);
+
+    // A one-buffer packet is a one-frame chain, without a GSO mark.
+    let (small, _) = tcp_frame(b"small");
+    device.receive_merged(&small, &[DATA_VALID], 1);
+    let Poll::Ready(chain) = net.poll_receive_chain(&mut cx) else {
+        panic!("the small packet");
+    };
+    assert_eq!(chain.frame_count(), 1);
+    assert_eq!(chain.head().unwrap().gso_info(), None);
+    drop(chain);
+
+    // A caller taking frames only gets the small packets; a merged one is dropped, counted.
+    device.receive_merged(&packet, &header, 3);
+    device.receive_merged(&small, &[], 1);
+    let Poll::Ready(frame) = net.poll_receive(&mut cx) else {
+        panic!("the small packet after the merged one");
+    };
+    assert_eq!(&frame[..], &small[..]);
+    assert_eq!(irq.stats().rx_chains_dropped, 1);
+    assert_eq!(irq.stats().rx_posted, Q as u64);
+}
+
+#[test]
+fn merged_packets_that_break_the_rules_are_dropped_whole() {
+    let (mut net, device, _pool, irq) = large_receive();
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(net.poll_receive_chain(&mut cx).is_pending());
+    let (small, _) = tcp_frame(b"after");
+    // num_buffers 0: no packet spans no buffer.
+    device.receive_merged(&small, &[], 1);
+    {
+        // Overwrite num_buffers of the element just published with 0.
+        let state = device.0.lock().unwrap();
+        let q = &state.queues[RX];
+        let slot = u64::from(q.next_used.wrapping_sub(1)) % u64::from(q.size);
+        let elem = q.device_area + USED_RING + 8 * slot;
+        // SAFETY: the used element just published (identity-mapped ring memory), and the
+        // buffer it names, a pool slot the driver posted; single-threaded.
+        unsafe {
+            let id = (elem as *const u32).read_volatile();
+            let desc = q.descriptors + 16 * u64::from(id);
+            let addr = (desc as *const u64).read_volatile();
+            ((addr + 10) as *mut u16).write_volatile(0);
+        }
+    }
+    device.receive_merged(&small, &[], 1);
+    let Poll::Ready(chain) = net.poll_receive_chain(&mut cx) else {
+        panic!("the packet after the bad one");
+    };
+    assert_eq!(chain.len(), small.len());
+    assert_eq!(irq.stats().rx_oversize, 1);
+    assert_eq!(irq.stats().rx_frames, 1);
+    assert_eq!(irq.stats().device_errors, 0);
+}
+
+/// A TCP super-segment as a chain: the head frame holds Ethernet, IPv4 and TCP headers and the
+/// first `first` payload bytes, then one tail frame per entry of `tails`. The head carries the
+/// checksum mark (pseudo-header sum over the whole TCP length) and, if `mss`, a GSO request.
+fn super_segment(
+    pool: &'static FramePool,
+    first: usize,
+    tails: &[usize],
+    mss: Option<u16>,
+) -> (TxChain, Vec<u8>) {
+    let total: usize = first + tails.iter().sum::<usize>();
+    let payload: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
+    let (packet, mark) = tcp_frame(&payload);
+    let mut head = pool.try_alloc_tx().unwrap();
+    head.append(54 + first)
+        .unwrap()
+        .copy_from_slice(&packet[..54 + first]);
+    head.set_checksum_partial(Some(mark)).unwrap();
+    if let Some(mss) = mss {
+        head.set_gso_request(Some(GsoRequest {
+            kind: GsoKind::TcpV4,
+            segment_size: mss,
+            header_len: 54,
+        }))
+        .unwrap();
+    }
+    let mut chain = TxChain::from_frame(head);
+    let mut at = 54 + first;
+    for &n in tails {
+        let mut tail = pool.try_alloc_tx().unwrap();
+        tail.append(n).unwrap().copy_from_slice(&packet[at..at + n]);
+        at += n;
+        chain.push(tail).unwrap();
+    }
+    (chain, packet)
+}
+
+#[test]
+fn a_super_segment_goes_out_as_one_descriptor_list_with_its_gso_request() {
+    let (mut net, device, pool, irq) =
+        setup_with(FEATURES | F_CSUM | F_HOST_TSO4 | F_HOST_TSO6, 64);
+    let (chain, packet) = super_segment(pool, 1000, &[1400, 1400, 600], Some(1400));
+    assert_eq!(packet.len(), 4454);
+    net.transmit_chain(chain).unwrap();
+    net.flush();
+    let sent = device.transmit_chains();
+    assert_eq!(sent.len(), 1);
+    let parts = &sent[0];
+    assert_eq!(parts.len(), 4, "one descriptor per frame");
+    let header = &parts[0][..HDR];
+    let le = |i: usize| u16::from_le_bytes([header[i], header[i + 1]]);
+    assert_eq!((header[0], header[1]), (NEEDS_CSUM, 1), "flags, GSO_TCPV4");
+    assert_eq!((le(2), le(4), le(6), le(8)), (54, 1400, 34, 16));
+    let mut wire: Vec<u8> = parts.concat();
+    let bytes = wire.split_off(HDR);
+    assert_eq!(bytes, packet, "the packet's bytes, in order, untouched");
+    let stats = irq.stats();
+    assert_eq!(
+        (stats.tx_gso, stats.tx_checksum_offloaded, stats.tx_frames),
+        (1, 1, 1)
+    );
+    assert_eq!(stats.tx_bytes, 4454);
+
+    // Back from the device: every slot returns at the next flush.
+    assert_eq!(pool.audit().unwrap().get(SlotState::Device), 4);
+    net.flush();
+    assert_eq!(pool.audit().unwrap().free, 64);
+}
+
+#[test]
+fn chains_are_counted_by_descriptor_and_refused_when_the_device_cannot_take_them() {
+    let (mut net, device, pool, irq) = setup_with(FEATURES | F_CSUM | F_HOST_TSO4, 128);
+    let mut cx = Context::from_waker(Waker::noop());
+    // A chain that fits the MTU needs no segmentation: two descriptors, no GSO type.
+    let (chain, packet) = super_segment(pool, 200, &[300], None);
+    net.transmit_chain(chain).unwrap();
+    // Three chains of four frames take twelve of the sixteen descriptors.
+    for _ in 0..3 {
+        let (chain, _) = super_segment(pool, 1000, &[1400, 1400, 600], Some(1400));
+        net.transmit_chain(chain).unwrap();
+    }
+    // Two descriptors left: a chain of four is refused, one frame still fits.
+    let (chain, _) = super_segment(pool, 1000, &[1400, 1400, 600], Some(1400));
+    assert_eq!(net.transmit_chain(chain), Err(TxError::Device));
+    assert_eq!(irq.stats().tx_queue_full, 1);
+    assert!(net.poll_transmit_ready(&mut cx).is_ready());
+    send(&mut net, &mut cx, 1);
+    net.flush();
+    let sent = device.transmit_chains();
+    assert_eq!(
+        sent.iter().map(Vec::len).collect::<Vec<_>>(),
+        [2, 4, 4, 4, 1]
+    );
+    assert_eq!(sent[0][0][1], 0, "no GSO type for a packet within the MTU");
+    assert_eq!(sent[0].concat()[HDR..], packet[..]);
+
+    // TCPv6 is not segmented by this device; a chain over the MTU without a request is too long.
+    let (mut chain, _) = super_segment(pool, 1000, &[1400, 1400], Some(1400));
+    let mut request = chain.head().unwrap().gso_request().unwrap();
+    request.kind = GsoKind::TcpV6;
+    chain
+        .head_mut()
+        .unwrap()
+        .set_gso_request(Some(request))
+        .unwrap();
+    assert_eq!(
+        net.transmit_chain(chain),
+        Err(TxError::ChainUnsupported { frames: 3 })
+    );
+    let (chain, _) = super_segment(pool, 1000, &[1400, 1400], None);
+    assert!(matches!(
+        net.transmit_chain(chain),
+        Err(TxError::TooLong { len: 3854, .. })
+    ));
+    net.flush();
+    let occupancy = pool.audit().unwrap();
+    assert_eq!(
+        occupancy.get(SlotState::Device),
+        0,
+        "refused chains went back"
+    );
 }
