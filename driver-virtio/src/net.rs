@@ -1120,6 +1120,23 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         }
     }
 
+    /// Makes sure `n` TX descriptors are free, reclaiming sent frames if they are not; a full
+    /// queue refuses the packet (counted).
+    fn room_for(&mut self, n: usize) -> Result<(), TxError> {
+        if self.tx.free() < n {
+            self.reclaim_tx();
+            if self.broken {
+                return Err(TxError::Device);
+            }
+            if self.tx.free() < n {
+                debug!("virtio-net: packet refused: TX queue full");
+                Counters::bump(&self.counters().tx_queue_full);
+                return Err(TxError::Device);
+            }
+        }
+        Ok(())
+    }
+
     /// The TX queue has room (a free descriptor).
     fn tx_room(&self) -> bool {
         self.tx.free() > 0
@@ -1183,6 +1200,23 @@ fn complete_checksum(frame: &mut TxFrame, mark: ChecksumPartial) {
         sum = 0xffff;
     }
     frame[field..field + 2].copy_from_slice(&sum.to_be_bytes());
+}
+
+/// `mark`, a packet's partial checksum mark, if its field lies inside the packet's `len`
+/// bytes; a mark past the end refuses the packet (counted).
+fn checked_mark(
+    mark: Option<ChecksumPartial>,
+    len: usize,
+    counters: &Counters,
+) -> Result<Option<ChecksumPartial>, TxError> {
+    match mark {
+        Some(m) if usize::from(m.start) + usize::from(m.offset) + 2 > len => {
+            debug!("virtio-net: packet refused: its checksum mark lies past its end");
+            Counters::bump(&counters.tx_bad_checksum_mark);
+            Err(TxError::Device)
+        }
+        mark => Ok(mark),
+    }
 }
 
 /// Where a UDP header's checksum field sits (a [`ChecksumPartial::offset`]).
@@ -1303,29 +1337,14 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         if self.broken {
             return Err(TxError::Device);
         }
-        if !self.tx_room() {
-            self.reclaim_tx();
-            if self.broken {
-                return Err(TxError::Device);
-            }
-            if !self.tx_room() {
-                debug!("virtio-net: frame refused: TX queue full");
-                Counters::bump(&counters.tx_queue_full);
-                return Err(TxError::Device);
-            }
-        }
+        self.room_for(1)?;
         if frame.headroom() < self.header_len {
             debug!("virtio-net: frame refused: no headroom for the virtio-net header");
             Counters::bump(&counters.tx_no_headroom);
             return Err(TxError::NoHeadroom);
         }
         // The mark counts from the frame's first byte as it is before the header goes in front.
-        let partial = match frame.checksum_partial() {
-            Some(mark) if usize::from(mark.start) + usize::from(mark.offset) + 2 > len => {
-                debug!("virtio-net: frame refused: its checksum mark lies past its end");
-                Counters::bump(&counters.tx_bad_checksum_mark);
-                return Err(TxError::Device);
-            }
+        let partial = match checked_mark(frame.checksum_partial(), len, counters)? {
             Some(mark) if !self.tx_csum => {
                 complete_checksum(&mut frame, mark);
                 Counters::bump(&counters.tx_checksum_completed);
@@ -1419,28 +1438,13 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         if frames == 0 || frames > MAX_CHAIN_SEGMENTS || frames > QUEUE {
             return Err(TxError::ChainUnsupported { frames });
         }
-        if self.tx.free() < frames {
-            self.reclaim_tx();
-            if self.broken {
-                return Err(TxError::Device);
-            }
-            if self.tx.free() < frames {
-                debug!("virtio-net: chain refused: TX queue full");
-                Counters::bump(&counters.tx_queue_full);
-                return Err(TxError::Device);
-            }
-        }
+        self.room_for(frames)?;
         if chain.headroom() < self.header_len {
             debug!("virtio-net: chain refused: no headroom for the virtio-net header");
             Counters::bump(&counters.tx_no_headroom);
             return Err(TxError::NoHeadroom);
         }
-        let partial = match csum {
-            Some(mark) if usize::from(mark.start) + usize::from(mark.offset) + 2 > len => {
-                debug!("virtio-net: chain refused: its checksum mark lies past its end");
-                Counters::bump(&counters.tx_bad_checksum_mark);
-                return Err(TxError::Device);
-            }
+        let partial = match checked_mark(csum, len, counters)? {
             Some(mark) if !self.tx_csum => {
                 // (Checked above: the field is inside the chain, so this completes it.)
                 chain.complete_checksum(usize::from(mark.start), usize::from(mark.offset));
