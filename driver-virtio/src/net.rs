@@ -300,7 +300,7 @@ pub struct VirtioConfig {
     /// device offers it and checksum offload is on (on by default): [`Driver::capabilities`]
     /// then advertises TCP super-segments of up to 65,535 bytes, which the stack hands over as
     /// [`TxChain`]s ([`Driver::transmit_chain`]) marked with a
-    /// [`GsoRequest`](zcnet_buffer::GsoRequest), one descriptor per frame.
+    /// [`GsoRequest`], one descriptor per frame.
     pub tso: bool,
     /// Large receive (`VIRTIO_NET_F_MRG_RXBUF` with `GUEST_TSO4` / `GUEST_TSO6`), when the
     /// device offers it and checksum offload is on (off by default): the device merges TCP
