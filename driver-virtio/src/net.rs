@@ -948,9 +948,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             self.rx_skip = buffers.saturating_sub(1);
             return RxStep::Nothing;
         }
-        if buffers == 1 && len > self.max_rx_len() || buffers > 1 && self.rx_chain.is_some() {
-            // (A complete chain not yet taken by `poll_receive_chain` while a second one starts
-            // cannot happen: the caller takes each before it pops again.)
+        if len > self.max_rx_len() {
             debug!(
                 "virtio-net: received frame of {} bytes dropped: over {}",
                 len,
