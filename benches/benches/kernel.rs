@@ -72,6 +72,8 @@
 //! * `ZCNET_KERNEL_BASELINE=lend` builds the baseline with `--features baseline-lend`: its
 //!   device lends the DMA buffers to smoltcp instead of copying (as ArceOS's `axnet` does);
 //! * `ZCNET_KERNEL_BASELINE_ARGS` appends words to the baseline's kernel command line;
+//! * `ZCNET_KERNEL_MACHINE=microvm` boots both kernels on QEMU's `microvm` (virtio-net on
+//!   virtio-mmio, no PCI, no ACPI) instead of `q35`;
 //! * `ZCNET_KERNEL_ZCNET_ARGS` appends words to zcnet's (`csum=0`, `rx_recheck=0`: see
 //!   `examples/qemu-kernel/README.md`);
 //! * `ZCNET_KERNEL_NO_BUILD=1` uses the ELFs already in `target/kernel-bench/`.
@@ -86,6 +88,7 @@ use std::time::{Duration, Instant};
 use zcnet_benches::{median, Mode, Table};
 use zcnet_examples::json::{self, Json};
 use zcnet_tests::netns::{self, Netns};
+use zcnet_tests::qemu::Machine;
 
 /// The guest's address.
 const GUEST: &str = "10.80.0.2";
@@ -233,6 +236,16 @@ fn build_env_var(name: &str) -> bool {
         )
 }
 
+/// The QEMU machine both kernels boot on: `q35` (virtio-net-pci, MSI-X), or `microvm` (virtio-net
+/// on virtio-mmio, its line through the IOAPIC) with `ZCNET_KERNEL_MACHINE=microvm`.
+fn machine() -> Machine {
+    match std::env::var("ZCNET_KERNEL_MACHINE").as_deref() {
+        Err(_) | Ok("" | "q35") => Machine::Q35,
+        Ok("microvm") => Machine::Microvm,
+        Ok(other) => panic!("ZCNET_KERNEL_MACHINE must be `q35` or `microvm`, not {other:?}"),
+    }
+}
+
 /// The cargo feature the baseline is built with: `baseline` (a copying device), or
 /// `baseline-lend` (a device that lends its DMA buffers) with `ZCNET_KERNEL_BASELINE=lend`.
 fn baseline_feature() -> &'static str {
@@ -342,9 +355,8 @@ impl Guest {
         check_interrupted();
         let mut child = ns
             .command("qemu-system-x86_64")
-            .args([
-                "-accel", "tcg", "-cpu", "max", "-machine", "q35", "-m", GUEST_MEM, "-smp", "1",
-            ])
+            .args(["-accel", "tcg", "-cpu", "max", "-m", GUEST_MEM, "-smp", "1"])
+            .args(["-machine", machine().qemu_machine()])
             .args(["-display", "none", "-serial", "stdio", "-monitor", "none"])
             .args([
                 "-no-reboot",
@@ -357,9 +369,8 @@ impl Guest {
             .args([
                 "-netdev",
                 &format!("tap,id=n0,ifname={TAP},script=no,downscript=no"),
-                "-device",
-                "virtio-net-pci,netdev=n0,disable-legacy=on,romfile=",
             ])
+            .args(machine().nic_args())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -910,9 +921,10 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
     }
     println!();
     println!(
-        "example kernel under QEMU TCG, zcnet vs smoltcp's own poll loop (`--features {}`) ({}): \
-         {} run(s) each, interleaved; iperf3 {} s, wrk {} s, {} requests for the copy count, \
-         idle {} s; medians",
+        "example kernel under QEMU TCG ({}), zcnet vs smoltcp's own poll loop (`--features {}`) \
+         ({}): {} run(s) each, interleaved; iperf3 {} s, wrk {} s, {} requests for the copy \
+         count, idle {} s; medians",
+        machine().name(),
         baseline_feature(),
         mode.label(),
         plan.runs,
