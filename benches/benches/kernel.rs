@@ -574,6 +574,7 @@ fn stats(ns: &Netns) -> GuestStats {
             VirtioCounts {
                 rx_interrupts: n("rx_interrupts"),
                 tx_interrupts: n("tx_interrupts"),
+                shared_interrupts: n("shared_interrupts"),
                 tx_checksum_offloaded: n("tx_checksum_offloaded"),
                 rx_checksum_vouched: n("rx_checksum_valid") + n("rx_checksum_partial"),
             }
@@ -587,19 +588,22 @@ fn stats(ns: &Netns) -> GuestStats {
 struct VirtioCounts {
     rx_interrupts: f64,
     tx_interrupts: f64,
+    shared_interrupts: f64,
     tx_checksum_offloaded: f64,
     rx_checksum_vouched: f64,
 }
 
-/// What zcnet-virtio did between two readings of an iperf3 run of `mb` MB, for the log: RX
-/// and TX interrupts per MB, and the frames whose checksums the device handled.
+/// What zcnet-virtio did between two readings of an iperf3 run of `mb` MB, for the log: RX,
+/// TX and shared (one line for both queues: INTx, virtio-mmio) interrupts per MB, and the
+/// frames whose checksums the device handled.
 fn virtio_note(before: GuestStats, after: GuestStats, mb: f64) -> String {
     match (before.virtio, after.virtio) {
         (Some(b), Some(a)) => format!(
-            " (RX {:.1} + TX {:.1} interrupts per MB; checksums: {:.0} sent partial, {:.0} \
-             received vouched for)",
+            " (RX {:.1} + TX {:.1} + shared {:.1} interrupts per MB; checksums: {:.0} sent \
+             partial, {:.0} received vouched for)",
             (a.rx_interrupts - b.rx_interrupts) / mb,
             (a.tx_interrupts - b.tx_interrupts) / mb,
+            (a.shared_interrupts - b.shared_interrupts) / mb,
             a.tx_checksum_offloaded - b.tx_checksum_offloaded,
             a.rx_checksum_vouched - b.rx_checksum_vouched,
         ),
