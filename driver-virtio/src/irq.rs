@@ -276,8 +276,8 @@ pub struct VirtioStats {
     /// be notified (it was still working through the queue): doorbells saved.
     pub kicks_suppressed: u64,
     /// Times the driver asked for an RX interrupt: once per drained batch (with
-    /// [`VirtioConfig::rx_recheck`](crate::VirtioConfig::rx_recheck), once per pass that found
-    /// nothing after one that found frames).
+    /// [`VirtioConfig::rx_recheck`](crate::VirtioConfig::rx_recheck), once per run of that many
+    /// passes that found nothing after one that found frames).
     pub rx_interrupt_requests: u64,
     /// Times the driver asked for a TX interrupt: only while the stack waits for TX room, or
     /// for the return of a retained frame it waits to send again.
@@ -295,7 +295,7 @@ pub struct VirtioStats {
     pub tx_checksum_completed: u64,
     /// Frames refused by `transmit` because their checksum mark lies past their end.
     pub tx_bad_checksum_mark: u64,
-    /// Drained RX passes that had handed frames up and woke their caller to look again
+    /// Drained RX passes that woke their caller to look again (frames had come in lately)
     /// instead of asking for an RX interrupt ([`VirtioConfig::rx_recheck`](crate::VirtioConfig::rx_recheck)).
     pub rx_rechecks: u64,
     /// Packets received over several buffers (merged receive buffers: large receive).

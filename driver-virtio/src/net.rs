@@ -44,10 +44,10 @@
 //!
 //! Interrupts: the RX queue's used-buffer notification is off while a batch is being handled
 //! and asked for again only when [`Driver::poll_receive`] finds nothing and is about to return
-//! `Pending`. With [`VirtioConfig::rx_recheck`] (the default) a pass that handed frames up does
-//! not ask for it when it drains the queue: it wakes its caller to look again after the other
-//! tasks ran, and only a pass that finds nothing arms the interrupt, so a steady stream is
-//! polled, not interrupted per batch; TX completions
+//! `Pending`. With [`VirtioConfig::rx_recheck`] (1 by default) a pass that handed frames up
+//! does not ask for it when it drains the queue: it wakes its caller to look again after the
+//! other tasks ran, and only a pass after that many that found nothing arms the interrupt, so
+//! a steady stream is polled, not interrupted per batch; TX completions
 //! interrupt only while the stack waits for room (a `poll_transmit_*` returning `Pending`), or
 //! for a retained frame the device still has ([`InFlight::is_watched`]: a retransmission that
 //! must wait for the frame's return; the interrupt wakes the sender, whose flush takes the
@@ -309,15 +309,17 @@ pub struct VirtioConfig {
     /// ([`Capabilities::rx_chains`]). Turn it on only for a stack that receives chains:
     /// [`Driver::poll_receive`] drops such a packet (counted in `rx_chains_dropped`).
     pub large_receive: bool,
-    /// Look at a drained RX queue once more before asking for an interrupt (on by default).
+    /// How many more times the driver looks at a drained RX queue before asking for an
+    /// interrupt (1 by default).
     ///
     /// When a [`Driver::poll_receive`] pass that handed frames up finds the queue empty, the
-    /// driver wakes its caller at once and returns `Pending` with RX interrupts still off;
-    /// only a pass that finds no frame asks for the interrupt. Under a stream of frames the
-    /// queue is then polled between the other tasks' runs instead of interrupting once per
-    /// batch; at the end of the stream it costs one pass that finds nothing. Off: every
-    /// drained pass asks for the interrupt.
-    pub rx_recheck: bool,
+    /// driver wakes its caller at once and returns `Pending` with RX interrupts still off, up
+    /// to `rx_recheck` times in a row; a pass that finds a frame starts the count again, and
+    /// only after `rx_recheck` passes that found nothing does a pass ask for the interrupt.
+    /// Under a stream of frames the queue is then polled between the other tasks' runs instead
+    /// of interrupting once per batch; at the end of the stream it costs `rx_recheck` passes
+    /// that find nothing. 0: every drained pass asks for the interrupt.
+    pub rx_recheck: u8,
 }
 
 impl VirtioConfig {
@@ -327,7 +329,7 @@ impl VirtioConfig {
             checksum_offload: true,
             tso: true,
             large_receive: false,
-            rx_recheck: true,
+            rx_recheck: 1,
         }
     }
 
@@ -349,9 +351,9 @@ impl VirtioConfig {
         self
     }
 
-    /// The same, with [`rx_recheck`](Self::rx_recheck) `on`.
-    pub const fn with_rx_recheck(mut self, on: bool) -> Self {
-        self.rx_recheck = on;
+    /// The same, with [`rx_recheck`](Self::rx_recheck) `looks`.
+    pub const fn with_rx_recheck(mut self, looks: u8) -> Self {
+        self.rx_recheck = looks;
         self
     }
 }
@@ -464,10 +466,12 @@ pub struct VirtioNet<H: Hal, T: Transport, const QUEUE: usize> {
     /// Set when the RX ring ran dry for want of slots; cleared when a slot is posted again, so
     /// each dry spell counts once.
     starved: bool,
-    /// [`Driver::poll_receive`] handed a frame up since it last returned `Pending`.
-    rx_delivered: bool,
+    /// How many more drained passes wake their caller instead of arming the RX interrupt:
+    /// [`VirtioConfig::rx_recheck`] after a pass that handed a frame up, one less per pass
+    /// that found none.
+    rx_looks_left: u8,
     /// [`VirtioConfig::rx_recheck`].
-    rx_recheck: bool,
+    rx_recheck: u8,
     /// The device broke the queue protocol: the driver no longer touches the queues.
     broken: bool,
     /// The user calls [`Driver::flush`]: transmits only publish, the flush notifies.
@@ -606,7 +610,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             rx_slots,
             tx_frames,
             starved: false,
-            rx_delivered: false,
+            rx_looks_left: 0,
             rx_recheck: config.rx_recheck,
             broken: false,
             batched: false,
@@ -1023,7 +1027,7 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
                     // A batch begins: no RX interrupts until it has been drained.
                     self.rx.disable_interrupts();
                 }
-                self.rx_delivered = true;
+                self.rx_looks_left = self.rx_recheck;
                 return Poll::Ready(packet);
             }
             if self.broken {
@@ -1031,10 +1035,11 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             }
             // Drained.
             self.irq.rx.register(cx.waker());
-            if core::mem::take(&mut self.rx_delivered) && self.rx_recheck {
-                // This pass handed frames up: more are likely on their way. Rather than ask
-                // for an interrupt, have the caller look again once the other tasks have run
-                // (interrupts stay off); only a pass that finds nothing arms the interrupt.
+            if self.rx_looks_left > 0 {
+                // Frames came in lately: more are likely on their way. Rather than ask for an
+                // interrupt, have the caller look again once the other tasks have run
+                // (interrupts stay off).
+                self.rx_looks_left -= 1;
                 Counters::bump(&self.counters().rx_rechecks);
                 self.kick_rx();
                 self.reclaim_tx();

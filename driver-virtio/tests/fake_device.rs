@@ -1266,7 +1266,7 @@ fn without_flush_calls_every_transmit_is_notified_when_the_device_asks() {
 
 #[test]
 fn without_rechecks_the_rx_interrupt_is_asked_for_once_per_drained_batch() {
-    let no_recheck = VirtioConfig::new().with_rx_recheck(false);
+    let no_recheck = VirtioConfig::new().with_rx_recheck(0);
     let (mut net, device, _pool, irq) = setup_config(FEATURES, 64, no_recheck);
     let (count, w) = waker();
     let mut cx = Context::from_waker(&w);
@@ -1349,8 +1349,44 @@ fn a_stream_of_frames_is_polled_and_interrupts_once() {
     assert!(device.receive(&frame(60, 1), None));
     assert_eq!(device.interrupts(RX), 2, "the next frame interrupts");
 
+    // With one recheck a pause of one pass between bursts arms the interrupt; with two the
+    // queue is still polled through it.
+    for (looks, interrupts_expected, requests_expected) in [(1u8, 10, 11), (2, 1, 1)] {
+        let config = VirtioConfig::new().with_rx_recheck(looks);
+        let (mut net, device, _pool, irq) = setup_config(FEATURES, 64, config);
+        let (count, w) = waker();
+        let mut cx = Context::from_waker(&w);
+        assert!(net.poll_receive(&mut cx).is_pending());
+        for round in 0..10 {
+            for i in 0..3 {
+                assert!(device.receive(&frame(60, round ^ i), None));
+            }
+            // The pass that takes them, then one that finds nothing.
+            while net.poll_receive(&mut cx).is_ready() {}
+            assert!(net.poll_receive(&mut cx).is_pending());
+        }
+        assert_eq!(
+            (device.interrupts(RX), irq.stats().rx_interrupt_requests),
+            (interrupts_expected, requests_expected),
+            "{looks} recheck(s)"
+        );
+        // The end of the stream: `looks` passes that find nothing, each woken, then the
+        // interrupt is armed and nothing wakes the caller any more.
+        let before = wakes(&count);
+        for _ in 0..4 {
+            assert!(net.poll_receive(&mut cx).is_pending());
+        }
+        let rechecks_at_end = wakes(&count) - before;
+        assert!(
+            rechecks_at_end < usize::from(looks),
+            "{looks}: {rechecks_at_end}"
+        );
+        assert!(device.receive(&frame(60, 99), None));
+        assert_eq!(device.interrupts(RX), interrupts_expected + 1);
+    }
+
     // The same stream without rechecks: one interrupt per pass.
-    let no_recheck = VirtioConfig::new().with_rx_recheck(false);
+    let no_recheck = VirtioConfig::new().with_rx_recheck(0);
     let (mut net, device, _pool, irq) = setup_config(FEATURES, 64, no_recheck);
     let (count, w) = waker();
     let mut cx = Context::from_waker(&w);

@@ -108,9 +108,10 @@ pub struct Cmdline {
     /// `csum=0` turns the NIC's checksum offload off (zcnet-virtio's
     /// `VirtioConfig::checksum_offload`); on by default.
     pub csum: bool,
-    /// `rx_recheck=0` makes the NIC driver arm the RX interrupt after every drained pass
-    /// (zcnet-virtio's `VirtioConfig::rx_recheck`); on by default.
-    pub rx_recheck: bool,
+    /// `rx_recheck=N`: how many more times the NIC driver looks at a drained RX queue before
+    /// arming its interrupt (zcnet-virtio's `VirtioConfig::rx_recheck`; 0: at every drained
+    /// pass); 1 by default.
+    pub rx_recheck: u8,
 }
 
 impl Default for Cmdline {
@@ -123,7 +124,7 @@ impl Default for Cmdline {
             irq: IrqMode::Msix,
             virtio_mmio: [None; MAX_VIRTIO_MMIO],
             csum: true,
-            rx_recheck: true,
+            rx_recheck: 1,
         }
     }
 }
@@ -155,7 +156,7 @@ impl Cmdline {
             "gw" => self.gateway = Some(value.parse().ok()?),
             "test" => self.test = parse_bool(value)?,
             "csum" => self.csum = parse_bool(value)?,
-            "rx_recheck" => self.rx_recheck = parse_bool(value)?,
+            "rx_recheck" => self.rx_recheck = value.parse().ok()?,
             "idle" => self.idle_secs = Some(value.parse().ok()?),
             "irq" => {
                 self.irq = match value {
