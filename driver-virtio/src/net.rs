@@ -404,14 +404,16 @@ impl Default for VirtioConfig {
 ///   every completion a fresh slot is posted before the frame is returned, so frames the
 ///   application holds use up the pool's spare slots, never the ring. An empty pool registers
 ///   the caller with the pool (a returned slot wakes it) and is counted as `rx_starved`.
-///   Completions shorter than the header (`rx_runt`) or longer than `mtu + 14`
-///   (`rx_oversize`) are dropped and counted. The RX interrupt is asked for only when the
-///   queue has been drained.
+///   Completions shorter than the header (`rx_runt`) or longer than `mtu + 14` (with large
+///   receive, a merged packet over 64 KiB or [`MAX_CHAIN_SEGMENTS`] buffers) (`rx_oversize`)
+///   are dropped and counted. The RX interrupt is asked for only when the queue has been
+///   drained, and with [`VirtioConfig::rx_recheck`] only after the caller looked again.
 /// * **Transmit**: [`Driver::poll_transmit_frame`] first reclaims completed frames, then gives
 ///   out a pool frame only while the TX queue has a free descriptor; otherwise it asks for a TX
 ///   interrupt and registers the caller's waker (back-pressure, never a drop or a spin).
 ///   [`Driver::transmit`] writes the virtio-net header into the frame's headroom and publishes
-///   it.
+///   it; [`Driver::transmit_chain`] publishes a chain as one descriptor list and needs a free
+///   descriptor per frame (a chain refused for want of them counts in `tx_queue_full`).
 /// * **Doorbells**: [`Driver::flush`] returns the frames the device has finished sending to
 ///   the pool (or, retained ones, to their sockets) and notifies the device of everything
 ///   published since the last flush, if the device asked for it; the `poll_*` methods notify
