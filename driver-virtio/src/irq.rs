@@ -133,6 +133,15 @@ pub(crate) struct Counters {
     pub(crate) kicks_suppressed: AtomicU64,
     pub(crate) rx_interrupt_requests: AtomicU64,
     pub(crate) tx_interrupt_requests: AtomicU64,
+    pub(crate) rx_checksum_valid: AtomicU64,
+    pub(crate) rx_checksum_partial: AtomicU64,
+    pub(crate) tx_checksum_offloaded: AtomicU64,
+    pub(crate) tx_checksum_completed: AtomicU64,
+    pub(crate) tx_bad_checksum_mark: AtomicU64,
+    pub(crate) rx_rechecks: AtomicU64,
+    pub(crate) rx_merged: AtomicU64,
+    pub(crate) rx_chains_dropped: AtomicU64,
+    pub(crate) tx_gso: AtomicU64,
 }
 
 impl Counters {
@@ -160,6 +169,15 @@ impl Counters {
             kicks_suppressed: AtomicU64::new(0),
             rx_interrupt_requests: AtomicU64::new(0),
             tx_interrupt_requests: AtomicU64::new(0),
+            rx_checksum_valid: AtomicU64::new(0),
+            rx_checksum_partial: AtomicU64::new(0),
+            tx_checksum_offloaded: AtomicU64::new(0),
+            tx_checksum_completed: AtomicU64::new(0),
+            tx_bad_checksum_mark: AtomicU64::new(0),
+            rx_rechecks: AtomicU64::new(0),
+            rx_merged: AtomicU64::new(0),
+            rx_chains_dropped: AtomicU64::new(0),
+            tx_gso: AtomicU64::new(0),
         }
     }
 
@@ -193,6 +211,15 @@ impl Counters {
             kicks_suppressed: get(&self.kicks_suppressed),
             rx_interrupt_requests: get(&self.rx_interrupt_requests),
             tx_interrupt_requests: get(&self.tx_interrupt_requests),
+            rx_checksum_valid: get(&self.rx_checksum_valid),
+            rx_checksum_partial: get(&self.rx_checksum_partial),
+            tx_checksum_offloaded: get(&self.tx_checksum_offloaded),
+            tx_checksum_completed: get(&self.tx_checksum_completed),
+            tx_bad_checksum_mark: get(&self.tx_bad_checksum_mark),
+            rx_rechecks: get(&self.rx_rechecks),
+            rx_merged: get(&self.rx_merged),
+            rx_chains_dropped: get(&self.rx_chains_dropped),
+            tx_gso: get(&self.tx_gso),
         }
     }
 }
@@ -248,9 +275,34 @@ pub struct VirtioStats {
     /// Notification decisions with something new published where the device had asked not to
     /// be notified (it was still working through the queue): doorbells saved.
     pub kicks_suppressed: u64,
-    /// Times the driver asked for an RX interrupt: once per drained batch.
+    /// Times the driver asked for an RX interrupt: once per drained batch (with
+    /// [`VirtioConfig::rx_recheck`](crate::VirtioConfig::rx_recheck), once per run of that many
+    /// passes that found nothing after one that found frames).
     pub rx_interrupt_requests: u64,
     /// Times the driver asked for a TX interrupt: only while the stack waits for TX room, or
     /// for the return of a retained frame it waits to send again.
     pub tx_interrupt_requests: u64,
+    /// Received frames the device marked checked (`DATA_VALID`): handed up
+    /// [verified](zcnet_buffer::RxFrame::checksum_verified).
+    pub rx_checksum_valid: u64,
+    /// Received frames with a partial checksum (`NEEDS_CSUM`: a local sender's, never on a
+    /// wire): handed up verified, their checksum field holding the pseudo-header sum.
+    pub rx_checksum_partial: u64,
+    /// Frames sent with `NEEDS_CSUM`: the device completes their checksum.
+    pub tx_checksum_offloaded: u64,
+    /// Frames marked checksum-partial that the driver completed itself (the device has no
+    /// `VIRTIO_NET_F_CSUM`, or checksum offload is off).
+    pub tx_checksum_completed: u64,
+    /// Frames refused by `transmit` because their checksum mark lies past their end.
+    pub tx_bad_checksum_mark: u64,
+    /// Drained RX passes that woke their caller to look again (frames had come in lately)
+    /// instead of asking for an RX interrupt ([`VirtioConfig::rx_recheck`](crate::VirtioConfig::rx_recheck)).
+    pub rx_rechecks: u64,
+    /// Packets received over several buffers (merged receive buffers: large receive).
+    pub rx_merged: u64,
+    /// Merged packets dropped because the caller took frames (`Driver::poll_receive`), not
+    /// chains.
+    pub rx_chains_dropped: u64,
+    /// Super-segments the device was asked to segment (`HOST_TSO4` / `HOST_TSO6`).
+    pub tx_gso: u64,
 }

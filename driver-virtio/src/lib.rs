@@ -19,10 +19,12 @@
 //!   fresh slot is posted at once, so frames the application holds drain the pool's spare
 //!   slots, never the ring.
 //! * **TX**: the virtio-net header is written into the [`TxFrame`](zcnet_buffer::TxFrame)'s
-//!   headroom, header and frame go to the device as one buffer, and the slot stays an
-//!   [`InFlight`](zcnet_buffer::InFlight) until the device returns it. A full TX queue is
-//!   back-pressure: the stack's egress waits for the TX interrupt. The driver asks for one
-//!   then, and while a retained frame the stack waits to resend is still with the device.
+//!   headroom (with `NEEDS_CSUM` for a frame the stack left checksum-partial, when the device
+//!   offers checksum offload), header and frame go to the device as one buffer, and the slot
+//!   stays an [`InFlight`](zcnet_buffer::InFlight) until the device returns it. A full TX
+//!   queue is back-pressure: the stack's egress waits for the TX interrupt. The driver asks
+//!   for one then, and while a retained frame the stack waits to resend is still with the
+//!   device.
 //! * **Doorbells**: posting only publishes; [`Driver::flush`](zcnet_buffer::Driver::flush) (which
 //!   the stack calls after every run of transmits and refills) notifies each queue once, and
 //!   only when the device's event index asks for it.
@@ -34,6 +36,13 @@
 //!   write at the queue's doorbell, its address read once when the queue is set up
 //!   (virtio-drivers' PCI transport re-reads it, with a queue select, on every notification),
 //!   and counts notifications for any driver over it.
+//! * **Checksum offload** ([`VirtioConfig`]): `VIRTIO_NET_F_CSUM` and `VIRTIO_NET_F_GUEST_CSUM`
+//!   are negotiated when offered; the stack then leaves TCP and UDP transmit checksums to the
+//!   device, and received frames the device vouches for are marked verified.
+//! * **Segmentation and large receive** ([`VirtioConfig`]): with `HOST_TSO4` / `HOST_TSO6` a
+//!   TCP super-segment goes out as one chain of descriptors for the device to cut; with
+//!   `MRG_RXBUF` and `GUEST_TSO4` / `GUEST_TSO6` (asked for only by
+//!   [`VirtioConfig::large_receive`]) merged packets of up to 64 KiB come up as frame chains.
 //! * **Counters**: [`VirtioIrq::stats`] gives frames, bytes, drops by reason, doorbells and
 //!   interrupts.
 //!
@@ -88,6 +97,6 @@ mod shared;
 mod inert_transport;
 
 pub use irq::{VirtioIrq, VirtioStats};
-pub use net::{VirtioError, VirtioNet, MIN_RX_BUFFER, MTU};
+pub use net::{VirtioConfig, VirtioError, VirtioNet, MIN_RX_BUFFER, MTU};
 pub use notify::{Doorbells, PciNotify, DIRECT_QUEUES};
 pub use shared::SharedTransport;

@@ -12,9 +12,25 @@
 //!   device writes the virtio-net header into the end of the headroom and the frame exactly where
 //!   [`PostedSlot::complete_range`] makes the [`RxFrame`] start. No copy, no bounce buffer.
 //! * **TX**: the stack builds the frame in a [`TxFrame`] with headroom left in front; the driver
-//!   pushes a zeroed virtio-net header into that headroom and hands header and frame to the
-//!   device as one descriptor. The frame stays an [`InFlight`] lease until the device returns
-//!   it.
+//!   pushes the virtio-net header into that headroom and hands header and frame to the device
+//!   as one descriptor. The header is zero but for a frame marked
+//!   [checksum-partial](TxFrame::checksum_partial) when `VIRTIO_NET_F_CSUM` was negotiated:
+//!   `NEEDS_CSUM` with the mark's `csum_start` / `csum_offset` (without that feature the driver
+//!   completes such a checksum itself). The frame stays an [`InFlight`] lease until the device
+//!   returns it.
+//! * **TX chains** ([`Driver::transmit_chain`]): a [`TxChain`] goes to the device as one
+//!   descriptor list, one descriptor per frame, the header in the head frame's headroom; a
+//!   packet over the MTU marked with a [`GsoRequest`] gets the GSO type, `hdr_len` and
+//!   `gso_size` in its header for the device to segment (`HOST_TSO4` / `HOST_TSO6`).
+//!   Descriptors, not packets, are what the TX queue runs out of.
+//! * **Merged RX buffers** ([`VirtioConfig::large_receive`]): with `MRG_RXBUF`, a packet spans
+//!   `num_buffers` posted slots; the first holds the header and the Ethernet frame's start, the
+//!   others continue from their buffer's first byte. The driver gathers them into an
+//!   [`RxChain`] (the head carrying the checksum and [`GsoInfo`] marks) for
+//!   [`Driver::poll_receive_chain`]; each slot is replaced in the ring as it is taken.
+//! * **RX checksums**: with `VIRTIO_NET_F_GUEST_CSUM`, a frame whose header says `DATA_VALID`
+//!   (the device checked it) or `NEEDS_CSUM` (a local sender left it partial) is marked
+//!   [verified](RxFrame::checksum_verified); any other is left for the stack to check.
 //!
 //! # Notifications
 //!
@@ -26,8 +42,12 @@
 //! that rule, so a user that never flushes still gets its frames out; from the first flush on
 //! it counts on one after every run of transmits.
 //!
-//! Interrupts: the RX queue's used-buffer notification is asked for once per batch, when
-//! [`Driver::poll_receive`] finds nothing and is about to return `Pending`; TX completions
+//! Interrupts: the RX queue's used-buffer notification is off while a batch is being handled
+//! and asked for again only when [`Driver::poll_receive`] finds nothing and is about to return
+//! `Pending`. With [`VirtioConfig::rx_recheck`] (1 by default) a pass that handed frames up
+//! does not ask for it when it drains the queue: it wakes its caller to look again after the
+//! other tasks ran, and only a pass after that many that found nothing arms the interrupt, so
+//! a steady stream is polled, not interrupted per batch; TX completions
 //! interrupt only while the stack waits for room (a `poll_transmit_*` returning `Pending`), or
 //! for a retained frame the device still has ([`InFlight::is_watched`]: a retransmission that
 //! must wait for the frame's return; the interrupt wakes the sender, whose flush takes the
@@ -48,13 +68,15 @@ use core::task::{Context, Poll, Waker};
 use heapless::Vec;
 use virtio_drivers::transport::{DeviceStatus, DeviceType, Transport};
 use virtio_drivers::{BufferDirection, Hal, PAGE_SIZE};
+use zcnet_buffer::offload::ones_complement_sum;
 use zcnet_buffer::{
-    Capabilities, Driver, FramePool, HardwareAddress, InFlight, LinkState, Medium, PostedSlot,
-    RxFrame, TxError, TxFrame, ETHERNET_HEADER_LEN,
+    Capabilities, ChecksumOffloads, ChecksumPartial, Driver, FramePool, GsoInfo, GsoKind, GsoKinds,
+    GsoRequest, HardwareAddress, InFlight, LinkState, Medium, PostedSlot, RxChain, RxFrame,
+    TxChain, TxError, TxFrame, ETHERNET_HEADER_LEN, MAX_CHAIN_SEGMENTS,
 };
 
 use crate::irq::{Counters, VirtioIrq};
-use crate::ring::{Ring, Used};
+use crate::ring::Ring;
 
 /// The IP MTU of the link when the device advises none (no `VIRTIO_NET_F_MTU`), or advises one
 /// the pool's slots cannot hold: standard Ethernet.
@@ -71,6 +93,21 @@ const MIN_DEVICE_MTU: usize = 68;
 /// Feature bits (virtio 1.x, sections 5.1.3 and 6). Only these are ever accepted; whatever the
 /// device does not offer is not used.
 mod feature {
+    /// The device completes partial checksums of frames the driver sends (`NEEDS_CSUM`).
+    pub(super) const CSUM: u64 = 1 << 0;
+    /// The driver takes received frames with partial checksums (`NEEDS_CSUM`) and the device
+    /// marks the frames whose checksum it checked (`DATA_VALID`).
+    pub(super) const GUEST_CSUM: u64 = 1 << 1;
+    /// The driver takes merged TCPv4 packets (needs `GUEST_CSUM`; here also `MRG_RXBUF`).
+    pub(super) const GUEST_TSO4: u64 = 1 << 7;
+    /// The driver takes merged TCPv6 packets.
+    pub(super) const GUEST_TSO6: u64 = 1 << 8;
+    /// The device segments TCPv4 super-segments (needs `CSUM`).
+    pub(super) const HOST_TSO4: u64 = 1 << 11;
+    /// The device segments TCPv6 super-segments (needs `CSUM`).
+    pub(super) const HOST_TSO6: u64 = 1 << 12;
+    /// A received packet may span several receive buffers (`num_buffers` in its header).
+    pub(super) const MRG_RXBUF: u64 = 1 << 15;
     /// The device advises an MTU (configuration field `mtu`).
     pub(super) const MTU: u64 = 1 << 3;
     /// The device has a MAC address (configuration field `mac`).
@@ -94,6 +131,38 @@ mod config {
     /// `status` bit: the link is up (`VIRTIO_NET_S_LINK_UP`).
     pub(super) const S_LINK_UP: u16 = 1;
 }
+
+/// The virtio-net header's fields (virtio 1.x, 5.1.6): byte offsets and flag values.
+mod hdr {
+    /// `u8`: `NEEDS_CSUM`, `DATA_VALID`.
+    pub(super) const FLAGS: usize = 0;
+    /// `u8`: the segmentation asked for, or done (`GSO_NONE` = 0).
+    pub(super) const GSO_TYPE: usize = 1;
+    /// `le16`: bytes of link, IP and TCP headers (transmit, with a GSO type).
+    pub(super) const HDR_LEN: usize = 2;
+    /// `le16`: TCP payload bytes per segment.
+    pub(super) const GSO_SIZE: usize = 4;
+    /// `le16`: where the checksummed bytes start, from the Ethernet header's first byte.
+    pub(super) const CSUM_START: usize = 6;
+    /// `le16`: where the checksum goes, from `csum_start`.
+    pub(super) const CSUM_OFFSET: usize = 8;
+    /// `flags` bit: the checksum is partial; the other side completes it (or, received, may
+    /// rely on the packet never having crossed a wire).
+    pub(super) const F_NEEDS_CSUM: u8 = 1;
+    /// `flags` bit, received: the device checked the packet's checksums.
+    pub(super) const F_DATA_VALID: u8 = 2;
+    /// `le16`, received with `MRG_RXBUF`: how many receive buffers the packet spans.
+    pub(super) const NUM_BUFFERS: usize = 10;
+    /// `gso_type`: TCP over IPv4.
+    pub(super) const GSO_TCPV4: u8 = 1;
+    /// `gso_type`: TCP over IPv6.
+    pub(super) const GSO_TCPV6: u8 = 4;
+    /// `gso_type` bit: the packet has ECN's CWR set.
+    pub(super) const GSO_ECN: u8 = 0x80;
+}
+
+/// The largest IP packet of a TCP super-segment, either way (IPv4's total length field).
+const GSO_MAX_SIZE: usize = 65_535;
 
 /// How many times [`VirtioNet::new`] reads the device status waiting for a reset to finish.
 const RESET_READS: u32 = 1_000_000;
@@ -197,6 +266,104 @@ impl fmt::Display for VirtioError {
 
 impl core::error::Error for VirtioError {}
 
+/// What [`VirtioNet::with_config`] negotiates beyond what every driver needs, and how it
+/// waits for received frames. Build it from
+/// [`VirtioConfig::new`] (everything the device offers is used) and the `with_*` methods.
+///
+/// ```
+/// use zcnet_virtio::VirtioConfig;
+///
+/// // For a stack that verifies every received checksum itself and marks no frame partial.
+/// let config = VirtioConfig::new().with_checksum_offload(false);
+/// assert!(!config.checksum_offload);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct VirtioConfig {
+    /// Checksum offload, when the device offers it (on by default):
+    ///
+    /// * `VIRTIO_NET_F_CSUM`: frames the stack marks
+    ///   [checksum-partial](zcnet_buffer::TxFrame::checksum_partial) go out with `NEEDS_CSUM`
+    ///   and the device completes their checksum; [`Driver::capabilities`] then advertises
+    ///   [`TCP_TX`](zcnet_buffer::ChecksumOffloads::TCP_TX) and
+    ///   [`UDP_TX`](zcnet_buffer::ChecksumOffloads::UDP_TX).
+    /// * `VIRTIO_NET_F_GUEST_CSUM`: received frames the device checked (`DATA_VALID`), or that
+    ///   a local sender handed over with a partial checksum (`NEEDS_CSUM`: their checksum field
+    ///   holds only the pseudo-header sum), are marked
+    ///   [verified](zcnet_buffer::RxFrame::checksum_verified).
+    ///
+    /// Turn it off for a stack that ignores the verified mark: with `GUEST_CSUM` it would
+    /// receive partial checksums it takes for wrong ones. Off, or without the device's
+    /// `CSUM`, a frame marked partial anyway gets its checksum completed by the driver.
+    pub checksum_offload: bool,
+    /// Segmentation offload on transmit (`VIRTIO_NET_F_HOST_TSO4` / `HOST_TSO6`), when the
+    /// device offers it and checksum offload is on (on by default): [`Driver::capabilities`]
+    /// then advertises TCP super-segments of up to 65,535 bytes, which the stack hands over as
+    /// [`TxChain`]s ([`Driver::transmit_chain`]) marked with a
+    /// [`GsoRequest`], one descriptor per frame.
+    pub tso: bool,
+    /// Large receive (`VIRTIO_NET_F_MRG_RXBUF` with `GUEST_TSO4` / `GUEST_TSO6`), when the
+    /// device offers it and checksum offload is on (off by default): the device merges TCP
+    /// segments into packets of up to 64 KiB spread over several receive buffers, which the
+    /// driver hands up as [`RxChain`]s from [`Driver::poll_receive_chain`]
+    /// ([`Capabilities::rx_chains`]). Turn it on only for a stack that receives chains:
+    /// [`Driver::poll_receive`] drops such a packet (counted in `rx_chains_dropped`).
+    pub large_receive: bool,
+    /// How many more times the driver looks at a drained RX queue before asking for an
+    /// interrupt (1 by default).
+    ///
+    /// When a [`Driver::poll_receive`] pass that handed frames up finds the queue empty, the
+    /// driver wakes its caller at once and returns `Pending` with RX interrupts still off, up
+    /// to `rx_recheck` times in a row; a pass that finds a frame starts the count again, and
+    /// only after `rx_recheck` passes that found nothing does a pass ask for the interrupt.
+    /// Under a stream of frames the queue is then polled between the other tasks' runs instead
+    /// of interrupting once per batch; at the end of the stream it costs `rx_recheck` passes
+    /// that find nothing. 0: every drained pass asks for the interrupt.
+    pub rx_recheck: u8,
+}
+
+impl VirtioConfig {
+    /// Every offload the device offers.
+    pub const fn new() -> Self {
+        Self {
+            checksum_offload: true,
+            tso: true,
+            large_receive: false,
+            rx_recheck: 1,
+        }
+    }
+
+    /// The same, with [`checksum_offload`](Self::checksum_offload) `on`.
+    pub const fn with_checksum_offload(mut self, on: bool) -> Self {
+        self.checksum_offload = on;
+        self
+    }
+
+    /// The same, with [`tso`](Self::tso) `on`.
+    pub const fn with_tso(mut self, on: bool) -> Self {
+        self.tso = on;
+        self
+    }
+
+    /// The same, with [`large_receive`](Self::large_receive) `on`.
+    pub const fn with_large_receive(mut self, on: bool) -> Self {
+        self.large_receive = on;
+        self
+    }
+
+    /// The same, with [`rx_recheck`](Self::rx_recheck) `looks`.
+    pub const fn with_rx_recheck(mut self, looks: u8) -> Self {
+        self.rx_recheck = looks;
+        self
+    }
+}
+
+impl Default for VirtioConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A virtio-net device as a zcnet [`Driver`]: pool slots in both virtqueues, no copies.
 ///
 /// `QUEUE` is the size of each virtqueue (a power of two, at most what the device offers; QEMU
@@ -237,14 +404,16 @@ impl core::error::Error for VirtioError {}
 ///   every completion a fresh slot is posted before the frame is returned, so frames the
 ///   application holds use up the pool's spare slots, never the ring. An empty pool registers
 ///   the caller with the pool (a returned slot wakes it) and is counted as `rx_starved`.
-///   Completions shorter than the header (`rx_runt`) or longer than `mtu + 14`
-///   (`rx_oversize`) are dropped and counted. The RX interrupt is asked for only when the
-///   queue has been drained.
+///   Completions shorter than the header (`rx_runt`) or longer than `mtu + 14` (with large
+///   receive, a merged packet over 64 KiB or [`MAX_CHAIN_SEGMENTS`] buffers) (`rx_oversize`)
+///   are dropped and counted. The RX interrupt is asked for only when the queue has been
+///   drained, and with [`VirtioConfig::rx_recheck`] only after the caller looked again.
 /// * **Transmit**: [`Driver::poll_transmit_frame`] first reclaims completed frames, then gives
 ///   out a pool frame only while the TX queue has a free descriptor; otherwise it asks for a TX
 ///   interrupt and registers the caller's waker (back-pressure, never a drop or a spin).
 ///   [`Driver::transmit`] writes the virtio-net header into the frame's headroom and publishes
-///   it.
+///   it; [`Driver::transmit_chain`] publishes a chain as one descriptor list and needs a free
+///   descriptor per frame (a chain refused for want of them counts in `tx_queue_full`).
 /// * **Doorbells**: [`Driver::flush`] returns the frames the device has finished sending to
 ///   the pool (or, retained ones, to their sockets) and notifies the device of everything
 ///   published since the last flush, if the device asked for it; the `poll_*` methods notify
@@ -276,15 +445,35 @@ pub struct VirtioNet<H: Hal, T: Transport, const QUEUE: usize> {
     mac: [u8; 6],
     /// The features accepted.
     features: u64,
+    /// `VIRTIO_NET_F_CSUM` was accepted: partial checksums go to the device.
+    tx_csum: bool,
+    /// `VIRTIO_NET_F_GUEST_CSUM` was accepted: received headers carry checksum flags.
+    rx_csum: bool,
+    /// The kinds of super-segment the device segments (`HOST_TSO4` / `HOST_TSO6`).
+    tx_gso: GsoKinds,
+    /// `VIRTIO_NET_F_MRG_RXBUF` was accepted: a packet may span several RX buffers.
+    rx_merged: bool,
+    /// The packet being gathered from several RX buffers, and how many buffers it still
+    /// lacks; with 0 left it is complete, waiting for [`Driver::poll_receive_chain`].
+    rx_chain: Option<(RxChain, u16)>,
+    /// RX buffers still to drop: the rest of a packet that was dropped after its first one.
+    rx_skip: u16,
     /// Invariant: `rx_slots[t]` is `Some` exactly while the device owns RX token `t`; the slot
     /// is POSTED and nothing reads or writes its bytes until the ring pops `t`.
     /// `QUEUE` entries, one per possible token.
     rx_slots: Vec<Option<PostedSlot>, QUEUE>,
-    /// Invariant: `tx_frames[t]` is `Some` exactly while the device owns TX token `t`.
+    /// Invariant: `tx_frames[d]` is `Some` exactly while TX descriptor `d` holds that frame
+    /// for the device (a frame is one descriptor, a chain one per non-empty frame).
     tx_frames: Vec<Option<InFlight>, QUEUE>,
     /// Set when the RX ring ran dry for want of slots; cleared when a slot is posted again, so
     /// each dry spell counts once.
     starved: bool,
+    /// How many more drained passes wake their caller instead of arming the RX interrupt:
+    /// [`VirtioConfig::rx_recheck`] after a pass that handed a frame up, one less per pass
+    /// that found none.
+    rx_looks_left: u8,
+    /// [`VirtioConfig::rx_recheck`].
+    rx_recheck: u8,
     /// The device broke the queue protocol: the driver no longer touches the queues.
     broken: bool,
     /// The user calls [`Driver::flush`]: transmits only publish, the flush notifies.
@@ -293,6 +482,56 @@ pub struct VirtioNet<H: Hal, T: Transport, const QUEUE: usize> {
     /// woken by the TX interrupt asked for while a frame in flight is watched
     /// ([`InFlight::is_watched`]), see [`VirtioNet::watch_tx_returns`].
     tx_waker: Option<Waker>,
+}
+
+/// What one used RX buffer came to ([`VirtioNet::complete_rx`]).
+enum RxStep {
+    /// A packet in one frame.
+    Frame(RxFrame),
+    /// The last buffer of a merged packet: complete in `rx_chain`.
+    Chain,
+    /// Nothing to hand up: a buffer dropped (counted), or one of a packet still incomplete.
+    Nothing,
+}
+
+/// What [`VirtioNet::poll_packet`] found: a frame, or a merged packet complete in `rx_chain`
+/// (left there rather than moved through the return value: a chain is over a kilobyte).
+enum Packet {
+    Frame(RxFrame),
+    Chain,
+}
+
+/// The super-segment kinds the device segments, from the accepted `features`.
+fn gso_kinds(features: u64) -> GsoKinds {
+    let mut kinds = GsoKinds::empty();
+    if features & feature::HOST_TSO4 != 0 {
+        kinds |= GsoKinds::TCPV4;
+    }
+    if features & feature::HOST_TSO6 != 0 {
+        kinds |= GsoKinds::TCPV6;
+    }
+    kinds
+}
+
+/// Fills a transmit virtio-net `header` for a packet with the partial checksum `csum` (to be
+/// completed by the device) and the segmentation `gso`, offsets from the Ethernet header's
+/// first byte; all zero without either.
+fn fill_tx_header(header: &mut [u8], csum: Option<ChecksumPartial>, gso: Option<GsoRequest>) {
+    header.fill(0);
+    if let Some(mark) = csum {
+        header[hdr::FLAGS] = hdr::F_NEEDS_CSUM;
+        header[hdr::CSUM_START..hdr::CSUM_START + 2].copy_from_slice(&mark.start.to_le_bytes());
+        header[hdr::CSUM_OFFSET..hdr::CSUM_OFFSET + 2].copy_from_slice(&mark.offset.to_le_bytes());
+    }
+    if let Some(request) = gso {
+        header[hdr::GSO_TYPE] = match request.kind {
+            GsoKind::TcpV4 => hdr::GSO_TCPV4,
+            GsoKind::TcpV6 => hdr::GSO_TCPV6,
+        };
+        header[hdr::HDR_LEN..hdr::HDR_LEN + 2].copy_from_slice(&request.header_len.to_le_bytes());
+        header[hdr::GSO_SIZE..hdr::GSO_SIZE + 2]
+            .copy_from_slice(&request.segment_size.to_le_bytes());
+    }
 }
 
 /// What device initialisation settled, before the driver takes the transport.
@@ -321,14 +560,24 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     /// The initialisation resets the device, and with it any MSI-X vectors: program them after
     /// this returns.
     pub fn new(
+        transport: T,
+        pool: &'static FramePool,
+        irq: &'static VirtioIrq,
+    ) -> Result<Self, VirtioError> {
+        Self::with_config(transport, pool, irq, VirtioConfig::new())
+    }
+
+    /// [`new`](Self::new), negotiating the offloads `config` allows (and the device offers).
+    pub fn with_config(
         mut transport: T,
         pool: &'static FramePool,
         irq: &'static VirtioIrq,
+        config: VirtioConfig,
     ) -> Result<Self, VirtioError> {
         if transport.device_type() != DeviceType::Network {
             return Err(VirtioError::NotNetwork);
         }
-        let setup = match Self::init(&mut transport, pool) {
+        let setup = match Self::init(&mut transport, pool, config) {
             Ok(setup) => setup,
             Err(e) => {
                 error!("virtio-net: initialisation failed: {}", e);
@@ -354,9 +603,17 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             mtu: setup.mtu,
             mac: setup.mac,
             features: setup.features,
+            tx_csum: setup.features & feature::CSUM != 0,
+            rx_csum: setup.features & feature::GUEST_CSUM != 0,
+            tx_gso: gso_kinds(setup.features),
+            rx_merged: setup.features & feature::MRG_RXBUF != 0,
+            rx_chain: None,
+            rx_skip: 0,
             rx_slots,
             tx_frames,
             starved: false,
+            rx_looks_left: 0,
+            rx_recheck: config.rx_recheck,
             broken: false,
             batched: false,
             tx_waker: None,
@@ -364,7 +621,11 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     }
 
     /// The device initialisation proper (virtio 1.x, 3.1.1), up to `DRIVER_OK`.
-    fn init(transport: &mut T, pool: &'static FramePool) -> Result<Setup<H, QUEUE>, VirtioError> {
+    fn init(
+        transport: &mut T,
+        pool: &'static FramePool,
+        config: VirtioConfig,
+    ) -> Result<Setup<H, QUEUE>, VirtioError> {
         // Reset, and wait for the device to say it is done (virtio 1.x, 4.1.4.3.2).
         transport.set_status(DeviceStatus::empty());
         let mut reads = 0;
@@ -377,9 +638,26 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         }
         transport.set_status(DeviceStatus::ACKNOWLEDGE | DeviceStatus::DRIVER);
         let offered = transport.read_device_features();
-        let mut features = offered
-            & (feature::MAC | feature::STATUS | feature::RING_EVENT_IDX | feature::VERSION_1);
-        let header_len = if features & feature::VERSION_1 != 0 {
+        let mut wanted =
+            feature::MAC | feature::STATUS | feature::RING_EVENT_IDX | feature::VERSION_1;
+        if config.checksum_offload {
+            wanted |= feature::CSUM | feature::GUEST_CSUM;
+        }
+        let mut features = offered & wanted;
+        // Segmentation needs the checksum offload of its direction (virtio 1.x, 5.1.3.1); large
+        // receive also needs merged buffers: the driver posts no 64 KiB buffers.
+        if config.tso && features & feature::CSUM != 0 {
+            features |= offered & (feature::HOST_TSO4 | feature::HOST_TSO6);
+        }
+        let guest_tso = offered & (feature::GUEST_TSO4 | feature::GUEST_TSO6);
+        if config.large_receive
+            && features & feature::GUEST_CSUM != 0
+            && offered & feature::MRG_RXBUF != 0
+            && guest_tso != 0
+        {
+            features |= feature::MRG_RXBUF | guest_tso;
+        }
+        let header_len = if features & (feature::VERSION_1 | feature::MRG_RXBUF) != 0 {
             12
         } else {
             10
@@ -491,6 +769,16 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         self.mtu + ETHERNET_HEADER_LEN
     }
 
+    /// The largest packet the device hands up, Ethernet header included: a merged one of up
+    /// to [`GSO_MAX_SIZE`] bytes of IP packet with large receive, one frame otherwise.
+    fn max_rx_len(&self) -> usize {
+        if self.rx_merged {
+            self.max_frame_len().max(GSO_MAX_SIZE + ETHERNET_HEADER_LEN)
+        } else {
+            self.max_frame_len()
+        }
+    }
+
     fn counters(&self) -> &'static Counters {
         &self.irq.counters
     }
@@ -587,21 +875,16 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     }
 
     /// Takes the next used RX buffer: `None` when there is none (or the device broke the
-    /// protocol); `Some(None)` when it was dropped (counted).
-    fn next_rx(&mut self) -> Option<Option<RxFrame>> {
-        match self.rx.pop_used() {
-            Ok(Some(used)) => Some(self.complete_rx(used)),
-            Ok(None) => None,
+    /// protocol), otherwise what it came to.
+    fn next_rx(&mut self) -> Option<RxStep> {
+        let used = match self.rx.pop_used() {
+            Ok(Some(used)) => used,
+            Ok(None) => return None,
             Err(e) => {
                 self.fail(e.describe());
-                None
+                return None;
             }
-        }
-    }
-
-    /// Turns the used RX buffer `used` into a frame, or `None` when it was dropped (counted) or
-    /// the device broke the protocol.
-    fn complete_rx(&mut self, used: Used) -> Option<RxFrame> {
+        };
         let Some(slot) = self
             .rx_slots
             .get_mut(usize::from(used.head))
@@ -610,35 +893,173 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             self.fail("RX completion for a token not posted");
             return None;
         };
+        Some(self.complete_rx(slot, used.len as usize))
+    }
+
+    /// Turns the used RX buffer `slot`, `written` bytes long (as the device says), into a frame,
+    /// or into a part of the packet being gathered ([`RxStep::Nothing`] until its last buffer,
+    /// then [`RxStep::Chain`]); a buffer dropped (counted) is [`RxStep::Nothing`] too.
+    fn complete_rx(&mut self, mut slot: PostedSlot, written: usize) -> RxStep {
         let counters = self.counters();
-        let written = used.len as usize;
+        if self.rx_skip > 0 {
+            // The rest of a packet dropped at its first buffer (counted then).
+            self.rx_skip -= 1;
+            return RxStep::Nothing;
+        }
+        let max_rx_len = self.max_rx_len();
+        if let Some((chain, left)) = self.rx_chain.as_mut().filter(|(_, left)| *left > 0) {
+            // A further buffer of a merged packet: its bytes start at the buffer's start.
+            let left_after = *left - 1;
+            let pushed = match slot.complete_range(self.rx_offset, written) {
+                Ok(tail) => chain.push(tail).is_ok(),
+                Err(_) => false,
+            };
+            if !pushed || chain.len() > max_rx_len {
+                debug!("virtio-net: merged packet dropped: over the largest packet or chain");
+                Counters::bump(&counters.rx_oversize);
+                self.rx_chain = None;
+                self.rx_skip = left_after;
+                return RxStep::Nothing;
+            }
+            *left = left_after;
+            if left_after > 0 {
+                return RxStep::Nothing;
+            }
+            Counters::bump(&counters.rx_frames);
+            Counters::bump(&counters.rx_merged);
+            counters.rx_bytes.fetch_add(chain.len() as u64, Relaxed);
+            return RxStep::Chain;
+        }
         let Some(len) = written.checked_sub(self.header_len) else {
             debug!("virtio-net: received buffer shorter than the virtio-net header dropped");
             Counters::bump(&counters.rx_runt);
-            return None;
+            return RxStep::Nothing;
         };
-        if len > self.max_frame_len() {
+        // The header, which the device wrote (`written >= header_len`).
+        let header = &slot.buffer_mut()[self.rx_offset..self.rx_offset + self.header_len];
+        let flags = header[hdr::FLAGS];
+        let gso_type = header[hdr::GSO_TYPE];
+        let gso_size = u16::from_le_bytes([header[hdr::GSO_SIZE], header[hdr::GSO_SIZE + 1]]);
+        let buffers = if self.rx_merged {
+            u16::from_le_bytes([header[hdr::NUM_BUFFERS], header[hdr::NUM_BUFFERS + 1]])
+        } else {
+            1
+        };
+        if buffers == 0 || usize::from(buffers) > MAX_CHAIN_SEGMENTS.min(QUEUE) {
+            debug!(
+                "virtio-net: packet over {} receive buffers dropped",
+                buffers
+            );
+            Counters::bump(&counters.rx_oversize);
+            self.rx_skip = buffers.saturating_sub(1);
+            return RxStep::Nothing;
+        }
+        if len > self.max_rx_len() {
             debug!(
                 "virtio-net: received frame of {} bytes dropped: over {}",
                 len,
-                self.max_frame_len()
+                self.max_rx_len()
             );
             Counters::bump(&counters.rx_oversize);
-            return None;
+            self.rx_skip = buffers - 1;
+            return RxStep::Nothing;
         }
-        match slot.complete_range(self.rx_offset + self.header_len, len) {
-            Ok(frame) => {
-                Counters::bump(&counters.rx_frames);
-                counters.rx_bytes.fetch_add(len as u64, Relaxed);
-                Some(frame)
-            }
+        let mut frame = match slot.complete_range(self.rx_offset + self.header_len, len) {
+            Ok(frame) => frame,
             Err(_) => {
                 debug!(
                     "virtio-net: received frame of {} bytes dropped: over the slot",
                     len
                 );
                 Counters::bump(&counters.rx_oversize);
-                None
+                self.rx_skip = buffers - 1;
+                return RxStep::Nothing;
+            }
+        };
+        if self.rx_csum {
+            // Either flag vouches for the checksum: DATA_VALID, the device checked it;
+            // NEEDS_CSUM, a local sender left it partial and it crossed no wire.
+            if flags & hdr::F_DATA_VALID != 0 {
+                frame.set_checksum_verified(true);
+                Counters::bump(&counters.rx_checksum_valid);
+            } else if flags & hdr::F_NEEDS_CSUM != 0 {
+                frame.set_checksum_verified(true);
+                Counters::bump(&counters.rx_checksum_partial);
+            }
+        }
+        if self.rx_merged {
+            let kind = match gso_type & !hdr::GSO_ECN {
+                hdr::GSO_TCPV4 => Some(GsoKind::TcpV4),
+                hdr::GSO_TCPV6 => Some(GsoKind::TcpV6),
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                frame.set_gso_info(Some(GsoInfo {
+                    kind,
+                    segment_size: gso_size,
+                }));
+            }
+        }
+        if buffers > 1 {
+            self.rx_chain = Some((RxChain::from_frame(frame), buffers - 1));
+            return RxStep::Nothing;
+        }
+        Counters::bump(&counters.rx_frames);
+        counters.rx_bytes.fetch_add(len as u64, Relaxed);
+        RxStep::Frame(frame)
+    }
+
+    /// [`Driver::poll_receive`] and [`Driver::poll_receive_chain`]: the next packet, a frame or
+    /// (with large receive) a chain left complete in `rx_chain`.
+    fn poll_packet(&mut self, cx: &mut Context<'_>) -> Poll<Packet> {
+        if self.broken {
+            return Poll::Pending;
+        }
+        self.refill(cx);
+        loop {
+            while let Some(step) = self.next_rx() {
+                // A fresh slot in the completed one's place before anything is handed up.
+                self.refill(cx);
+                let packet = match step {
+                    RxStep::Frame(frame) => Packet::Frame(frame),
+                    RxStep::Chain => Packet::Chain,
+                    RxStep::Nothing => continue,
+                };
+                if self.rx.interrupts_enabled() {
+                    // A batch begins: no RX interrupts until it has been drained.
+                    self.rx.disable_interrupts();
+                }
+                self.rx_looks_left = self.rx_recheck;
+                return Poll::Ready(packet);
+            }
+            if self.broken {
+                return Poll::Pending;
+            }
+            // Drained.
+            self.irq.rx.register(cx.waker());
+            if self.rx_looks_left > 0 {
+                // Frames came in lately: more are likely on their way. Rather than ask for an
+                // interrupt, have the caller look again once the other tasks have run
+                // (interrupts stay off).
+                self.rx_looks_left -= 1;
+                Counters::bump(&self.counters().rx_rechecks);
+                self.kick_rx();
+                self.reclaim_tx();
+                self.watch_tx_returns();
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            // Ask for the RX interrupt and look once more: a buffer used before the request
+            // raised no interrupt.
+            if !self.rx.interrupts_enabled() {
+                Counters::bump(&self.counters().rx_interrupt_requests);
+            }
+            if !self.rx.enable_interrupts(0) {
+                self.kick_rx();
+                // The end of an ingress run: sent frames go back, as in `flush`.
+                self.reclaim_tx();
+                self.watch_tx_returns();
+                return Poll::Pending;
             }
         }
     }
@@ -646,21 +1067,23 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
     /// Returns every frame the device has finished sending to the pool.
     fn reclaim_tx(&mut self) {
         while !self.broken {
-            let used = match self.tx.pop_used() {
-                Ok(Some(used)) => used,
+            // Each descriptor of the completed chain holds one frame: dropped as it is released.
+            let frames = &mut self.tx_frames;
+            let mut missing = false;
+            let popped = self.tx.pop_used_each(|d| {
+                match frames.get_mut(usize::from(d)).and_then(Option::take) {
+                    Some(frame) => drop(frame),
+                    None => missing = true,
+                }
+            });
+            match popped {
+                Ok(Some(_)) if missing => self.fail("TX completion for a token not queued"),
+                Ok(Some(_)) => {}
                 Ok(None) => break,
                 Err(e) => {
                     self.fail(e.describe());
                     break;
                 }
-            };
-            match self
-                .tx_frames
-                .get_mut(usize::from(used.head))
-                .and_then(Option::take)
-            {
-                Some(frame) => drop(frame),
-                None => self.fail("TX completion for a token not queued"),
             }
         }
         self.counters()
@@ -700,6 +1123,23 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
             // and look again.
             self.reclaim_tx();
         }
+    }
+
+    /// Makes sure `n` TX descriptors are free, reclaiming sent frames if they are not; a full
+    /// queue refuses the packet (counted).
+    fn room_for(&mut self, n: usize) -> Result<(), TxError> {
+        if self.tx.free() < n {
+            self.reclaim_tx();
+            if self.broken {
+                return Err(TxError::Device);
+            }
+            if self.tx.free() < n {
+                debug!("virtio-net: packet refused: TX queue full");
+                Counters::bump(&self.counters().tx_queue_full);
+                return Err(TxError::Device);
+            }
+        }
+        Ok(())
     }
 
     /// The TX queue has room (a free descriptor).
@@ -752,6 +1192,41 @@ fn kick<H: Hal, T: Transport, const QUEUE: usize>(
     }
 }
 
+/// Completes `frame`'s partial checksum in software, as a device with `VIRTIO_NET_F_CSUM` would:
+/// the ones'-complement sum of the bytes from `mark.start` to the end (the field holds the
+/// pseudo-header sum), complemented, stored at `mark.start + mark.offset`. The caller checked
+/// that the field lies inside the frame. A UDP checksum (`offset` 6) that comes out as 0 is sent
+/// as `0xffff`: 0 says "no checksum" there (RFC 768).
+fn complete_checksum(frame: &mut TxFrame, mark: ChecksumPartial) {
+    let start = usize::from(mark.start);
+    let field = start + usize::from(mark.offset);
+    let mut sum = !ones_complement_sum(0, [&frame[start..]]);
+    if sum == 0 && mark.offset == UDP_CHECKSUM_OFFSET {
+        sum = 0xffff;
+    }
+    frame[field..field + 2].copy_from_slice(&sum.to_be_bytes());
+}
+
+/// `mark`, a packet's partial checksum mark, if its field lies inside the packet's `len`
+/// bytes; a mark past the end refuses the packet (counted).
+fn checked_mark(
+    mark: Option<ChecksumPartial>,
+    len: usize,
+    counters: &Counters,
+) -> Result<Option<ChecksumPartial>, TxError> {
+    match mark {
+        Some(m) if usize::from(m.start) + usize::from(m.offset) + 2 > len => {
+            debug!("virtio-net: packet refused: its checksum mark lies past its end");
+            Counters::bump(&counters.tx_bad_checksum_mark);
+            Err(TxError::Device)
+        }
+        mark => Ok(mark),
+    }
+}
+
+/// Where a UDP header's checksum field sits (a [`ChecksumPartial::offset`]).
+const UDP_CHECKSUM_OFFSET: u16 = 6;
+
 /// Shares one pool slot with the device through the `Hal` and checks that the device address it
 /// gets is the one the pool's address map gives: a `Hal` that bounces through its own buffers
 /// would silently add a copy per frame.
@@ -778,38 +1253,32 @@ fn check_dma_mapping<H: Hal>(pool: &'static FramePool, offset: usize) -> Result<
 
 impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE> {
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
-        if self.broken {
-            return Poll::Pending;
-        }
-        self.refill(cx);
         loop {
-            while let Some(frame) = self.next_rx() {
-                // A fresh slot in the completed one's place before anything is handed up.
-                self.refill(cx);
-                if let Some(frame) = frame {
-                    if self.rx.interrupts_enabled() {
-                        // A batch begins: no RX interrupts until it has been drained.
-                        self.rx.disable_interrupts();
-                    }
-                    return Poll::Ready(frame);
+            match self.poll_packet(cx) {
+                Poll::Ready(Packet::Frame(frame)) => return Poll::Ready(frame),
+                Poll::Ready(Packet::Chain) => {
+                    // A merged packet for a caller that takes frames only: dropped.
+                    debug!("virtio-net: merged packet dropped: the caller takes no chains");
+                    self.rx_chain = None;
+                    Counters::bump(&self.counters().rx_chains_dropped);
                 }
+                Poll::Pending => return Poll::Pending,
             }
-            if self.broken {
-                return Poll::Pending;
-            }
-            // Drained. Register, then ask for the RX interrupt and look once more: a buffer
-            // used before the request raised no interrupt.
-            self.irq.rx.register(cx.waker());
-            if !self.rx.interrupts_enabled() {
-                Counters::bump(&self.counters().rx_interrupt_requests);
-            }
-            if !self.rx.enable_interrupts(0) {
-                self.kick_rx();
-                // The end of an ingress run: sent frames go back, as in `flush`.
-                self.reclaim_tx();
-                self.watch_tx_returns();
-                return Poll::Pending;
-            }
+        }
+    }
+
+    fn poll_receive_chain(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
+        match self.poll_packet(cx) {
+            Poll::Ready(Packet::Frame(frame)) => Poll::Ready(RxChain::from_frame(frame)),
+            Poll::Ready(Packet::Chain) => match self.rx_chain.take() {
+                Some((chain, _)) => Poll::Ready(chain),
+                None => {
+                    // `Packet::Chain` is returned only with the chain left complete there.
+                    self.fail("merged packet lost");
+                    Poll::Pending
+                }
+            },
+            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -873,24 +1342,32 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         if self.broken {
             return Err(TxError::Device);
         }
-        if !self.tx_room() {
-            self.reclaim_tx();
-            if self.broken {
-                return Err(TxError::Device);
-            }
-            if !self.tx_room() {
-                debug!("virtio-net: frame refused: TX queue full");
-                Counters::bump(&counters.tx_queue_full);
-                return Err(TxError::Device);
-            }
-        }
-        let Ok(header) = frame.push_header(self.header_len) else {
+        self.room_for(1)?;
+        if frame.headroom() < self.header_len {
             debug!("virtio-net: frame refused: no headroom for the virtio-net header");
             Counters::bump(&counters.tx_no_headroom);
             return Err(TxError::NoHeadroom);
+        }
+        // The mark counts from the frame's first byte as it is before the header goes in front.
+        let partial = match checked_mark(frame.checksum_partial(), len, counters)? {
+            Some(mark) if !self.tx_csum => {
+                complete_checksum(&mut frame, mark);
+                Counters::bump(&counters.tx_checksum_completed);
+                None
+            }
+            mark => mark,
         };
-        // No offloads: flags, GSO type and the rest are zero.
-        header.fill(0);
+        let Ok(header) = frame.push_header(self.header_len) else {
+            // Checked above: the headroom holds the header.
+            Counters::bump(&counters.tx_no_headroom);
+            return Err(TxError::NoHeadroom);
+        };
+        // A GSO request is not passed on: the frame fits the MTU (checked above), so it goes
+        // out as the one segment it is.
+        fill_tx_header(header, partial, None);
+        if partial.is_some() {
+            Counters::bump(&counters.tx_checksum_offloaded);
+        }
         let frame = frame.into_device();
         let buffer = NonNull::from(&*frame);
         // SAFETY: `frame` (DEVICE state, owned by this driver) is stored in `tx_frames` under
@@ -925,6 +1402,133 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
         }
     }
 
+    fn transmit_chain(&mut self, mut chain: TxChain) -> Result<(), TxError> {
+        let counters = self.counters();
+        let len = chain.len();
+        let Some(head) = chain.head() else {
+            return Err(TxError::ChainUnsupported { frames: 0 });
+        };
+        // Descriptors: one per non-empty frame, the head's counted even if empty now (the
+        // header goes there).
+        let frames = 1 + chain.frames().skip(1).filter(|f| !f.is_empty()).count();
+        // The marks count from the packet's first byte as it is before the header goes in front.
+        let csum = head.checksum_partial();
+        let gso = head.gso_request();
+        let max = self.max_frame_len();
+        let gso = match gso {
+            // Segmentation is asked only of a packet that needs it.
+            Some(request) if len > max => {
+                if !self.tx_gso.contains(request.kind.flag()) || csum.is_none() {
+                    debug!("virtio-net: super-segment refused: the device does not segment it");
+                    Counters::bump(&counters.tx_too_long);
+                    return Err(TxError::ChainUnsupported { frames });
+                }
+                let gso_max = GSO_MAX_SIZE + ETHERNET_HEADER_LEN;
+                if len > gso_max || request.segment_size == 0 {
+                    Counters::bump(&counters.tx_too_long);
+                    return Err(TxError::TooLong { len, max: gso_max });
+                }
+                Some(request)
+            }
+            _ if len > max => {
+                debug!("virtio-net: chain of {} bytes refused: over {}", len, max);
+                Counters::bump(&counters.tx_too_long);
+                return Err(TxError::TooLong { len, max });
+            }
+            _ => None,
+        };
+        if self.broken {
+            return Err(TxError::Device);
+        }
+        if frames == 0 || frames > MAX_CHAIN_SEGMENTS || frames > QUEUE {
+            return Err(TxError::ChainUnsupported { frames });
+        }
+        self.room_for(frames)?;
+        if chain.headroom() < self.header_len {
+            debug!("virtio-net: chain refused: no headroom for the virtio-net header");
+            Counters::bump(&counters.tx_no_headroom);
+            return Err(TxError::NoHeadroom);
+        }
+        let partial = match checked_mark(csum, len, counters)? {
+            Some(mark) if !self.tx_csum => {
+                // (Checked above: the field is inside the chain, so this completes it.)
+                chain.complete_checksum(usize::from(mark.start), usize::from(mark.offset));
+                Counters::bump(&counters.tx_checksum_completed);
+                None
+            }
+            mark => mark,
+        };
+        let Ok(header) = chain.push_header(self.header_len) else {
+            Counters::bump(&counters.tx_no_headroom);
+            return Err(TxError::NoHeadroom);
+        };
+        fill_tx_header(header, partial, gso);
+        let chain = chain.into_device();
+        // One descriptor per non-empty frame, the header in the head's.
+        let mut buffers =
+            [(NonNull::from(&[][..]), BufferDirection::DriverToDevice); MAX_CHAIN_SEGMENTS];
+        let mut n = 0;
+        for (slot, bytes) in buffers.iter_mut().zip(chain.iter()) {
+            *slot = (NonNull::from(bytes), BufferDirection::DriverToDevice);
+            n += 1;
+        }
+        // SAFETY: the chain's frames (DEVICE state, owned by this driver) are stored in
+        // `tx_frames` under the returned token and neither read mutably nor dropped until the
+        // ring pops that token; the device only reads them (the pointers made from shared
+        // slices are never written through).
+        let token = unsafe { self.tx.add(&buffers[..n]) };
+        let Some(head) = token else {
+            // Not published although descriptors were free: bookkeeping disagrees.
+            drop(chain);
+            self.fail("no free TX descriptor");
+            return Err(TxError::Device);
+        };
+        // Each frame under its descriptor (in order; an empty frame got none and goes back now).
+        let mut descriptors = self.tx.chain(head);
+        let mut clash = false;
+        let tx_frames = &mut self.tx_frames;
+        for frame in chain {
+            if frame.is_empty() {
+                continue;
+            }
+            match descriptors
+                .next()
+                .and_then(|d| tx_frames.get_mut(usize::from(d)))
+            {
+                Some(entry @ None) => *entry = Some(frame),
+                _ => {
+                    // The device may read this frame: keep its slot out of the pool.
+                    core::mem::forget(frame);
+                    clash = true;
+                }
+            }
+        }
+        drop(descriptors);
+        match clash {
+            false => {
+                counters
+                    .tx_in_flight
+                    .store(self.tx.in_flight() as u64, Relaxed);
+                Counters::bump(&counters.tx_frames);
+                counters.tx_bytes.fetch_add(len as u64, Relaxed);
+                if partial.is_some() {
+                    Counters::bump(&counters.tx_checksum_offloaded);
+                }
+                if gso.is_some() {
+                    Counters::bump(&counters.tx_gso);
+                }
+                if !self.batched {
+                    self.kick_tx();
+                }
+                Ok(())
+            }
+            true => {
+                self.fail("TX descriptor already in use");
+                Err(TxError::Device)
+            }
+        }
+    }
+
     fn flush(&mut self) {
         self.batched = true;
         if !self.broken {
@@ -939,8 +1543,16 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
     }
 
     fn capabilities(&self) -> Capabilities {
+        let checksum = if self.tx_csum {
+            ChecksumOffloads::TCP_TX.union(ChecksumOffloads::UDP_TX)
+        } else {
+            ChecksumOffloads::empty()
+        };
         Capabilities::new(Medium::Ethernet, self.mtu)
             .with_tx_headroom(self.header_len)
+            .with_checksum(checksum)
+            .with_gso(GSO_MAX_SIZE, self.tx_gso)
+            .with_rx_chains(self.rx_merged)
             .with_max_burst(Some(QUEUE))
     }
 

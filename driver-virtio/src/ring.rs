@@ -379,6 +379,18 @@ impl<H: Hal, const SIZE: usize> Ring<H, SIZE> {
         })
     }
 
+    /// The descriptors of the chain headed by `head`, in order (none if `head` heads no chain
+    /// in flight).
+    pub(crate) fn chain(&self, head: u16) -> impl Iterator<Item = u16> + '_ {
+        let count = self.chain_len.get(usize::from(head)).copied().unwrap_or(0);
+        let mut next = head;
+        (0..count).map(move |_| {
+            let index = next;
+            next = self.shadow[usize::from(index)].next;
+            index
+        })
+    }
+
     /// Whether the device has used a chain the driver has not popped.
     pub(crate) fn has_used(&self) -> bool {
         self.read(self.used_idx_field()) != self.last_used
@@ -388,6 +400,15 @@ impl<H: Hal, const SIZE: usize> Ring<H, SIZE> {
     /// `Ok(None)` when there is none; an error when the device broke the protocol (nothing is
     /// changed then, and the caller should stop using the ring).
     pub(crate) fn pop_used(&mut self) -> Result<Option<Used>, RingError> {
+        self.pop_used_each(|_| {})
+    }
+
+    /// [`pop_used`](Self::pop_used), calling `each` with every descriptor of the chain, in
+    /// order, as it is released (for a caller that keeps a buffer's owner per descriptor).
+    pub(crate) fn pop_used_each(
+        &mut self,
+        each: impl FnMut(u16),
+    ) -> Result<Option<Used>, RingError> {
         let used_idx = self.read(self.used_idx_field());
         if used_idx == self.last_used {
             return Ok(None);
@@ -412,7 +433,7 @@ impl<H: Hal, const SIZE: usize> Ring<H, SIZE> {
             Ok(h) if usize::from(h) < SIZE && self.chain_len[usize::from(h)] > 0 => h,
             _ => return Err(RingError::UsedId),
         };
-        self.release_chain(head);
+        self.release_chain(head, each);
         self.last_used = self.last_used.wrapping_add(1);
         if !self.interrupts && self.event_idx {
             // Keep `used_event` just behind what was popped, so the device never crosses it.
@@ -423,11 +444,12 @@ impl<H: Hal, const SIZE: usize> Ring<H, SIZE> {
 
     /// Unshares the chain headed by `head` (in flight) and returns its descriptors to the free
     /// list.
-    fn release_chain(&mut self, head: u16) {
+    fn release_chain(&mut self, head: u16, mut each: impl FnMut(u16)) {
         let count = self.chain_len[usize::from(head)];
         self.chain_len[usize::from(head)] = 0;
         let mut index = head;
         for i in 0..count {
+            each(index);
             let d = self.shadow[usize::from(index)];
             if let Some(buffer) =
                 NonNull::new(core::ptr::slice_from_raw_parts_mut(d.vaddr, d.len as usize))
@@ -653,6 +675,23 @@ mod tests {
         assert_eq!(ring.pop_used(), Ok(Some(Used { head: b, len: 40 })));
         assert_eq!((ring.free(), ring.in_flight()), (8, 0));
         assert_eq!(ring.pop_used(), Ok(None));
+
+        // `chain` walks a chain's descriptors in order; `pop_used_each` hands each over.
+        let mut d0 = [0u8; 4];
+        let mut d1 = [0u8; 4];
+        // SAFETY: popped below, before the buffers go.
+        let head = unsafe { ring.add(&[out(&mut d0), out(&mut d1)]) }.unwrap();
+        let listed: Vec<u16> = ring.chain(head).collect();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[0], head);
+        assert_eq!(ring.chain(listed[1]).count(), 0, "not a chain's head");
+        push_used(&areas, u32::from(head), 0);
+        let mut released = Vec::new();
+        assert_eq!(
+            ring.pop_used_each(|i| released.push(i)),
+            Ok(Some(Used { head, len: 0 }))
+        );
+        assert_eq!(released, listed);
 
         // The free list is whole: one chain of all eight descriptors fits, each used once.
         let mut all: Vec<Vec<u8>> = (0..N).map(|_| vec![0u8; 8]).collect();

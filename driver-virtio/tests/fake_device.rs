@@ -5,8 +5,9 @@
 //! consumed; it interrupts only when `used_event` says so, and counts those interrupts). The
 //! QEMU tests (`tests/tests/qemu_kernel.rs`) run the same driver against QEMU's real device;
 //! these tests reach the corners QEMU never shows: runts, oversize completions, a full TX
-//! queue, an exhausted pool, a copying `Hal`, a device that breaks the protocol, and exact
-//! doorbell and interrupt counts.
+//! queue, an exhausted pool, a copying `Hal`, a device that breaks the protocol, exact
+//! doorbell and interrupt counts, checksum marks both ways, merged receive buffers and chained
+//! transmits.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,9 +17,10 @@ use std::task::{Context, Poll, Wake, Waker};
 use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus, Transport};
 use virtio_drivers::{BufferDirection, Hal, PhysAddr};
 use zcnet_buffer::{
-    Driver, FramePool, HardwareAddress, LinkState, PoolConfig, SlotState, TxError, TxFrame,
+    ChecksumOffloads, ChecksumPartial, Driver, FramePool, GsoInfo, GsoKind, GsoKinds, GsoRequest,
+    HardwareAddress, LinkState, PoolConfig, SlotState, TxChain, TxError, TxFrame,
 };
-use zcnet_virtio::{SharedTransport, VirtioError, VirtioIrq, VirtioNet, MTU};
+use zcnet_virtio::{SharedTransport, VirtioConfig, VirtioError, VirtioIrq, VirtioNet, MTU};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 /// Virtqueue size of the fake device.
@@ -29,6 +31,11 @@ const TX: usize = 1;
 const HDR: usize = 12;
 const MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
 const F_CSUM: u64 = 1 << 0;
+const F_GUEST_CSUM: u64 = 1 << 1;
+const F_GUEST_TSO4: u64 = 1 << 7;
+const F_GUEST_TSO6: u64 = 1 << 8;
+const F_HOST_TSO4: u64 = 1 << 11;
+const F_HOST_TSO6: u64 = 1 << 12;
 const F_MTU: u64 = 1 << 3;
 const F_MAC: u64 = 1 << 5;
 const F_MRG_RXBUF: u64 = 1 << 15;
@@ -101,6 +108,8 @@ struct DeviceState {
     notified: [usize; 2],
     /// Used-buffer notifications (interrupts) the device sent per queue.
     interrupts: [usize; 2],
+    /// RX used elements [`FakeDevice::receive_merged`] has not published yet.
+    held_used: Vec<(u32, u32)>,
 }
 
 /// The device side, shared between the transport (owned by the driver) and the test.
@@ -225,6 +234,7 @@ impl FakeDevice {
             queues: Default::default(),
             notified: [0; 2],
             interrupts: [0; 2],
+            held_used: Vec::new(),
         })))
     }
 
@@ -244,6 +254,12 @@ impl FakeDevice {
     /// into the next posted buffer, and interrupts if the driver asked. `claimed_len` overrides
     /// the length reported (runts and oversize completions). False when no buffer was posted.
     fn receive(&self, frame: &[u8], claimed_len: Option<u32>) -> bool {
+        self.receive_with_header(frame, &[], claimed_len)
+    }
+
+    /// As [`receive`](Self::receive), with the virtio-net header's first bytes set to `header`
+    /// (flags, GSO type, ...) and the rest zero.
+    fn receive_with_header(&self, frame: &[u8], header: &[u8], claimed_len: Option<u32>) -> bool {
         let mut state = self.0.lock().unwrap();
         let event_idx = Self::event_idx(&state);
         let hdr = Self::header_len(&state);
@@ -259,6 +275,7 @@ impl FakeDevice {
         // SAFETY: `addr..addr + len` is the buffer the driver posted (a pool slot).
         unsafe {
             std::ptr::write_bytes(addr as *mut u8, 0, hdr);
+            std::ptr::copy_nonoverlapping(header.as_ptr(), addr as *mut u8, header.len().min(hdr));
             std::ptr::copy_nonoverlapping(frame.as_ptr(), (addr as *mut u8).add(hdr), frame.len());
         }
         let old = q.next_used;
@@ -267,6 +284,91 @@ impl FakeDevice {
             state.interrupts[RX] += 1;
         }
         true
+    }
+
+    /// With merged receive buffers: the device receives `packet` behind a virtio-net header
+    /// whose first bytes are `header` (the rest zero but `num_buffers`), spread over as many
+    /// posted buffers as it takes, each filled to its length. The used elements of the first
+    /// `publish` buffers are published; the rest wait for [`publish_held`](Self::publish_held).
+    /// Returns the number of buffers taken.
+    fn receive_merged(&self, packet: &[u8], header: &[u8], publish: usize) -> usize {
+        let mut state = self.0.lock().unwrap();
+        let event_idx = Self::event_idx(&state);
+        let hdr = Self::header_len(&state);
+        let mut bytes = vec![0u8; hdr];
+        bytes[..header.len()].copy_from_slice(header);
+        bytes.extend_from_slice(packet);
+        let q = &mut state.queues[RX];
+        let mut used = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let (head, chain) = q.take_avail(event_idx).expect("a posted buffer");
+            let (addr, len, _) = chain[0];
+            let n = (len as usize).min(bytes.len() - at);
+            // SAFETY: `addr..addr + len` is the buffer the driver posted (a pool slot).
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes[at..].as_ptr(), addr as *mut u8, n);
+            }
+            used.push((u32::from(head), n as u32, addr));
+            at += n;
+        }
+        let count = used.len();
+        // num_buffers, in the first buffer's header.
+        // SAFETY: as above; the first buffer holds the header.
+        unsafe {
+            let p = (used[0].2 as *mut u8).add(10);
+            std::ptr::copy_nonoverlapping((count as u16).to_le_bytes().as_ptr(), p, 2);
+        }
+        let held: Vec<(u32, u32)> = used[publish.min(count)..]
+            .iter()
+            .map(|&(id, len, _)| (id, len))
+            .collect();
+        let old = q.next_used;
+        for &(id, len, _) in &used[..publish.min(count)] {
+            q.push_used(id, len);
+        }
+        if q.next_used != old && q.wants_interrupt(old, event_idx) {
+            state.interrupts[RX] += 1;
+        }
+        state.held_used = held;
+        count
+    }
+
+    /// Publishes the used elements [`receive_merged`](Self::receive_merged) held back.
+    fn publish_held(&self) {
+        let mut state = self.0.lock().unwrap();
+        let held = std::mem::take(&mut state.held_used);
+        let q = &mut state.queues[RX];
+        for (id, len) in held {
+            q.push_used(id, len);
+        }
+    }
+
+    /// The device sends what the driver queued, as one batch: returns each packet as the bytes
+    /// of each of its descriptors (virtio-net header included), completes them, then
+    /// interrupts once if the driver asked for any of them.
+    fn transmit_chains(&self) -> Vec<Vec<Vec<u8>>> {
+        let mut state = self.0.lock().unwrap();
+        let event_idx = Self::event_idx(&state);
+        let q = &mut state.queues[TX];
+        let old = q.next_used;
+        let mut sent = Vec::new();
+        while let Some((head, chain)) = q.take_avail(event_idx) {
+            let mut parts = Vec::new();
+            for &(addr, len, flags) in &chain {
+                assert_eq!(flags & 2, 0, "TX buffers are device-readable");
+                // SAFETY: the buffer the driver queued (a pool slot), `len` bytes long.
+                parts.push(
+                    unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) }.to_vec(),
+                );
+            }
+            sent.push(parts);
+            q.push_used(u32::from(head), 0);
+        }
+        if q.next_used != old && q.wants_interrupt(old, event_idx) {
+            state.interrupts[TX] += 1;
+        }
+        sent
     }
 
     /// The device sends what the driver queued, as one batch: returns each buffer's address and
@@ -440,10 +542,20 @@ fn setup_with(
     features: u64,
     slots: usize,
 ) -> (Net, FakeDevice, &'static FramePool, &'static VirtioIrq) {
+    setup_config(features, slots, VirtioConfig::new())
+}
+
+/// As [`setup_with`], with the driver configured by `config`.
+fn setup_config(
+    features: u64,
+    slots: usize,
+    config: VirtioConfig,
+) -> (Net, FakeDevice, &'static FramePool, &'static VirtioIrq) {
     let device = FakeDevice::new(features);
     let pool = FramePool::leak(PoolConfig::new(slots)).unwrap();
     let irq = leak_irq();
-    let net = VirtioNet::new(transport(&device), pool, irq).expect("driver over the pool");
+    let net = VirtioNet::with_config(transport(&device), pool, irq, config)
+        .expect("driver over the pool");
     (net, device, pool, irq)
 }
 
@@ -970,13 +1082,13 @@ fn a_copying_hal_and_unfit_pools_are_refused_and_the_device_marked_failed() {
 
 #[test]
 fn only_the_features_the_driver_uses_are_accepted() {
-    let offered = FEATURES | F_STATUS | F_CSUM | F_MRG_RXBUF | F_INDIRECT | F_MTU;
+    let offered = FEATURES | F_STATUS | F_CSUM | F_GUEST_CSUM | F_MRG_RXBUF | F_INDIRECT | F_MTU;
     let (net, device, _pool, _irq) = setup_with(offered, 64);
     assert_eq!(
         device.accepted(),
-        F_MAC | F_EVENT_IDX | F_VERSION_1 | F_STATUS,
-        "no offload, no merged buffers, no indirect descriptors; the MTU field reads 0, \
-         below the minimum, so not that either"
+        F_MAC | F_EVENT_IDX | F_VERSION_1 | F_STATUS | F_CSUM | F_GUEST_CSUM,
+        "checksum offload both ways, no merged buffers, no indirect descriptors; the MTU \
+         field reads 0, below the minimum, so not that either"
     );
     assert_eq!(net.features(), device.accepted());
     assert!(device.status().contains(
@@ -1153,8 +1265,9 @@ fn without_flush_calls_every_transmit_is_notified_when_the_device_asks() {
 }
 
 #[test]
-fn the_rx_interrupt_is_asked_for_once_per_drained_batch() {
-    let (mut net, device, _pool, irq) = setup(64);
+fn without_rechecks_the_rx_interrupt_is_asked_for_once_per_drained_batch() {
+    let no_recheck = VirtioConfig::new().with_rx_recheck(0);
+    let (mut net, device, _pool, irq) = setup_config(FEATURES, 64, no_recheck);
     let (count, w) = waker();
     let mut cx = Context::from_waker(&w);
     assert!(net.poll_receive(&mut cx).is_pending());
@@ -1184,6 +1297,104 @@ fn the_rx_interrupt_is_asked_for_once_per_drained_batch() {
     );
     assert!(device.receive(&frame(60, 10), None));
     assert_eq!(device.interrupts(RX), 2);
+    assert_eq!(irq.stats().rx_rechecks, 0);
+}
+
+/// The device receives `burst` frames, then the driver's caller runs one pass (polls until
+/// `Pending`); `rounds` times. Returns the frames the passes took and the device's RX interrupts.
+fn stream(
+    net: &mut Net,
+    device: &FakeDevice,
+    cx: &mut Context<'_>,
+    rounds: usize,
+    burst: u8,
+) -> (usize, usize) {
+    let mut taken = 0;
+    for r in 0..rounds {
+        for i in 0..burst {
+            assert!(device.receive(&frame(60, r as u8 ^ i), None));
+        }
+        while net.poll_receive(cx).is_ready() {
+            taken += 1;
+        }
+    }
+    (taken, device.interrupts(RX))
+}
+
+#[test]
+fn a_stream_of_frames_is_polled_and_interrupts_once() {
+    let (mut net, device, _pool, irq) = setup(64);
+    let (count, w) = waker();
+    let mut cx = Context::from_waker(&w);
+    assert!(net.poll_receive(&mut cx).is_pending());
+    assert_eq!(
+        wakes(&count),
+        0,
+        "nothing received: no recheck, the interrupt is armed"
+    );
+    assert_eq!(irq.stats().rx_interrupt_requests, 1);
+
+    // Frames keep arriving between passes: each pass that took some wakes its caller to look
+    // again, and the device never interrupts after the first frame.
+    let (taken, interrupts) = stream(&mut net, &device, &mut cx, 50, 3);
+    assert_eq!((taken, interrupts), (150, 1));
+    assert_eq!(wakes(&count), 50, "every pass woke its caller for the next");
+    assert_eq!(irq.stats().rx_rechecks, 50);
+    assert_eq!(irq.stats().rx_interrupt_requests, 1, "never re-armed");
+
+    // The stream stops: the recheck pass finds nothing and arms the interrupt, without a wake.
+    assert!(net.poll_receive(&mut cx).is_pending());
+    assert_eq!(wakes(&count), 50);
+    assert_eq!(irq.stats().rx_interrupt_requests, 2);
+    assert!(device.receive(&frame(60, 1), None));
+    assert_eq!(device.interrupts(RX), 2, "the next frame interrupts");
+
+    // With one recheck a pause of one pass between bursts arms the interrupt; with two the
+    // queue is still polled through it.
+    for (looks, interrupts_expected, requests_expected) in [(1u8, 10, 11), (2, 1, 1)] {
+        let config = VirtioConfig::new().with_rx_recheck(looks);
+        let (mut net, device, _pool, irq) = setup_config(FEATURES, 64, config);
+        let (count, w) = waker();
+        let mut cx = Context::from_waker(&w);
+        assert!(net.poll_receive(&mut cx).is_pending());
+        for round in 0..10 {
+            for i in 0..3 {
+                assert!(device.receive(&frame(60, round ^ i), None));
+            }
+            // The pass that takes them, then one that finds nothing.
+            while net.poll_receive(&mut cx).is_ready() {}
+            assert!(net.poll_receive(&mut cx).is_pending());
+        }
+        assert_eq!(
+            (device.interrupts(RX), irq.stats().rx_interrupt_requests),
+            (interrupts_expected, requests_expected),
+            "{looks} recheck(s)"
+        );
+        // The end of the stream: `looks` passes that find nothing, each woken, then the
+        // interrupt is armed and nothing wakes the caller any more.
+        let before = wakes(&count);
+        for _ in 0..4 {
+            assert!(net.poll_receive(&mut cx).is_pending());
+        }
+        let rechecks_at_end = wakes(&count) - before;
+        assert!(
+            rechecks_at_end < usize::from(looks),
+            "{looks}: {rechecks_at_end}"
+        );
+        assert!(device.receive(&frame(60, 99), None));
+        assert_eq!(device.interrupts(RX), interrupts_expected + 1);
+    }
+
+    // The same stream without rechecks: one interrupt per pass.
+    let no_recheck = VirtioConfig::new().with_rx_recheck(0);
+    let (mut net, device, _pool, irq) = setup_config(FEATURES, 64, no_recheck);
+    let (count, w) = waker();
+    let mut cx = Context::from_waker(&w);
+    assert!(net.poll_receive(&mut cx).is_pending());
+    let (taken, interrupts) = stream(&mut net, &device, &mut cx, 50, 3);
+    assert_eq!((taken, interrupts), (150, 50));
+    assert_eq!(wakes(&count), 0);
+    assert_eq!(irq.stats().rx_rechecks, 0);
 }
 
 #[test]
@@ -1384,4 +1595,543 @@ fn a_shared_transport_serves_the_driver_and_the_kernel() {
     tx.append(60).unwrap();
     net.transmit(tx).unwrap();
     assert_eq!(device.notified(TX), 1);
+}
+
+// ---- checksum offload ----------------------------------------------------------------------
+
+/// virtio-net header flags.
+const NEEDS_CSUM: u8 = 1;
+const DATA_VALID: u8 = 2;
+/// Where the Ethernet and IPv4 headers (20 bytes, no options) put the L4 header.
+const L4_START: usize = 14 + 20;
+
+/// The Internet checksum's ones'-complement sum of `parts` (each even-length but the last),
+/// folded, written out here rather than taken from the crates under test.
+fn fold_sum(parts: &[&[u8]]) -> u16 {
+    let mut acc: u64 = 0;
+    for part in parts {
+        for pair in part.chunks(2) {
+            let hi = u64::from(pair[0]) << 8;
+            acc += hi | pair.get(1).map_or(0, |&b| u64::from(b));
+        }
+    }
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
+/// The IPv4 pseudo-header of `frame`'s L4 segment (built by [`ipv4_frame`]).
+fn pseudo_header(frame: &[u8]) -> Vec<u8> {
+    let l4_len = (frame.len() - L4_START) as u16;
+    let mut p = frame[26..34].to_vec(); // source, destination
+    p.extend_from_slice(&[0, frame[23]]);
+    p.extend_from_slice(&l4_len.to_be_bytes());
+    p
+}
+
+/// Whether `frame`'s L4 checksum is right, as a receiver checks it.
+fn l4_checksum_ok(frame: &[u8]) -> bool {
+    fold_sum(&[&pseudo_header(frame), &frame[L4_START..]]) == 0xffff
+}
+
+/// An Ethernet + IPv4 frame carrying `l4` (a TCP or UDP header and payload) of protocol `proto`,
+/// with the L4 checksum field (at `csum_offset` in `l4`) holding the pseudo-header sum, as a
+/// stack leaves it for the device: returns the frame and its checksum mark.
+fn ipv4_frame(proto: u8, mut l4: Vec<u8>, csum_offset: usize) -> (Vec<u8>, ChecksumPartial) {
+    let mut f = Vec::new();
+    f.extend_from_slice(&MAC);
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let total = (20 + l4.len()) as u16;
+    let mut ip = vec![0x45, 0];
+    ip.extend_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&[
+        0x12, 0x34, 0x40, 0, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ]);
+    let ip_sum = !fold_sum(&[&ip]);
+    ip[10..12].copy_from_slice(&ip_sum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    l4[csum_offset..csum_offset + 2].fill(0);
+    f.extend_from_slice(&l4);
+    let partial = fold_sum(&[&pseudo_header(&f)]);
+    f[L4_START + csum_offset..L4_START + csum_offset + 2].copy_from_slice(&partial.to_be_bytes());
+    let mark = ChecksumPartial {
+        start: L4_START as u16,
+        offset: csum_offset as u16,
+    };
+    (f, mark)
+}
+
+/// A TCP segment (20-byte header, PSH|ACK) with `payload`.
+fn tcp_frame(payload: &[u8]) -> (Vec<u8>, ChecksumPartial) {
+    let mut l4 = vec![
+        0x1f, 0x90, 0xc3, 0x50, 0, 0, 0x10, 0, 0, 0, 0x20, 0, 0x50, 0x18, 0xfa, 0xf0, 0, 0, 0, 0,
+    ];
+    l4.extend_from_slice(payload);
+    ipv4_frame(6, l4, 16)
+}
+
+/// A UDP datagram with `payload`.
+fn udp_frame(payload: &[u8]) -> (Vec<u8>, ChecksumPartial) {
+    let len = (8 + payload.len()) as u16;
+    let mut l4 = vec![0x30, 0x39, 0x00, 0x35];
+    l4.extend_from_slice(&len.to_be_bytes());
+    l4.extend_from_slice(&[0, 0]);
+    l4.extend_from_slice(payload);
+    ipv4_frame(17, l4, 6)
+}
+
+/// What the device does with a sent buffer (virtio-net header first): with `NEEDS_CSUM`,
+/// completes the checksum at `csum_start + csum_offset` over the bytes from `csum_start` on.
+/// Returns the frame as it goes on the wire.
+fn device_completes(sent: &[u8]) -> Vec<u8> {
+    let (header, frame) = sent.split_at(HDR);
+    let mut frame = frame.to_vec();
+    if header[0] & NEEDS_CSUM != 0 {
+        let start = usize::from(u16::from_le_bytes([header[6], header[7]]));
+        let field = start + usize::from(u16::from_le_bytes([header[8], header[9]]));
+        let sum = !fold_sum(&[&frame[start..]]);
+        frame[field..field + 2].copy_from_slice(&sum.to_be_bytes());
+    }
+    frame
+}
+
+/// Transmits `bytes` marked with `mark` and returns what the device got (header included).
+fn send_marked(
+    net: &mut Net,
+    device: &FakeDevice,
+    bytes: &[u8],
+    mark: Option<ChecksumPartial>,
+) -> Vec<u8> {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut tx = tx_frame(net, &mut cx, bytes.len(), 0);
+    tx.copy_from_slice(bytes);
+    tx.set_checksum_partial(mark).unwrap();
+    net.transmit(tx).unwrap();
+    net.flush();
+    let mut sent = device.transmit_all();
+    assert_eq!(sent.len(), 1);
+    sent.pop().unwrap().1
+}
+
+#[test]
+fn partial_checksums_go_to_the_device_as_needs_csum_in_the_headroom() {
+    let (mut net, device, _pool, irq) = setup_with(FEATURES | F_CSUM | F_GUEST_CSUM, 64);
+    assert_eq!(
+        device.accepted() & (F_CSUM | F_GUEST_CSUM),
+        F_CSUM | F_GUEST_CSUM
+    );
+    let caps = net.capabilities();
+    assert_eq!(
+        caps.checksum,
+        ChecksumOffloads::TCP_TX | ChecksumOffloads::UDP_TX
+    );
+    assert_eq!(caps.tx_headroom, HDR);
+
+    let (frame, mark) = tcp_frame(b"GET / HTTP/1.1\r\nHost: zcnet\r\n\r\n");
+    assert!(!l4_checksum_ok(&frame), "only the pseudo-header sum so far");
+    let sent = send_marked(&mut net, &device, &frame, Some(mark));
+    assert_eq!(sent.len(), HDR + frame.len());
+    let header = &sent[..HDR];
+    assert_eq!(header[0], NEEDS_CSUM, "flags");
+    assert_eq!(header[1], 0, "no segmentation");
+    assert_eq!(u16::from_le_bytes([header[6], header[7]]), 34, "csum_start");
+    assert_eq!(
+        u16::from_le_bytes([header[8], header[9]]),
+        16,
+        "csum_offset"
+    );
+    assert_eq!(
+        &sent[HDR..],
+        &frame[..],
+        "the driver left the frame's bytes alone"
+    );
+    assert!(l4_checksum_ok(&device_completes(&sent)));
+
+    let (frame, mark) = udp_frame(b"a datagram of odd length");
+    let sent = send_marked(&mut net, &device, &frame, Some(mark));
+    assert_eq!(
+        (sent[0], u16::from_le_bytes([sent[8], sent[9]])),
+        (NEEDS_CSUM, 6)
+    );
+    assert!(l4_checksum_ok(&device_completes(&sent)));
+
+    // An unmarked frame carries its own checksum: the header asks nothing.
+    let (mut frame, _) = tcp_frame(b"complete");
+    frame[L4_START + 16..L4_START + 18].fill(0);
+    let sum = !fold_sum(&[&pseudo_header(&frame), &frame[L4_START..]]);
+    frame[L4_START + 16..L4_START + 18].copy_from_slice(&sum.to_be_bytes());
+    let sent = send_marked(&mut net, &device, &frame, None);
+    assert!(sent[..HDR].iter().all(|&b| b == 0));
+    assert!(l4_checksum_ok(&sent[HDR..]));
+
+    let stats = irq.stats();
+    assert_eq!(
+        (stats.tx_checksum_offloaded, stats.tx_checksum_completed),
+        (2, 0)
+    );
+}
+
+#[test]
+fn without_the_devices_csum_the_driver_completes_marked_checksums() {
+    // The device offers no checksum offload.
+    let (mut net, device, _pool, irq) = setup(64);
+    assert_eq!(net.capabilities().checksum, ChecksumOffloads::empty());
+    let (frame, mark) = tcp_frame(b"seventeen bytes!!");
+    let sent = send_marked(&mut net, &device, &frame, Some(mark));
+    assert!(
+        sent[..HDR].iter().all(|&b| b == 0),
+        "nothing asked of the device"
+    );
+    assert!(l4_checksum_ok(&sent[HDR..]));
+
+    // A UDP checksum that comes out 0 goes out as 0xffff (0 would mean "none"): the payload's
+    // last word is chosen so that the whole sum is 0xffff.
+    let (mut frame, mark) = udp_frame(&[7, 7, 7, 7, 0, 0]);
+    let n = frame.len();
+    let rest = fold_sum(&[&frame[L4_START..]]);
+    frame[n - 2..].copy_from_slice(&(0xffff - rest).to_be_bytes());
+    let sent = send_marked(&mut net, &device, &frame, Some(mark));
+    assert_eq!(&sent[HDR + L4_START + 6..HDR + L4_START + 8], &[0xff, 0xff]);
+    assert!(l4_checksum_ok(&sent[HDR..]));
+
+    // Offload turned off on a device that offers it: neither feature is taken.
+    let device = FakeDevice::new(FEATURES | F_CSUM | F_GUEST_CSUM);
+    let pool = FramePool::leak(PoolConfig::new(64)).unwrap();
+    let config = VirtioConfig::new().with_checksum_offload(false);
+    let mut off = Net::with_config(transport(&device), pool, leak_irq(), config).unwrap();
+    assert_eq!(device.accepted() & (F_CSUM | F_GUEST_CSUM), 0);
+    assert_eq!(off.capabilities().checksum, ChecksumOffloads::empty());
+    let (frame, mark) = tcp_frame(b"x");
+    let sent = send_marked(&mut off, &device, &frame, Some(mark));
+    assert_eq!(sent[0], 0);
+    assert!(l4_checksum_ok(&sent[HDR..]));
+    assert_eq!(
+        (
+            off.irq().stats().tx_checksum_completed,
+            irq.stats().tx_checksum_completed
+        ),
+        (1, 2)
+    );
+    assert_eq!(irq.stats().tx_checksum_offloaded, 0);
+}
+
+#[test]
+fn a_checksum_mark_past_the_frames_end_is_refused_and_counted() {
+    let (mut net, _device, pool, irq) = setup_with(FEATURES | F_CSUM, 64);
+    let mut cx = Context::from_waker(Waker::noop());
+    let (frame, mark) = tcp_frame(b"payload");
+    let mut tx = tx_frame(&mut net, &mut cx, frame.len(), 0);
+    tx.copy_from_slice(&frame);
+    tx.set_checksum_partial(Some(mark)).unwrap();
+    // Cut short after marking: the checksum field is gone.
+    tx.set_len(L4_START + 10).unwrap();
+    assert_eq!(net.transmit(tx), Err(TxError::Device));
+    assert_eq!(irq.stats().tx_bad_checksum_mark, 1);
+    assert_eq!(irq.stats().tx_frames, 0);
+    assert_eq!(pool.audit().unwrap().get(SlotState::Device), 0);
+}
+
+#[test]
+fn received_frames_are_verified_when_the_device_vouches_and_only_then() {
+    let (mut net, device, _pool, irq) = setup_with(FEATURES | F_CSUM | F_GUEST_CSUM, 64);
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(net.poll_receive(&mut cx).is_pending());
+    let (checked, _) = tcp_frame(b"checked by the device");
+    let (partial, _) = tcp_frame(b"left partial by a local sender");
+    let (unchecked, _) = tcp_frame(b"not looked at");
+    assert!(device.receive_with_header(&checked, &[DATA_VALID], None));
+    assert!(device.receive_with_header(&partial, &[NEEDS_CSUM, 0, 0, 0, 0, 0, 34, 0, 16, 0], None));
+    assert!(device.receive_with_header(&unchecked, &[0], None));
+    let mut got = Vec::new();
+    while let Poll::Ready(rx) = net.poll_receive(&mut cx) {
+        got.push((rx.to_vec(), rx.checksum_verified()));
+    }
+    assert_eq!(
+        got,
+        [(checked, true), (partial, true), (unchecked, false)],
+        "a frame the device did not validate is left for the stack to check"
+    );
+    let stats = irq.stats();
+    assert_eq!((stats.rx_checksum_valid, stats.rx_checksum_partial), (1, 1));
+
+    // Without GUEST_CSUM the flags mean nothing (a device must not set them): never verified.
+    let device = FakeDevice::new(FEATURES | F_CSUM);
+    let pool = FramePool::leak(PoolConfig::new(64)).unwrap();
+    let mut net = Net::new(transport(&device), pool, leak_irq()).unwrap();
+    assert!(net.poll_receive(&mut cx).is_pending());
+    let (frame, _) = tcp_frame(b"flags ignored");
+    assert!(device.receive_with_header(&frame, &[DATA_VALID | NEEDS_CSUM], None));
+    let Poll::Ready(rx) = net.poll_receive(&mut cx) else {
+        panic!("frame");
+    };
+    assert!(!rx.checksum_verified());
+    assert_eq!(net.irq().stats().rx_checksum_valid, 0);
+}
+
+// ---- segmentation offload and merged receive buffers ---------------------------------------
+
+/// Everything a device can offer for large receive and segmentation.
+const ALL_OFFLOADS: u64 =
+    F_CSUM | F_GUEST_CSUM | F_HOST_TSO4 | F_HOST_TSO6 | F_GUEST_TSO4 | F_GUEST_TSO6 | F_MRG_RXBUF;
+
+/// A driver taking large receives, over a device offering every offload, with 64 slots.
+fn large_receive() -> (Net, FakeDevice, &'static FramePool, &'static VirtioIrq) {
+    let config = VirtioConfig::new().with_large_receive(true);
+    setup_config(FEATURES | ALL_OFFLOADS, 64, config)
+}
+
+#[test]
+fn large_receive_is_negotiated_only_when_asked_for_and_with_its_prerequisites() {
+    let (net, device, _pool, _irq) = setup_with(FEATURES | ALL_OFFLOADS, 64);
+    assert_eq!(
+        device.accepted() & ALL_OFFLOADS,
+        F_CSUM | F_GUEST_CSUM | F_HOST_TSO4 | F_HOST_TSO6,
+        "segmentation by default, large receive only when asked for"
+    );
+    let caps = net.capabilities();
+    assert_eq!(
+        (caps.gso_max_size, caps.gso_kinds, caps.rx_chains),
+        (65_535, GsoKinds::TCPV4 | GsoKinds::TCPV6, false)
+    );
+
+    let (net, device, _pool, _irq) = large_receive();
+    assert_eq!(device.accepted() & ALL_OFFLOADS, ALL_OFFLOADS);
+    assert!(net.capabilities().rx_chains);
+
+    // Without checksum offload neither segmentation nor large receive is taken.
+    let config = VirtioConfig::new()
+        .with_large_receive(true)
+        .with_checksum_offload(false);
+    let (net, device, _pool, _irq) = setup_config(FEATURES | ALL_OFFLOADS, 64, config);
+    assert_eq!(device.accepted() & ALL_OFFLOADS, 0);
+    assert_eq!(net.capabilities().gso_max_size, 0);
+    // Large receive needs merged buffers: GUEST_TSO alone is not taken.
+    let config = VirtioConfig::new().with_large_receive(true);
+    let offered = FEATURES | F_CSUM | F_GUEST_CSUM | F_GUEST_TSO4;
+    let (_net, device, _pool, _irq) = setup_config(offered, 64, config);
+    assert_eq!(device.accepted() & (F_GUEST_TSO4 | F_MRG_RXBUF), 0);
+}
+
+#[test]
+fn a_packet_over_merged_buffers_comes_up_as_one_chain_with_its_marks() {
+    let (mut net, device, pool, irq) = large_receive();
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(net.poll_receive_chain(&mut cx).is_pending());
+    let payload: Vec<u8> = (0..4946u32).map(|i| (i * 7) as u8).collect();
+    let (packet, _) = tcp_frame(&payload);
+    assert_eq!(packet.len(), 5000);
+    // NEEDS_CSUM, GSO_TCPV4, gso_size 1448; the first buffer alone is published at first.
+    let header = [NEEDS_CSUM, 1, 54, 0, 0xa8, 0x05, 34, 0, 16, 0];
+    let buffers = device.receive_merged(&packet, &header, 1);
+    assert_eq!(buffers, 3, "posted buffers hold 1,932 bytes each");
+    assert!(
+        net.poll_receive_chain(&mut cx).is_pending(),
+        "the packet is not whole yet"
+    );
+    assert_eq!(
+        irq.stats().rx_posted,
+        Q as u64,
+        "its first buffer was replaced"
+    );
+    device.publish_held();
+    let Poll::Ready(chain) = net.poll_receive_chain(&mut cx) else {
+        panic!("the whole packet");
+    };
+    assert_eq!(chain.frame_count(), 3);
+    let mut bytes = vec![0u8; chain.len()];
+    chain.copy_to(&mut bytes, zcnet_buffer::CopySite::Driver);
+    assert_eq!(bytes, packet);
+    let head = chain.head().unwrap();
+    assert!(head.checksum_verified());
+    assert_eq!(
+        head.gso_info(),
+        Some(GsoInfo {
+            kind: GsoKind::TcpV4,
+            segment_size: 1448
+        })
+    );
+    assert!(chain.frames().all(|f| pool.slot_of(f.as_ptr()).is_some()));
+    let stats = irq.stats();
+    assert_eq!(
+        (stats.rx_frames, stats.rx_merged, stats.rx_bytes),
+        (1, 1, 5000)
+    );
+    assert_eq!(stats.rx_posted, Q as u64);
+
+    // A one-buffer packet is a one-frame chain, without a GSO mark.
+    let (small, _) = tcp_frame(b"small");
+    device.receive_merged(&small, &[DATA_VALID], 1);
+    let Poll::Ready(chain) = net.poll_receive_chain(&mut cx) else {
+        panic!("the small packet");
+    };
+    assert_eq!(chain.frame_count(), 1);
+    assert_eq!(chain.head().unwrap().gso_info(), None);
+    drop(chain);
+
+    // A caller taking frames only gets the small packets; a merged one is dropped, counted.
+    device.receive_merged(&packet, &header, 3);
+    device.receive_merged(&small, &[], 1);
+    let Poll::Ready(frame) = net.poll_receive(&mut cx) else {
+        panic!("the small packet after the merged one");
+    };
+    assert_eq!(&frame[..], &small[..]);
+    assert_eq!(irq.stats().rx_chains_dropped, 1);
+    assert_eq!(irq.stats().rx_posted, Q as u64);
+}
+
+#[test]
+fn merged_packets_that_break_the_rules_are_dropped_whole() {
+    let (mut net, device, _pool, irq) = large_receive();
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(net.poll_receive_chain(&mut cx).is_pending());
+    let (small, _) = tcp_frame(b"after");
+    // num_buffers 0: no packet spans no buffer.
+    device.receive_merged(&small, &[], 1);
+    {
+        // Overwrite num_buffers of the element just published with 0.
+        let state = device.0.lock().unwrap();
+        let q = &state.queues[RX];
+        let slot = u64::from(q.next_used.wrapping_sub(1)) % u64::from(q.size);
+        let elem = q.device_area + USED_RING + 8 * slot;
+        // SAFETY: the used element just published (identity-mapped ring memory), and the
+        // buffer it names, a pool slot the driver posted; single-threaded.
+        unsafe {
+            let id = (elem as *const u32).read_volatile();
+            let desc = q.descriptors + 16 * u64::from(id);
+            let addr = (desc as *const u64).read_volatile();
+            ((addr + 10) as *mut u16).write_volatile(0);
+        }
+    }
+    device.receive_merged(&small, &[], 1);
+    let Poll::Ready(chain) = net.poll_receive_chain(&mut cx) else {
+        panic!("the packet after the bad one");
+    };
+    assert_eq!(chain.len(), small.len());
+    assert_eq!(irq.stats().rx_oversize, 1);
+    assert_eq!(irq.stats().rx_frames, 1);
+    assert_eq!(irq.stats().device_errors, 0);
+}
+
+/// A TCP super-segment as a chain: the head frame holds Ethernet, IPv4 and TCP headers and the
+/// first `first` payload bytes, then one tail frame per entry of `tails`. The head carries the
+/// checksum mark (pseudo-header sum over the whole TCP length) and, if `mss`, a GSO request.
+fn super_segment(
+    pool: &'static FramePool,
+    first: usize,
+    tails: &[usize],
+    mss: Option<u16>,
+) -> (TxChain, Vec<u8>) {
+    let total: usize = first + tails.iter().sum::<usize>();
+    let payload: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
+    let (packet, mark) = tcp_frame(&payload);
+    let mut head = pool.try_alloc_tx().unwrap();
+    head.append(54 + first)
+        .unwrap()
+        .copy_from_slice(&packet[..54 + first]);
+    head.set_checksum_partial(Some(mark)).unwrap();
+    if let Some(mss) = mss {
+        head.set_gso_request(Some(GsoRequest {
+            kind: GsoKind::TcpV4,
+            segment_size: mss,
+            header_len: 54,
+        }))
+        .unwrap();
+    }
+    let mut chain = TxChain::from_frame(head);
+    let mut at = 54 + first;
+    for &n in tails {
+        let mut tail = pool.try_alloc_tx().unwrap();
+        tail.append(n).unwrap().copy_from_slice(&packet[at..at + n]);
+        at += n;
+        chain.push(tail).unwrap();
+    }
+    (chain, packet)
+}
+
+#[test]
+fn a_super_segment_goes_out_as_one_descriptor_list_with_its_gso_request() {
+    let (mut net, device, pool, irq) =
+        setup_with(FEATURES | F_CSUM | F_HOST_TSO4 | F_HOST_TSO6, 64);
+    let (chain, packet) = super_segment(pool, 1000, &[1400, 1400, 600], Some(1400));
+    assert_eq!(packet.len(), 4454);
+    net.transmit_chain(chain).unwrap();
+    net.flush();
+    let sent = device.transmit_chains();
+    assert_eq!(sent.len(), 1);
+    let parts = &sent[0];
+    assert_eq!(parts.len(), 4, "one descriptor per frame");
+    let header = &parts[0][..HDR];
+    let le = |i: usize| u16::from_le_bytes([header[i], header[i + 1]]);
+    assert_eq!((header[0], header[1]), (NEEDS_CSUM, 1), "flags, GSO_TCPV4");
+    assert_eq!((le(2), le(4), le(6), le(8)), (54, 1400, 34, 16));
+    let mut wire: Vec<u8> = parts.concat();
+    let bytes = wire.split_off(HDR);
+    assert_eq!(bytes, packet, "the packet's bytes, in order, untouched");
+    let stats = irq.stats();
+    assert_eq!(
+        (stats.tx_gso, stats.tx_checksum_offloaded, stats.tx_frames),
+        (1, 1, 1)
+    );
+    assert_eq!(stats.tx_bytes, 4454);
+
+    // Back from the device: every slot returns at the next flush.
+    assert_eq!(pool.audit().unwrap().get(SlotState::Device), 4);
+    net.flush();
+    assert_eq!(pool.audit().unwrap().free, 64);
+}
+
+#[test]
+fn chains_are_counted_by_descriptor_and_refused_when_the_device_cannot_take_them() {
+    let (mut net, device, pool, irq) = setup_with(FEATURES | F_CSUM | F_HOST_TSO4, 128);
+    let mut cx = Context::from_waker(Waker::noop());
+    // A chain that fits the MTU needs no segmentation: two descriptors, no GSO type.
+    let (chain, packet) = super_segment(pool, 200, &[300], None);
+    net.transmit_chain(chain).unwrap();
+    // Three chains of four frames take twelve of the sixteen descriptors.
+    for _ in 0..3 {
+        let (chain, _) = super_segment(pool, 1000, &[1400, 1400, 600], Some(1400));
+        net.transmit_chain(chain).unwrap();
+    }
+    // Two descriptors left: a chain of four is refused, one frame still fits.
+    let (chain, _) = super_segment(pool, 1000, &[1400, 1400, 600], Some(1400));
+    assert_eq!(net.transmit_chain(chain), Err(TxError::Device));
+    assert_eq!(irq.stats().tx_queue_full, 1);
+    assert!(net.poll_transmit_ready(&mut cx).is_ready());
+    send(&mut net, &mut cx, 1);
+    net.flush();
+    let sent = device.transmit_chains();
+    assert_eq!(
+        sent.iter().map(Vec::len).collect::<Vec<_>>(),
+        [2, 4, 4, 4, 1]
+    );
+    assert_eq!(sent[0][0][1], 0, "no GSO type for a packet within the MTU");
+    assert_eq!(sent[0].concat()[HDR..], packet[..]);
+
+    // TCPv6 is not segmented by this device; a chain over the MTU without a request is too long.
+    let (mut chain, _) = super_segment(pool, 1000, &[1400, 1400], Some(1400));
+    let mut request = chain.head().unwrap().gso_request().unwrap();
+    request.kind = GsoKind::TcpV6;
+    chain
+        .head_mut()
+        .unwrap()
+        .set_gso_request(Some(request))
+        .unwrap();
+    assert_eq!(
+        net.transmit_chain(chain),
+        Err(TxError::ChainUnsupported { frames: 3 })
+    );
+    let (chain, _) = super_segment(pool, 1000, &[1400, 1400], None);
+    assert!(matches!(
+        net.transmit_chain(chain),
+        Err(TxError::TooLong { len: 3854, .. })
+    ));
+    net.flush();
+    let occupancy = pool.audit().unwrap();
+    assert_eq!(
+        occupancy.get(SlotState::Device),
+        0,
+        "refused chains went back"
+    );
 }

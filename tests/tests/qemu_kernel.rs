@@ -11,7 +11,9 @@
 //!   and leave QEMU with the pass code;
 //! * a TAP inside a network namespace the test makes (root and `/dev/net/tun`; fails, never
 //!   skips, without them, like the other TAP tests): DHCP from `dnsmasq`, `ping`, a 20 MB TCP
-//!   echo compared by SHA-256, `iperf3` both ways, UDP echo, `GET /exit`;
+//!   echo compared by SHA-256, `iperf3` both ways, UDP echo, `GET /exit`; QEMU's TAP backend
+//!   offers checksum and segmentation offload, and `/stats` must show the driver negotiated
+//!   them and used checksum offload;
 //! * idle: with a static address and nothing on the wire, the guest's `hlt` loop wakes only for
 //!   its own measurement timer, and the stack is not polled at all;
 //! * no random source: on TCG's default CPU model, which lacks RDRAND, the kernel has nothing to
@@ -164,6 +166,35 @@ fn check_stats(body: &str, machine: Machine) {
         machine.clock_reference(),
         "{body}"
     );
+}
+
+/// Over a TAP QEMU's virtio-net offers checksum offload (its TAP backend has the virtio-net
+/// header): `/stats` must show the driver took `VIRTIO_NET_F_CSUM` and `GUEST_CSUM` (feature
+/// bits 0 and 1) and `HOST_TSO4` / `HOST_TSO6`, and used checksum offload: TCP frames sent with a partial checksum for the device to
+/// complete, received frames the device vouched for, none left for the driver to complete.
+fn check_checksum_offload(body: &str) {
+    let j = json::parse(body.as_bytes()).unwrap_or_else(|e| panic!("/stats: {e}: {body}"));
+    let num = |path: &[&str]| {
+        j.path(path)
+            .and_then(Json::as_u64)
+            .unwrap_or_else(|| panic!("no number at {path:?} in /stats: {body}"))
+    };
+    let features = j
+        .path(&["kernel", "nic", "features"])
+        .and_then(Json::as_str)
+        .and_then(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16).ok())
+        .unwrap_or_else(|| panic!("no kernel.nic.features in /stats: {body}"));
+    assert_eq!(features & 0b11, 0b11, "CSUM and GUEST_CSUM: {body}");
+    // HOST_TSO4 and HOST_TSO6 (bits 11, 12): the device would segment super-segments.
+    let host_tso = (1 << 11) | (1 << 12);
+    assert_eq!(features & host_tso, host_tso, "HOST_TSO4/6: {body}");
+    assert!(num(&["virtio", "tx_checksum_offloaded"]) >= 1, "{body}");
+    assert!(
+        num(&["virtio", "rx_checksum_valid"]) + num(&["virtio", "rx_checksum_partial"]) >= 1,
+        "{body}"
+    );
+    assert_eq!(num(&["virtio", "tx_checksum_completed"]), 0, "{body}");
+    assert_eq!(num(&["virtio", "tx_bad_checksum_mark"]), 0, "{body}");
 }
 
 /// `GET /exit` (the guest answers, checks its invariants — pool audit, driver drop and error
@@ -470,6 +501,7 @@ print("udp ok")
     let (body, code, _) = curl(netns.command("curl"), &format!("http://{GUEST}/stats"));
     assert_eq!(code, "200", "GET /stats: {body}");
     check_stats(&body, machine);
+    check_checksum_offload(&body);
 
     exit_through_http(
         &mut qemu,

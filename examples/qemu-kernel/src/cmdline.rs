@@ -105,6 +105,13 @@ pub struct Cmdline {
     pub irq: IrqMode,
     /// `virtio_mmio.device=` words, in order.
     pub virtio_mmio: [Option<VirtioMmioArg>; MAX_VIRTIO_MMIO],
+    /// `csum=0` turns the NIC's checksum offload off (zcnet-virtio's
+    /// `VirtioConfig::checksum_offload`); on by default.
+    pub csum: bool,
+    /// `rx_recheck=N`: how many more times the NIC driver looks at a drained RX queue before
+    /// arming its interrupt (zcnet-virtio's `VirtioConfig::rx_recheck`; 0: at every drained
+    /// pass); 1 by default.
+    pub rx_recheck: u8,
 }
 
 impl Default for Cmdline {
@@ -116,6 +123,8 @@ impl Default for Cmdline {
             idle_secs: None,
             irq: IrqMode::Msix,
             virtio_mmio: [None; MAX_VIRTIO_MMIO],
+            csum: true,
+            rx_recheck: 1,
         }
     }
 }
@@ -146,6 +155,8 @@ impl Cmdline {
             }
             "gw" => self.gateway = Some(value.parse().ok()?),
             "test" => self.test = parse_bool(value)?,
+            "csum" => self.csum = parse_bool(value)?,
+            "rx_recheck" => self.rx_recheck = value.parse().ok()?,
             "idle" => self.idle_secs = Some(value.parse().ok()?),
             "irq" => {
                 self.irq = match value {

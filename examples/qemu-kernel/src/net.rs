@@ -24,7 +24,7 @@ use core::fmt;
 use zcnet_buffer::{FramePool, PoolError, StaticPool, DEFAULT_HEADROOM};
 use zcnet_executor::LocalSpawner;
 use zcnet_stack::{Config, Ipv4Cidr, Ipv4Config, Stack, StackError, StackResources, StaticV4};
-use zcnet_virtio::{VirtioError, VirtioIrq, VirtioNet};
+use zcnet_virtio::{VirtioConfig, VirtioError, VirtioIrq, VirtioNet};
 
 use crate::cmdline::{BootInfo, IpSetting};
 use crate::hal::KernelHal;
@@ -129,8 +129,13 @@ pub fn start(spawner: LocalSpawner, boot: &BootInfo) -> Result<Net, NetError> {
     let pool = POOL.init(DEFAULT_HEADROOM).map_err(NetError::Pool)?;
     let (transport, nic) = nic::find_virtio_net(boot).map_err(NetError::Nic)?;
     let transport = nic::doorbells(transport, &nic, true);
-    let driver: Nic = VirtioNet::new(transport, pool, &NET_IRQ).map_err(NetError::Driver)?;
+    let config = VirtioConfig::new()
+        .with_checksum_offload(cmdline.csum)
+        .with_rx_recheck(cmdline.rx_recheck);
+    let driver: Nic =
+        VirtioNet::with_config(transport, pool, &NET_IRQ, config).map_err(NetError::Driver)?;
     nic::note_doorbells(driver.transport());
+    nic::note_features(driver.features());
     let routing = nic::route_interrupts(&nic, cmdline.irq, HANDLERS).map_err(NetError::Nic)?;
     let ipv4 = match cmdline.ip {
         IpSetting::Dhcp => Ipv4Config::Dhcp,

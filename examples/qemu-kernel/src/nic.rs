@@ -124,6 +124,21 @@ pub fn note_doorbells(transport: &NicTransport) {
     DIRECT_DOORBELLS.store(direct, Relaxed);
 }
 
+/// The virtio feature bits the driver accepted, once it has initialised the device; 0 for a
+/// driver that does not say (the smoltcp baseline's `VirtIONetRaw`).
+static FEATURES: AtomicU64 = AtomicU64::new(0);
+
+/// Notes the features the driver accepted, for `/stats`.
+pub fn note_features(features: u64) {
+    FEATURES.store(features, Relaxed);
+}
+
+/// The features noted by [`note_features`] (virtio numbering: bit 0 `CSUM`, 1 `GUEST_CSUM`,
+/// 5 `MAC`, 29 `EVENT_IDX`, 32 `VERSION_1`, ...), 0 if none were.
+pub fn features() -> u64 {
+    FEATURES.load(Relaxed)
+}
+
 /// How the driver's notifications reach the device, for `/stats`: `"direct"` (one write at the
 /// queue's doorbell, read once at set-up) or `"transport"` (the transport's own `notify`).
 pub fn doorbell_kind() -> &'static str {

@@ -168,13 +168,22 @@ fn virtio_json(s: &VirtioStats) -> Json {
         ("kicks_suppressed", s.kicks_suppressed.into()),
         ("rx_interrupt_requests", s.rx_interrupt_requests.into()),
         ("tx_interrupt_requests", s.tx_interrupt_requests.into()),
+        ("rx_checksum_valid", s.rx_checksum_valid.into()),
+        ("rx_checksum_partial", s.rx_checksum_partial.into()),
+        ("tx_checksum_offloaded", s.tx_checksum_offloaded.into()),
+        ("tx_checksum_completed", s.tx_checksum_completed.into()),
+        ("tx_bad_checksum_mark", s.tx_bad_checksum_mark.into()),
+        ("rx_rechecks", s.rx_rechecks.into()),
+        ("rx_merged", s.rx_merged.into()),
+        ("rx_chains_dropped", s.rx_chains_dropped.into()),
+        ("tx_gso", s.tx_gso.into()),
     ])
 }
 
 /// The kernel's section of `/stats`: why the CPU woke from `hlt`, CPU time, heap use, the
 /// machine (the NIC's transport and address, the clock's calibration reference), how the NIC
 /// interrupts, and `nic`: how doorbells are rung (`"direct"`: one write each, else through the
-/// transport), the queue notifications (kicks) the driver made and the NIC's interrupts the CPU
+/// transport), the virtio features the driver accepted (hex; 0 when it does not say), the queue notifications (kicks) the driver made and the NIC's interrupts the CPU
 /// took, counted alike in both kernels (the transport wrapper in `nic.rs`, the interrupt
 /// dispatcher in `idt.rs`). (Its `"copies"` section beside this one counts every `memcpy` and
 /// `memmove` in the kernel, smoltcp's and zcnet's alike.) The smoltcp baseline reports the same
@@ -231,6 +240,12 @@ pub fn kernel_json(routing: Routing) -> Json {
             "nic",
             object([
                 ("doorbells", crate::nic::doorbell_kind().into()),
+                (
+                    "features",
+                    alloc::format!("{:#x}", crate::nic::features())
+                        .as_str()
+                        .into(),
+                ),
                 ("kicks", crate::nic::kicks().into()),
                 ("interrupts", crate::idt::device_interrupts().into()),
             ]),
