@@ -121,6 +121,67 @@ fn wake_during_poll_requeues_once() {
     );
 }
 
+/// Waker clones, drops and wakes made on the polling thread during a poll (which stand in for
+/// locked instructions through the executor's spare reference and the header's poll-thread
+/// cells) keep the reference count exact: the slot stays claimed exactly as long as a clone
+/// made in a poll lives, and every self-wake, by reference or by value, polls the task again.
+/// Each way a poll can end is taken with the spare given to a clone and without.
+#[test]
+fn waker_traffic_on_the_polling_thread_keeps_the_count_exact() {
+    static SLOT: TaskStorage<128> = TaskStorage::new();
+    let (_, exec) = virtual_executor();
+    let polls = Arc::new(AtomicUsize::new(0));
+    let kept: Arc<Mutex<Vec<Waker>>> = Arc::new(Mutex::new(Vec::new()));
+    let (p, k) = (polls.clone(), kept.clone());
+    let keep = move |w: Waker| k.lock().unwrap().push(w);
+    let future = core::future::poll_fn(move |cx| match p.fetch_add(1, SeqCst) {
+        0 => {
+            // A clone dropped at once, then one kept (it takes the spare), then a self-wake:
+            // the poll ends woken, with the spare taken.
+            drop(cx.waker().clone());
+            keep(cx.waker().clone());
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+        1 => {
+            // Ends unwoken with the spare taken; the test wakes the task.
+            keep(cx.waker().clone());
+            Poll::Pending
+        }
+        2 => {
+            // Ends woken (by value) with the spare back: the by-value path is the point.
+            #[allow(clippy::waker_clone_wake)]
+            cx.waker().clone().wake();
+            Poll::Pending
+        }
+        3 => {
+            // Completes with the spare taken.
+            let c = cx.waker().clone();
+            c.wake_by_ref();
+            drop(c);
+            keep(cx.waker().clone());
+            Poll::Ready(())
+        }
+        n => unreachable!("polled {n} times"),
+    });
+    drop(exec.spawner().spawn_in(&SLOT, future).unwrap());
+    assert_eq!(exec.run_until_idle(), 2, "the self-wake polls once more");
+    kept.lock().unwrap()[1].wake_by_ref();
+    assert_eq!(
+        exec.run_until_idle(),
+        2,
+        "the self-wake by value polls once more"
+    );
+    for left in (0..3).rev() {
+        assert!(SLOT.is_claimed(), "{} clones hold the task", left + 1);
+        let w = kept.lock().unwrap().pop().unwrap();
+        w.wake_by_ref(); // complete: ignored
+        drop(w);
+    }
+    assert!(!SLOT.is_claimed(), "the last reference freed the slot");
+    assert_eq!(exec.run_until_idle(), 0);
+}
+
 #[test]
 fn a_pending_task_nobody_can_wake_is_dropped() {
     struct DropFlag(Arc<AtomicUsize>);
