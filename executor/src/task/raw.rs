@@ -55,8 +55,9 @@ pub(crate) struct TaskVTable {
     pub(crate) poll: unsafe fn(NonNull<Header>, &mut Context<'_>) -> Poll<()>,
     /// Moves the output into `*(dst as *mut Option<F::Output>)`.
     pub(crate) read_output: unsafe fn(NonNull<Header>, *mut ()),
-    /// Drops whatever the stage holds and marks it consumed.
-    pub(crate) drop_stage: unsafe fn(NonNull<Header>),
+    /// Drops the output a finished stage holds and marks the stage consumed; `None` when the
+    /// output type has no destructor, so there is nothing to do (see [`drop_output_of`]).
+    pub(crate) drop_output: Option<unsafe fn(NonNull<Header>)>,
     /// Frees the task's memory (box) or returns its static slot.
     pub(crate) dealloc: unsafe fn(NonNull<Header>),
 }
@@ -473,9 +474,11 @@ impl TaskRef {
         let mut output_dropped = false;
         loop {
             if cur & JOIN_INTEREST == 0 && !output_dropped {
-                // SAFETY: no join handle exists (JOIN_INTEREST is never set again), and the
-                // caller is the only one touching the stage.
-                unsafe { (self.header().vtable.drop_stage)(self.0) };
+                if let Some(drop_output) = self.header().vtable.drop_output {
+                    // SAFETY: no join handle exists (JOIN_INTEREST is never set again), and
+                    // the caller is the only one touching the stage.
+                    unsafe { drop_output(self.0) };
+                }
                 output_dropped = true;
             }
             match state.compare_exchange_weak(cur, next(cur), AcqRel, Acquire) {
@@ -556,10 +559,13 @@ impl TaskRef {
         let mut output_dropped = false;
         loop {
             if cur & COMPLETE != 0 && !output_dropped {
-                // SAFETY: the executor saw JOIN_INTEREST when it completed the task and left
-                // the output to us; after COMPLETE the join handle has exclusive use of the
-                // stage, and our reference keeps the task alive until the exchange below.
-                unsafe { (self.header().vtable.drop_stage)(self.0) };
+                if let Some(drop_output) = self.header().vtable.drop_output {
+                    // SAFETY: the executor saw JOIN_INTEREST when it completed the task and
+                    // left the output to us; after COMPLETE the join handle has exclusive use
+                    // of the stage, and our reference keeps the task alive until the exchange
+                    // below.
+                    unsafe { drop_output(self.0) };
+                }
                 output_dropped = true;
             }
             let next = (cur & !JOIN_INTEREST) - REF_ONE;
@@ -633,12 +639,23 @@ pub(crate) unsafe fn read_output<F: Future>(header: NonNull<Header>, dst: *mut (
     }
 }
 
-/// Drops what the `Stage<F>` behind `header` holds (the vtable's `drop_stage`).
+/// The vtable's `drop_output` for futures `F`: `None` when `F::Output` has no destructor
+/// (leaving such an output in the stage costs nothing: the stage's own drop, at deallocation,
+/// does nothing with it either), else [`drop_stage::<F>`](drop_stage).
+pub(crate) const fn drop_output_of<F: Future>() -> Option<unsafe fn(NonNull<Header>)> {
+    if core::mem::needs_drop::<F::Output>() {
+        Some(drop_stage::<F>)
+    } else {
+        None
+    }
+}
+
+/// Drops what the `Stage<F>` behind `header` holds.
 ///
 /// # Safety
 ///
 /// The caller has exclusive use of the stage (see the `task` ground rules).
-pub(crate) unsafe fn drop_stage<F: Future>(header: NonNull<Header>) {
+unsafe fn drop_stage<F: Future>(header: NonNull<Header>) {
     // SAFETY: exclusive use per the preconditions.
     unsafe {
         let stage = &mut *header.as_ref().stage.cast::<Stage<F>>();

@@ -83,6 +83,26 @@ fn detached_task_frees_its_slot_when_done() {
     assert!(!SLOT.is_claimed());
 }
 
+/// An output with a destructor is dropped exactly once whoever lets go of it: the executor
+/// at completion (no join handle), or the join handle dropped after completion without
+/// taking it. (Outputs without a destructor are left in place: nothing to drop.)
+#[test]
+fn an_output_nobody_takes_is_dropped() {
+    let (_, exec) = virtual_executor();
+    let out = Arc::new(());
+    let o = out.clone();
+    drop(exec.spawner().spawn(async move { o }));
+    exec.run_until_idle();
+    assert_eq!(Arc::strong_count(&out), 1, "the executor dropped it");
+    let o = out.clone();
+    let h = exec.spawner().spawn(async move { o });
+    exec.run_until_idle();
+    assert!(h.is_finished());
+    assert_eq!(Arc::strong_count(&out), 2, "held for the join handle");
+    drop(h);
+    assert_eq!(Arc::strong_count(&out), 1, "the join handle dropped it");
+}
+
 /// A future that wakes itself during its own poll, `n` times.
 struct SelfWaking {
     left: usize,
