@@ -30,6 +30,10 @@
 //! * `run, nothing to do`: one call that runs the executor with no task ready (the fixed cost of
 //!   a turn of the loop, paid twice per spawn round trip and once per wake round trip above).
 //!
+//! Each workload's function (`zc_wake_poll`, `embassy_round_trip`, `local_idle`, ...) stays out
+//! of line, so a profiler can count one workload of one executor by its name, e.g.
+//! `valgrind --tool=callgrind --toggle-collect='*embassy_wake_poll*'` (see BENCHMARKS.md).
+//!
 //! "Run the executor" is, for zcnet, `Executor::run_until_idle()` (it also checks the timer wheel
 //! for due timers, which the others do not have); for embassy, `raw::Executor::poll()`; for
 //! `LocalPool`, `run_until_stalled()`.
@@ -155,6 +159,7 @@ where
     }
 }
 
+#[inline(never)]
 fn zc_round_trip(exec: &'static Executor, how: ZcSpawn, join: bool, ops: u64) -> (Duration, u64) {
     let mut cx = Context::from_waker(Waker::noop());
     let polls = exec.stats().polls;
@@ -181,6 +186,7 @@ fn zc_round_trip(exec: &'static Executor, how: ZcSpawn, join: bool, ops: u64) ->
     r
 }
 
+#[inline(never)]
 fn zc_wake_poll(exec: &'static Executor, how: ZcSpawn, ops: u64) -> (Duration, u64) {
     drop(zc_spawn(exec, how, &ZC_LONG_SLOT, Countdown::new(ops + 1)));
     exec.run_until_idle();
@@ -199,6 +205,7 @@ fn zc_wake_poll(exec: &'static Executor, how: ZcSpawn, ops: u64) -> (Duration, u
 
 /// `zc_wake_poll` with the task spawned by a `LocalSpawner` and woken through
 /// `LocalSpawner::wake` (the executor's local run queue).
+#[inline(never)]
 fn zc_local_wake_poll(exec: &'static Executor, how: ZcSpawn, ops: u64) -> (Duration, u64) {
     let local = exec.local_spawner();
     let f = Countdown::new(ops + 1);
@@ -221,6 +228,7 @@ fn zc_local_wake_poll(exec: &'static Executor, how: ZcSpawn, ops: u64) -> (Durat
     r
 }
 
+#[inline(never)]
 fn zc_idle(exec: &'static Executor, ops: u64) -> (Duration, u64) {
     let polls = exec.stats().polls;
     let r = time_ops(ops, || {
@@ -251,6 +259,7 @@ fn embassy_poll(exec: &'static raw::Executor) {
     unsafe { exec.poll() };
 }
 
+#[inline(never)]
 fn embassy_round_trip(exec: &'static raw::Executor, ops: u64) -> (Duration, u64) {
     let spawner = exec.spawner();
     time_ops(ops, || {
@@ -261,6 +270,7 @@ fn embassy_round_trip(exec: &'static raw::Executor, ops: u64) -> (Duration, u64)
     })
 }
 
+#[inline(never)]
 fn embassy_wake_poll(exec: &'static raw::Executor, ops: u64) -> (Duration, u64) {
     let spawner = exec.spawner();
     spawner.spawn(
@@ -279,12 +289,14 @@ fn embassy_wake_poll(exec: &'static raw::Executor, ops: u64) -> (Duration, u64) 
     r
 }
 
+#[inline(never)]
 fn embassy_idle(exec: &'static raw::Executor, ops: u64) -> (Duration, u64) {
     time_ops(ops, || embassy_poll(exec))
 }
 
 // ---- futures LocalPool ----
 
+#[inline(never)]
 fn local_round_trip(pool: &mut LocalPool, join: bool, ops: u64) -> (Duration, u64) {
     let spawner = pool.spawner();
     let mut cx = Context::from_waker(Waker::noop());
@@ -306,6 +318,7 @@ fn local_round_trip(pool: &mut LocalPool, join: bool, ops: u64) -> (Duration, u6
     })
 }
 
+#[inline(never)]
 fn local_wake_poll(pool: &mut LocalPool, ops: u64) -> (Duration, u64) {
     pool.spawner()
         .spawn_local(Countdown::new(ops + 1))
@@ -321,6 +334,7 @@ fn local_wake_poll(pool: &mut LocalPool, ops: u64) -> (Duration, u64) {
     r
 }
 
+#[inline(never)]
 fn local_idle(pool: &mut LocalPool, ops: u64) -> (Duration, u64) {
     time_ops(ops, || pool.run_until_stalled())
 }
