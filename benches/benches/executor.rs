@@ -27,8 +27,19 @@
 //!   `LocalSpawner::wake`, which puts it on the executor's local run queue (no locked
 //!   instruction); embassy-executor and `LocalPool` have no such path and wake as in the row
 //!   above.
+//! * `wake+poll, task waking itself`: one task that wakes itself (`cx.waker().wake_by_ref()`)
+//!   and returns `Pending` on every poll, `ops` times, then `Ready`; a round trip is one such
+//!   poll. zcnet and `LocalPool` run them all in one call (`run_until_idle`,
+//!   `run_until_stalled`: the task is ready again after each poll); embassy's `poll()` runs each
+//!   task once per call (a task woken during its poll waits for the next call), so it is called
+//!   once per round trip, as its own run loop would. The pattern of a task that yields, or of a
+//!   stack task that has used up its batch budget.
 //! * `run, nothing to do`: one call that runs the executor with no task ready (the fixed cost of
 //!   a turn of the loop, paid twice per spawn round trip and once per wake round trip above).
+//!
+//! Each workload's function (`zc_wake_poll`, `embassy_round_trip`, `local_idle`, ...) stays out
+//! of line, so a profiler can count one workload of one executor by its name, e.g.
+//! `valgrind --tool=callgrind --toggle-collect='*embassy_wake_poll*'` (see BENCHMARKS.md).
 //!
 //! "Run the executor" is, for zcnet, `Executor::run_until_idle()` (it also checks the timer wheel
 //! for due timers, which the others do not have); for embassy, `raw::Executor::poll()`; for
@@ -127,6 +138,50 @@ impl Future for Countdown {
     }
 }
 
+thread_local! {
+    /// Polls of `SelfWaking` futures, for the benchmark's checks.
+    static SELF_WAKING_POLLS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Wakes itself and returns `Pending` on each of its first `left` polls, then `Ready`.
+struct SelfWaking {
+    left: u64,
+}
+
+impl SelfWaking {
+    fn new(left: u64) -> Self {
+        Self { left }
+    }
+}
+
+impl Future for SelfWaking {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        SELF_WAKING_POLLS.set(SELF_WAKING_POLLS.get() + 1);
+        if self.left == 0 {
+            return Poll::Ready(());
+        }
+        self.left -= 1;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// Runs `f`, then checks that it polled `SelfWaking` futures `ops + 1` times (`ops` self-wakes
+/// and the last poll) and returns its time for `ops` round trips.
+fn self_waking_run(ops: u64, f: impl FnOnce()) -> (Duration, u64) {
+    let polls = SELF_WAKING_POLLS.get();
+    let start = std::time::Instant::now();
+    f();
+    let took = start.elapsed();
+    assert_eq!(
+        SELF_WAKING_POLLS.get() - polls,
+        ops + 1,
+        "one poll per self-wake"
+    );
+    (took, ops)
+}
+
 // ---- zcnet ----
 
 static ZC_SLOT: TaskStorage<64> = TaskStorage::new();
@@ -155,6 +210,7 @@ where
     }
 }
 
+#[inline(never)]
 fn zc_round_trip(exec: &'static Executor, how: ZcSpawn, join: bool, ops: u64) -> (Duration, u64) {
     let mut cx = Context::from_waker(Waker::noop());
     let polls = exec.stats().polls;
@@ -181,6 +237,7 @@ fn zc_round_trip(exec: &'static Executor, how: ZcSpawn, join: bool, ops: u64) ->
     r
 }
 
+#[inline(never)]
 fn zc_wake_poll(exec: &'static Executor, how: ZcSpawn, ops: u64) -> (Duration, u64) {
     drop(zc_spawn(exec, how, &ZC_LONG_SLOT, Countdown::new(ops + 1)));
     exec.run_until_idle();
@@ -199,6 +256,7 @@ fn zc_wake_poll(exec: &'static Executor, how: ZcSpawn, ops: u64) -> (Duration, u
 
 /// `zc_wake_poll` with the task spawned by a `LocalSpawner` and woken through
 /// `LocalSpawner::wake` (the executor's local run queue).
+#[inline(never)]
 fn zc_local_wake_poll(exec: &'static Executor, how: ZcSpawn, ops: u64) -> (Duration, u64) {
     let local = exec.local_spawner();
     let f = Countdown::new(ops + 1);
@@ -221,6 +279,18 @@ fn zc_local_wake_poll(exec: &'static Executor, how: ZcSpawn, ops: u64) -> (Durat
     r
 }
 
+/// `wake+poll, task waking itself`: one `run_until_idle` call polls the task to its end.
+#[inline(never)]
+fn zc_self_wake(exec: &'static Executor, how: ZcSpawn, ops: u64) -> (Duration, u64) {
+    drop(zc_spawn(exec, how, &ZC_LONG_SLOT, SelfWaking::new(ops)));
+    let r = self_waking_run(ops, || {
+        exec.run_until_idle();
+    });
+    assert!(!ZC_LONG_SLOT.is_claimed(), "the self-waking task finished");
+    r
+}
+
+#[inline(never)]
 fn zc_idle(exec: &'static Executor, ops: u64) -> (Duration, u64) {
     let polls = exec.stats().polls;
     let r = time_ops(ops, || {
@@ -244,6 +314,7 @@ fn embassy_pender(_context: *mut ()) {
 
 static EMB_SLOT: raw::TaskStorage<PendOnce> = raw::TaskStorage::new();
 static EMB_LONG_SLOT: raw::TaskStorage<Countdown> = raw::TaskStorage::new();
+static EMB_SELF_SLOT: raw::TaskStorage<SelfWaking> = raw::TaskStorage::new();
 
 fn embassy_poll(exec: &'static raw::Executor) {
     // SAFETY: only this thread polls the executor, never re-entrantly (the pender only sets a
@@ -251,6 +322,7 @@ fn embassy_poll(exec: &'static raw::Executor) {
     unsafe { exec.poll() };
 }
 
+#[inline(never)]
 fn embassy_round_trip(exec: &'static raw::Executor, ops: u64) -> (Duration, u64) {
     let spawner = exec.spawner();
     time_ops(ops, || {
@@ -261,6 +333,7 @@ fn embassy_round_trip(exec: &'static raw::Executor, ops: u64) -> (Duration, u64)
     })
 }
 
+#[inline(never)]
 fn embassy_wake_poll(exec: &'static raw::Executor, ops: u64) -> (Duration, u64) {
     let spawner = exec.spawner();
     spawner.spawn(
@@ -279,12 +352,31 @@ fn embassy_wake_poll(exec: &'static raw::Executor, ops: u64) -> (Duration, u64) 
     r
 }
 
+/// `wake+poll, task waking itself`: one `poll()` per round trip (the task woke itself during
+/// its poll, so the next call polls it again), and one more for its last poll.
+#[inline(never)]
+fn embassy_self_wake(exec: &'static raw::Executor, ops: u64) -> (Duration, u64) {
+    let spawner = exec.spawner();
+    spawner.spawn(
+        EMB_SELF_SLOT
+            .spawn(|| SelfWaking::new(ops))
+            .expect("slot free"),
+    );
+    self_waking_run(ops, || {
+        for _ in 0..=ops {
+            embassy_poll(exec);
+        }
+    })
+}
+
+#[inline(never)]
 fn embassy_idle(exec: &'static raw::Executor, ops: u64) -> (Duration, u64) {
     time_ops(ops, || embassy_poll(exec))
 }
 
 // ---- futures LocalPool ----
 
+#[inline(never)]
 fn local_round_trip(pool: &mut LocalPool, join: bool, ops: u64) -> (Duration, u64) {
     let spawner = pool.spawner();
     let mut cx = Context::from_waker(Waker::noop());
@@ -306,6 +398,7 @@ fn local_round_trip(pool: &mut LocalPool, join: bool, ops: u64) -> (Duration, u6
     })
 }
 
+#[inline(never)]
 fn local_wake_poll(pool: &mut LocalPool, ops: u64) -> (Duration, u64) {
     pool.spawner()
         .spawn_local(Countdown::new(ops + 1))
@@ -321,6 +414,16 @@ fn local_wake_poll(pool: &mut LocalPool, ops: u64) -> (Duration, u64) {
     r
 }
 
+/// `wake+poll, task waking itself`: one `run_until_stalled` call polls the task to its end.
+#[inline(never)]
+fn local_self_wake(pool: &mut LocalPool, ops: u64) -> (Duration, u64) {
+    pool.spawner()
+        .spawn_local(SelfWaking::new(ops))
+        .expect("pool alive");
+    self_waking_run(ops, || pool.run_until_stalled())
+}
+
+#[inline(never)]
 fn local_idle(pool: &mut LocalPool, ops: u64) -> (Duration, u64) {
     time_ops(ops, || pool.run_until_stalled())
 }
@@ -360,6 +463,7 @@ fn main() {
     let mut pool_c = LocalPool::new();
     let mut pool_d = LocalPool::new();
     let mut pool_e = LocalPool::new();
+    let mut pool_f = LocalPool::new();
 
     const COLUMNS: [&str; 5] = [
         "zcnet Box",
@@ -425,6 +529,16 @@ fn main() {
                 })),
                 Some(Box::new(|n| embassy_wake_poll(embassy, n))),
                 Some(Box::new(|n| local_wake_poll(&mut pool_e, n))),
+            ],
+        ),
+        (
+            "wake+poll, task waking itself",
+            [
+                Some(Box::new(|n| zc_self_wake(zc_virtual, ZcSpawn::Boxed, n))),
+                Some(Box::new(|n| zc_self_wake(zc_linux, ZcSpawn::Boxed, n))),
+                Some(Box::new(|n| zc_self_wake(zc_virtual, ZcSpawn::Static, n))),
+                Some(Box::new(|n| embassy_self_wake(embassy, n))),
+                Some(Box::new(|n| local_self_wake(&mut pool_f, n))),
             ],
         ),
         (

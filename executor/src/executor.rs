@@ -20,7 +20,7 @@ use core::time::Duration;
 
 use crate::platform::{Instant, Platform};
 use crate::run_queue::{Batch, Notify, RunQueue};
-use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering::*};
+use crate::sync::{polling, AtomicBool, AtomicU64, Mutex, Ordering::*};
 use crate::task::{
     header_from_waker, task_waker, Header, JoinHandle, SpawnError, Start, TaskRef, TaskStorage,
 };
@@ -869,9 +869,15 @@ impl Executor {
         }
         let waker = task_waker(task);
         let mut cx = Context::from_waker(&waker);
+        // Wakers of this task used on this thread during the poll leave word in its header
+        // instead of locked instructions (see `sync::polling`); ends before the poll's outcome
+        // is applied, also by unwinding.
+        let scope = polling::Scope::enter(task.0.as_ptr().cast::<()>());
         // SAFETY: we took the task from the run queue: we hold it (QUEUED) until the end of
         // the poll.
-        match unsafe { task.poll(&mut cx) } {
+        let poll = unsafe { task.poll(&mut cx) };
+        drop(scope);
+        match poll {
             // SAFETY: we hold the task and its poll returned `Ready`; not used again.
             Poll::Ready(()) => unsafe { task.complete() },
             Poll::Pending => {

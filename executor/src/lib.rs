@@ -20,8 +20,10 @@
 //!   [`Spawner`] spawns `Send` tasks from anywhere; [`LocalSpawner`] spawns tasks that are not
 //!   `Send` (a zcnet stack and its sockets), which only the loop in the owning context polls.
 //! * The run queue is an intrusive lock-free stack taken whole by the executor; a QUEUED bit
-//!   keeps a task queued at most once and is the executor's hold on it (no reference count is
-//!   touched by a wake or a poll), and a wake during a poll re-queues it after the poll.
+//!   keeps a task queued at most once and is the executor's hold on it (a wake and a poll need
+//!   no instruction of their own for reference counts), and a wake during a poll re-queues it
+//!   after the poll. Wakers used on the thread that polls their task, during the poll, take
+//!   no locked instruction.
 //! * [`Platform`]: the integrator's clock, wait and signal. With `std`, [`linux::LinuxPlatform`]
 //!   serves all three with one `epoll_wait` and also dispatches fd readiness.
 //! * [`time`]: [`time::sleep`], [`time::sleep_until`], [`time::timeout`], [`time::interval`] on a

@@ -138,6 +138,18 @@ impl Gate {
     }
 }
 
+/// A thread that waits for a waker to appear in `slot`, takes it and hands it to `f`.
+fn hand_off(slot: &Arc<Mutex<Option<Waker>>>, f: fn(Waker)) -> thread::JoinHandle<()> {
+    let s = slot.clone();
+    thread::spawn(move || loop {
+        let w = s.lock().unwrap().take();
+        match w {
+            Some(w) => return f(w),
+            None => thread::yield_now(),
+        }
+    })
+}
+
 /// Wake vs register on `block_on`'s own future: the executor must not sleep through it.
 #[test]
 fn wake_vs_register_main_future() {
@@ -215,14 +227,16 @@ fn wake_during_poll_requeues_once() {
     });
 }
 
-/// A wake that finds the task already notified (queued, a poll due) still publishes what its
-/// thread wrote before it, so the poll that is due sees it. A wake that returned on a load
-/// alone would give the poll no happens-before edge to the write: the poll could read the old
-/// value and return `Pending` with nobody left to wake the task (a deadlock here).
-#[test]
-fn wake_of_a_notified_task_publishes_the_write_before_it() {
+/// A wake from another thread that finds the task held by the executor (`earlier_wakes` = 1:
+/// queued, its poll not started; 2: queued and already notified, a poll due) still publishes
+/// what its thread wrote before it, so the poll that is due sees it, or marks the task
+/// NOTIFIED so that one more poll follows; the wake races the executor's take, `start_poll`
+/// (which clears NOTIFIED) and the end of the poll. A wake that returned on a load alone would
+/// give the poll no happens-before edge to the write: the poll could read the old value and
+/// return `Pending` with nobody left to wake the task (a deadlock here).
+fn wake_of_a_held_task_publishes_the_write_before_it(earlier_wakes: usize) {
     use crate::sync::Ordering::{Acquire, Release};
-    loom::model(|| {
+    loom::model(move || {
         let m = Model::new();
         let ready = Arc::new(AtomicBool::new(false));
         let slot: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
@@ -239,8 +253,9 @@ fn wake_of_a_notified_task_publishes_the_write_before_it() {
         }));
         m.exec.run_until_idle();
         let w = slot.lock().unwrap().take().unwrap();
-        w.wake_by_ref(); // queued
-        w.wake_by_ref(); // and notified
+        for _ in 0..earlier_wakes {
+            w.wake_by_ref(); // queued, then notified
+        }
         let r = ready.clone();
         let t = thread::spawn(move || {
             r.store(true, Release);
@@ -250,6 +265,73 @@ fn wake_of_a_notified_task_publishes_the_write_before_it() {
         m.exec.block_on(h);
         drop(t.join().unwrap());
     });
+}
+
+#[test]
+fn wake_of_a_queued_task_publishes_the_write_before_it() {
+    wake_of_a_held_task_publishes_the_write_before_it(1);
+}
+
+#[test]
+fn wake_of_a_notified_task_publishes_the_write_before_it() {
+    wake_of_a_held_task_publishes_the_write_before_it(2);
+}
+
+/// A task wakes itself during its first poll on the polling thread (no locked instruction: the
+/// end of the poll must queue it again, or nothing polls it a second time and `block_on`
+/// deadlocks) after cloning its waker there into a slot (the clone takes the executor's spare
+/// reference), while another thread takes that clone and hands it to `elsewhere` (wake it by
+/// value, a NOTIFIED racing the end of the poll; or drop it), racing the poll, its end and the
+/// second poll. `by_value`: the self-wake goes through a second clone woken by value. The task
+/// must be queued at most once at a time (`start_poll`'s assertion) and freed exactly once (a
+/// leak of the Arc its future holds, or a double free, fails the model).
+fn self_wake_in_poll_vs_another_thread(by_value: bool, elsewhere: fn(Waker)) {
+    loom::model(move || {
+        let m = Model::new();
+        let slot: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+        let s = slot.clone();
+        let keep = Arc::new(());
+        let mut first = true;
+        let h = m.exec.spawner().spawn(poll_fn(move |cx| {
+            let _ = &keep;
+            if !first {
+                return Poll::Ready(());
+            }
+            first = false;
+            *s.lock().unwrap() = Some(cx.waker().clone());
+            if by_value {
+                // The by-value path is the point.
+                #[allow(clippy::waker_clone_wake)]
+                cx.waker().clone().wake();
+            } else {
+                cx.waker().wake_by_ref();
+            }
+            Poll::Pending
+        }));
+        let t = hand_off(&slot, elsewhere);
+        m.exec.block_on(h);
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn self_wake_by_ref_in_poll_vs_foreign_wake() {
+    self_wake_in_poll_vs_another_thread(false, Waker::wake);
+}
+
+#[test]
+fn self_wake_by_value_in_poll_vs_foreign_wake() {
+    self_wake_in_poll_vs_another_thread(true, Waker::wake);
+}
+
+#[test]
+fn self_wake_by_ref_in_poll_vs_foreign_drop() {
+    self_wake_in_poll_vs_another_thread(false, drop);
+}
+
+#[test]
+fn self_wake_by_value_in_poll_vs_foreign_drop() {
+    self_wake_in_poll_vs_another_thread(true, drop);
 }
 
 /// Two threads wake an idle pending task at once: it is queued once and polled once more.
@@ -301,14 +383,7 @@ fn last_waker_elsewhere(ready: Poll<()>, last: fn(Waker)) {
         ready
     }));
     drop(h);
-    let s2 = slot.clone();
-    let t = thread::spawn(move || loop {
-        let w = s2.lock().unwrap().take();
-        match w {
-            Some(w) => return last(w),
-            None => thread::yield_now(),
-        }
-    });
+    let t = hand_off(&slot, last);
     m.exec.run_until_idle();
     t.join().unwrap();
     // Whatever the interleaving, the waker clone is gone now, so is the task.
@@ -339,14 +414,7 @@ fn local_task_completes_while_a_foreign_thread_drops_its_last_waker() {
             }
             Poll::Ready(())
         })));
-        let s2 = slot.clone();
-        let t = thread::spawn(move || loop {
-            let w = s2.lock().unwrap().take();
-            match w {
-                Some(w) => return drop(w),
-                None => thread::yield_now(),
-            }
-        });
+        let t = hand_off(&slot, drop);
         m.exec.run_until_idle();
         t.join().unwrap();
         assert!(slot.lock().unwrap().is_none());

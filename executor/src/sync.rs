@@ -11,6 +11,73 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsiz
 
 pub(crate) use core::sync::atomic::Ordering;
 
+/// Which task the calling thread is polling from the lock-free run queue: set by the executor
+/// around each such poll (saving and restoring an outer one, for a `run_until_idle` inside a
+/// task), null otherwise. A waker that finds its own task here runs on the thread that holds
+/// the task (QUEUED) and ends its poll afterwards, so it may leave word of a wake or of a
+/// reference in the header's poll-thread cells instead of a locked instruction on the state
+/// word (see the `task` module docs).
+///
+/// With `std` a thread-local (loom's under loom); without it there is no way to tell one context
+/// (an interrupt handler, another core) from another, so it always reads null and wakers take
+/// the lock-free path.
+pub(crate) mod polling {
+    use core::ptr;
+
+    #[cfg(all(feature = "std", not(loom)))]
+    std::thread_local! {
+        static POLLING: core::cell::Cell<*const ()> = const { core::cell::Cell::new(ptr::null()) };
+    }
+
+    #[cfg(loom)]
+    loom::thread_local! {
+        static POLLING: core::cell::Cell<*const ()> = core::cell::Cell::new(ptr::null());
+    }
+
+    /// The task the calling thread polls from the run queue right now (null: none).
+    #[inline]
+    pub(crate) fn current() -> *const () {
+        #[cfg(any(feature = "std", loom))]
+        {
+            POLLING.with(|p| p.get())
+        }
+        #[cfg(not(any(feature = "std", loom)))]
+        {
+            ptr::null()
+        }
+    }
+
+    /// A poll of one task on the calling thread: [`current`] names the task until the scope
+    /// is dropped, which puts back whatever it named before (also when the poll unwinds).
+    pub(crate) struct Scope {
+        #[cfg_attr(not(any(feature = "std", loom)), allow(dead_code))]
+        outer: *const (),
+    }
+
+    impl Scope {
+        /// The calling thread starts polling `task`.
+        #[inline]
+        pub(crate) fn enter(task: *const ()) -> Scope {
+            #[cfg(any(feature = "std", loom))]
+            let outer = POLLING.with(|p| p.replace(task));
+            #[cfg(not(any(feature = "std", loom)))]
+            let outer = {
+                let _ = task;
+                ptr::null()
+            };
+            Scope { outer }
+        }
+    }
+
+    impl Drop for Scope {
+        #[inline]
+        fn drop(&mut self) {
+            #[cfg(any(feature = "std", loom))]
+            POLLING.with(|p| p.set(self.outer));
+        }
+    }
+}
+
 /// The lock guarding the timer wheel: a spin lock normally (no OS needed; critical sections are
 /// a few list operations), loom's mutex under loom.
 #[cfg(loom)]

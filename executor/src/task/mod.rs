@@ -26,10 +26,21 @@
 //! * **JOIN_WAKER**: the join handle stored a waker in `Header::join_waker`. While set, only the
 //!   executor (on completion) reads it; while clear and not COMPLETE, only the join handle writes.
 //! * **References**: each `Waker` and the `JoinHandle` hold one; the executor's hold is QUEUED,
-//!   not a count, so a wake and a poll touch no count. Whoever leaves the task with no
-//!   reference and QUEUED clear deallocates it: a boxed task is freed, a static slot becomes
-//!   free for reuse. A pending task that nothing can wake any more is dropped at that point
-//!   too (a local task only once it completes: see LOCAL).
+//!   not a reference. While QUEUED and not COMPLETE the count also holds the executor's
+//!   *spare*: added by the same instruction that sets QUEUED (spawn, a wake's compare-exchange;
+//!   a wake by value hands over its own reference), let go of by the one that ends the poll or
+//!   completes the task. Whoever leaves the task with no reference and QUEUED clear
+//!   deallocates it: a boxed task is freed, a static slot becomes free for reuse. A pending
+//!   task that nothing can wake any more is dropped at that point too (a local task only once
+//!   it completes: see LOCAL).
+//! * **The polling thread** (`sync::polling` names the task a thread polls from the run
+//!   queue; with `std` only): that thread holds the task and ends the poll after anything its
+//!   wakers do meanwhile, so there they touch plain cells in the header instead of the state
+//!   word. The first clone in a poll takes the spare (`Header::spare_taken`), a waker dropped
+//!   while a clone holds it gives it back, and a wake sets `Header::woken_in_poll`, which makes
+//!   the end of the poll queue the task again. The end of the poll (or the completion) folds
+//!   both into its one locked instruction. Program order carries the waker's writes to the
+//!   next poll; wakes from any other thread or an interrupt handler keep the lock-free path.
 //! * **LOCAL**: the executor's own reference to a task spawned by a `LocalSpawner` is held (one
 //!   count in the reference bits). Taken at spawn, let go once the task has completed and is not
 //!   in the local run queue, so a local task is never freed, and its future never dropped, by a
@@ -41,8 +52,11 @@
 //!
 //! Locked instructions on the hot path: a wake of an idle task is one compare-exchange and a
 //! push; the executor's poll from the run queue is a load at its start and one locked
-//! subtraction at its end. A local schedule (`LocalSpawner::wake`) and a poll from the local run
-//! queue take none.
+//! subtraction at its end (none when the task woke itself on the polling thread). A waker
+//! cloned, dropped or woken on the polling thread during the poll takes none (a second clone
+//! in one poll takes one). A wake from another thread of a task already QUEUED or NOTIFIED is
+//! still a compare-exchange: see `TaskRef::wake_by_ref`. A local schedule
+//! (`LocalSpawner::wake`) and a poll from the local run queue take none.
 
 mod join;
 mod raw;

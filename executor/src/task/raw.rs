@@ -7,7 +7,7 @@ use core::ptr::NonNull;
 use core::task::{Context, Poll, Waker};
 
 use crate::executor::Core;
-use crate::sync::{AtomicPtr, AtomicUsize, Ordering::*};
+use crate::sync::{polling, AtomicPtr, AtomicUsize, Ordering::*};
 
 pub(crate) const QUEUED: usize = 1 << 0;
 pub(crate) const NOTIFIED: usize = 1 << 1;
@@ -24,6 +24,13 @@ pub(crate) const JOIN_WAKER: usize = 1 << 4;
 pub(crate) const LOCAL: usize = 1 << 5;
 const REF_SHIFT: u32 = 6;
 pub(crate) const REF_ONE: usize = 1 << REF_SHIFT;
+
+/// The executor's spare reference: counted in the reference bits while the task is QUEUED
+/// and not COMPLETE (the executor holds it). A waker cloned during a poll on the polling thread
+/// takes it over without a locked instruction (`Header::spare_taken`); the executor's next
+/// locked instruction on the state word (the end of the poll, or its completion) then either
+/// lets go of the spare or, if a clone took it, leaves the count as it is.
+const SPARE: usize = REF_ONE;
 
 /// The executor holds the task: QUEUED, or (for an instant at the end of a poll, see
 /// [`TaskRef::end_poll_pending`]) NOTIFIED alone.
@@ -48,8 +55,9 @@ pub(crate) struct TaskVTable {
     pub(crate) poll: unsafe fn(NonNull<Header>, &mut Context<'_>) -> Poll<()>,
     /// Moves the output into `*(dst as *mut Option<F::Output>)`.
     pub(crate) read_output: unsafe fn(NonNull<Header>, *mut ()),
-    /// Drops whatever the stage holds and marks it consumed.
-    pub(crate) drop_stage: unsafe fn(NonNull<Header>),
+    /// Drops the output a finished stage holds and marks the stage consumed; `None` when the
+    /// output type has no destructor, so there is nothing to do (see [`drop_output_of`]).
+    pub(crate) drop_output: Option<unsafe fn(NonNull<Header>)>,
     /// Frees the task's memory (box) or returns its static slot.
     pub(crate) dealloc: unsafe fn(NonNull<Header>),
 }
@@ -79,6 +87,13 @@ pub(crate) struct Header {
     pub(crate) local_queued: Cell<bool>,
     /// The local run queue's link; same rule as `local_queued`.
     pub(crate) local_next: Cell<*mut Header>,
+    /// During a poll from the run queue: the executor's spare reference (see [`SPARE`]) went
+    /// to a waker clone made on the polling thread. Read and written only by the thread that
+    /// polls the task, while [`polling`] names it there.
+    pub(crate) spare_taken: Cell<bool>,
+    /// During a poll from the run queue: a wake on the polling thread asked for another poll.
+    /// Same rule as `spare_taken`.
+    pub(crate) woken_in_poll: Cell<bool>,
 }
 
 impl Header {
@@ -91,10 +106,11 @@ impl Header {
         stage: *mut (),
         local: bool,
     ) -> Self {
+        // The join handle's reference and the executor's spare (QUEUED), plus the local one.
         let state = if local {
-            QUEUED | JOIN_INTEREST | LOCAL | (2 * REF_ONE)
+            QUEUED | JOIN_INTEREST | LOCAL | (2 * REF_ONE + SPARE)
         } else {
-            QUEUED | JOIN_INTEREST | REF_ONE
+            QUEUED | JOIN_INTEREST | (REF_ONE + SPARE)
         };
         Self {
             state: AtomicUsize::new(state),
@@ -106,6 +122,8 @@ impl Header {
             local,
             local_queued: Cell::new(false),
             local_next: Cell::new(core::ptr::null_mut()),
+            spare_taken: Cell::new(false),
+            woken_in_poll: Cell::new(false),
         }
     }
 }
@@ -141,8 +159,22 @@ impl TaskRef {
         self.header().core
     }
 
-    /// Adds a reference (a waker clone).
+    /// Whether the calling thread polls this task from the run queue right now (see
+    /// [`polling`]): it holds the task (QUEUED) and ends the poll after whatever it does now, so
+    /// the header's poll-thread cells may stand in for locked instructions on the state word.
+    #[inline]
+    fn polled_here(&self) -> bool {
+        core::ptr::eq(polling::current(), self.0.as_ptr().cast::<()>())
+    }
+
+    /// Adds a reference (a waker clone). The first clone made on the thread polling the task
+    /// during a poll takes the executor's spare reference ([`SPARE`]): no locked instruction.
+    /// Otherwise one locked addition.
     pub(crate) fn ref_inc(&self) {
+        if self.polled_here() && !self.header().spare_taken.get() {
+            self.header().spare_taken.set(true);
+            return;
+        }
         let prev = self.header().state.fetch_add(REF_ONE, Relaxed);
         // A reference count this large means wakers are being leaked in a loop; stop before
         // the count wraps into the flag bits.
@@ -163,12 +195,18 @@ impl TaskRef {
     }
 
     /// Drops a reference (a waker or the join handle); frees the task if that made it
-    /// unreachable. One locked instruction.
+    /// unreachable. One locked instruction, none on the thread polling the task while a clone
+    /// holds the executor's spare: the reference dropped becomes the spare again (references
+    /// are interchangeable; the count stays right).
     ///
     /// # Safety
     ///
     /// The caller owns one reference and does not use `self` afterwards.
     pub(crate) unsafe fn ref_dec(self) {
+        if self.polled_here() && self.header().spare_taken.get() {
+            self.header().spare_taken.set(false);
+            return;
+        }
         let prev = self.header().state.fetch_sub(REF_ONE, AcqRel);
         debug_assert!(prev >= REF_ONE, "task reference count underflow");
         if unreachable(prev - REF_ONE) {
@@ -179,16 +217,27 @@ impl TaskRef {
     }
 
     /// Schedules the task unless it is complete; a task the executor holds (QUEUED) is marked
-    /// NOTIFIED instead of being queued again. Runs on any thread or in an interrupt handler:
-    /// no locked instruction when the task is complete, else one compare-exchange, plus a
-    /// lock-free push when it enqueues.
+    /// NOTIFIED instead of being queued again. Runs on any thread or in an interrupt handler.
     ///
-    /// A task already NOTIFIED (a poll is due) still gets the compare-exchange, writing the
-    /// state unchanged: that read-modify-write is what orders the caller's writes before the
-    /// executor's `start_poll`, which clears NOTIFIED, so the due poll sees them. Returning on
-    /// the load alone would let the poll read older values and leave the task waiting with
-    /// nobody to wake it (the loom model `wake_of_a_notified_task_publishes_the_write_before_it`).
+    /// On the thread polling the task (a task waking itself, or a future inside its poll
+    /// waking it): no locked instruction. That thread ends the poll after this wake, so it
+    /// sets the header's `woken_in_poll` cell and the end of the poll queues the task again
+    /// (program order carries the caller's writes to the next poll).
+    ///
+    /// Anywhere else: no locked instruction when the task is complete, else one
+    /// compare-exchange, plus a lock-free push when it enqueues. A task already QUEUED or
+    /// NOTIFIED still gets the compare-exchange (writing NOTIFIED, or the state unchanged):
+    /// that read-modify-write is what orders the caller's writes before the executor's
+    /// `start_poll`, which clears NOTIFIED, so the due poll sees them. A plain load cannot:
+    /// this thread's store may still sit in its store buffer while the executor clears the
+    /// flag and polls, and the poll would read the older value and leave the task waiting with
+    /// nobody to wake it (the loom models `wake_of_a_notified_task_publishes_the_write_before_it`
+    /// and `wake_of_a_queued_task_publishes_the_write_before_it`).
     pub(crate) fn wake_by_ref(self) {
+        if self.polled_here() {
+            self.header().woken_in_poll.set(true);
+            return;
+        }
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
         loop {
@@ -196,9 +245,13 @@ impl TaskRef {
                 return;
             }
             // Held by the executor (QUEUED, or NOTIFIED alone at the end of a poll): a poll is
-            // due after this wake, so mark it; else queue it.
+            // due after this wake, so mark it; else queue it, with the executor's spare.
             let held = cur & HELD != 0;
-            let next = if held { cur | NOTIFIED } else { cur | QUEUED };
+            let next = if held {
+                cur | NOTIFIED
+            } else {
+                (cur | QUEUED) + SPARE
+            };
             match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
                 Ok(_) => {
                     if !held {
@@ -212,28 +265,36 @@ impl TaskRef {
     }
 
     /// [`wake_by_ref`](Self::wake_by_ref) and [`ref_dec`](Self::ref_dec) in one
-    /// compare-exchange (a waker woken by value).
+    /// compare-exchange (a waker woken by value); when it enqueues, the caller's reference
+    /// becomes the executor's spare. On the thread polling the task, both without a locked
+    /// instruction when a clone holds the spare (see `wake_by_ref` and `ref_dec`).
     ///
     /// # Safety
     ///
     /// The caller owns one reference and does not use `self` afterwards.
     pub(crate) unsafe fn wake_and_release(self) {
+        if self.polled_here() {
+            self.header().woken_in_poll.set(true);
+            // SAFETY: the caller's reference, not used afterwards; the executor holds the task.
+            unsafe { self.ref_dec() };
+            return;
+        }
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
         loop {
             debug_assert!(cur >= REF_ONE, "task reference count underflow");
             let enqueue = cur & (HELD | COMPLETE) == 0;
             let next = if cur & (COMPLETE | NOTIFIED) != 0 {
-                cur
+                cur - REF_ONE
             } else if cur & QUEUED != 0 {
-                cur | NOTIFIED
+                (cur | NOTIFIED) - REF_ONE
             } else {
                 cur | QUEUED
-            } - REF_ONE;
+            };
             match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
                 Ok(_) => {
                     if enqueue {
-                        // QUEUED keeps the task alive for the executor.
+                        // QUEUED (and the spare) keep the task alive for the executor.
                         self.core().enqueue(self);
                     } else if unreachable(next) {
                         // SAFETY: complete, not held and that was the last reference.
@@ -326,7 +387,17 @@ impl TaskRef {
     pub(crate) unsafe fn complete_local(self) {
         // SAFETY: the executor polled the task in the owning context and is the only one
         // touching the stage (local polls happen nowhere else).
-        let cur = unsafe { self.mark_complete(|cur| cur | COMPLETE) };
+        // In the run queue too (QUEUED, not being polled: local tasks are polled only in this
+        // context), the task's spare goes: only a task that is not complete has one.
+        let cur = unsafe {
+            self.mark_complete(|cur| {
+                if cur & QUEUED != 0 {
+                    (cur | COMPLETE) - SPARE
+                } else {
+                    cur | COMPLETE
+                }
+            })
+        };
         if cur & JOIN_WAKER != 0 {
             // SAFETY: JOIN_WAKER was set when we set COMPLETE, so the join handle no longer
             // writes the waker; the local reference keeps the task alive while we read it.
@@ -346,9 +417,12 @@ impl TaskRef {
     /// next wake queues it, and the task is freed if nothing can reach it any more: returns
     /// `false`.
     ///
-    /// One locked subtraction, with no load before it and no retry loop: it clears QUEUED
-    /// whatever the state, and only if NOTIFIED was set (a wake during the poll) a second
-    /// instruction turns the NOTIFIED-alone state it left into QUEUED again. In between the
+    /// A wake on the polling thread during the poll (`woken_in_poll`) keeps the task held as it
+    /// is: no locked instruction (one addition if a clone took the spare, to restore it).
+    /// Otherwise one locked subtraction, with no load before it and no retry loop: it clears
+    /// QUEUED whatever the state, and the spare with it unless a clone took it; only if
+    /// NOTIFIED was set (a wake from another thread during the poll) a second instruction
+    /// turns the NOTIFIED-alone state it left into QUEUED again, spare included. In between the
     /// task is still held: wakers see NOTIFIED and leave it alone, and nobody frees it.
     ///
     /// # Safety
@@ -356,18 +430,30 @@ impl TaskRef {
     /// Only the executor, right after a poll of a task it holds that returned `Pending`; on
     /// `false` it must not use `self` again.
     pub(crate) unsafe fn end_poll_pending(self) -> bool {
-        let state = &self.header().state;
-        let prev = state.fetch_sub(QUEUED, AcqRel);
+        let h = self.header();
+        let state = &h.state;
+        let spare = if h.spare_taken.replace(false) {
+            0
+        } else {
+            SPARE
+        };
+        if h.woken_in_poll.replace(false) {
+            if spare == 0 {
+                state.fetch_add(SPARE, Relaxed);
+            }
+            return true;
+        }
+        let prev = state.fetch_sub(QUEUED + spare, AcqRel);
         debug_assert!(
             prev & QUEUED != 0,
             "zcnet-executor: ended a poll it did not hold"
         );
         if prev & NOTIFIED != 0 {
-            // NOTIFIED alone → QUEUED alone: still held, back to the run queue.
-            state.fetch_xor(QUEUED | NOTIFIED, AcqRel);
+            // NOTIFIED alone → QUEUED alone, with a spare: still held, back to the run queue.
+            state.fetch_add((SPARE + QUEUED) - NOTIFIED, AcqRel);
             return true;
         }
-        if unreachable(prev - QUEUED) {
+        if unreachable(prev - QUEUED - spare) {
             // SAFETY: no reference left, and we just let go of the task.
             unsafe { self.dealloc() };
         }
@@ -388,9 +474,11 @@ impl TaskRef {
         let mut output_dropped = false;
         loop {
             if cur & JOIN_INTEREST == 0 && !output_dropped {
-                // SAFETY: no join handle exists (JOIN_INTEREST is never set again), and the
-                // caller is the only one touching the stage.
-                unsafe { (self.header().vtable.drop_stage)(self.0) };
+                if let Some(drop_output) = self.header().vtable.drop_output {
+                    // SAFETY: no join handle exists (JOIN_INTEREST is never set again), and
+                    // the caller is the only one touching the stage.
+                    unsafe { drop_output(self.0) };
+                }
                 output_dropped = true;
             }
             match state.compare_exchange_weak(cur, next(cur), AcqRel, Acquire) {
@@ -411,6 +499,14 @@ impl TaskRef {
     /// not use `self` afterwards.
     #[inline(never)]
     pub(crate) unsafe fn complete(self) {
+        // The spare goes now, unless a waker clone made during this poll took it over.
+        let h = self.header();
+        let spare = if h.spare_taken.replace(false) {
+            0
+        } else {
+            SPARE
+        };
+        h.woken_in_poll.set(false);
         let next_of = |cur: usize| {
             // The output is stored: the future is gone, so a local task's reference, which kept
             // it from being dropped elsewhere, goes now, unless the task sits in the local run
@@ -424,9 +520,9 @@ impl TaskRef {
             // With a join waker to wake, the executor keeps the task (QUEUED) until it has
             // woken it: the join handle may free the task as soon as it sees COMPLETE.
             if cur & JOIN_WAKER != 0 {
-                (cur | COMPLETE) - local_ref
+                (cur | COMPLETE) - local_ref - spare
             } else {
-                ((cur | COMPLETE) & !HELD) - local_ref
+                ((cur | COMPLETE) & !HELD) - local_ref - spare
             }
         };
         // SAFETY: the executor holds the task and is the only one touching the stage.
@@ -463,10 +559,13 @@ impl TaskRef {
         let mut output_dropped = false;
         loop {
             if cur & COMPLETE != 0 && !output_dropped {
-                // SAFETY: the executor saw JOIN_INTEREST when it completed the task and left
-                // the output to us; after COMPLETE the join handle has exclusive use of the
-                // stage, and our reference keeps the task alive until the exchange below.
-                unsafe { (self.header().vtable.drop_stage)(self.0) };
+                if let Some(drop_output) = self.header().vtable.drop_output {
+                    // SAFETY: the executor saw JOIN_INTEREST when it completed the task and
+                    // left the output to us; after COMPLETE the join handle has exclusive use
+                    // of the stage, and our reference keeps the task alive until the exchange
+                    // below.
+                    unsafe { drop_output(self.0) };
+                }
                 output_dropped = true;
             }
             let next = (cur & !JOIN_INTEREST) - REF_ONE;
@@ -540,12 +639,23 @@ pub(crate) unsafe fn read_output<F: Future>(header: NonNull<Header>, dst: *mut (
     }
 }
 
-/// Drops what the `Stage<F>` behind `header` holds (the vtable's `drop_stage`).
+/// The vtable's `drop_output` for futures `F`: `None` when `F::Output` has no destructor
+/// (leaving such an output in the stage costs nothing: the stage's own drop, at deallocation,
+/// does nothing with it either), else [`drop_stage::<F>`](drop_stage).
+pub(crate) const fn drop_output_of<F: Future>() -> Option<unsafe fn(NonNull<Header>)> {
+    if core::mem::needs_drop::<F::Output>() {
+        Some(drop_stage::<F>)
+    } else {
+        None
+    }
+}
+
+/// Drops what the `Stage<F>` behind `header` holds.
 ///
 /// # Safety
 ///
 /// The caller has exclusive use of the stage (see the `task` ground rules).
-pub(crate) unsafe fn drop_stage<F: Future>(header: NonNull<Header>) {
+unsafe fn drop_stage<F: Future>(header: NonNull<Header>) {
     // SAFETY: exclusive use per the preconditions.
     unsafe {
         let stage = &mut *header.as_ref().stage.cast::<Stage<F>>();

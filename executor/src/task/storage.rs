@@ -168,7 +168,7 @@ impl<F: Future, const SIZE: usize> StaticVTable<F, SIZE> {
     const VTABLE: TaskVTable = TaskVTable {
         poll: raw::poll_stage::<F>,
         read_output: raw::read_output::<F>,
-        drop_stage: raw::drop_stage::<F>,
+        drop_output: raw::drop_output_of::<F>(),
         dealloc: dealloc_static::<F, SIZE>,
     };
 }
@@ -220,7 +220,7 @@ mod boxed {
         const VTABLE: TaskVTable = TaskVTable {
             poll: raw::poll_stage::<F>,
             read_output: raw::read_output::<F>,
-            drop_stage: raw::drop_stage::<F>,
+            drop_output: raw::drop_output_of::<F>(),
             dealloc: dealloc_boxed::<F>,
         };
     }

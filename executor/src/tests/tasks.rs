@@ -83,6 +83,26 @@ fn detached_task_frees_its_slot_when_done() {
     assert!(!SLOT.is_claimed());
 }
 
+/// An output with a destructor is dropped exactly once whoever lets go of it: the executor
+/// at completion (no join handle), or the join handle dropped after completion without
+/// taking it. (Outputs without a destructor are left in place: nothing to drop.)
+#[test]
+fn an_output_nobody_takes_is_dropped() {
+    let (_, exec) = virtual_executor();
+    let out = Arc::new(());
+    let o = out.clone();
+    drop(exec.spawner().spawn(async move { o }));
+    exec.run_until_idle();
+    assert_eq!(Arc::strong_count(&out), 1, "the executor dropped it");
+    let o = out.clone();
+    let h = exec.spawner().spawn(async move { o });
+    exec.run_until_idle();
+    assert!(h.is_finished());
+    assert_eq!(Arc::strong_count(&out), 2, "held for the join handle");
+    drop(h);
+    assert_eq!(Arc::strong_count(&out), 1, "the join handle dropped it");
+}
+
 /// A future that wakes itself during its own poll, `n` times.
 struct SelfWaking {
     left: usize,
@@ -119,6 +139,67 @@ fn wake_during_poll_requeues_once() {
         4,
         "one poll per wake-during-poll, never two"
     );
+}
+
+/// Waker clones, drops and wakes made on the polling thread during a poll (which stand in for
+/// locked instructions through the executor's spare reference and the header's poll-thread
+/// cells) keep the reference count exact: the slot stays claimed exactly as long as a clone
+/// made in a poll lives, and every self-wake, by reference or by value, polls the task again.
+/// Each way a poll can end is taken with the spare given to a clone and without.
+#[test]
+fn waker_traffic_on_the_polling_thread_keeps_the_count_exact() {
+    static SLOT: TaskStorage<128> = TaskStorage::new();
+    let (_, exec) = virtual_executor();
+    let polls = Arc::new(AtomicUsize::new(0));
+    let kept: Arc<Mutex<Vec<Waker>>> = Arc::new(Mutex::new(Vec::new()));
+    let (p, k) = (polls.clone(), kept.clone());
+    let keep = move |w: Waker| k.lock().unwrap().push(w);
+    let future = core::future::poll_fn(move |cx| match p.fetch_add(1, SeqCst) {
+        0 => {
+            // A clone dropped at once, then one kept (it takes the spare), then a self-wake:
+            // the poll ends woken, with the spare taken.
+            drop(cx.waker().clone());
+            keep(cx.waker().clone());
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+        1 => {
+            // Ends unwoken with the spare taken; the test wakes the task.
+            keep(cx.waker().clone());
+            Poll::Pending
+        }
+        2 => {
+            // Ends woken (by value) with the spare back: the by-value path is the point.
+            #[allow(clippy::waker_clone_wake)]
+            cx.waker().clone().wake();
+            Poll::Pending
+        }
+        3 => {
+            // Completes with the spare taken.
+            let c = cx.waker().clone();
+            c.wake_by_ref();
+            drop(c);
+            keep(cx.waker().clone());
+            Poll::Ready(())
+        }
+        n => unreachable!("polled {n} times"),
+    });
+    drop(exec.spawner().spawn_in(&SLOT, future).unwrap());
+    assert_eq!(exec.run_until_idle(), 2, "the self-wake polls once more");
+    kept.lock().unwrap()[1].wake_by_ref();
+    assert_eq!(
+        exec.run_until_idle(),
+        2,
+        "the self-wake by value polls once more"
+    );
+    for left in (0..3).rev() {
+        assert!(SLOT.is_claimed(), "{} clones hold the task", left + 1);
+        let w = kept.lock().unwrap().pop().unwrap();
+        w.wake_by_ref(); // complete: ignored
+        drop(w);
+    }
+    assert!(!SLOT.is_claimed(), "the last reference freed the slot");
+    assert_eq!(exec.run_until_idle(), 0);
 }
 
 #[test]
