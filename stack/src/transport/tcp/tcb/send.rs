@@ -34,7 +34,7 @@ use core::marker::PhantomData;
 use core::task::{Context, Poll, Waker};
 
 use heapless::Deque;
-use zcnet_buffer::{FramePool, RetainedFrame, TxFrame};
+use zcnet_buffer::{FramePool, RetainedFrame, TxChain, TxFrame};
 
 /// The most frames one connection's send queue holds.
 pub(crate) const MAX_FRAMES: usize = 64;
@@ -364,6 +364,44 @@ impl<'a> SendBuffer<'a> {
             Poll::Ready(tx) => Some(tx),
             Poll::Pending => None,
         }
+    }
+
+    /// Lends the frames after frame `index` to the device, in order, into `chain`: the rest of
+    /// a super-segment whose first frame [`take`](Self::take) lent. A frame joins while it is
+    /// idle, holds at most `mss` bytes (each frame stays one segment when the link splits the
+    /// super-segment at frame boundaries) and, unless `short_ok`, exactly `mss` (Nagle: a short
+    /// segment waits while data is in flight), the run stays within `limit` bytes and `chain`
+    /// has room. Returns the bytes lent. A frame after the first of the queue starts at its
+    /// front (only the first is ever acknowledged in part), so the run is contiguous.
+    pub(crate) fn take_run(
+        &mut self,
+        index: usize,
+        mss: usize,
+        limit: usize,
+        short_ok: bool,
+        chain: &mut TxChain,
+    ) -> usize {
+        let mut taken = 0;
+        let mut i = index + 1;
+        while !chain.is_full() {
+            let Some(f) = self.frames.get_mut(i) else {
+                break;
+            };
+            let n = f.len();
+            if n == 0 || n > mss || (n < mss && !short_ok) || taken + n > limit || !f.is_idle() {
+                break;
+            }
+            let Poll::Ready(tx) = f.poll_send(&mut Context::from_waker(Waker::noop())) else {
+                break;
+            };
+            if chain.push(tx).is_err() {
+                // Not reached: the chain had room. The frame went back to the queue, idle.
+                break;
+            }
+            taken += n;
+            i += 1;
+        }
+        taken
     }
 
     /// Whether the frame holding `offset` is still with the device. With `waker`, the pool's

@@ -3178,6 +3178,8 @@ impl<'a> Tcb<'a> {
         // empty and `zc_len` is the frame's length).
         let mut zc: Option<TxFrame> = None;
         let mut zc_len = 0;
+        // Segments on the wire: more than one for a super-segment.
+        let mut wire_segments = 1;
 
         // Frames the application fills hold one full segment each (`data_mss`), cut to the
         // path MTU.
@@ -3306,6 +3308,29 @@ impl<'a> Tcb<'a> {
                         Segment::Frame { index, len } => {
                             zc = self.tx_buffer.take(index);
                             zc_len = if zc.is_some() { len } else { 0 };
+                            // A link that takes super-segments gets the whole frames after
+                            // this one too, as far as the windows allow (`output.rs`).
+                            if let (Some(gso), true) = (cx.gso.as_mut(), zc_len > 0) {
+                                let limit =
+                                    win_limit.min(self.cwnd_remaining()).min(gso.max_payload);
+                                // Nagle holds a short last segment while data is in
+                                // flight (as `seq_to_transmit` does), unless a FIN follows.
+                                let short_ok = !self.nagle
+                                    || matches!(
+                                        self.state,
+                                        State::FinWait1 | State::LastAck | State::Closing
+                                    );
+                                if !is_zero_window_probe && limit > zc_len {
+                                    zc_len += self.tx_buffer.take_run(
+                                        index,
+                                        effective_mss,
+                                        limit - zc_len,
+                                        short_ok,
+                                        gso.tail,
+                                    );
+                                    wire_segments = zc_len.div_ceil(effective_mss.max(1));
+                                }
+                            }
                         }
                         // The device still has the frame: no payload this time (egress waits
                         // for it, see `tx_blocked`).
@@ -3380,6 +3405,7 @@ impl<'a> Tcb<'a> {
         };
         self.counters
             .on_send(repr.seq_number, payload_len, self.sent_max, resent);
+        self.counters.segments_sent += wire_segments as u64 - 1;
         if self.sent_max.is_none_or(|max| end > max) {
             self.sent_max = Some(end);
         }
@@ -3392,7 +3418,8 @@ impl<'a> Tcb<'a> {
         self.ack_delay_timer = AckDelayTimer::Idle;
 
         if segment_len > 0 && resent {
-            self.recovery.retransmitted(end);
+            self.recovery
+                .retransmitted_segments(end, u32::try_from(wire_segments).unwrap_or(u32::MAX));
             self.rtte.on_retransmit();
         }
         if segment_len > 0 && !is_zero_window_probe && !is_keep_alive {
