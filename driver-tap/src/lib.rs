@@ -159,6 +159,12 @@ pub struct TapConfig {
     /// checksums and marks its frames, see [`zcnet_buffer::offload`]; smoltcp's frames go out
     /// with full checksums and no mark). Off for a stack that reads the checksum bit as "the
     /// device fills in the whole checksum": it would send frames the kernel drops.
+    ///
+    /// A TCP super-segment (a chain whose head carries a [`GsoRequest`]) is written with one
+    /// `writev`, its virtio-net header saying `NEEDS_CSUM` and `GSO_TCPV4` / `GSO_TCPV6` with
+    /// the segment size; the kernel takes such writes whatever `TUNSETOFFLOAD` said (those
+    /// flags decide only what it hands to the reader, see [`rx_gso`](Self::rx_gso)), and
+    /// segments the packet itself only if it leaves the host.
     pub tx_offloads: bool,
     /// With [`offloads`](Self::offloads): negotiates TSO (`TUN_F_TSO4 | TUN_F_TSO6`) so the
     /// kernel hands over TCP packets of up to 64 KiB, read with `readv` into a chain (a head

@@ -258,6 +258,14 @@ print("bytes=%d" % n)
     // zcnet's segments went out with partial checksums the kernel completed (TAP offloads),
     // and Linux received every byte right.
     assert!(s.tx_checksum_partial > 0, "{s:?}");
+    // The data went as super-segments the kernel segmented (TSO): one write each.
+    let st = net.stack.stats();
+    eprintln!("TAP {s:?}\nstack {st:?}");
+    assert!(s.tx_gso > 0 && s.tx_chains > 0, "{s:?}");
+    assert!(
+        st.tso_super_segments > 0 && st.gso_pieces == 0,
+        "super-segments handed to the TAP whole: {st:?}"
+    );
     settle_and_audit(&net);
 }
 
@@ -329,6 +337,12 @@ if n != N or got.digest() != sent.digest():
     assert_eq!(
         stats.counters.timeouts, 0,
         "retransmission timeouts on a lossless path: {stats:?}"
+    );
+    // The echo went back in super-segments the kernel segmented (TSO).
+    let st = net.stack.stats();
+    assert!(
+        st.tso_super_segments > 0 && net.tap_stats.get().tx_gso > 0,
+        "{st:?}"
     );
     eprintln!(
         "Linux -> zcnet echo -> Linux: {ECHO_TOTAL} bytes each way in {elapsed:.2?} ({:.1} MB/s)",

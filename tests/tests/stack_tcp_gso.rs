@@ -1,0 +1,126 @@
+//! TCP super-segments over the in-memory wire (MTU 1500, no offloads: every super-segment is
+//! split in software): 16 MiB one way arrive byte-exact (SHA-256), the sender builds its
+//! segments a run of frames at a time (`StackStats::super_segments`, `gso_pieces`), every
+//! piece is a full segment but the last of a run, the wire carries nothing longer than the
+//! MTU, and the pool audit finds every slot back. Printed (`--nocapture`): the passes through
+//! the connections' state machines per MiB, against the segments per MiB a stack that works
+//! one segment at a time passes.
+//!
+//! Once with 16 KiB socket buffers (the stack benchmark's), once with 256 KiB.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use zcnet_executor::Executor;
+use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
+use zcnet_stack::{IpEndpoint, StackStats};
+use zcnet_tests::clock::VirtualClock;
+use zcnet_tests::net::{pair_on, ADDR};
+use zcnet_tests::wire::Faults;
+
+const LEN: usize = 16 * 1024 * 1024;
+const MIB: f64 = 1024.0 * 1024.0;
+/// Payload bytes of a full segment: a 1500-byte IP MTU less the IP and TCP headers and the
+/// timestamp option.
+const MSS: u64 = 1448;
+
+/// The stream: a multiplicative hash of each byte's position.
+fn data() -> Vec<u8> {
+    (0..LEN as u32)
+        .map(|i| (i.wrapping_mul(0x9e37_79b1) >> 11) as u8)
+        .collect()
+}
+
+/// Passes through a state machine on each side, from the stacks' counters: the sender's
+/// sends (a super-segment, or a segment sent alone: its frames out less the pieces of its
+/// super-segments, plus the super-segments) and the acknowledgements it took (a frame in
+/// each), the receiver's segments taken (one pass per GRO batch, one per segment outside a
+/// batch) and the acknowledgements it sent (a frame out each).
+fn tcb_passes(a: &StackStats, b: &StackStats) -> u64 {
+    let sender =
+        a.frames_out - a.gso_pieces - a.tso_super_segments + a.super_segments + a.frames_in;
+    let receiver = b.frames_in - b.gro_segments + b.gro_batches + b.frames_out;
+    sender + receiver
+}
+
+fn bulk(buffer: usize) {
+    let p = pair_on(Executor::leak(VirtualClock::leak()), Faults::default(), 512);
+    let [a, b] = p.stacks;
+    let payload = data();
+    let want: [u8; 32] = Sha256::digest(&payload).into();
+    let server = p.exec.local_spawner().spawn(async move {
+        let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(buffer, buffer)).unwrap();
+        s.accept(9000).await.unwrap();
+        let mut h = Sha256::new();
+        let mut got = 0;
+        while got < LEN {
+            let n = s
+                .read_with(|d| {
+                    h.update(&*d);
+                    (d.len(), d.len())
+                })
+                .await
+                .unwrap()
+                .expect("data until the end");
+            got += n;
+        }
+        let digest: [u8; 32] = h.finalize().into();
+        (s, digest)
+    });
+    let client = p.exec.block_on(async move {
+        let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(buffer, buffer)).unwrap();
+        c.connect_timeout(
+            IpEndpoint::new(ADDR[1].into(), 9000),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        c.write_all(&payload).await.unwrap();
+        c.flush().await.unwrap();
+        c
+    });
+    let (server, digest) = p.exec.block_on(server);
+    assert_eq!(digest, want, "the stream arrived byte-exact");
+    let (sa, sb) = (a.stats(), b.stats());
+    let (ca, cb) = (client.stats(), server.stats());
+    let wire = p.ends[0].tx_stats();
+    eprintln!("{buffer} B buffers:\nA {sa:?}\nB {sb:?}\nA {ca:?}\nwire A->B {wire:?}");
+    assert!(sa.super_segments > 0, "{sa:?}");
+    assert_eq!(
+        sa.tso_super_segments, 0,
+        "the wire does not segment: {sa:?}"
+    );
+    // The data went as full segments, but for the last of runs cut short by the window.
+    let data_segments = ca.counters.segments_sent;
+    assert!(
+        data_segments <= LEN as u64 / MSS + sa.super_segments + 10,
+        "{ca:?} {sa:?}"
+    );
+    assert_eq!((wire.too_long, wire.lost), (0, 0), "{wire:?}");
+    assert_eq!(ca.counters.bytes_sent, LEN as u64);
+    assert_eq!(cb.counters.bytes_received, LEN as u64);
+    let passes = tcb_passes(&sa, &sb);
+    let mib = LEN as f64 / MIB;
+    eprintln!(
+        "{buffer} B buffers: {:.0} state-machine passes per MiB ({:.0} wire segments per MiB, \
+         {:.1} pieces per super-segment)",
+        passes as f64 / mib,
+        (sa.frames_out + sb.frames_out) as f64 / mib,
+        sa.gso_pieces as f64 / sa.super_segments as f64
+    );
+    // Fewer passes than wire segments: the sender's runs are built once each.
+    assert!(passes < sa.frames_out + sb.frames_out + sa.frames_in + sb.frames_in);
+    drop((client, server));
+    p.exec.block_on(p.exec.sleep(Duration::from_secs(30)));
+    p.assert_slots_back();
+}
+
+#[test]
+fn sixteen_mib_in_super_segments_with_the_benchmarks_buffers() {
+    bulk(16 * 1024);
+}
+
+#[test]
+fn sixteen_mib_in_super_segments_with_256_kib_buffers() {
+    bulk(256 * 1024);
+}
