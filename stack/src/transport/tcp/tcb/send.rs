@@ -146,6 +146,11 @@ impl<'a> SendBuffer<'a> {
         self.frame_len = mss.clamp(1, self.pool.slot_size() - self.headroom);
     }
 
+    /// The most bytes queued at once.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Queued bytes, unacknowledged ones included.
     pub(crate) fn len(&self) -> usize {
         self.len

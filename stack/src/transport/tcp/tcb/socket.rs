@@ -155,6 +155,10 @@ pub(crate) struct Tcb<'a> {
     /// Nagle's Algorithm enabled.
     nagle: bool,
 
+    /// The link takes super-segments (the last `dispatch` was offered them): a short run waits
+    /// for the next acknowledgement while the send queue is full (see `seq_to_transmit`).
+    super_segments: bool,
+
     /// The congestion control algorithm.
     congestion_controller: AnyController,
 
@@ -286,6 +290,7 @@ impl<'a> Tcb<'a> {
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
             nagle: true,
+            super_segments: false,
             tsval_generator: None,
             timestamps_wanted: false,
             last_remote_tsval: 0,
@@ -2897,6 +2902,23 @@ impl<'a> Tcb<'a> {
             can_send = false;
         }
 
+        // Super-segments: while the send queue is full and data is in flight, a run shorter
+        // than a quarter of what may be in flight (the queue, the peer's window, the congestion
+        // window) waits for the next acknowledgement, which frees room for more (Linux's TSO
+        // deferral, simplified). Without it, each ACK of two segments lets two segments out
+        // and the peer acknowledges those two again: runs never grow. The ACK is sure to come
+        // (data is in flight); a retransmission (above) and a FIN never wait.
+        if self.super_segments && can_send && data_in_flight && !want_fin {
+            let ceiling = self
+                .tx_buffer
+                .capacity()
+                .min(self.remote_win_len)
+                .min(self.congestion_controller.inner().window());
+            if self.tx_buffer.is_full() && max_send < ceiling / 4 {
+                can_send = false;
+            }
+        }
+
         // Can we actually send the FIN? We can send it if:
         // 1. We have unsent data that fits in the remote window.
         // 2. We have no unsent data.
@@ -3017,6 +3039,7 @@ impl<'a> Tcb<'a> {
             self.remote_last_ts = Some(cx.now);
         }
 
+        self.super_segments = cx.gso.is_some();
         self.congestion_controller.inner_mut().pre_transmit(cx.now);
         // A lowered path MTU is tried again once it is old (`path_mtu.rs`): frames filled
         // from now on hold a segment of the link's MTU again.
