@@ -25,7 +25,9 @@ use smoltcp::iface::Interface;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::time::Instant;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpProtocol, IpRepr};
-use zcnet_buffer::{ChecksumPartial, GsoKind, GsoKinds, GsoRequest, TxChain, TxFrame};
+use zcnet_buffer::{
+    ChecksumPartial, GsoKind, GsoKinds, GsoRequest, TxChain, TxFrame, MAX_CHAIN_SEGMENTS,
+};
 
 use super::neighbor::{self, Traffic};
 use super::LinkLayer;
@@ -127,7 +129,10 @@ impl LinkLayer {
         };
         let ip_bytes = seg.ip.header_len() + seg.ip.payload_len();
         let caps = self.caps.checksum.clone();
-        if self.gso.takes(kind, ip_bytes) {
+        // A chain holds the head and every tail frame (TCP output leaves room for the head);
+        // one that would not is split in software.
+        let fits = seg.tail.frame_count() < MAX_CHAIN_SEGMENTS;
+        if fits && self.gso.takes(kind, ip_bytes) {
             let chain = offload_whole(seg, kind, idents, &caps)?;
             let mut chain = chain;
             if let (Some((our, theirs)), Some(head)) = (mac, chain.head_mut()) {

@@ -34,7 +34,7 @@ use core::marker::PhantomData;
 use core::task::{Context, Poll, Waker};
 
 use heapless::Deque;
-use zcnet_buffer::{FramePool, RetainedFrame, TxChain, TxFrame};
+use zcnet_buffer::{FramePool, RetainedFrame, TxChain, TxFrame, MAX_CHAIN_SEGMENTS};
 
 /// The most frames one connection's send queue holds.
 pub(crate) const MAX_FRAMES: usize = 64;
@@ -376,7 +376,8 @@ impl<'a> SendBuffer<'a> {
     /// idle, holds at most `mss` bytes (each frame stays one segment when the link splits the
     /// super-segment at frame boundaries) and, unless `short_ok`, exactly `mss` (Nagle: a short
     /// segment waits while data is in flight), the run stays within `limit` bytes and `chain`
-    /// has room. Returns the bytes lent. A frame after the first of the queue starts at its
+    /// keeps room for the first frame in front of it (a whole super-segment is at most
+    /// [`MAX_CHAIN_SEGMENTS`] frames). Returns the bytes lent. A frame after the first of the queue starts at its
     /// front (only the first is ever acknowledged in part), so the run is contiguous.
     pub(crate) fn take_run(
         &mut self,
@@ -388,7 +389,7 @@ impl<'a> SendBuffer<'a> {
     ) -> usize {
         let mut taken = 0;
         let mut i = index + 1;
-        while !chain.is_full() {
+        while chain.frame_count() + 1 < MAX_CHAIN_SEGMENTS {
             let Some(f) = self.frames.get_mut(i) else {
                 break;
             };
@@ -460,7 +461,7 @@ mod tests {
     extern crate std;
 
     use super::{Segment, SendBuffer};
-    use zcnet_buffer::{FramePool, PoolConfig};
+    use zcnet_buffer::{FramePool, PoolConfig, MAX_CHAIN_SEGMENTS};
 
     fn buffer(capacity: usize, frames: usize) -> (SendBuffer<'static>, &'static FramePool) {
         let pool = FramePool::leak(PoolConfig::new(8).with_slot_size(256)).unwrap();
@@ -573,6 +574,46 @@ mod tests {
         }
         drop(tx);
         assert_eq!(pool.audit().unwrap().free, 16);
+    }
+
+    #[test]
+    fn a_run_leaves_room_for_its_first_frame_and_stops_where_it_must() {
+        let pool = FramePool::leak(PoolConfig::new(64).with_slot_size(256)).unwrap();
+        let mut tx = SendBuffer::new(pool, 10_000, 64, 64);
+        tx.set_frame_len(4);
+        assert_eq!(tx.enqueue_slice(None, &[7u8; 60 * 4 + 2]), 242);
+        // 61 frames: 60 full, a short last one.
+        assert_eq!(tx.locate(0, 4), Segment::Frame { index: 0, len: 4 });
+        let head = tx.take(0).unwrap();
+        let mut chain = zcnet_buffer::TxChain::new();
+        let n = tx.take_run(0, 4, usize::MAX, true, &mut chain);
+        assert_eq!(
+            chain.frame_count(),
+            MAX_CHAIN_SEGMENTS - 1,
+            "room for the head"
+        );
+        assert_eq!(n, 4 * (MAX_CHAIN_SEGMENTS - 1));
+        drop(chain);
+        // Within a limit, and not past a frame the device still has (frame 0).
+        let mut chain = zcnet_buffer::TxChain::new();
+        assert_eq!(tx.take_run(0, 4, 10, true, &mut chain), 8);
+        drop(chain);
+        // Not past a frame longer than the segment size, nor (without `short_ok`) a short one.
+        let mut chain = zcnet_buffer::TxChain::new();
+        assert_eq!(tx.take_run(0, 3, usize::MAX, true, &mut chain), 0);
+        assert_eq!(tx.take_run(58, 4, usize::MAX, false, &mut chain), 4);
+        assert_eq!(
+            tx.take_run(58, 4, usize::MAX, true, &mut chain),
+            0,
+            "frame 59 lent"
+        );
+        drop(chain);
+        let mut chain = zcnet_buffer::TxChain::new();
+        assert_eq!(tx.take_run(59, 4, usize::MAX, true, &mut chain), 2);
+        drop(chain);
+        drop(head);
+        drop(tx);
+        assert_eq!(pool.audit().unwrap().free, 64);
     }
 
     #[test]
