@@ -12,6 +12,12 @@
 //!      both: checksums unless the driver computes them ─► next hop and Ethernet header
 //!        (link::neighbor: the zero-copy path's table, holding the frame while ARP / NDP
 //!        resolves) ─► Driver::transmit
+//!  super-segment: the payload is a run of whole send-queue frames (the first as above, the
+//!        others in the chain egress lends through `TcpContext::with_gso`), up to 64 KiB less
+//!        headers as the windows allow: the TCP header in the first frame's headroom, then
+//!        link::gso hands the run to a driver that segments it (TSO, one chain) or cuts it
+//!        into one segment per frame, each frame's headroom taking a copy of the headers
+//!        (software GSO). No payload copy, one pass of the connection for the whole run.
 //! ```
 //!
 

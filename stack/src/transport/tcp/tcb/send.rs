@@ -5,7 +5,9 @@
 //! Each entry is a [`RetainedFrame`] (`zcnet_buffer`): a slot of the stack's pool whose data is
 //! payload, with headroom in front for the driver's, Ethernet, IP and TCP headers. Egress sends a
 //! segment that is a frame's whole unacknowledged rest from the frame itself, headers written
-//! into its headroom (no payload copy); see `transport/tcp/output.rs`.
+//! into its headroom (no payload copy), and on a link that takes super-segments the whole
+//! frames after it as well, in one pass ([`take_run`](SendBuffer::take_run)); see
+//! `transport/tcp/output.rs`.
 //!
 //! ```text
 //!  frames:  [ acked | unacked ........ ] [ unacked ........ ] [ unsent ...... | free ]
@@ -27,6 +29,7 @@
 //! | both | `capacity`, `len`, `is_empty`, `is_full` |
 //! | application | `enqueue_with`, `enqueue_slice`, `push_frame`: queue data to send |
 //! | state machine | `locate` then `bytes` (copy) or `take` (the frame itself): the next segment |
+//! | state machine | `take_run`: the whole frames after a taken one, for a super-segment |
 //! | state machine | `dequeue`: drop bytes the remote acknowledged |
 //! | state machine | `clear`: forget everything (connection reset) |
 

@@ -3005,7 +3005,9 @@ impl<'a> Tcb<'a> {
     /// as a retained `TxFrame`, data = payload; `repr.payload` is then empty), else `None` (the
     /// payload, possibly empty, is `repr.payload`, a view into the send buffer to copy); it returns an error if it could not send the segment (no buffer, no
     /// neighbour yet), which `dispatch` returns after leaving the connection as if nothing
-    /// was sent. Call again while [`poll_at`](Self::poll_at) says `Now`: one segment per call.
+    /// was sent. Call again while [`poll_at`](Self::poll_at) says `Now`: one segment per call,
+    /// or with a context that offers super-segments ([`TcpContext::with_gso`]) one run of whole
+    /// frames: `emit`'s frame is the first, the others are in the context's chain.
     pub(crate) fn dispatch<F, E>(&mut self, cx: &mut TcpContext<'_>, emit: F) -> Result<(), E>
     where
         F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr), Option<TxFrame>) -> Result<(), E>,
@@ -3308,8 +3310,8 @@ impl<'a> Tcb<'a> {
                     // 3. MSS the remote is willing to accept, probably determined by their MTU
                     // 4. MSS we can send, determined by our MTU.
                     //
-                    // (smoltcp lets a device with segmentation offload take segments larger
-                    // than the MSS here; this port has no segmentation offload.)
+                    // (A link that takes super-segments gets whole frames past this one's
+                    // MSS below, within the same windows.)
                     let device_limit = effective_mss;
 
                     let size = if is_zero_window_probe {
