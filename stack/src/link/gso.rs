@@ -17,9 +17,16 @@
 //!    (or its pseudo-header sum when the driver completes it)
 //! ```
 //!
+//! A piece goes to the driver when its queue has room ([`Driver::poll_transmit_ready`]); the
+//! pieces that find it full wait in the link layer, in order ([`Held`]), and go first when room
+//! comes back: TCP output sends nothing of its own before they are gone, and egress starts by
+//! sending them (`LinkLayer::flush_gso_held`).
+//!
 //! No payload byte is copied either way and the connection is not asked again per piece. The
 //! IP header comes from the stack's one writer (`ip/emit.rs`) and the checksums from
 //! `ip/checksum.rs`: the one place the link layer reads into the packets it carries.
+
+use core::task::{Context, Waker};
 
 use smoltcp::iface::Interface;
 use smoltcp::phy::ChecksumCapabilities;
@@ -35,6 +42,10 @@ use crate::datagram::DatagramError;
 use crate::ip::checksum;
 use crate::ip::emit::{write_header, Ipv4Idents};
 use crate::stats::{Counters, DropReason};
+
+/// Pieces of software-split super-segments waiting for room in the driver's queue, oldest
+/// first: at most one super-segment's.
+pub(crate) type Held = heapless::Deque<TxFrame, MAX_CHAIN_SEGMENTS>;
 
 /// Offset of the checksum field in a TCP header.
 const TCP_CHECKSUM_AT: usize = 16;
@@ -85,10 +96,35 @@ pub(crate) struct SuperSegment<'r> {
 }
 
 impl LinkLayer {
+    /// Sends the held pieces of split super-segments while the driver has room. `true` once
+    /// none is left; `false` with `waker` registered for the room.
+    pub(crate) fn flush_gso_held(&mut self, waker: &Waker, counters: &Counters) -> bool {
+        while !self.gso_held.is_empty() {
+            if !self.has_room(waker) {
+                return false;
+            }
+            if let Some(piece) = self.gso_held.pop_front() {
+                // Counted (out, or refused) by `transmit`.
+                let _ = self.transmit(piece, counters);
+            }
+        }
+        true
+    }
+
+    /// Whether the driver's queue takes a frame now (`waker` registered if not).
+    fn has_room(&mut self, waker: &Waker) -> bool {
+        self.driver
+            .poll_transmit_ready(&mut Context::from_waker(waker))
+            .is_ready()
+    }
+
     /// Sends a super-segment towards `hop` (`None` on an IP link): whole to a driver that
     /// segments it, else split in software (see the module docs). Counted in the stack's
     /// statistics (`super_segments`, `tso_super_segments`, `gso_pieces`, frames out and drops
     /// as for any frame).
+    ///
+    /// The caller made sure the driver has room for one frame and no piece is held; pieces the
+    /// driver has no room for are held (`waker` registered for the room, see the module docs).
     ///
     /// Errors (the frames dropped, for the caller to count): no room in the neighbour table
     /// for the next hop, no headroom for a header.
@@ -102,6 +138,7 @@ impl LinkLayer {
         counters: &Counters,
         traffic: Traffic,
         idents: &mut Ipv4Idents,
+        waker: &Waker,
     ) -> Result<(), DatagramError> {
         // The next hop's MAC, once for every piece.
         let mac = match hop {
@@ -163,8 +200,13 @@ impl LinkLayer {
                     return;
                 }
             }
-            // Counted (out, or refused) by `transmit`.
-            let _ = self.transmit(piece, counters);
+            if self.gso_held.is_empty() && self.has_room(waker) {
+                // Counted (out, or refused) by `transmit`.
+                let _ = self.transmit(piece, counters);
+            } else if self.gso_held.push_back(piece).is_err() {
+                // Not reached: at most one super-segment is held, and it fits.
+                counters.drop(DropReason::TxDriver);
+            }
         })?;
         counters.super_segment(false, pieces);
         Ok(())

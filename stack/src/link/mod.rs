@@ -41,6 +41,8 @@ pub(crate) struct LinkLayer {
     /// The TCP super-segments the driver segments itself (`gso.rs`); others are split in
     /// software.
     pub(crate) gso: gso::GsoSupport,
+    /// Pieces of split super-segments waiting for room in the driver's queue (`gso.rs`).
+    pub(crate) gso_held: gso::Held,
     /// A slot leased as scratch space (see `device.rs`) until shutdown gives it back.
     pub(crate) scratch: Option<TxFrame>,
     /// The TX frame the next TX token writes into (see `device.rs`): reserved for a reply

@@ -716,6 +716,7 @@ impl Stack {
                     max_size: dcaps.gso_max_size,
                     kinds: dcaps.gso_kinds,
                 },
+                gso_held: heapless::Deque::new(),
                 scratch: Some(scratch),
                 spare_tx: None,
                 carrier: crate::link::carrier::Link::new(),

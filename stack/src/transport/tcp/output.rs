@@ -184,6 +184,10 @@ pub(super) fn emit(
     zc: Option<TxFrame>,
     tail: Option<&mut TxChain>,
 ) -> Result<(), Starved> {
+    // Nothing overtakes the held pieces of a split super-segment.
+    if !out.link.flush_gso_held(out.tx_waker, out.counters) {
+        return Err(Starved);
+    }
     if let Some(frame) = zc {
         if let Some(tail) = tail.filter(|t| t.frame_count() > 0) {
             return emit_super(out, hop, ip, tcp, frame, core::mem::take(tail));
@@ -358,6 +362,7 @@ fn emit_super(
         out.counters,
         out.traffic,
         out.ident,
+        out.tx_waker,
     );
     match sent {
         Ok(()) => {}
@@ -511,6 +516,14 @@ pub(crate) struct Egress {
 /// Egress: sends what every connection has due (see the module docs), records timeouts, and
 /// returns the connections' earliest deadline.
 pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) -> Egress {
+    // Pieces of a split super-segment that found the driver's queue full go first.
+    let w = st.tasks.egress_waker.as_ref().unwrap_or(waker);
+    if !st.link.flush_gso_held(w, counters) {
+        return Egress {
+            starved: true,
+            deadline: None,
+        };
+    }
     let mut deadline: Option<Instant> = None;
     let ip_mtu = st.link.caps.ip_mtu();
     // Super-segments: as large as the driver segments, else as IP allows (split in software),
