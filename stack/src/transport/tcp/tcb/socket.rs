@@ -2907,8 +2907,14 @@ impl<'a> Tcb<'a> {
         // window) waits for the next acknowledgement, which frees room for more (Linux's TSO
         // deferral, simplified). Without it, each ACK of two segments lets two segments out
         // and the peer acknowledges those two again: runs never grow. The ACK is sure to come
-        // (data is in flight); a retransmission (above) and a FIN never wait.
-        if self.super_segments && can_send && data_in_flight && !want_fin {
+        // (data is in flight); a retransmission (above), a FIN and what loss recovery lets
+        // out never wait.
+        if self.super_segments
+            && can_send
+            && data_in_flight
+            && !want_fin
+            && !self.recovery.in_recovery()
+        {
             let ceiling = self
                 .tx_buffer
                 .capacity()
