@@ -173,8 +173,11 @@ pub(super) fn out<'a>(
 
 /// Builds the segment (`ip`, `tcp`) into a TX frame and sends it towards `hop` (see the module
 /// docs). `sent_max` is the connection's [`Tcb::sent_max`](crate::transport::tcp::tcb::socket::Tcb::sent_max) before this segment: payload below
-/// it is recorded as a retransmission. `Err` only when there is no TX frame; a segment that
-/// cannot be sent otherwise is dropped and counted, and `Ok`.
+/// it is recorded as a retransmission. `zc` is the payload's send-queue frame when it is sent
+/// in place; with frames in `tail` too (a super-segment, see the module docs) they all go, the
+/// chain left empty. `Err` only when there is no TX frame (or the driver has no room, or pieces
+/// of a split super-segment still wait for it); a segment that cannot be sent otherwise is
+/// dropped and counted, and `Ok`.
 pub(super) fn emit(
     out: &mut Out<'_>,
     hop: Option<IpAddress>,
