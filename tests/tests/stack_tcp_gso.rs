@@ -6,7 +6,8 @@
 //! the connections' state machines per MiB, against the segments per MiB a stack that works
 //! one segment at a time passes.
 //!
-//! Once with 16 KiB socket buffers (the stack benchmark's), once with 256 KiB, and once with
+//! Once with 16 KiB socket buffers (the stack benchmark's), once with 256 KiB, once over IPv6,
+//! and once with
 //! the sender on a device whose transmit queue holds 8 frames and drains every 50 µs: the
 //! pieces of a run that find it full wait in the link layer and go, in order, as it drains
 //! (nothing is refused, nothing is sent again).
@@ -23,16 +24,13 @@ use zcnet_buffer::{
 };
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket, TcpStats};
-use zcnet_stack::{DropReason, IpEndpoint, StackStats};
+use zcnet_stack::{DropReason, IpAddress, IpEndpoint, Ipv6Address, Ipv6Cidr, StackStats, StaticV6};
 use zcnet_tests::clock::VirtualClock;
-use zcnet_tests::net::{pair_on, pair_wrapped, Pair, PairDriver, ADDR};
+use zcnet_tests::net::{pair_on, pair_on_with, pair_wrapped, Pair, PairDriver, ADDR};
 use zcnet_tests::wire::{Faults, WireEnd};
 
 const LEN: usize = 16 * 1024 * 1024;
 const MIB: f64 = 1024.0 * 1024.0;
-/// Payload bytes of a full segment: a 1500-byte IP MTU less the IP and TCP headers and the
-/// timestamp option.
-const MSS: u64 = 1448;
 
 /// The stream: a multiplicative hash of each byte's position.
 fn data() -> Vec<u8> {
@@ -155,6 +153,11 @@ fn bulk(buffer: usize) {
 /// Moves `LEN` bytes from A to B with `buffer`-byte socket buffers, checks them (see the
 /// module docs) and returns A's stack and connection statistics.
 fn bulk_over(p: &Pair, buffer: usize) -> (StackStats, TcpStats) {
+    bulk_to(p, buffer, ADDR[1].into())
+}
+
+/// [`bulk_over`] to B at `b_addr`.
+fn bulk_to(p: &Pair, buffer: usize, b_addr: IpAddress) -> (StackStats, TcpStats) {
     let [a, b] = p.stacks;
     let payload = data();
     let want: [u8; 32] = Sha256::digest(&payload).into();
@@ -179,12 +182,9 @@ fn bulk_over(p: &Pair, buffer: usize) -> (StackStats, TcpStats) {
     });
     let client = p.exec.block_on(async move {
         let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(buffer, buffer)).unwrap();
-        c.connect_timeout(
-            IpEndpoint::new(ADDR[1].into(), 9000),
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
+        c.connect_timeout(IpEndpoint::new(b_addr, 9000), Duration::from_secs(10))
+            .await
+            .unwrap();
         c.write_all(&payload).await.unwrap();
         c.flush().await.unwrap();
         c
@@ -203,7 +203,7 @@ fn bulk_over(p: &Pair, buffer: usize) -> (StackStats, TcpStats) {
     // The data went as full segments, but for the last of runs cut short by the window.
     let data_segments = ca.counters.segments_sent;
     assert!(
-        data_segments <= LEN as u64 / MSS + sa.super_segments + 10,
+        data_segments <= LEN as u64 / ca.mss as u64 + sa.super_segments + 10,
         "{ca:?} {sa:?}"
     );
     assert_eq!((wire.too_long, wire.lost), (0, 0), "{wire:?}");
@@ -276,5 +276,29 @@ fn runs_wait_in_order_for_a_small_transmit_queue() {
     assert_eq!(queue.lock().unwrap().refused, 0, "nothing refused");
     assert_eq!(s.dropped(DropReason::TxDriver), 0, "{s:?}");
     assert_eq!(c.counters.bytes_retransmitted, 0, "{c:?}");
+    p.assert_slots_back();
+}
+
+#[test]
+fn sixteen_mib_in_super_segments_over_ipv6() {
+    const V6: [Ipv6Address; 2] = [
+        Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+        Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+    ];
+    let p = pair_on_with(
+        Executor::leak(VirtualClock::leak()),
+        Faults::default(),
+        512,
+        |i, c| {
+            c.ipv6 = Some(StaticV6 {
+                address: Ipv6Cidr::new(V6[i], 64),
+                gateway: None,
+            })
+        },
+    );
+    let (s, c) = bulk_to(&p, 64 * 1024, V6[1].into());
+    assert!(s.gso_pieces > 2 * s.super_segments, "{s:?}");
+    // IPv6's header is 20 bytes longer: 1428-byte segments.
+    assert_eq!(c.mss, 1428, "{c:?}");
     p.assert_slots_back();
 }
