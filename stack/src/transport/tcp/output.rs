@@ -175,9 +175,9 @@ pub(super) fn out<'a>(
 /// docs). `sent_max` is the connection's [`Tcb::sent_max`](crate::transport::tcp::tcb::socket::Tcb::sent_max) before this segment: payload below
 /// it is recorded as a retransmission. `zc` is the payload's send-queue frame when it is sent
 /// in place; with frames in `tail` too (a super-segment, see the module docs) they all go, the
-/// chain left empty. `Err` only when there is no TX frame (or the driver has no room, or pieces
-/// of a split super-segment still wait for it); a segment that cannot be sent otherwise is
-/// dropped and counted, and `Ok`.
+/// chain left empty. `Err` only when there is no TX frame (or the driver has no room, or, for a
+/// segment with payload, pieces of a split super-segment still wait for it); a segment that
+/// cannot be sent otherwise is dropped and counted, and `Ok`.
 pub(super) fn emit(
     out: &mut Out<'_>,
     hop: Option<IpAddress>,
@@ -187,8 +187,10 @@ pub(super) fn emit(
     zc: Option<TxFrame>,
     tail: Option<&mut TxChain>,
 ) -> Result<(), Starved> {
-    // Nothing overtakes the held pieces of a split super-segment.
-    if !out.link.flush_gso_held(out.tx_waker, out.counters) {
+    // No data overtakes the held pieces of a split super-segment (a segment without payload, an
+    // answer ingress reserved a frame for, may).
+    let data = zc.is_some() || !tcp.payload.is_empty();
+    if !out.link.flush_gso_held(out.tx_waker, out.counters) && data {
         return Err(Starved);
     }
     if let Some(frame) = zc {
