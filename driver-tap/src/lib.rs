@@ -159,7 +159,19 @@ pub struct TapConfig {
     /// checksums and marks its frames, see [`zcnet_buffer::offload`]; smoltcp's frames go out
     /// with full checksums and no mark). Off for a stack that reads the checksum bit as "the
     /// device fills in the whole checksum": it would send frames the kernel drops.
+    ///
+    /// A TCP super-segment (a chain whose head carries a [`GsoRequest`]) is written with one
+    /// `writev`, its virtio-net header saying `NEEDS_CSUM` and `GSO_TCPV4` / `GSO_TCPV6` with
+    /// the segment size; the kernel takes such writes whatever `TUNSETOFFLOAD` said (those
+    /// flags decide only what it hands to the reader, see [`rx_gso`](Self::rx_gso)), and
+    /// segments the packet itself only if it leaves the host.
     pub tx_offloads: bool,
+    /// With [`tx_offloads`](Self::tx_offloads): advertises TCP segmentation (default `true`).
+    /// Off, only the checksum offloads are advertised and the stack cuts its super-segments
+    /// into MTU-sized frames itself: for a measurement whose rules want every segment to cross
+    /// the fd as its own frame (a firewall rule dropping single frames, a capture counting
+    /// them), or to compare both in one run.
+    pub tso: bool,
     /// With [`offloads`](Self::offloads): negotiates TSO (`TUN_F_TSO4 | TUN_F_TSO6`) so the
     /// kernel hands over TCP packets of up to 64 KiB, read with `readv` into a chain (a head
     /// slot and tail slots; [`Capabilities::rx_chains`]) and marked with their
@@ -181,6 +193,7 @@ impl TapConfig {
             offloads: true,
             complete_rx_checksums: false,
             tx_offloads: true,
+            tso: true,
             rx_gso: false,
         }
     }
@@ -194,6 +207,12 @@ impl TapConfig {
     /// The same configuration with [`tx_offloads`](Self::tx_offloads) on or off.
     pub fn with_tx_offloads(mut self, on: bool) -> Self {
         self.tx_offloads = on;
+        self
+    }
+
+    /// The same configuration with [`tso`](Self::tso) on or off.
+    pub fn with_tso(mut self, on: bool) -> Self {
+        self.tso = on;
         self
     }
 
@@ -480,6 +499,7 @@ pub struct Tap {
     vnet: usize,
     complete_rx_checksums: bool,
     tx_offloads: bool,
+    tso: bool,
     rx_gso: bool,
     /// Packets whose write hit `EAGAIN`, oldest first (capacity reserved at open: no allocation).
     tx_queue: VecDeque<Outgoing>,
@@ -825,6 +845,7 @@ impl Tap {
             vnet: config.header_len(),
             complete_rx_checksums: config.complete_rx_checksums,
             tx_offloads: config.tx_offloads,
+            tso: config.tso,
             rx_gso: config.offloads && config.rx_gso,
             tx_queue: VecDeque::with_capacity(TX_QUEUE),
             counters: Arc::default(),
@@ -1370,7 +1391,7 @@ impl Driver for Tap {
         let (checksum, gso) = if tx {
             (
                 ChecksumOffloads::TCP_TX.union(ChecksumOffloads::UDP_TX),
-                GSO_MAX_SIZE,
+                if self.tso { GSO_MAX_SIZE } else { 0 },
             )
         } else {
             // Without the stack's partial checksums the kernel expects complete ones.

@@ -210,6 +210,17 @@ pub struct StackStats {
     /// in flight that named an MTU no lower than the one it already used (usually the
     /// messages about the rest of a burst, after the first one lowered it): ignored.
     pub path_mtu_unchanged: u64,
+    /// TCP super-segments sent: runs of send-queue frames a connection sent in one pass, more
+    /// than one segment's payload (`transport/tcp/output.rs`). Each is either handed to the
+    /// driver whole ([`tso_super_segments`](Self::tso_super_segments)) or split in software
+    /// ([`gso_pieces`](Self::gso_pieces)).
+    pub super_segments: u64,
+    /// Super-segments handed to the driver whole for it to segment (TSO: the driver declares
+    /// segmentation for the IP version): one frame out each.
+    pub tso_super_segments: u64,
+    /// Segments the stack cut super-segments into itself (software GSO, for a driver without
+    /// segmentation offload): each is one frame out.
+    pub gso_pieces: u64,
 }
 
 impl StackStats {
@@ -256,6 +267,9 @@ pub(crate) struct Counters {
     syn_cookie_accept_drops: AtomicU64,
     path_mtu_reductions: AtomicU64,
     path_mtu_unchanged: AtomicU64,
+    super_segments: AtomicU64,
+    tso_super_segments: AtomicU64,
+    gso_pieces: AtomicU64,
 }
 
 /// Adds one to a counter whose writers are serialised by the state's single owner (see [`Counters`]);
@@ -291,6 +305,9 @@ impl Counters {
             syn_cookie_accept_drops: AtomicU64::new(0),
             path_mtu_reductions: AtomicU64::new(0),
             path_mtu_unchanged: AtomicU64::new(0),
+            super_segments: AtomicU64::new(0),
+            tso_super_segments: AtomicU64::new(0),
+            gso_pieces: AtomicU64::new(0),
         }
     }
 
@@ -406,6 +423,16 @@ impl Counters {
     pub(crate) fn path_mtu_unchanged(&self) {
         bump(&self.path_mtu_unchanged);
     }
+    /// A TCP super-segment sent: whole to the driver (`tso`), or as `pieces` cut in software.
+    pub(crate) fn super_segment(&self, tso: bool, pieces: u64) {
+        bump(&self.super_segments);
+        if tso {
+            bump(&self.tso_super_segments);
+        } else {
+            let c = &self.gso_pieces;
+            c.store(c.load(Relaxed).wrapping_add(pieces), Relaxed);
+        }
+    }
 
     pub(crate) fn snapshot(&self) -> StackStats {
         let mut drops = [0; DropReason::COUNT];
@@ -435,6 +462,9 @@ impl Counters {
             syn_cookie_accept_drops: self.syn_cookie_accept_drops.load(Relaxed),
             path_mtu_reductions: self.path_mtu_reductions.load(Relaxed),
             path_mtu_unchanged: self.path_mtu_unchanged.load(Relaxed),
+            super_segments: self.super_segments.load(Relaxed),
+            tso_super_segments: self.tso_super_segments.load(Relaxed),
+            gso_pieces: self.gso_pieces.load(Relaxed),
         }
     }
 }

@@ -232,6 +232,19 @@ impl TapNet {
             mtu,
             |netns, tap| netns.adopt(tap, &format!("{LINUX_ADDR}/24")),
             |_| {},
+            |c| c,
+        )
+    }
+
+    /// Like [`new`](Self::new), with the TAP's configuration adjusted by `tap` (which gets
+    /// [`new`](Self::new)'s: the name and MTU set, the defaults otherwise), e.g. an offload
+    /// turned off.
+    pub fn with_tap(mtu: usize, tap: impl FnOnce(TapConfig) -> TapConfig) -> TapNet {
+        Self::build::<SOCKETS>(
+            mtu,
+            |netns, name| netns.adopt(name, &format!("{LINUX_ADDR}/24")),
+            |_| {},
+            tap,
         )
     }
 
@@ -246,15 +259,17 @@ impl TapNet {
             mtu,
             |netns, tap| netns.adopt_with(tap, linux_addrs),
             configure,
+            |c| c,
         )
     }
 
-    /// The namespace, the TAP (its kernel side moved in by `adopt`), and the stack (static
-    /// [`ZCNET_ADDR`]/24, then `configure`) with `N` socket slots.
+    /// The namespace, the TAP (configured by `tap`, its kernel side moved in by `adopt`), and
+    /// the stack (static [`ZCNET_ADDR`]/24, then `configure`) with `N` socket slots.
     fn build<const N: usize>(
         mtu: usize,
         adopt: impl FnOnce(&Netns, &str),
         configure: impl FnOnce(&mut Config),
+        tap: impl FnOnce(TapConfig) -> TapConfig,
     ) -> TapNet {
         let netns = Netns::new();
         let platform = LinuxPlatform::leak().expect("epoll");
@@ -265,7 +280,8 @@ impl TapNet {
         let slots = (8 * 1024 * 1024 / slot_size).max(512);
         let pool = FramePool::leak(PoolConfig::new(slots).with_slot_size(slot_size)).expect("pool");
         let tap_name = tap_name();
-        let tap = Tap::open(platform, pool, &TapConfig::new(&tap_name).with_mtu(mtu))
+        let tap_config = tap(TapConfig::new(&tap_name).with_mtu(mtu));
+        let tap = Tap::open(platform, pool, &tap_config)
             .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
         let tap_stats = tap.stats_handle();
         adopt(&netns, &tap_name);

@@ -4,18 +4,22 @@
 //! have run out their connections, every slot of both pools is back (the pool audit). Once
 //! with each congestion control: none (the default), Reno and CUBIC (whose loss recovery
 //! sends at proportional rate reduction's pace). Both receivers take in-order runs of
-//! segments in batches (software GRO) throughout, faults and all.
+//! segments in batches (software GRO) throughout, faults and all, and both senders send
+//! super-segments, split in software into one frame per segment (the wire does not segment);
+//! once more over a wire whose ends segment them as a TSO NIC does (each segment then meets
+//! the faults on its own).
 
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
+use zcnet_buffer::sim::wire::WireOffloads;
 use zcnet_executor::time::timeout;
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{CongestionControl, TcpBuffers, TcpSocket};
 use zcnet_stack::{IpEndpoint, Stack};
 use zcnet_tests::clock::VirtualClock;
-use zcnet_tests::net::{pair_on, ADDR};
-use zcnet_tests::wire::Faults;
+use zcnet_tests::net::{pair_drivers, pair_on, Pair, PairDriver, ADDR};
+use zcnet_tests::wire::{Delivery, Faults};
 
 const LEN: usize = 10 * 1024 * 1024;
 
@@ -97,20 +101,25 @@ fn socket(stack: Stack, cc: CongestionControl) -> TcpSocket {
 
 #[test]
 fn ten_megabytes_each_way_byte_exact_under_loss_reorder_duplication_and_corruption() {
-    ten_megabytes_each_way(CongestionControl::None);
+    ten_megabytes_each_way(CongestionControl::None, false);
 }
 
 #[test]
 fn the_same_with_reno() {
-    ten_megabytes_each_way(CongestionControl::Reno);
+    ten_megabytes_each_way(CongestionControl::Reno, false);
 }
 
 #[test]
 fn the_same_with_cubic() {
-    ten_megabytes_each_way(CongestionControl::Cubic);
+    ten_megabytes_each_way(CongestionControl::Cubic, false);
 }
 
-fn ten_megabytes_each_way(cc: CongestionControl) {
+#[test]
+fn the_same_with_cubic_over_ends_that_segment() {
+    ten_megabytes_each_way(CongestionControl::Cubic, true);
+}
+
+fn ten_megabytes_each_way(cc: CongestionControl, tso: bool) {
     let faults = Faults {
         seed: 0x5eed,
         loss: 0.05,
@@ -121,7 +130,30 @@ fn ten_megabytes_each_way(cc: CongestionControl) {
     };
     // Simulated time: smoltcp's retransmission timeouts (a second or more each) pass at once
     // instead of keeping the test waiting for minutes.
-    let p = pair_on(Executor::leak(VirtualClock::leak()), faults, 512);
+    let exec = Executor::leak(VirtualClock::leak());
+    let p: Pair = if tso {
+        // Each end completes checksums and cuts super-segments of up to 64 KiB, as a NIC does.
+        let offloads = WireOffloads {
+            tx_checksum: true,
+            gso_max_size: 65535,
+            ..WireOffloads::default()
+        };
+        pair_drivers::<4, 4>(
+            exec,
+            faults,
+            Delivery::Copy,
+            [512, 512],
+            |a, b| -> [PairDriver; 2] {
+                [
+                    Box::new(a.with_offloads(offloads)),
+                    Box::new(b.with_offloads(offloads)),
+                ]
+            },
+            |_, _| {},
+        )
+    } else {
+        pair_on(exec, faults, 512)
+    };
     let [a, b] = p.stacks;
     let (a_data, b_data) = (stream(1), stream(2));
     let (a_sum, b_sum): ([u8; 32], [u8; 32]) = (
@@ -165,6 +197,10 @@ fn ten_megabytes_each_way(cc: CongestionControl) {
     );
     for w in [w0, w1] {
         assert!(
+            !tso || w.segmented > 0,
+            "the ends cut super-segments: {w:?}"
+        );
+        assert!(
             w.lost > 0 && w.reordered > 0 && w.duplicated > 0 && w.corrupted > 0,
             "{w:?}"
         );
@@ -174,6 +210,21 @@ fn ten_megabytes_each_way(cc: CongestionControl) {
             s.gro_batches > 0 && s.gro_segments >= 2 * s.gro_batches,
             "segments taken in batches: {s:?}"
         );
+        if tso {
+            // The ends segment: every super-segment went to them whole.
+            assert!(
+                s.super_segments > 0 && s.tso_super_segments == s.super_segments,
+                "data sent in super-segments, whole: {s:?}"
+            );
+        } else {
+            // The wire does not segment: every super-segment was split in software.
+            assert!(
+                s.super_segments > 0
+                    && s.tso_super_segments == 0
+                    && s.gso_pieces >= 2 * s.super_segments,
+                "data sent in super-segments, split in software: {s:?}"
+            );
+        }
     }
     p.assert_slots_back();
 }

@@ -1,6 +1,7 @@
 //! TCP bulk against the Linux kernel over a TAP in a test-made namespace (see
 //! `zcnet_tests::netns`): 100 MiB from a Linux client to a zcnet server, and 100 MiB from a zcnet
-//! server to a Linux client, each byte-exact by SHA-256 (both sides hash what they sent or got,
+//! server to a Linux client (in super-segments the TAP segments, and again with that offload off
+//! and the stack cutting them), each byte-exact by SHA-256 (both sides hash what they sent or got,
 //! and the digests and byte counts are compared); and 32 MiB through a zcnet echo server, both
 //! ways at once, with no retransmission timeout on the lossless path. zcnet hashes and generates its bytes in place
 //! in the connection's pool frames (`read_with` / `write_with`). Wall times are printed
@@ -203,11 +204,27 @@ impl Stream {
 
 /// A Linux client connects and reads until end of stream, hashing; the zcnet server generates
 /// 100 MiB in place in its send queue's frames, hashing as it goes, then closes. The client's SHA-256 and
-/// byte count must match zcnet's.
+/// byte count must match zcnet's. The TAP segments zcnet's super-segments (TSO).
 #[test]
 fn zcnet_sends_100_mib_to_linux_byte_exact() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let net = TapNet::new(1500);
+    zcnet_sends_100_mib(TapNet::new(1500), true);
+}
+
+/// The same with the TAP's segmentation offload off ([`TapConfig::with_tso`]): zcnet cuts its
+/// super-segments into MTU-sized frames itself (software GSO), the kernel still completing
+/// their checksums.
+///
+/// [`TapConfig::with_tso`]: zcnet_tap::TapConfig::with_tso
+#[test]
+fn zcnet_sends_100_mib_to_linux_split_in_software_byte_exact() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    zcnet_sends_100_mib(TapNet::with_tap(1500, |c| c.with_tso(false)), false);
+}
+
+/// zcnet sends `TOTAL` bytes to a Linux client over `net` (see the tests above); `tso`: the
+/// TAP segments the super-segments, else the stack does.
+fn zcnet_sends_100_mib(net: TapNet, tso: bool) {
     let mut listener = TcpListener::bind(net.stack, 5002, 1, buffers).expect("listen");
     let server = net.exec.local_spawner().spawn(async move {
         let mut s = listener.accept().await.expect("accept");
@@ -258,6 +275,25 @@ print("bytes=%d" % n)
     // zcnet's segments went out with partial checksums the kernel completed (TAP offloads),
     // and Linux received every byte right.
     assert!(s.tx_checksum_partial > 0, "{s:?}");
+    let st = net.stack.stats();
+    eprintln!("TAP {s:?}\nstack {st:?}");
+    if tso {
+        // The data went as super-segments the kernel segmented (TSO): one write each.
+        assert!(s.tx_gso > 0 && s.tx_chains > 0, "{s:?}");
+        assert!(
+            st.tso_super_segments > 0 && st.gso_pieces == 0,
+            "super-segments handed to the TAP whole: {st:?}"
+        );
+    } else {
+        // Runs of frames cut into frames by the stack: no segmentation request.
+        assert_eq!(s.tx_gso, 0, "{s:?}");
+        assert!(
+            st.super_segments > 0
+                && st.tso_super_segments == 0
+                && st.gso_pieces >= 2 * st.super_segments,
+            "super-segments split in software: {st:?}"
+        );
+    }
     settle_and_audit(&net);
 }
 
@@ -329,6 +365,12 @@ if n != N or got.digest() != sent.digest():
     assert_eq!(
         stats.counters.timeouts, 0,
         "retransmission timeouts on a lossless path: {stats:?}"
+    );
+    // The echo went back in super-segments the kernel segmented (TSO).
+    let st = net.stack.stats();
+    assert!(
+        st.tso_super_segments > 0 && net.tap_stats.get().tx_gso > 0,
+        "{st:?}"
     );
     eprintln!(
         "Linux -> zcnet echo -> Linux: {ECHO_TOTAL} bytes each way in {elapsed:.2?} ({:.1} MB/s)",

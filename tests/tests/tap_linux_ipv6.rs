@@ -342,6 +342,12 @@ fn tcp_both_ways(net: &TapNet, zcnet: Ipv6Address, linux: Ipv6Address, scoped: b
         out.starts_with(&format!("served {zcnet}")),
         "want a connection from {zcnet}: {out}"
     );
+    // zcnet's data went as IPv6 super-segments the kernel segmented (TSO).
+    let (st, tap) = (net.stack.stats(), net.tap_stats.get());
+    assert!(
+        st.tso_super_segments > 0 && st.gso_pieces == 0 && tap.tx_gso > 0,
+        "{st:?} {tap:?}"
+    );
 }
 
 /// TCP over link-local addresses, both ways: a Linux client reaches zcnet's echo server at

@@ -1,13 +1,15 @@
 //! The link layer: the driver the stack holds ([`driver`]), the driver seen as a smoltcp
 //! `Device` for one step of smoltcp's protocols ([`device`]), the carrier state and its waiters
-//! ([`carrier`]), and the zero-copy path's neighbour table, Ethernet header writer and transmit
-//! ([`neighbor`]).
+//! ([`carrier`]), the zero-copy path's neighbour table, Ethernet header writer and transmit
+//! ([`neighbor`]), and TCP super-segments, handed to the driver whole or split ([`gso`]).
 //!
-//! The bottom layer: it depends on the driver trait and the stack's counters, nothing above.
+//! The bottom layer: it depends on the driver trait and the stack's counters, nothing above
+//! but the IP header writer and checksums the software split of super-segments uses.
 
 pub(crate) mod carrier;
 pub(crate) mod device;
 pub(crate) mod driver;
+pub(crate) mod gso;
 pub(crate) mod neighbor;
 
 use smoltcp::iface::Interface;
@@ -36,6 +38,11 @@ pub(crate) struct LinkLayer {
     /// smoltcp is never told of transmit offloads (it cannot mark its frames): `caps` says
     /// software for every transmit checksum.
     pub(crate) tcp_tx_partial: bool,
+    /// The TCP super-segments the driver segments itself (`gso.rs`); others are split in
+    /// software.
+    pub(crate) gso: gso::GsoSupport,
+    /// Pieces of split super-segments waiting for room in the driver's queue (`gso.rs`).
+    pub(crate) gso_held: gso::Held,
     /// A slot leased as scratch space (see `device.rs`) until shutdown gives it back.
     pub(crate) scratch: Option<TxFrame>,
     /// The TX frame the next TX token writes into (see `device.rs`): reserved for a reply

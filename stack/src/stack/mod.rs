@@ -712,6 +712,11 @@ impl Stack {
                 tcp_tx_partial: dcaps
                     .checksum
                     .contains(zcnet_buffer::ChecksumOffloads::TCP_TX),
+                gso: crate::link::gso::GsoSupport {
+                    max_size: dcaps.gso_max_size,
+                    kinds: dcaps.gso_kinds,
+                },
+                gso_held: heapless::Deque::new(),
                 scratch: Some(scratch),
                 spare_tx: None,
                 carrier: crate::link::carrier::Link::new(),

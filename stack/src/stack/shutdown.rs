@@ -89,6 +89,7 @@ fn teardown(st: &mut State) -> Result<StackDriver, StackError> {
     // Frames the stack itself holds.
     st.link.scratch = None;
     st.link.spare_tx = None;
+    st.link.gso_held.clear();
     st.tasks.pending_rx = None;
     st.link.neighbors.shut_down();
     st.zc.shut_down();

@@ -231,7 +231,7 @@ fn send_answer(
         let mut out = out(st, waker, counters, now);
         out.set_traffic(traffic);
         // A spare frame was reserved: this cannot starve.
-        let _ = emit(&mut out, hop, &ip, &tcp, None, None);
+        let _ = emit(&mut out, hop, &ip, &tcp, None, None, None);
     }
 }
 

@@ -12,6 +12,12 @@
 //!      both: checksums unless the driver computes them ─► next hop and Ethernet header
 //!        (link::neighbor: the zero-copy path's table, holding the frame while ARP / NDP
 //!        resolves) ─► Driver::transmit
+//!  super-segment: the payload is a run of whole send-queue frames (the first as above, the
+//!        others in the chain egress lends through `TcpContext::with_gso`), up to 64 KiB less
+//!        headers as the windows allow: the TCP header in the first frame's headroom, then
+//!        link::gso hands the run to a driver that segments it (TSO, one chain) or cuts it
+//!        into one segment per frame, each frame's headroom taking a copy of the headers
+//!        (software GSO). No payload copy, one pass of the connection for the whole run.
 //! ```
 //!
 
@@ -39,11 +45,12 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpProtocol, IpRepr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber};
 use zcnet_buffer::ledger::{self, CopySite};
 use zcnet_buffer::ChecksumPartial;
-use zcnet_buffer::TxFrame;
+use zcnet_buffer::{TxChain, TxFrame};
 
 use crate::datagram::DatagramError;
 use crate::ip::checksum;
 use crate::ip::emit::write_header;
+use crate::link::gso::{SuperSegment, MAX_SUPER_SEGMENT};
 use crate::link::neighbor::{self, Traffic};
 use crate::link::{LinkLayer, Sender, Sent};
 use crate::runner::Tasks;
@@ -166,7 +173,10 @@ pub(super) fn out<'a>(
 
 /// Builds the segment (`ip`, `tcp`) into a TX frame and sends it towards `hop` (see the module
 /// docs). `sent_max` is the connection's [`Tcb::sent_max`](crate::transport::tcp::tcb::socket::Tcb::sent_max) before this segment: payload below
-/// it is recorded as a retransmission. `Err` only when there is no TX frame; a segment that
+/// it is recorded as a retransmission. `zc` is the payload's send-queue frame when it is sent
+/// in place; with frames in `tail` too (a super-segment, see the module docs) they all go, the
+/// chain left empty. `Err` only when there is no TX frame (or the driver has no room, or, for a
+/// segment with payload, pieces of a split super-segment still wait for it); a segment that
 /// cannot be sent otherwise is dropped and counted, and `Ok`.
 pub(super) fn emit(
     out: &mut Out<'_>,
@@ -175,8 +185,18 @@ pub(super) fn emit(
     tcp: &TcpRepr<'_>,
     sent_max: Option<TcpSeqNumber>,
     zc: Option<TxFrame>,
+    tail: Option<&mut TxChain>,
 ) -> Result<(), Starved> {
+    // No data overtakes the held pieces of a split super-segment (a segment without payload, an
+    // answer ingress reserved a frame for, may).
+    let data = zc.is_some() || !tcp.payload.is_empty();
+    if !out.link.flush_gso_held(out.tx_waker, out.counters) && data {
+        return Err(Starved);
+    }
     if let Some(frame) = zc {
+        if let Some(tail) = tail.filter(|t| t.frame_count() > 0) {
+            return emit_super(out, hop, ip, tcp, frame, core::mem::take(tail));
+        }
         return emit_in_place(out, hop, ip, tcp, frame);
     }
     let mut frame = match out.link.spare_tx.take() {
@@ -247,21 +267,10 @@ fn emit_in_place(
     tcp: &TcpRepr<'_>,
     mut frame: TxFrame,
 ) -> Result<(), Starved> {
-    if out
-        .link
-        .driver
-        .poll_transmit_ready(&mut Context::from_waker(out.tx_waker))
-        .is_pending()
-    {
-        return Err(Starved);
-    }
-    let link = out.link.header_len();
-    let ip_len = ip.header_len();
-    let tcp_len = tcp.header_len();
-    if frame.headroom() < out.link.tx_headroom + link + ip_len + tcp_len {
-        out.counters.drop(DropReason::TxHeadroom);
+    if !ready_for(out, &frame, ip, tcp)? {
         return Ok(());
     }
+    let (link, ip_len, tcp_len) = (out.link.header_len(), ip.header_len(), tcp.header_len());
     if link + ip_len + tcp_len + frame.len() > out.link.caps.max_transmission_unit {
         out.counters.drop(DropReason::TxTooLong);
         return Ok(());
@@ -279,6 +288,93 @@ fn emit_in_place(
         mark_partial(&mut frame, ip_len);
     }
     send(out, frame, hop);
+    Ok(())
+}
+
+/// Whether a send-buffer frame can go now: `Err` when the driver has no room for it (its
+/// waker registered), `Ok(false)` when its headroom cannot take the driver's, link, IP and TCP
+/// headers (counted as [`DropReason::TxHeadroom`]; the frame goes back to its connection).
+fn ready_for(
+    out: &mut Out<'_>,
+    frame: &TxFrame,
+    ip: &IpRepr,
+    tcp: &TcpRepr<'_>,
+) -> Result<bool, Starved> {
+    if out
+        .link
+        .driver
+        .poll_transmit_ready(&mut Context::from_waker(out.tx_waker))
+        .is_pending()
+    {
+        return Err(Starved);
+    }
+    let headers = out.link.header_len() + ip.header_len() + tcp.header_len();
+    if frame.headroom() < out.link.tx_headroom + headers {
+        out.counters.drop(DropReason::TxHeadroom);
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// Sends a super-segment: `head`, a send-buffer frame as for [`emit_in_place`], then the
+/// frames of `tail` (whole send-buffer frames, each at most one MSS of payload, `ip`'s payload
+/// length counting them all). The TCP header goes into the head's headroom, and the link layer
+/// writes the IP headers and either hands the whole to a driver that segments it or splits it
+/// into one segment per frame (`link/gso.rs`). No payload copy. `Err` when the driver has no
+/// room (every frame goes back to its connection, which sends them again later).
+fn emit_super(
+    out: &mut Out<'_>,
+    hop: Option<IpAddress>,
+    ip: &IpRepr,
+    tcp: &TcpRepr<'_>,
+    mut head: TxFrame,
+    tail: TxChain,
+) -> Result<(), Starved> {
+    if !ready_for(out, &head, ip, tcp)? {
+        return Ok(());
+    }
+    let (ip_len, tcp_len) = (ip.header_len(), tcp.header_len());
+    if out.link.caps.medium == Medium::Ethernet && hop.is_none() {
+        out.counters.drop(DropReason::NotForUs);
+        return Ok(());
+    }
+    // The segment size a device cuts at: the largest frame's payload (each is at most the
+    // connection's MSS; all but the last are usually exactly that).
+    let mss = tail.frames().map(|f| f.len()).fold(head.len(), usize::max);
+    // The TCP header in front of the first payload, checksum field zero: the link layer fills
+    // it per segment, or for the whole.
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    if let Ok(h) = head.push_header(tcp_len) {
+        if write_plain_header(h, tcp).is_none() {
+            let mut packet = TcpPacket::new_unchecked(&mut *h);
+            tcp.emit(&mut packet, &src, &dst, &ChecksumCapabilities::ignored());
+            packet.set_checksum(0);
+        }
+    }
+    let _ = head.push_header(ip_len);
+    let seg = SuperSegment {
+        head,
+        tail,
+        ip,
+        tcp_len,
+        mss,
+    };
+    let sent = out.link.send_super(
+        seg,
+        hop,
+        out.iface,
+        out.now,
+        out.counters,
+        out.traffic,
+        out.ident,
+        out.tx_waker,
+    );
+    match sent {
+        Ok(()) => {}
+        Err(DatagramError::NoHeadroom) => out.counters.drop(DropReason::TxHeadroom),
+        Err(DatagramError::Unaddressable) => out.counters.drop(DropReason::NotForUs),
+        Err(_) => out.counters.drop(DropReason::NeighborTableFull),
+    }
     Ok(())
 }
 
@@ -405,6 +501,10 @@ fn send(out: &mut Out<'_>, frame: TxFrame, hop: Option<IpAddress>) {
     }
 }
 
+/// Header bytes a super-segment's IP packet may need besides its payload: the IPv6 header and
+/// the longest TCP header.
+const SUPER_SEGMENT_HEADERS: usize = 40 + 60;
+
 /// Up to this many connections, egress and ingress's deadline check walk every one (each
 /// kept answer costs a load); beyond, only those without a kept answer, plus every one when a
 /// kept deadline is due (see `table.rs`, "Kept deadlines").
@@ -421,8 +521,24 @@ pub(crate) struct Egress {
 /// Egress: sends what every connection has due (see the module docs), records timeouts, and
 /// returns the connections' earliest deadline.
 pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) -> Egress {
+    // Pieces of a split super-segment that found the driver's queue full go first.
+    let w = st.tasks.egress_waker.as_ref().unwrap_or(waker);
+    if !st.link.flush_gso_held(w, counters) {
+        return Egress {
+            starved: true,
+            deadline: None,
+        };
+    }
     let mut deadline: Option<Instant> = None;
     let ip_mtu = st.link.caps.ip_mtu();
+    // Super-segments: as large as the driver segments, else as IP allows (split in software),
+    // less the largest IPv6 and TCP headers. The chain their frames after the first go into.
+    let gso_payload = match st.link.gso.max_size {
+        0 => MAX_SUPER_SEGMENT,
+        n => n.min(MAX_SUPER_SEGMENT),
+    }
+    .saturating_sub(SUPER_SEGMENT_HEADERS);
+    let mut tail = TxChain::new();
     // Only the connections without a kept answer (something happened to them) unless a kept
     // deadline may be due: then every connection (see `table.rs`, "Kept deadlines").
     // A small table is walked whole: cheaper than keeping the earliest kept deadline exact.
@@ -496,15 +612,17 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
         );
         let tcb = e.tcb;
         out.set_traffic(traffic_of(tcb.state()));
-        let mut cx = TcpContext::new(now, ip_mtu, out.iface, e.keys);
+        let mut cx =
+            TcpContext::new(now, ip_mtu, out.iface, e.keys).with_gso(gso_payload, &mut tail);
         // The answer of the last `poll_at`, to keep when it is not due.
         let mut kept = None;
         loop {
             let was_open = tcb.state() != TcpState::Closed;
             let sent_max = tcb.sent_max();
             let mut sent = false;
-            let r = tcb.dispatch(&mut cx, |_, (ip, tcp), zc| {
-                emit(&mut out, hop, &ip, &tcp, sent_max, zc)?;
+            let r = tcb.dispatch(&mut cx, |cx, (ip, tcp), zc| {
+                let tail = cx.gso.as_mut().map(|g| &mut *g.tail);
+                emit(&mut out, hop, &ip, &tcp, sent_max, zc, tail)?;
                 sent = true;
                 Ok::<(), Starved>(())
             });

@@ -7,6 +7,7 @@
 use smoltcp::iface::Interface;
 use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpEndpoint, TcpSeqNumber};
+use zcnet_buffer::TxChain;
 
 use crate::keys::{Prf, Use};
 use crate::transport::tcp::cookie::CookieKey;
@@ -181,6 +182,20 @@ pub(crate) struct TcpContext<'a> {
     /// The stack-wide challenge ACK budget: every `process` call of the stack has it
     /// ([`with_challenge_acks`](Self::with_challenge_acks)); the other calls send none.
     pub(crate) challenge_acks: Option<&'a mut ChallengeAcks>,
+    /// Super-segments: when set (egress sets it for a link that takes them, see
+    /// `transport/tcp/output.rs`), `dispatch` may send up to this many payload bytes in one
+    /// call, as several whole send-queue frames.
+    pub(crate) gso: Option<SuperSegment<'a>>,
+}
+
+/// Where `dispatch` puts a super-segment's payload frames and how large it may be: the first
+/// frame is `emit`'s frame as for any segment sent in place, the others go into `tail`, which
+/// `emit` empties.
+pub(crate) struct SuperSegment<'a> {
+    /// The most payload bytes of one super-segment.
+    pub(crate) max_payload: usize,
+    /// The payload frames after the first, in order (empty for an ordinary segment).
+    pub(crate) tail: &'a mut TxChain,
 }
 
 impl<'a> TcpContext<'a> {
@@ -197,7 +212,15 @@ impl<'a> TcpContext<'a> {
             addrs,
             keys,
             challenge_acks: None,
+            gso: None,
         }
+    }
+
+    /// This context with super-segments of up to `max_payload` payload bytes, their frames
+    /// after the first put into `tail` (see [`SuperSegment`]).
+    pub(crate) fn with_gso(mut self, max_payload: usize, tail: &'a mut TxChain) -> Self {
+        self.gso = Some(SuperSegment { max_payload, tail });
+        self
     }
 
     /// This context with the stack's challenge ACK budget.

@@ -220,13 +220,20 @@ impl Recovery {
         !self.first_sent || room > 0
     }
 
-    /// Bytes `[.., end)` were sent again (by recovery or after a timeout).
+    /// Bytes `[.., end)` were sent again (by recovery or after a timeout), as one segment.
+    #[cfg(test)]
     pub(crate) fn retransmitted(&mut self, end: TcpSeqNumber) {
+        self.retransmitted_segments(end, 1);
+    }
+
+    /// Bytes `[.., end)` were sent again as `segments` segments on the wire (a super-segment
+    /// after a timeout is several).
+    pub(crate) fn retransmitted_segments(&mut self, end: TcpSeqNumber, segments: u32) {
         if self.in_recovery() {
             self.high_rxt = self.high_rxt.max(end);
             self.first_sent = true;
         }
-        self.retransmissions = self.retransmissions.saturating_add(1);
+        self.retransmissions = self.retransmissions.saturating_add(segments);
     }
 
     /// Bytes in the network (RFC 6675 `pipe`): those sent past `una` up to `snd_nxt`, less

@@ -5,7 +5,9 @@
 //! Each entry is a [`RetainedFrame`] (`zcnet_buffer`): a slot of the stack's pool whose data is
 //! payload, with headroom in front for the driver's, Ethernet, IP and TCP headers. Egress sends a
 //! segment that is a frame's whole unacknowledged rest from the frame itself, headers written
-//! into its headroom (no payload copy); see `transport/tcp/output.rs`.
+//! into its headroom (no payload copy), and on a link that takes super-segments the whole
+//! frames after it as well, in one pass ([`take_run`](SendBuffer::take_run)); see
+//! `transport/tcp/output.rs`.
 //!
 //! ```text
 //!  frames:  [ acked | unacked ........ ] [ unacked ........ ] [ unsent ...... | free ]
@@ -27,6 +29,7 @@
 //! | both | `capacity`, `len`, `is_empty`, `is_full` |
 //! | application | `enqueue_with`, `enqueue_slice`, `push_frame`: queue data to send |
 //! | state machine | `locate` then `bytes` (copy) or `take` (the frame itself): the next segment |
+//! | state machine | `take_run`: the whole frames after a taken one, for a super-segment |
 //! | state machine | `dequeue`: drop bytes the remote acknowledged |
 //! | state machine | `clear`: forget everything (connection reset) |
 
@@ -34,7 +37,7 @@ use core::marker::PhantomData;
 use core::task::{Context, Poll, Waker};
 
 use heapless::Deque;
-use zcnet_buffer::{FramePool, RetainedFrame, TxFrame};
+use zcnet_buffer::{FramePool, RetainedFrame, TxChain, TxFrame, MAX_CHAIN_SEGMENTS};
 
 /// The most frames one connection's send queue holds.
 pub(crate) const MAX_FRAMES: usize = 64;
@@ -144,6 +147,11 @@ impl<'a> SendBuffer<'a> {
     /// Sizes the frames filled from now on to `mss` payload bytes (one full segment).
     pub(crate) fn set_frame_len(&mut self, mss: usize) {
         self.frame_len = mss.clamp(1, self.pool.slot_size() - self.headroom);
+    }
+
+    /// The most bytes queued at once.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
     }
 
     /// Queued bytes, unacknowledged ones included.
@@ -366,6 +374,45 @@ impl<'a> SendBuffer<'a> {
         }
     }
 
+    /// Lends the frames after frame `index` to the device, in order, into `chain`: the rest of
+    /// a super-segment whose first frame [`take`](Self::take) lent. A frame joins while it is
+    /// idle, holds at most `mss` bytes (each frame stays one segment when the link splits the
+    /// super-segment at frame boundaries) and, unless `short_ok`, exactly `mss` (Nagle: a short
+    /// segment waits while data is in flight), the run stays within `limit` bytes and `chain`
+    /// keeps room for the first frame in front of it (a whole super-segment is at most
+    /// [`MAX_CHAIN_SEGMENTS`] frames). Returns the bytes lent. A frame after the first of the queue starts at its
+    /// front (only the first is ever acknowledged in part), so the run is contiguous.
+    pub(crate) fn take_run(
+        &mut self,
+        index: usize,
+        mss: usize,
+        limit: usize,
+        short_ok: bool,
+        chain: &mut TxChain,
+    ) -> usize {
+        let mut taken = 0;
+        let mut i = index + 1;
+        while chain.frame_count() + 1 < MAX_CHAIN_SEGMENTS {
+            let Some(f) = self.frames.get_mut(i) else {
+                break;
+            };
+            let n = f.len();
+            if n == 0 || n > mss || (n < mss && !short_ok) || taken + n > limit || !f.is_idle() {
+                break;
+            }
+            let Poll::Ready(tx) = f.poll_send(&mut Context::from_waker(Waker::noop())) else {
+                break;
+            };
+            if chain.push(tx).is_err() {
+                // Not reached: the chain had room. The frame went back to the queue, idle.
+                break;
+            }
+            taken += n;
+            i += 1;
+        }
+        taken
+    }
+
     /// Whether the frame holding `offset` is still with the device. With `waker`, the pool's
     /// retained waker is registered first, so its return wakes the caller.
     pub(crate) fn blocked(&self, offset: usize, waker: Option<&Waker>) -> bool {
@@ -417,7 +464,7 @@ mod tests {
     extern crate std;
 
     use super::{Segment, SendBuffer};
-    use zcnet_buffer::{FramePool, PoolConfig};
+    use zcnet_buffer::{FramePool, PoolConfig, MAX_CHAIN_SEGMENTS};
 
     fn buffer(capacity: usize, frames: usize) -> (SendBuffer<'static>, &'static FramePool) {
         let pool = FramePool::leak(PoolConfig::new(8).with_slot_size(256)).unwrap();
@@ -530,6 +577,46 @@ mod tests {
         }
         drop(tx);
         assert_eq!(pool.audit().unwrap().free, 16);
+    }
+
+    #[test]
+    fn a_run_leaves_room_for_its_first_frame_and_stops_where_it_must() {
+        let pool = FramePool::leak(PoolConfig::new(64).with_slot_size(256)).unwrap();
+        let mut tx = SendBuffer::new(pool, 10_000, 64, 64);
+        tx.set_frame_len(4);
+        assert_eq!(tx.enqueue_slice(None, &[7u8; 60 * 4 + 2]), 242);
+        // 61 frames: 60 full, a short last one.
+        assert_eq!(tx.locate(0, 4), Segment::Frame { index: 0, len: 4 });
+        let head = tx.take(0).unwrap();
+        let mut chain = zcnet_buffer::TxChain::new();
+        let n = tx.take_run(0, 4, usize::MAX, true, &mut chain);
+        assert_eq!(
+            chain.frame_count(),
+            MAX_CHAIN_SEGMENTS - 1,
+            "room for the head"
+        );
+        assert_eq!(n, 4 * (MAX_CHAIN_SEGMENTS - 1));
+        drop(chain);
+        // Within a limit, and not past a frame the device still has (frame 0).
+        let mut chain = zcnet_buffer::TxChain::new();
+        assert_eq!(tx.take_run(0, 4, 10, true, &mut chain), 8);
+        drop(chain);
+        // Not past a frame longer than the segment size, nor (without `short_ok`) a short one.
+        let mut chain = zcnet_buffer::TxChain::new();
+        assert_eq!(tx.take_run(0, 3, usize::MAX, true, &mut chain), 0);
+        assert_eq!(tx.take_run(58, 4, usize::MAX, false, &mut chain), 4);
+        assert_eq!(
+            tx.take_run(58, 4, usize::MAX, true, &mut chain),
+            0,
+            "frame 59 lent"
+        );
+        drop(chain);
+        let mut chain = zcnet_buffer::TxChain::new();
+        assert_eq!(tx.take_run(59, 4, usize::MAX, true, &mut chain), 2);
+        drop(chain);
+        drop(head);
+        drop(tx);
+        assert_eq!(pool.audit().unwrap().free, 64);
     }
 
     #[test]

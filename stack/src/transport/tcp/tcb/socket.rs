@@ -155,6 +155,10 @@ pub(crate) struct Tcb<'a> {
     /// Nagle's Algorithm enabled.
     nagle: bool,
 
+    /// The link takes super-segments (the last `dispatch` was offered them): a short run waits
+    /// for the next acknowledgement while the send queue is full (see `seq_to_transmit`).
+    super_segments: bool,
+
     /// The congestion control algorithm.
     congestion_controller: AnyController,
 
@@ -286,6 +290,7 @@ impl<'a> Tcb<'a> {
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
             nagle: true,
+            super_segments: false,
             tsval_generator: None,
             timestamps_wanted: false,
             last_remote_tsval: 0,
@@ -2897,6 +2902,29 @@ impl<'a> Tcb<'a> {
             can_send = false;
         }
 
+        // Super-segments: while the send queue is full and data is in flight, a run shorter
+        // than a quarter of what may be in flight (the queue, the peer's window, the congestion
+        // window) waits for the next acknowledgement, which frees room for more (Linux's TSO
+        // deferral, simplified). Without it, each ACK of two segments lets two segments out
+        // and the peer acknowledges those two again: runs never grow. The ACK is sure to come
+        // (data is in flight); a retransmission (above), a FIN and what loss recovery lets
+        // out never wait.
+        if self.super_segments
+            && can_send
+            && data_in_flight
+            && !want_fin
+            && !self.recovery.in_recovery()
+        {
+            let ceiling = self
+                .tx_buffer
+                .capacity()
+                .min(self.remote_win_len)
+                .min(self.congestion_controller.inner().window());
+            if self.tx_buffer.is_full() && max_send < ceiling / 4 {
+                can_send = false;
+            }
+        }
+
         // Can we actually send the FIN? We can send it if:
         // 1. We have unsent data that fits in the remote window.
         // 2. We have no unsent data.
@@ -2983,7 +3011,9 @@ impl<'a> Tcb<'a> {
     /// as a retained `TxFrame`, data = payload; `repr.payload` is then empty), else `None` (the
     /// payload, possibly empty, is `repr.payload`, a view into the send buffer to copy); it returns an error if it could not send the segment (no buffer, no
     /// neighbour yet), which `dispatch` returns after leaving the connection as if nothing
-    /// was sent. Call again while [`poll_at`](Self::poll_at) says `Now`: one segment per call.
+    /// was sent. Call again while [`poll_at`](Self::poll_at) says `Now`: one segment per call,
+    /// or with a context that offers super-segments ([`TcpContext::with_gso`]) one run of whole
+    /// frames: `emit`'s frame is the first, the others are in the context's chain.
     pub(crate) fn dispatch<F, E>(&mut self, cx: &mut TcpContext<'_>, emit: F) -> Result<(), E>
     where
         F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr), Option<TxFrame>) -> Result<(), E>,
@@ -3017,6 +3047,7 @@ impl<'a> Tcb<'a> {
             self.remote_last_ts = Some(cx.now);
         }
 
+        self.super_segments = cx.gso.is_some();
         self.congestion_controller.inner_mut().pre_transmit(cx.now);
         // A lowered path MTU is tried again once it is old (`path_mtu.rs`): frames filled
         // from now on hold a segment of the link's MTU again.
@@ -3178,6 +3209,8 @@ impl<'a> Tcb<'a> {
         // empty and `zc_len` is the frame's length).
         let mut zc: Option<TxFrame> = None;
         let mut zc_len = 0;
+        // Segments on the wire: more than one for a super-segment.
+        let mut wire_segments = 1;
 
         // Frames the application fills hold one full segment each (`data_mss`), cut to the
         // path MTU.
@@ -3283,8 +3316,8 @@ impl<'a> Tcb<'a> {
                     // 3. MSS the remote is willing to accept, probably determined by their MTU
                     // 4. MSS we can send, determined by our MTU.
                     //
-                    // (smoltcp lets a device with segmentation offload take segments larger
-                    // than the MSS here; this port has no segmentation offload.)
+                    // (A link that takes super-segments gets whole frames past this one's
+                    // MSS below, within the same windows.)
                     let device_limit = effective_mss;
 
                     let size = if is_zero_window_probe {
@@ -3306,6 +3339,29 @@ impl<'a> Tcb<'a> {
                         Segment::Frame { index, len } => {
                             zc = self.tx_buffer.take(index);
                             zc_len = if zc.is_some() { len } else { 0 };
+                            // A link that takes super-segments gets the whole frames after
+                            // this one too, as far as the windows allow (`output.rs`).
+                            if let (Some(gso), true) = (cx.gso.as_mut(), zc_len > 0) {
+                                let limit =
+                                    win_limit.min(self.cwnd_remaining()).min(gso.max_payload);
+                                // Nagle holds a short last segment while data is in
+                                // flight (as `seq_to_transmit` does), unless a FIN follows.
+                                let short_ok = !self.nagle
+                                    || matches!(
+                                        self.state,
+                                        State::FinWait1 | State::LastAck | State::Closing
+                                    );
+                                if !is_zero_window_probe && limit > zc_len {
+                                    zc_len += self.tx_buffer.take_run(
+                                        index,
+                                        effective_mss,
+                                        limit - zc_len,
+                                        short_ok,
+                                        gso.tail,
+                                    );
+                                    wire_segments = zc_len.div_ceil(effective_mss.max(1));
+                                }
+                            }
                         }
                         // The device still has the frame: no payload this time (egress waits
                         // for it, see `tx_blocked`).
@@ -3380,6 +3436,7 @@ impl<'a> Tcb<'a> {
         };
         self.counters
             .on_send(repr.seq_number, payload_len, self.sent_max, resent);
+        self.counters.segments_sent += wire_segments as u64 - 1;
         if self.sent_max.is_none_or(|max| end > max) {
             self.sent_max = Some(end);
         }
@@ -3392,7 +3449,8 @@ impl<'a> Tcb<'a> {
         self.ack_delay_timer = AckDelayTimer::Idle;
 
         if segment_len > 0 && resent {
-            self.recovery.retransmitted(end);
+            self.recovery
+                .retransmitted_segments(end, u32::try_from(wire_segments).unwrap_or(u32::MAX));
             self.rtte.on_retransmit();
         }
         if segment_len > 0 && !is_zero_window_probe && !is_keep_alive {

@@ -29,6 +29,7 @@ use super::*;
 use crate::transport::tcp::tcb::context::{ChallengeAcks, TcpKeys, CHALLENGE_ACKS_PER_SECOND};
 use crate::transport::tcp::tcb::recv::{test_frame, MIN_SEGMENTS};
 use crate::transport::tcp::tcb::timer::CLOSE_DELAY;
+use zcnet_buffer::TxChain;
 
 /// A device that never has a frame: only there to build an `Interface` (medium IP, MTU 1500,
 /// like smoltcp's `TestingDevice`).
@@ -143,6 +144,7 @@ mod v4 {
     include!("cases.rs");
     include!("stats_cases.rs");
     include!("retries_cases.rs");
+    include!("gso_cases.rs");
 }
 
 /// The cases over IPv6.
@@ -170,4 +172,5 @@ mod v6 {
     include!("cases.rs");
     include!("stats_cases.rs");
     include!("retries_cases.rs");
+    include!("gso_cases.rs");
 }
