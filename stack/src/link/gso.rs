@@ -98,7 +98,18 @@ pub(crate) struct SuperSegment<'r> {
 impl LinkLayer {
     /// Sends the held pieces of split super-segments while the driver has room. `true` once
     /// none is left; `false` with `waker` registered for the room.
+    #[inline]
     pub(crate) fn flush_gso_held(&mut self, waker: &Waker, counters: &Counters) -> bool {
+        // The usual case, nothing held, without a call.
+        if self.gso_held.is_empty() {
+            return true;
+        }
+        self.flush_gso_held_slow(waker, counters)
+    }
+
+    /// [`flush_gso_held`](Self::flush_gso_held) with pieces held.
+    #[inline(never)]
+    fn flush_gso_held_slow(&mut self, waker: &Waker, counters: &Counters) -> bool {
         while !self.gso_held.is_empty() {
             if !self.has_room(waker) {
                 return false;

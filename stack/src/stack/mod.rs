@@ -93,6 +93,10 @@ pub(crate) struct State {
     /// datagrams): keyed counters per destination (`ip/emit.rs`); smoltcp numbers its own
     /// packets.
     pub(crate) ipv4_idents: crate::ip::emit::Ipv4Idents,
+    /// The chain egress lends a connection for the frames of a super-segment after its first
+    /// (`transport/tcp/output.rs`): empty between egress runs, kept here so that a run does not
+    /// build one (48 frame places) each time.
+    pub(crate) gso_tail: zcnet_buffer::TxChain,
     /// smoltcp's last `poll_at` answer (`None`: forgotten), kept until something touches
     /// smoltcp: a frame or a step for it ([`step`](Self::step)), a socket operation
     /// ([`with_socket`](Self::with_socket)), a socket added or removed, an address, route or
@@ -732,6 +736,7 @@ impl Stack {
             autoconf: crate::ip::autoconf::Autoconf::EMPTY,
             zc: crate::socket::datagram::ZcSockets::new(),
             ipv4_idents: crate::ip::emit::Ipv4Idents::new(prf),
+            gso_tail: zcnet_buffer::TxChain::new(),
             smol_at: None,
             asked: crate::ip::asked::Asked::new(),
         };

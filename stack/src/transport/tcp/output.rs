@@ -521,6 +521,17 @@ pub(crate) struct Egress {
 /// Egress: sends what every connection has due (see the module docs), records timeouts, and
 /// returns the connections' earliest deadline.
 pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) -> Egress {
+    let r = egress_run(st, now, waker, counters);
+    // Frames a run left in the lent chain (it stopped for want of room) go back now, as if the
+    // chain had been the run's own.
+    if st.gso_tail.frame_count() > 0 {
+        st.gso_tail = TxChain::new();
+    }
+    r
+}
+
+/// [`egress`] but for emptying the lent chain.
+fn egress_run(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) -> Egress {
     // Pieces of a split super-segment that found the driver's queue full go first.
     let w = st.tasks.egress_waker.as_ref().unwrap_or(waker);
     if !st.link.flush_gso_held(w, counters) {
@@ -538,7 +549,6 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
         n => n.min(MAX_SUPER_SEGMENT),
     }
     .saturating_sub(SUPER_SEGMENT_HEADERS);
-    let mut tail = TxChain::new();
     // Only the connections without a kept answer (something happened to them) unless a kept
     // deadline may be due: then every connection (see `table.rs`, "Kept deadlines").
     // A small table is walked whole: cheaper than keeping the earliest kept deadline exact.
@@ -613,7 +623,7 @@ pub(crate) fn egress(st: &mut State, now: Instant, waker: &Waker, counters: &Cou
         let tcb = e.tcb;
         out.set_traffic(traffic_of(tcb.state()));
         let mut cx =
-            TcpContext::new(now, ip_mtu, out.iface, e.keys).with_gso(gso_payload, &mut tail);
+            TcpContext::new(now, ip_mtu, out.iface, e.keys).with_gso(gso_payload, &mut st.gso_tail);
         // The answer of the last `poll_at`, to keep when it is not due.
         let mut kept = None;
         loop {
