@@ -409,11 +409,14 @@ impl Default for VirtioConfig {
 ///   are dropped and counted. The RX interrupt is asked for only when the queue has been
 ///   drained, and with [`VirtioConfig::rx_recheck`] only after the caller looked again.
 /// * **Transmit**: [`Driver::poll_transmit_frame`] first reclaims completed frames, then gives
-///   out a pool frame only while the TX queue has a free descriptor; otherwise it asks for a TX
-///   interrupt and registers the caller's waker (back-pressure, never a drop or a spin).
-///   [`Driver::transmit`] writes the virtio-net header into the frame's headroom and publishes
-///   it; [`Driver::transmit_chain`] publishes a chain as one descriptor list and needs a free
-///   descriptor per frame (a chain refused for want of them counts in `tx_queue_full`).
+///   out a pool frame only while the TX queue has room (a free descriptor; with segmentation
+///   offload, room for a whole chain: [`MAX_CHAIN_SEGMENTS`] descriptors, or the whole queue if
+///   smaller); otherwise it asks for a TX interrupt and registers the caller's waker
+///   (back-pressure, never a drop or a spin). [`Driver::poll_transmit_ready`] answers the same
+///   way, so a chain offered after it is ready always fits. [`Driver::transmit`] writes the
+///   virtio-net header into the frame's headroom and publishes it; [`Driver::transmit_chain`]
+///   publishes a chain as one descriptor list and needs a free descriptor per frame (a chain
+///   offered without that room is refused and counted in `tx_queue_full`).
 /// * **Doorbells**: [`Driver::flush`] returns the frames the device has finished sending to
 ///   the pool (or, retained ones, to their sockets) and notifies the device of everything
 ///   published since the last flush, if the device asked for it; the `poll_*` methods notify
@@ -1142,9 +1145,17 @@ impl<H: Hal, T: Transport, const QUEUE: usize> VirtioNet<H, T, QUEUE> {
         Ok(())
     }
 
-    /// The TX queue has room (a free descriptor).
+    /// The TX queue has room for what a stack may hand over next: a frame, or with segmentation
+    /// offload a whole super-segment (a descriptor per frame of its chain, at most
+    /// [`MAX_CHAIN_SEGMENTS`]), so that a chain offered after `poll_transmit_ready` is never
+    /// refused for want of descriptors.
     fn tx_room(&self) -> bool {
-        self.tx.free() > 0
+        let needed = if self.tx_gso.is_empty() {
+            1
+        } else {
+            MAX_CHAIN_SEGMENTS.min(QUEUE)
+        };
+        self.tx.free() >= needed
     }
 
     /// Before waiting for a TX completion: registers `cx`, asks for the TX interrupt (at the
