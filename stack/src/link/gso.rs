@@ -17,8 +17,9 @@
 //!    (or its pseudo-header sum when the driver completes it)
 //! ```
 //!
-//! A piece goes to the driver when its queue has room ([`Driver::poll_transmit_ready`]); the
-//! pieces that find it full wait in the link layer, in order ([`Held`]), and go first when room
+//! A piece goes to the driver when its queue has room
+//! ([`Driver::poll_transmit_ready`](zcnet_buffer::Driver::poll_transmit_ready)); the pieces
+//! that find it full wait in the link layer, in order ([`Held`]), and go first when room
 //! comes back: TCP output sends nothing of its own before they are gone, and egress starts by
 //! sending them (`LinkLayer::flush_gso_held`).
 //!

@@ -22,10 +22,10 @@
 //!
 //! The connection (`socket.rs`) asks [`next_retransmission`](Recovery::next_retransmission)
 //! before sending new data, and reports each retransmission sent
-//! ([`retransmitted`](Recovery::retransmitted)). With a peer that SACKs, what RACK
-//! ([`rack`](super::rack)) deems lost goes first, within the same congestion window: RACK also
-//! finds a retransmission that was lost, which a hole sent once per episode never would, and
-//! starts recovery when it finds a loss outside one.
+//! ([`retransmitted_segments`](Recovery::retransmitted_segments)). With a peer that SACKs,
+//! what RACK ([`rack`](super::rack)) deems lost goes first, within the same congestion
+//! window: RACK also finds a retransmission that was lost, which a hole sent once per episode
+//! never would, and starts recovery when it finds a loss outside one.
 
 use smoltcp::wire::TcpSeqNumber;
 
