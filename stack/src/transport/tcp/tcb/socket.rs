@@ -1319,9 +1319,16 @@ impl<'a> Tcb<'a> {
             return false;
         }
         let offset = self.next_send_offset();
-        // Nothing left to send (the usual answer right after a dispatch): nothing waits for
-        // the device, without looking for a frame past the end.
-        offset < self.tx_buffer.len() && self.tx_buffer.blocked(offset, waker)
+        // Nothing left to send (the usual answer right after a dispatch), or only data never
+        // sent (the usual answer before one): nothing waits for the device, without looking
+        // for the frame. A frame goes to the device only with all of its unacknowledged rest
+        // and takes no more bytes while there, so a frame holding an octet at or past SND.MAX
+        // is not with the device.
+        let sent_before = match self.sent_max {
+            Some(max) => self.local_seq_no + offset < max,
+            None => false,
+        };
+        sent_before && offset < self.tx_buffer.len() && self.tx_buffer.blocked(offset, waker)
     }
 
     /// Whether the writer waits for a free pool slot (egress wakes it on its next run).
@@ -3538,45 +3545,44 @@ impl<'a> Tcb<'a> {
             // The receive window has been raised significantly.
             || self.window_to_update();
         if now {
-            PollAt::Now
-        } else {
-            let want_ack = self.ack_to_transmit();
-
-            let delayed_ack_poll_at = match (want_ack, self.ack_delay_timer) {
-                (false, _) => PollAt::Ingress,
-                (true, AckDelayTimer::Idle) => PollAt::Now,
-                (true, AckDelayTimer::Waiting(t)) => PollAt::Time(t),
-                (true, AckDelayTimer::Immediate) => PollAt::Now,
-            };
-
-            let timeout_poll_at = match (self.remote_last_ts, self.timeout) {
-                // If we're transmitting or retransmitting data, we need to poll at the moment
-                // when the timeout would expire.
-                (Some(remote_last_ts), Some(timeout)) => PollAt::Time(remote_last_ts + timeout),
-                // Otherwise we have no timeout.
-                (_, _) => PollAt::Ingress,
-            };
-
-            // RACK's reordering and probe timers.
-            let rack_poll_at = self.rack.poll_at().map_or(PollAt::Ingress, PollAt::Time);
-            // A lowered path MTU's age (`dispatch` forgets it then).
-            let path_mtu_poll_at = self
-                .path_mtu
-                .deadline()
-                .map_or(PollAt::Ingress, PollAt::Time);
-
-            // We wait for the earliest of our timers to fire.
-            *[
-                self.timer.poll_at(),
-                timeout_poll_at,
-                delayed_ack_poll_at,
-                rack_poll_at,
-                path_mtu_poll_at,
-            ]
-            .iter()
-            .min()
-            .unwrap_or(&PollAt::Ingress)
+            return PollAt::Now;
         }
+        // The earliest of the timers, without building the candidates first: this runs after
+        // every segment in and out.
+        let mut at: Option<Instant> = None;
+        match self.timer.poll_at() {
+            PollAt::Now => return PollAt::Now,
+            PollAt::Time(t) => at = Some(t),
+            PollAt::Ingress => {}
+        }
+        if self.ack_to_transmit() {
+            match self.ack_delay_timer {
+                AckDelayTimer::Idle | AckDelayTimer::Immediate => return PollAt::Now,
+                AckDelayTimer::Waiting(t) => at = Some(earlier(at, t)),
+            }
+        }
+        // Transmitting or retransmitting data: the moment the connection's timeout expires.
+        if let (Some(remote_last_ts), Some(timeout)) = (self.remote_last_ts, self.timeout) {
+            at = Some(earlier(at, remote_last_ts + timeout));
+        }
+        // RACK's reordering and probe timers.
+        if let Some(t) = self.rack.poll_at() {
+            at = Some(earlier(at, t));
+        }
+        // A lowered path MTU's age (`dispatch` forgets it then).
+        if let Some(t) = self.path_mtu.deadline() {
+            at = Some(earlier(at, t));
+        }
+        at.map_or(PollAt::Ingress, PollAt::Time)
+    }
+}
+
+/// The earlier of a deadline so far (`None`: none yet) and `t`.
+#[inline]
+fn earlier(at: Option<Instant>, t: Instant) -> Instant {
+    match at {
+        Some(a) if a < t => a,
+        _ => t,
     }
 }
 
