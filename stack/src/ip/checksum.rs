@@ -178,11 +178,31 @@ fn sum64_adc(data: &[u8]) -> u64 {
     for w in words {
         carry = _addcarry_u64(carry, acc, u64::from_ne_bytes(*w), &mut acc);
     }
-    let mut last = [0u8; 8];
-    last[..tail.len()].copy_from_slice(tail);
-    carry = _addcarry_u64(carry, acc, u64::from_ne_bytes(last), &mut acc);
+    carry = _addcarry_u64(carry, acc, tail_word(tail), &mut acc);
     _addcarry_u64(carry, acc, 0, &mut acc);
     acc
+}
+
+/// The last 0 to 7 bytes of a sum as the little-endian word they start, zero-padded: what
+/// `u64::from_ne_bytes` of them padded to 8 bytes gives on x86_64, without a copy of
+/// variable length (a call to `memcpy`).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn tail_word(tail: &[u8]) -> u64 {
+    let mut word = 0u64;
+    let mut at = 0;
+    if let Some(four) = tail.first_chunk::<4>() {
+        word = u64::from(u32::from_le_bytes(*four));
+        at = 4;
+    }
+    if let Some(two) = tail[at..].first_chunk::<2>() {
+        word |= u64::from(u16::from_le_bytes(*two)) << (8 * at);
+        at += 2;
+    }
+    if let Some(&one) = tail.get(at) {
+        word |= u64::from(one) << (8 * at);
+    }
+    word
 }
 
 /// `data` summed as native-endian 32-bit words into 64 bits (the tail padded with zero
@@ -285,6 +305,22 @@ mod tests {
                 x as u8
             })
             .collect()
+    }
+
+    /// Every tail length gives the zero-padded word.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn tail_words_are_the_padded_bytes() {
+        let data = bytes(7, 3);
+        for len in 0..8 {
+            let mut padded = [0u8; 8];
+            padded[..len].copy_from_slice(&data[..len]);
+            assert_eq!(
+                tail_word(&data[..len]),
+                u64::from_le_bytes(padded),
+                "{len} bytes"
+            );
+        }
     }
 
     #[test]
