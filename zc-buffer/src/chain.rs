@@ -384,6 +384,18 @@ impl<F: ChainFrame> FrameChain<F> {
         self.segs.pop_back()
     }
 
+    /// Takes every frame out of the chain, in order, and leaves it empty for reuse: a chain
+    /// kept in place (a stack's super-segment chain) is emptied without being moved, and
+    /// without the shifting of a [`pop_front`](Self::pop_front) per frame. Frames the
+    /// iterator has not handed out when it is dropped are dropped with it (back to their
+    /// pool).
+    pub fn drain(&mut self) -> Drain<'_, F> {
+        let len = core::mem::take(&mut self.segs.len);
+        Drain {
+            items: self.segs.items[..len].iter_mut(),
+        }
+    }
+
     /// Moves all of `other`'s frames after this chain's (software GRO joining two runs of
     /// segments). When they do not all fit, changes nothing and hands `other` back.
     pub fn append(&mut self, other: Self) -> Result<(), Self> {
@@ -778,6 +790,40 @@ impl TxChain {
             }
         }
         self.segs.last_mut().ok_or(ChainError::Empty)
+    }
+}
+
+/// The frames of a chain being emptied in place ([`FrameChain::drain`]).
+pub struct Drain<'a, F> {
+    items: core::slice::IterMut<'a, Option<F>>,
+}
+
+impl<F> Iterator for Drain<'_, F> {
+    type Item = F;
+
+    fn next(&mut self) -> Option<F> {
+        // The chain's places below its length are all filled.
+        self.items.next().and_then(Option::take)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.items.size_hint()
+    }
+}
+
+impl<F> fmt::Debug for Drain<'_, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Drain")
+            .field("left", &self.items.len())
+            .finish()
+    }
+}
+
+impl<F> Drop for Drain<'_, F> {
+    fn drop(&mut self) {
+        for item in self.items.by_ref() {
+            drop(item.take());
+        }
     }
 }
 

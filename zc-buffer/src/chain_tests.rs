@@ -165,6 +165,33 @@ fn push_front_pop_and_append() {
     all_free(q);
 }
 
+/// `drain` hands the frames out in order and leaves the chain empty and usable; frames it
+/// did not hand out go back to the pool when it drops.
+#[test]
+fn drain_empties_the_chain_in_place() {
+    let p = pool(8, 64, 0);
+    let mut chain = tx_chain(p, &[b"a", b"b", b"c"]);
+    let got: Vec<u8> = chain.drain().map(|f| f[0]).collect();
+    assert_eq!(got, b"abc");
+    assert!(chain.is_empty());
+    assert_eq!(chain.frame_count(), 0);
+    all_free(p);
+
+    chain.push(tx(p, b"d")).unwrap();
+    chain.push(tx(p, b"e")).unwrap();
+    chain.push(tx(p, b"f")).unwrap();
+    let mut frames = chain.drain();
+    assert_eq!(frames.size_hint(), (3, Some(3)));
+    assert_eq!(frames.next().map(|f| f[0]), Some(b'd'));
+    drop(frames);
+    assert_eq!(chain.frame_count(), 0);
+    all_free(p);
+    chain.push(tx(p, b"g")).unwrap();
+    assert_eq!(bytes(chain.iter()), b"g");
+    drop(chain);
+    all_free(p);
+}
+
 #[test]
 fn advance_returns_each_emptied_slot_at_once() {
     let p = pool(3, 64, 0);

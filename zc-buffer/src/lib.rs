@@ -116,7 +116,7 @@ mod offload_tests;
 mod tests;
 
 pub use chain::{
-    ChainFrame, ChainReader, FrameChain, InFlightChain, RxChain, TxChain, MAX_CHAIN_SEGMENTS,
+    ChainFrame, ChainReader, Drain, FrameChain, InFlightChain, RxChain, TxChain, MAX_CHAIN_SEGMENTS,
 };
 pub use driver::{
     Capabilities, ChecksumOffloads, Driver, HardwareAddress, LinkState, Medium, TxError,

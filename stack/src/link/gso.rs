@@ -84,8 +84,9 @@ pub(crate) struct SuperSegment<'r> {
     /// The first frame: `ip.header_len()` bytes of room for the IP header (written here), the
     /// TCP header (written, checksum field zero), then the first payload bytes.
     pub(crate) head: TxFrame,
-    /// The payload frames after it, in order.
-    pub(crate) tail: TxChain,
+    /// The payload frames after it, in order: the chain TCP output lends, emptied by the
+    /// send (the frames go to the driver or out as pieces).
+    pub(crate) tail: &'r mut TxChain,
     /// The IP header; its payload length is the whole TCP length (header and every frame's
     /// payload).
     pub(crate) ip: &'r IpRepr,
@@ -183,16 +184,17 @@ impl LinkLayer {
         let fits = seg.tail.frame_count() < MAX_CHAIN_SEGMENTS;
         if fits && self.gso.takes(kind, ip_bytes) {
             let chain = offload_whole(seg, kind, idents, &caps)?;
-            let mut chain = chain;
             if let (Some((our, theirs)), Some(head)) = (mac, chain.head_mut()) {
                 let ethertype = neighbor::ethertype_of(head);
                 neighbor::push_ethernet(head, our, theirs, ethertype)?;
             }
             if !self.carrier.is_up() {
                 counters.tx_refused(zcnet_buffer::TxError::LinkDown);
+                chain.drain().for_each(drop);
                 return Ok(());
             }
-            match self.driver.transmit_chain(chain) {
+            // The one move of the chain: the driver takes it by value.
+            match self.driver.transmit_chain(core::mem::take(chain)) {
                 Ok(()) => {
                     counters.frame_out();
                     counters.super_segment(true, 1);
@@ -262,17 +264,18 @@ impl LinkLayer {
     }
 }
 
-/// The super-segment as one chain for a driver that segments it: the IP header written for the
+/// The super-segment as one chain for a driver that segments it (the lent chain, the head
+/// put in front of its frames): the IP header written for the
 /// whole packet, the TCP checksum field the pseudo-header's sum over the whole TCP length
 /// (the device adjusts it per segment), the head marked with a [`ChecksumPartial`] and a
 /// [`GsoRequest`]. The device numbers the segments after the first with the IPv4
 /// identifications that follow the head's: they are taken from `idents` here.
-fn offload_whole(
-    seg: SuperSegment<'_>,
+fn offload_whole<'r>(
+    seg: SuperSegment<'r>,
     kind: GsoKind,
     idents: &mut Ipv4Idents,
     caps: &ChecksumCapabilities,
-) -> Result<TxChain, DatagramError> {
+) -> Result<&'r mut TxChain, DatagramError> {
     let SuperSegment {
         mut head,
         tail,
@@ -310,12 +313,11 @@ fn offload_whole(
     if marked.is_err() {
         return Err(DatagramError::NoHeadroom);
     }
-    let mut chain = TxChain::from_frame(head);
-    if chain.append(tail).is_err() {
+    if tail.push_front(head).is_err() {
         // Not reached: TCP output leaves room for the head.
         return Err(DatagramError::NoHeadroom);
     }
-    Ok(chain)
+    Ok(tail)
 }
 
 /// Cuts a super-segment into one segment per frame (see the module docs) and hands each to
@@ -351,7 +353,7 @@ pub(crate) fn split(
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
     let count = 1 + tail.frame_count();
     let mut offset = 0u32;
-    let frames = core::iter::once(head).chain(tail);
+    let frames = core::iter::once(head).chain(tail.drain());
     for (i, mut frame) in frames.enumerate() {
         if i > 0 {
             match frame.push_header(headers) {
@@ -421,6 +423,7 @@ mod tests {
     fn super_segment<'r>(
         pool: &'static FramePool,
         ip: &'r mut IpRepr,
+        tail: &'r mut TxChain,
         sizes: &[usize],
         flags: u8,
     ) -> SuperSegment<'r> {
@@ -447,7 +450,6 @@ mod tests {
         h[20] = 8; // timestamp option
         h[21] = 10;
         head.push_header(ip.header_len()).unwrap();
-        let mut tail = TxChain::new();
         for &n in &sizes[1..] {
             tail.push(frame(n)).unwrap();
         }
@@ -467,7 +469,8 @@ mod tests {
     fn check(mut ip: IpRepr, partial: bool) {
         let pool = FramePool::leak(PoolConfig::new(16)).unwrap();
         let sizes = [1448, 1448, 1448, 700];
-        let seg = super_segment(pool, &mut ip, &sizes, 0x18 | 0x01 | 0x80); // ACK PSH FIN CWR
+        let mut tail = TxChain::new();
+        let seg = super_segment(pool, &mut ip, &mut tail, &sizes, 0x18 | 0x01 | 0x80); // ACK PSH FIN CWR
         let mut idents = Ipv4Idents::new(Prf::new(&Secret::new([5; Secret::LEN])));
         let mut pieces = Vec::new();
         split(
@@ -479,6 +482,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(pieces.len(), sizes.len());
+        assert!(tail.is_empty(), "the split empties the lent chain");
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         let mut stream = Vec::new();
         let mut ids = Vec::new();
@@ -580,7 +584,7 @@ mod tests {
         head.append(10).unwrap();
         let seg = SuperSegment {
             head,
-            tail: TxChain::new(),
+            tail: &mut TxChain::new(),
             ip: &ip,
             tcp_len: TCP_LEN,
             mss: 10,

@@ -195,7 +195,13 @@ pub(super) fn emit(
     }
     if let Some(frame) = zc {
         if let Some(tail) = tail.filter(|t| t.frame_count() > 0) {
-            return emit_super(out, hop, ip, tcp, frame, core::mem::take(tail));
+            let sent = emit_super(out, hop, ip, tcp, frame, tail);
+            // Frames not sent (no room, no route) drop now, as their connection expects of
+            // a run it handed over: it sends them again. The lent chain is left empty.
+            if tail.frame_count() > 0 {
+                tail.drain().for_each(drop);
+            }
+            return sent;
         }
         return emit_in_place(out, hop, ip, tcp, frame);
     }
@@ -328,7 +334,7 @@ fn emit_super(
     ip: &IpRepr,
     tcp: &TcpRepr<'_>,
     mut head: TxFrame,
-    tail: TxChain,
+    tail: &mut TxChain,
 ) -> Result<(), Starved> {
     if !ready_for(out, &head, ip, tcp)? {
         return Ok(());
