@@ -3326,6 +3326,9 @@ impl<'a> Tcb<'a> {
                     // (A link that takes super-segments gets whole frames past this one's
                     // MSS below, within the same windows.)
                     let device_limit = effective_mss;
+                    // What the congestion window allows, for this segment and a run after it
+                    // (taking frames out of the queue below does not change it).
+                    let cwnd = self.cwnd_remaining();
 
                     let size = if is_zero_window_probe {
                         // Zero-window probes are exempt from the congestion window: they
@@ -3335,7 +3338,7 @@ impl<'a> Tcb<'a> {
                         // the remote got lost.
                         win_limit.min(device_limit)
                     } else {
-                        win_limit.min(device_limit).min(self.cwnd_remaining())
+                        win_limit.min(device_limit).min(cwnd)
                     };
 
                     let offset = self.flight_size();
@@ -3349,8 +3352,7 @@ impl<'a> Tcb<'a> {
                             // A link that takes super-segments gets the whole frames after
                             // this one too, as far as the windows allow (`output.rs`).
                             if let (Some(gso), true) = (cx.gso.as_mut(), zc_len > 0) {
-                                let limit =
-                                    win_limit.min(self.cwnd_remaining()).min(gso.max_payload);
+                                let limit = win_limit.min(cwnd).min(gso.max_payload);
                                 // Nagle holds a short last segment while data is in
                                 // flight (as `seq_to_transmit` does), unless a FIN follows.
                                 let short_ok = !self.nagle
