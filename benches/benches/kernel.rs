@@ -344,6 +344,8 @@ fn make_netns() -> Netns {
 /// A QEMU process running one kernel; killed on drop.
 struct Guest {
     child: Child,
+    /// The namespace the Linux side runs in (for the teardown's socket check).
+    netns: String,
     lines: Receiver<String>,
     log: VecDeque<String>,
     what: String,
@@ -382,6 +384,7 @@ impl Guest {
         ]);
         let mut g = Guest {
             child,
+            netns: ns.name().to_string(),
             lines,
             log: VecDeque::new(),
             what: format!("{} guest ({cmdline})", variant.name()),
@@ -444,9 +447,39 @@ impl Guest {
 }
 
 impl Drop for Guest {
+    /// Stops QEMU once the Linux side has no TCP connection to the guest still waiting for an
+    /// answer (a FIN or SYN not yet acknowledged): killed before it answers, the guest would
+    /// leave Linux resending to its address, and the next guest booted there would take those
+    /// segments, waking in what should be an idle window. Waits at most a second.
     fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline && linux_waits_on_guest(&self.netns) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Whether a TCP socket in namespace `netns` waits for the guest to acknowledge something:
+/// its FIN (FIN-WAIT-1, CLOSING, LAST-ACK) or its SYN (SYN-SENT).
+fn linux_waits_on_guest(netns: &str) -> bool {
+    let out = Command::new("ip")
+        .args(["netns", "exec", netns, "ss", "-Htn"])
+        .args([
+            "state",
+            "fin-wait-1",
+            "state",
+            "closing",
+            "state",
+            "last-ack",
+        ])
+        .args(["state", "syn-sent", "dst", GUEST])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => !o.stdout.iter().all(u8::is_ascii_whitespace),
+        // No `ss`: nothing to wait for that can be seen.
+        _ => false,
     }
 }
 
