@@ -82,8 +82,8 @@ use zcnet_buffer::ledger::{self, CopySite};
 use zcnet_buffer::{
     Capabilities, ChecksumOffloads, ChecksumPartial, Driver, FramePool, GsoInfo, GsoKind, GsoKinds,
     GsoRequest, HardwareAddress, InFlight, InFlightChain, LinkState, Medium, PostedSlot, RxChain,
-    RxFrame, TxChain, TxError, TxFrame, DEFAULT_SLOT_SIZE, ETHERNET_HEADER_LEN, MAX_CHAIN_SEGMENTS,
-    SLOT_ALIGN,
+    RxFrame, RxPacket, TxChain, TxError, TxFrame, DEFAULT_SLOT_SIZE, ETHERNET_HEADER_LEN,
+    MAX_CHAIN_SEGMENTS, SLOT_ALIGN,
 };
 use zcnet_executor::linux::{LinuxPlatform, Registration};
 
@@ -1311,6 +1311,14 @@ impl Driver for Tap {
         self.poll_rx(cx).map(|packet| match packet {
             Received::Frame(frame) => RxChain::from_frame(frame),
             Received::Chain => self.take_rx_chain(),
+        })
+    }
+
+    fn poll_receive_packet(&mut self, cx: &mut Context<'_>) -> Poll<RxPacket> {
+        self.poll_rx(cx).map(|packet| match packet {
+            Received::Frame(frame) => RxPacket::Frame(frame),
+            // A one-slot packet whose checksum was completed here is a one-frame chain.
+            Received::Chain => RxPacket::from(self.take_rx_chain()),
         })
     }
 

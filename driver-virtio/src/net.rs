@@ -72,7 +72,7 @@ use zcnet_buffer::offload::ones_complement_sum;
 use zcnet_buffer::{
     Capabilities, ChecksumOffloads, ChecksumPartial, Driver, FramePool, GsoInfo, GsoKind, GsoKinds,
     GsoRequest, HardwareAddress, InFlight, LinkState, Medium, PostedSlot, RxChain, RxFrame,
-    TxChain, TxError, TxFrame, ETHERNET_HEADER_LEN, MAX_CHAIN_SEGMENTS,
+    RxPacket, TxChain, TxError, TxFrame, ETHERNET_HEADER_LEN, MAX_CHAIN_SEGMENTS,
 };
 
 use crate::irq::{Counters, VirtioIrq};
@@ -1283,6 +1283,21 @@ impl<H: Hal, T: Transport, const QUEUE: usize> Driver for VirtioNet<H, T, QUEUE>
             Poll::Ready(Packet::Frame(frame)) => Poll::Ready(RxChain::from_frame(frame)),
             Poll::Ready(Packet::Chain) => match self.rx_chain.take() {
                 Some((chain, _)) => Poll::Ready(chain),
+                None => {
+                    // `Packet::Chain` is returned only with the chain left complete there.
+                    self.fail("merged packet lost");
+                    Poll::Pending
+                }
+            },
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_receive_packet(&mut self, cx: &mut Context<'_>) -> Poll<RxPacket> {
+        match self.poll_packet(cx) {
+            Poll::Ready(Packet::Frame(frame)) => Poll::Ready(RxPacket::Frame(frame)),
+            Poll::Ready(Packet::Chain) => match self.rx_chain.take() {
+                Some((chain, _)) => Poll::Ready(RxPacket::from(chain)),
                 None => {
                     // `Packet::Chain` is returned only with the chain left complete there.
                     self.fail("merged packet lost");

@@ -18,7 +18,7 @@ use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus, Trans
 use virtio_drivers::{BufferDirection, Hal, PhysAddr};
 use zcnet_buffer::{
     ChecksumOffloads, ChecksumPartial, Driver, FramePool, GsoInfo, GsoKind, GsoKinds, GsoRequest,
-    HardwareAddress, LinkState, PoolConfig, SlotState, TxChain, TxError, TxFrame,
+    HardwareAddress, LinkState, PoolConfig, RxPacket, SlotState, TxChain, TxError, TxFrame,
 };
 use zcnet_virtio::{SharedTransport, VirtioConfig, VirtioError, VirtioIrq, VirtioNet, MTU};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -1969,6 +1969,19 @@ fn a_packet_over_merged_buffers_comes_up_as_one_chain_with_its_marks() {
     assert_eq!(chain.frame_count(), 1);
     assert_eq!(chain.head().unwrap().gso_info(), None);
     drop(chain);
+
+    // As packets: a merged one as a chain, a one-buffer one as a frame.
+    device.receive_merged(&packet, &header, 3);
+    device.receive_merged(&small, &[DATA_VALID], 1);
+    match net.poll_receive_packet(&mut cx) {
+        Poll::Ready(RxPacket::Chain(chain)) => assert_eq!(chain.len(), packet.len()),
+        other => panic!("the merged packet as a chain, got {other:?}"),
+    }
+    match net.poll_receive_packet(&mut cx) {
+        Poll::Ready(RxPacket::Frame(frame)) => assert_eq!(&frame[..], &small[..]),
+        other => panic!("the small packet as a frame, got {other:?}"),
+    }
+    assert!(net.poll_receive_packet(&mut cx).is_pending());
 
     // A caller taking frames only gets the small packets; a merged one is dropped, counted.
     device.receive_merged(&packet, &header, 3);

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use zcnet_buffer::offload::ones_complement_sum;
 use zcnet_buffer::{
-    ChecksumPartial, CopySite, Driver, FramePool, GsoKind, PoolConfig, RxChain, TxChain, TxFrame,
+    ChecksumPartial, CopySite, Driver, FramePool, GsoKind, PoolConfig, RxChain, RxPacket, TxChain,
+    TxFrame,
 };
 use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::time::{sleep, timeout};
@@ -98,12 +99,19 @@ impl Link {
     }
 
     /// Reads packets until one passes `want` (given the whole frame's bytes), for at most 10 s.
+    /// Packets come through `poll_receive_packet`: a chain only for a packet over several slots.
     fn receive(&mut self, want: impl Fn(&[u8]) -> bool) -> RxChain {
         let tap = &mut self.tap;
         self.exec
             .block_on(timeout(Duration::from_secs(10), async {
                 loop {
-                    let chain = poll_fn(|cx| tap.poll_receive_chain(cx)).await;
+                    let chain = match poll_fn(|cx| tap.poll_receive_packet(cx)).await {
+                        RxPacket::Frame(frame) => RxChain::from_frame(frame),
+                        RxPacket::Chain(chain) => {
+                            assert!(chain.frame_count() > 1, "a one-slot packet as a chain");
+                            chain
+                        }
+                    };
                     if want(&flat(&chain)) {
                         return chain;
                     }

@@ -132,7 +132,7 @@ use core::fmt;
 use core::task::{Context, Poll};
 
 use crate::chain::{RxChain, TxChain};
-use crate::driver::{Capabilities, Driver, HardwareAddress, LinkState, Medium, TxError};
+use crate::driver::{Capabilities, Driver, HardwareAddress, LinkState, Medium, RxPacket, TxError};
 use crate::rx::RxFrame;
 use crate::sync::StatCounter;
 use crate::tx::TxFrame;
@@ -584,6 +584,18 @@ impl<D: Driver, S: PcapSink> Driver for Capture<'_, D, S> {
         polled
     }
 
+    fn poll_receive_packet(&mut self, cx: &mut Context<'_>) -> Poll<RxPacket> {
+        let polled = self.inner.poll_receive_packet(cx);
+        match &polled {
+            Poll::Ready(RxPacket::Frame(frame)) => self.record(frame, false),
+            Poll::Ready(RxPacket::Chain(chain)) => {
+                self.record_parts(chain.len(), chain.iter(), false)
+            }
+            Poll::Pending => {}
+        }
+        polled
+    }
+
     fn transmit_chain(&mut self, chain: TxChain) -> Result<(), TxError> {
         self.record_parts(chain.len(), chain.iter(), true);
         let sent = self.inner.transmit_chain(chain);
@@ -954,12 +966,20 @@ mod tests {
         };
         assert_eq!(back.len(), 7);
         drop(back);
+        // Through `poll_receive_packet` the frame is recorded as well.
+        let mut again = pool.try_alloc_tx().unwrap();
+        again.append(5).unwrap().copy_from_slice(b"again");
+        dev.transmit(again).unwrap();
+        match dev.poll_receive_packet(&mut cx) {
+            Poll::Ready(RxPacket::Frame(f)) => assert_eq!(&f[..], b"again"),
+            other => panic!("the frame came back as a frame, got {other:?}"),
+        }
         let s = dev.stats();
         assert_eq!(
             (s.tx_frames, s.rx_frames, s.truncated, s.tx_refused),
-            (2, 1, 1, 1)
+            (3, 2, 1, 1)
         );
-        assert_eq!(s.bytes, 50 + 7 + 7);
+        assert_eq!(s.bytes, 50 + 7 + 7 + 5 + 5);
         let file = dev.sink().as_slice();
         let h = &file[24..40];
         assert_eq!((le32(&h[8..]), le32(&h[12..])), (50, 70));

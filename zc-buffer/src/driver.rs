@@ -239,6 +239,33 @@ impl fmt::Display for TxError {
 
 impl core::error::Error for TxError {}
 
+/// A received packet as [`Driver::poll_receive_packet`] hands it up.
+///
+/// The chain variant is large and the frame variant small: a driver returns the frame written
+/// in place, and a caller that matches on the result at once moves no more than the frame
+/// (there is no heap to box the chain into in a kernel).
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum RxPacket {
+    /// A packet in one slot: the usual case.
+    Frame(RxFrame),
+    /// A packet over several slots, merged by the device (see
+    /// [`Driver::poll_receive_chain`] for the layout).
+    Chain(RxChain),
+}
+
+impl From<RxChain> for RxPacket {
+    /// A chain of one frame becomes that frame; any other stays a chain.
+    fn from(mut chain: RxChain) -> Self {
+        if chain.frame_count() == 1 {
+            if let Some(frame) = chain.pop_front() {
+                return RxPacket::Frame(frame);
+            }
+        }
+        RxPacket::Chain(chain)
+    }
+}
+
 /// A network device that moves pool slots, never copies.
 ///
 /// # The contract
@@ -395,6 +422,20 @@ pub trait Driver {
     /// The default wraps [`poll_receive`](Self::poll_receive)'s frame in a one-frame chain.
     fn poll_receive_chain(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
         self.poll_receive(cx).map(RxChain::from_frame)
+    }
+
+    /// [`poll_receive_chain`](Self::poll_receive_chain) without a chain for a packet of one
+    /// frame: the next received packet as [`RxPacket::Frame`], or [`RxPacket::Chain`] for a
+    /// packet over several slots, with the same refill and waker rules. This is what a stack
+    /// that takes chains calls: building a chain (48 frame places, about 1 KiB) for each
+    /// ordinary frame and moving it around costs more than the rest of the driver's work.
+    ///
+    /// The default takes [`poll_receive_chain`](Self::poll_receive_chain)'s chain apart (a
+    /// chain of one frame becomes that frame): right for every driver, and the one-frame
+    /// chain's cost is still paid. A driver that delivers chains overrides it; a wrapper
+    /// around another driver forwards it.
+    fn poll_receive_packet(&mut self, cx: &mut Context<'_>) -> Poll<RxPacket> {
+        self.poll_receive_chain(cx).map(RxPacket::from)
     }
 
     /// [`transmit`](Self::transmit) for a packet over several frames (a TCP super-segment).

@@ -119,7 +119,7 @@ pub use chain::{
     ChainFrame, ChainReader, Drain, FrameChain, InFlightChain, RxChain, TxChain, MAX_CHAIN_SEGMENTS,
 };
 pub use driver::{
-    Capabilities, ChecksumOffloads, Driver, HardwareAddress, LinkState, Medium, TxError,
+    Capabilities, ChecksumOffloads, Driver, HardwareAddress, LinkState, Medium, RxPacket, TxError,
     ETHERNET_HEADER_LEN,
 };
 pub use error::{ChainError, FrameError, PoolError};

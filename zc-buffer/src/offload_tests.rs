@@ -191,6 +191,13 @@ fn the_chain_defaults_wrap_single_frames_and_refuse_longer_chains() {
     assert_eq!((chain.frame_count(), chain.len()), (1, 5));
     assert!(d.poll_receive_chain(&mut cx).is_pending());
     drop(chain);
+    // The packet default takes the one-frame chain apart.
+    d.next = Some(p.try_alloc_rx().unwrap().complete(7).unwrap());
+    match d.poll_receive_packet(&mut cx) {
+        Poll::Ready(RxPacket::Frame(f)) => assert_eq!(f.len(), 7),
+        other => panic!("one frame expected, got {other:?}"),
+    }
+    assert!(d.poll_receive_packet(&mut cx).is_pending());
     let mut one = p.try_alloc_tx().unwrap();
     one.append(3).unwrap().copy_from_slice(b"abc");
     d.transmit_chain(TxChain::from_frame(one)).unwrap();
@@ -310,6 +317,20 @@ fn receive_all(end: &mut WireEnd, chains: bool) -> Vec<RxChain> {
         };
         match got {
             Poll::Ready(c) => out.push(c),
+            Poll::Pending => return out,
+        }
+    }
+}
+
+/// [`receive_all`] through `poll_receive_packet`: single frames as frames, merged packets as
+/// chains (each as a chain here, with whether it came as one).
+fn receive_packets(end: &mut WireEnd) -> Vec<(bool, RxChain)> {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut out = Vec::new();
+    loop {
+        match end.poll_receive_packet(&mut cx) {
+            Poll::Ready(RxPacket::Frame(f)) => out.push((false, RxChain::from_frame(f))),
+            Poll::Ready(RxPacket::Chain(c)) => out.push((true, c)),
             Poll::Pending => return out,
         }
     }
@@ -490,6 +511,17 @@ fn a_whole_super_segment_arrives_as_a_marked_chain() {
             segment_size: 1448
         })
     );
+    // As packets: the super-segment as a chain, a small packet after it as a frame.
+    send_super(&mut a, pools[0], &packet, 1448).unwrap();
+    let small = tcp4_partial(100, 0x18);
+    send_super(&mut a, pools[0], &small, 1448).unwrap();
+    let packets = receive_packets(&mut b);
+    assert_eq!(packets.len(), 2);
+    assert!(packets[0].0 && packets[0].1.frame_count() > 1);
+    assert_eq!(flat(&packets[0].1), packet);
+    assert!(!packets[1].0, "a one-slot packet comes up as a frame");
+    assert_eq!(flat(&packets[1].1), small);
+    drop(packets);
     // A receiver taking single frames cannot have it: dropped, counted.
     send_super(&mut a, pools[0], &packet, 1448).unwrap();
     assert!(receive_all(&mut b, false).is_empty());

@@ -71,8 +71,8 @@ use spin::mutex::{SpinMutex as Mutex, SpinMutexGuard};
 use super::offload;
 use crate::{
     Capabilities, ChecksumOffloads, Driver, FramePool, GsoInfo, GsoKinds, HardwareAddress,
-    InFlight, InFlightChain, LinkState, Medium, PostedSlot, RxChain, RxFrame, TxChain, TxError,
-    TxFrame, MAX_CHAIN_SEGMENTS,
+    InFlight, InFlightChain, LinkState, Medium, PostedSlot, RxChain, RxFrame, RxPacket, TxChain,
+    TxError, TxFrame, MAX_CHAIN_SEGMENTS,
 };
 
 /// Time as a wire sees it: [`WireTimer::now`], from the timer's own origin.
@@ -1046,6 +1046,14 @@ impl Driver for WireEnd {
     fn poll_receive_chain(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
         let chains = self.offloads.rx_chains;
         self.poll_packet(cx, chains).map(Packet::into_chain)
+    }
+
+    fn poll_receive_packet(&mut self, cx: &mut Context<'_>) -> Poll<RxPacket> {
+        let chains = self.offloads.rx_chains;
+        self.poll_packet(cx, chains).map(|packet| match packet {
+            Packet::One(frame) => RxPacket::Frame(frame),
+            Packet::Many(chain) => RxPacket::from(*chain),
+        })
     }
 
     fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
