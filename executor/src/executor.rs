@@ -786,9 +786,15 @@ impl Executor {
             if local {
                 polls += self.poll_local();
             }
-            self.fire_timers();
+            let armed = self.fire_timers();
             batch = self.queue.take_tasks();
-            if batch.is_empty() && !self.timers_due() && !self.local_work(local) {
+            // With no timer armed when `fire_timers` looked, none can be due now unless another
+            // thread armed one since, which is a race this call may lose either way. So with
+            // no local tasks and no timer, an empty take ends the call.
+            if batch.is_empty()
+                && ((!local && !armed)
+                    || (!self.local_work(local) && (!armed || !self.timers_due())))
+            {
                 self.polls.add_single_writer(polls);
                 return polls;
             }
@@ -892,12 +898,19 @@ impl Executor {
     }
 
     /// Moves due timers to the pending list and wakes them, in batches, outside the lock.
-    fn fire_timers(&self) {
-        if let Some(now) = self.clock_if_timer_due() {
+    /// Returns whether a timer was armed (`next_due` set) when it looked.
+    fn fire_timers(&self) -> bool {
+        let due = self.next_due.load(Acquire);
+        if due == u64::MAX {
+            // No timer armed: no clock read, no lock, no wheel walk.
+            return false;
+        }
+        let now = self.now().as_nanos();
+        if now >= due {
             self.fire_timers_at(now);
         }
-        // Else nothing can be due: no lock, no wheel walk (most turns), and with no timer
-        // armed not even a clock read.
+        // Else nothing can be due yet: no lock, no wheel walk (most turns).
+        true
     }
 
     /// [`fire_timers`](Self::fire_timers) once the clock (`now`, in nanoseconds) has reached

@@ -52,6 +52,12 @@ impl Batch {
     /// The batch of the taken stack `newest` (newest first, flags stripped), reversed so that
     /// tasks run in the order they were woken.
     fn reversed(newest: *mut Header) -> Batch {
+        // One task (the common case of a loop that keeps up): nothing to reverse.
+        if let Some(node) = ptr::NonNull::new(newest) {
+            if TaskRef(node).header().next.load(Relaxed).is_null() {
+                return Batch { head: newest };
+            }
+        }
         let mut rest = newest;
         let mut reversed: *mut Header = ptr::null_mut();
         while let Some(node) = ptr::NonNull::new(rest) {

@@ -27,10 +27,17 @@ pub(crate) const REF_ONE: usize = 1 << REF_SHIFT;
 
 /// The executor's spare reference: counted in the reference bits while the task is QUEUED
 /// and not COMPLETE (the executor holds it). A waker cloned during a poll on the polling thread
-/// takes it over without a locked instruction (`Header::spare_taken`); the executor's next
+/// takes it over without a locked instruction ([`SPARE_TAKEN`]); the executor's next
 /// locked instruction on the state word (the end of the poll, or its completion) then either
 /// lets go of the spare or, if a clone took it, leaves the count as it is.
 const SPARE: usize = REF_ONE;
+
+/// `Header::poll_flags`: during a poll from the run queue, the executor's spare reference (see
+/// [`SPARE`]) went to a waker clone made on the polling thread.
+pub(crate) const SPARE_TAKEN: u8 = 1 << 0;
+/// `Header::poll_flags`: during a poll from the run queue, a wake on the polling thread asked
+/// for another poll.
+pub(crate) const WOKEN_IN_POLL: u8 = 1 << 1;
 
 /// The executor holds the task: QUEUED, or (for an instant at the end of a poll, see
 /// [`TaskRef::end_poll_pending`]) NOTIFIED alone.
@@ -87,13 +94,10 @@ pub(crate) struct Header {
     pub(crate) local_queued: Cell<bool>,
     /// The local run queue's link; same rule as `local_queued`.
     pub(crate) local_next: Cell<*mut Header>,
-    /// During a poll from the run queue: the executor's spare reference (see [`SPARE`]) went
-    /// to a waker clone made on the polling thread. Read and written only by the thread that
-    /// polls the task, while [`polling`] names it there.
-    pub(crate) spare_taken: Cell<bool>,
-    /// During a poll from the run queue: a wake on the polling thread asked for another poll.
-    /// Same rule as `spare_taken`.
-    pub(crate) woken_in_poll: Cell<bool>,
+    /// During a poll from the run queue: [`SPARE_TAKEN`] and [`WOKEN_IN_POLL`], in one cell so
+    /// that the end of a poll that had neither tests one byte. Read and written only by the
+    /// thread that polls the task, while [`polling`] names it there (and zero outside a poll).
+    pub(crate) poll_flags: Cell<u8>,
 }
 
 impl Header {
@@ -122,8 +126,7 @@ impl Header {
             local,
             local_queued: Cell::new(false),
             local_next: Cell::new(core::ptr::null_mut()),
-            spare_taken: Cell::new(false),
-            woken_in_poll: Cell::new(false),
+            poll_flags: Cell::new(0),
         }
     }
 }
@@ -171,9 +174,12 @@ impl TaskRef {
     /// during a poll takes the executor's spare reference ([`SPARE`]): no locked instruction.
     /// Otherwise one locked addition.
     pub(crate) fn ref_inc(&self) {
-        if self.polled_here() && !self.header().spare_taken.get() {
-            self.header().spare_taken.set(true);
-            return;
+        if self.polled_here() {
+            let flags = &self.header().poll_flags;
+            if flags.get() & SPARE_TAKEN == 0 {
+                flags.set(flags.get() | SPARE_TAKEN);
+                return;
+            }
         }
         let prev = self.header().state.fetch_add(REF_ONE, Relaxed);
         // A reference count this large means wakers are being leaked in a loop; stop before
@@ -203,9 +209,12 @@ impl TaskRef {
     ///
     /// The caller owns one reference and does not use `self` afterwards.
     pub(crate) unsafe fn ref_dec(self) {
-        if self.polled_here() && self.header().spare_taken.get() {
-            self.header().spare_taken.set(false);
-            return;
+        if self.polled_here() {
+            let flags = &self.header().poll_flags;
+            if flags.get() & SPARE_TAKEN != 0 {
+                flags.set(flags.get() & !SPARE_TAKEN);
+                return;
+            }
         }
         let prev = self.header().state.fetch_sub(REF_ONE, AcqRel);
         debug_assert!(prev >= REF_ONE, "task reference count underflow");
@@ -221,7 +230,7 @@ impl TaskRef {
     ///
     /// On the thread polling the task (a task waking itself, or a future inside its poll
     /// waking it): no locked instruction. That thread ends the poll after this wake, so it
-    /// sets the header's `woken_in_poll` cell and the end of the poll queues the task again
+    /// sets [`WOKEN_IN_POLL`] in the header's `poll_flags` and the end of the poll queues the task again
     /// (program order carries the caller's writes to the next poll).
     ///
     /// Anywhere else: no locked instruction when the task is complete, else one
@@ -235,11 +244,22 @@ impl TaskRef {
     /// and `wake_of_a_queued_task_publishes_the_write_before_it`).
     pub(crate) fn wake_by_ref(self) {
         if self.polled_here() {
-            self.header().woken_in_poll.set(true);
+            let flags = &self.header().poll_flags;
+            flags.set(flags.get() | WOKEN_IN_POLL);
             return;
         }
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
+        // The common case first, with one test: an idle task, queued with the executor's spare.
+        if cur & (COMPLETE | HELD) == 0 {
+            match state.compare_exchange(cur, (cur | QUEUED) + SPARE, AcqRel, Acquire) {
+                Ok(_) => {
+                    self.core().enqueue(self);
+                    return;
+                }
+                Err(actual) => cur = actual,
+            }
+        }
         loop {
             if cur & COMPLETE != 0 {
                 return;
@@ -274,13 +294,26 @@ impl TaskRef {
     /// The caller owns one reference and does not use `self` afterwards.
     pub(crate) unsafe fn wake_and_release(self) {
         if self.polled_here() {
-            self.header().woken_in_poll.set(true);
+            let flags = &self.header().poll_flags;
+            flags.set(flags.get() | WOKEN_IN_POLL);
             // SAFETY: the caller's reference, not used afterwards; the executor holds the task.
             unsafe { self.ref_dec() };
             return;
         }
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
+        // The common case first, with one test: an idle task, queued; the caller's reference
+        // becomes the executor's spare.
+        if cur & (COMPLETE | HELD) == 0 {
+            debug_assert!(cur >= REF_ONE, "task reference count underflow");
+            match state.compare_exchange(cur, cur | QUEUED, AcqRel, Acquire) {
+                Ok(_) => {
+                    self.core().enqueue(self);
+                    return;
+                }
+                Err(actual) => cur = actual,
+            }
+        }
         loop {
             debug_assert!(cur >= REF_ONE, "task reference count underflow");
             let enqueue = cur & (HELD | COMPLETE) == 0;
@@ -315,13 +348,28 @@ impl TaskRef {
     /// A local task may have completed in a poll from the local run queue while it sat in
     /// this queue ([`Start::Completed`]): the executor then lets go of it
     /// ([`release_hold`](Self::release_hold)) without polling.
+    ///
+    /// The common case is one load and one test: a task that is not local, not complete and
+    /// not notified. (A local task holds [`LOCAL`] until it completes, so it always takes the
+    /// other path, which tells the executor to check the owning context.)
+    #[inline]
     pub(crate) fn start_poll(self) -> Start {
-        let state = &self.header().state;
-        let cur = state.load(Acquire);
+        let cur = self.header().state.load(Acquire);
         debug_assert!(
             cur & QUEUED != 0,
             "zcnet-executor: polled a task that is not queued"
         );
+        if cur & (COMPLETE | NOTIFIED | LOCAL) == 0 {
+            return Start::Poll { local: false };
+        }
+        self.start_poll_flagged(cur)
+    }
+
+    /// [`start_poll`](Self::start_poll) for a task whose state `cur` has COMPLETE, NOTIFIED or
+    /// LOCAL set.
+    #[inline(never)]
+    fn start_poll_flagged(self, cur: usize) -> Start {
+        let state = &self.header().state;
         if cur & COMPLETE != 0 {
             debug_assert!(
                 self.header().local,
@@ -417,8 +465,8 @@ impl TaskRef {
     /// next wake queues it, and the task is freed if nothing can reach it any more: returns
     /// `false`.
     ///
-    /// A wake on the polling thread during the poll (`woken_in_poll`) keeps the task held as it
-    /// is: no locked instruction (one addition if a clone took the spare, to restore it).
+    /// A wake on the polling thread during the poll ([`WOKEN_IN_POLL`]) keeps the task held as
+    /// it is: no locked instruction (one addition if a clone took the spare, to restore it).
     /// Otherwise one locked subtraction, with no load before it and no retry loop: it clears
     /// QUEUED whatever the state, and the spare with it unless a clone took it; only if
     /// NOTIFIED was set (a wake from another thread during the poll) a second instruction
@@ -429,20 +477,47 @@ impl TaskRef {
     ///
     /// Only the executor, right after a poll of a task it holds that returned `Pending`; on
     /// `false` it must not use `self` again.
+    #[inline]
     pub(crate) unsafe fn end_poll_pending(self) -> bool {
-        let h = self.header();
-        let state = &h.state;
-        let spare = if h.spare_taken.replace(false) {
-            0
-        } else {
-            SPARE
-        };
-        if h.woken_in_poll.replace(false) {
+        let flags = self.header().poll_flags.get();
+        if flags != 0 {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.end_poll_pending_flagged(flags) };
+        }
+        // SAFETY: forwarded from the caller; no clone took the spare.
+        unsafe { self.let_go_after_poll(SPARE) }
+    }
+
+    /// [`end_poll_pending`](Self::end_poll_pending) when the poll left `flags` (non-zero) in
+    /// `poll_flags`: clears them and applies them.
+    ///
+    /// # Safety
+    ///
+    /// As for `end_poll_pending`.
+    #[inline(never)]
+    unsafe fn end_poll_pending_flagged(self, flags: u8) -> bool {
+        self.header().poll_flags.set(0);
+        let spare = if flags & SPARE_TAKEN != 0 { 0 } else { SPARE };
+        if flags & WOKEN_IN_POLL != 0 {
             if spare == 0 {
-                state.fetch_add(SPARE, Relaxed);
+                self.header().state.fetch_add(SPARE, Relaxed);
             }
             return true;
         }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.let_go_after_poll(spare) }
+    }
+
+    /// The locked end of a poll that returned `Pending` with no wake on the polling thread:
+    /// clears QUEUED and lets go of `spare` (the spare, or 0 if a clone took it) in one
+    /// subtraction; see [`end_poll_pending`](Self::end_poll_pending) for the result.
+    ///
+    /// # Safety
+    ///
+    /// As for `end_poll_pending`.
+    #[inline(always)]
+    unsafe fn let_go_after_poll(self, spare: usize) -> bool {
+        let state = &self.header().state;
         let prev = state.fetch_sub(QUEUED + spare, AcqRel);
         debug_assert!(
             prev & QUEUED != 0,
@@ -453,7 +528,9 @@ impl TaskRef {
             state.fetch_add((SPARE + QUEUED) - NOTIFIED, AcqRel);
             return true;
         }
-        if unreachable(prev - QUEUED - spare) {
+        // QUEUED and NOTIFIED are clear now, so the task is unreachable exactly when no
+        // reference is left (`unreachable`, with its flag test already known).
+        if prev - (QUEUED + spare) < REF_ONE {
             // SAFETY: no reference left, and we just let go of the task.
             unsafe { self.dealloc() };
         }
@@ -474,11 +551,9 @@ impl TaskRef {
         let mut output_dropped = false;
         loop {
             if cur & JOIN_INTEREST == 0 && !output_dropped {
-                if let Some(drop_output) = self.header().vtable.drop_output {
-                    // SAFETY: no join handle exists (JOIN_INTEREST is never set again), and
-                    // the caller is the only one touching the stage.
-                    unsafe { drop_output(self.0) };
-                }
+                // SAFETY: no join handle exists (JOIN_INTEREST is never set again), and the
+                // caller is the only one touching the stage.
+                unsafe { self.drop_output() };
                 output_dropped = true;
             }
             match state.compare_exchange_weak(cur, next(cur), AcqRel, Acquire) {
@@ -493,20 +568,52 @@ impl TaskRef {
     /// when nothing else refers to it). A [`LOCAL`] task's own reference goes in the same
     /// exchange. One compare-exchange, two when a join waker is set.
     ///
+    /// The common case (no join waker, not local, and the output either left to a join handle
+    /// or without a destructor) is one load and that compare-exchange, inline; the rest, and a
+    /// failed exchange, go out of line.
+    ///
     /// # Safety
     ///
     /// Only the executor, right after a poll of a task it holds that returned `Ready`; it must
     /// not use `self` afterwards.
-    #[inline(never)]
+    #[inline]
     pub(crate) unsafe fn complete(self) {
         // The spare goes now, unless a waker clone made during this poll took it over.
         let h = self.header();
-        let spare = if h.spare_taken.replace(false) {
+        let spare = if h.poll_flags.replace(0) & SPARE_TAKEN != 0 {
             0
         } else {
             SPARE
         };
-        h.woken_in_poll.set(false);
+        let cur = h.state.load(Acquire);
+        if cur & (JOIN_WAKER | LOCAL) == 0
+            && (cur & JOIN_INTEREST != 0 || h.vtable.drop_output.is_none())
+        {
+            // Nothing to drop (a join handle takes the output, or it has no destructor), no
+            // join waker to wake, no local reference: let go of the task as `complete_with`
+            // would.
+            let next = ((cur | COMPLETE) & !HELD) - spare;
+            if h.state.compare_exchange(cur, next, AcqRel, Acquire).is_ok() {
+                // HELD is clear in `next`: unreachable exactly when no reference is left.
+                if next < REF_ONE {
+                    // SAFETY: no reference left, and we just let go of the task.
+                    unsafe { self.dealloc() };
+                }
+                return;
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.complete_with(spare) }
+    }
+
+    /// [`complete`](Self::complete) in full, with `spare` the reference count the executor's
+    /// spare still holds (0 if a waker clone took it).
+    ///
+    /// # Safety
+    ///
+    /// As for `complete`.
+    #[inline(never)]
+    unsafe fn complete_with(self, spare: usize) {
         let next_of = |cur: usize| {
             // The output is stored: the future is gone, so a local task's reference, which kept
             // it from being dropped elsewhere, goes now, unless the task sits in the local run
@@ -556,18 +663,13 @@ impl TaskRef {
     pub(crate) unsafe fn drop_join_handle(self) {
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
-        let mut output_dropped = false;
+        if cur & COMPLETE != 0 {
+            // SAFETY: the executor saw JOIN_INTEREST when it completed the task and left the
+            // output to us; after COMPLETE the join handle has exclusive use of the stage, and
+            // our reference keeps the task alive until the exchange below.
+            unsafe { self.drop_output() };
+        }
         loop {
-            if cur & COMPLETE != 0 && !output_dropped {
-                if let Some(drop_output) = self.header().vtable.drop_output {
-                    // SAFETY: the executor saw JOIN_INTEREST when it completed the task and
-                    // left the output to us; after COMPLETE the join handle has exclusive use
-                    // of the stage, and our reference keeps the task alive until the exchange
-                    // below.
-                    unsafe { drop_output(self.0) };
-                }
-                output_dropped = true;
-            }
             let next = (cur & !JOIN_INTEREST) - REF_ONE;
             match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
                 Ok(_) => {
@@ -578,8 +680,28 @@ impl TaskRef {
                     }
                     return;
                 }
-                Err(actual) => cur = actual,
+                Err(actual) => {
+                    if actual & !cur & COMPLETE != 0 {
+                        // The task completed meanwhile (COMPLETE is set once, so this runs at
+                        // most once).
+                        // SAFETY: as above.
+                        unsafe { self.drop_output() };
+                    }
+                    cur = actual;
+                }
             }
+        }
+    }
+
+    /// Drops the output a finished stage holds, if its type has a destructor.
+    ///
+    /// # Safety
+    ///
+    /// The caller has exclusive use of the stage, which holds the output (or was consumed).
+    unsafe fn drop_output(self) {
+        if let Some(drop_output) = self.header().vtable.drop_output {
+            // SAFETY: per the preconditions.
+            unsafe { drop_output(self.0) };
         }
     }
 
