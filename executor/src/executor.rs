@@ -244,11 +244,11 @@ fn main_wake(data: *const ()) {
 
 fn main_drop(_: *const ()) {}
 
-/// Releases the "running" flag and restores this thread's record in [`running`] when the run
-/// loop ends (also by unwinding).
+/// Releases the "running" flag and restores this thread's record in [`running`] (when the
+/// field drops, after this) when the run loop ends (also by unwinding).
 struct RunningGuard {
     exec: &'static Executor,
-    _record: ThreadRecord,
+    _record: running::Record,
 }
 
 impl Drop for RunningGuard {
@@ -257,22 +257,15 @@ impl Drop for RunningGuard {
     }
 }
 
-/// Restores this thread's record in [`running`] when `run_until_idle` or a loop ends (also by
-/// unwinding).
-struct ThreadRecord(running::Outer);
-
-impl Drop for ThreadRecord {
-    fn drop(&mut self) {
-        running::leave(self.0);
-    }
-}
-
 /// Which executor runs where, for timers polled with a waker that is not one of ours (see
 /// [`Executor::for_timers`]).
 ///
-/// * With `std`: a per-thread record of the executor whose loop (`run`, `block_on`,
-///   `run_until_idle` once it found something to do) the thread is inside; a nested loop of
-///   another executor saves and restores the outer one.
+/// * With `std`: a per-thread record of the executor whose code the thread runs, kept in the
+///   word of [`polling`]: while a task from the run queue is polled, that task (its executor
+///   is the one); around a loop (`run`, `block_on`) and around `run_until_idle`'s polls of
+///   local tasks, the executor's address with bit 0 set (`EXEC_TAG`). A nested loop of
+///   another executor, or a poll, saves and restores the outer one. So `run_until_idle` keeps
+///   no record of its own: each of its polls names its task anyway.
 /// * Always: the process's *default* executor. An executor takes the role when it starts a loop
 ///   while the role is free or its holder is not running a loop, and keeps it after its loop
 ///   ends, until another executor takes it that way. So a program (or kernel) with one
@@ -287,19 +280,17 @@ mod running {
     use core::task::Waker;
 
     use super::Executor;
-    use crate::sync::{AtomicPtr, Mutex, Ordering::*};
+    use crate::sync::{polling, AtomicPtr, Mutex, Ordering::*};
 
     static DEFAULT: AtomicPtr<Executor> = AtomicPtr::new(ptr::null_mut());
 
-    #[cfg(feature = "std")]
-    std::thread_local! {
-        static ON_THREAD: core::cell::Cell<Option<&'static Executor>> =
-            const { core::cell::Cell::new(None) };
-    }
+    /// Bit 0 of the [`polling`] word: the rest is an executor's address, not a task's (both
+    /// are at least 8-byte aligned, so a task's address never has it).
+    const EXEC_TAG: usize = 1;
 
-    /// What [`enter`] replaced on this thread, for [`leave`] to put back.
-    #[derive(Clone, Copy)]
-    pub(super) struct Outer(#[cfg(feature = "std")] Option<&'static Executor>);
+    /// This thread's record of an executor (see the module docs); dropping it puts back what
+    /// it replaced.
+    pub(super) type Record = polling::Scope;
 
     /// How many tasks can wait in [`wait`] at once without waking each other early.
     const EARLY_WAITERS: usize = 16;
@@ -310,42 +301,47 @@ mod running {
     static EARLY: Mutex<[Option<Waker>; EARLY_WAITERS]> =
         Mutex::new([const { None }; EARLY_WAITERS]);
 
-    /// `exec`'s loop starts on this thread (its `running` flag is already set).
-    pub(super) fn enter(exec: &'static Executor) -> Outer {
-        let p = ptr::from_ref(exec).cast_mut();
-        // Acquire: the holder is read below.
+    /// `exec`'s loop starts on this thread (its `running` flag is already set): it may take
+    /// the default role, and the thread records it until the returned record drops.
+    pub(super) fn enter(exec: &'static Executor) -> Record {
+        claim_default(exec);
+        record(exec)
+    }
+
+    /// The thread runs `exec`'s code until the returned record drops.
+    #[inline]
+    pub(super) fn record(exec: &'static Executor) -> Record {
+        polling::Scope::enter(ptr::from_ref(exec).cast::<()>().map_addr(|a| a | EXEC_TAG))
+    }
+
+    /// `exec` found work to do: it takes the default role if the role is free or its holder is
+    /// not running a loop. One load when it holds the role already.
+    #[inline]
+    pub(super) fn claim_default(exec: &'static Executor) {
+        // Acquire: the holder is read in `take_default`.
         let holder = DEFAULT.load(Acquire);
-        if holder != p {
-            // SAFETY: only pointers made from `&'static Executor` are stored.
-            let busy = unsafe { holder.as_ref() }.is_some_and(|h| h.running.load(Relaxed));
-            // Release: a thread that reads the pointer (Acquire) sees the executor built.
-            // Failure means another executor took the role meanwhile: it keeps it.
-            let took = !busy
-                && DEFAULT
-                    .compare_exchange(holder, p, Release, Relaxed)
-                    .is_ok();
-            if took && holder.is_null() {
-                // The first executor: the timers that waited for one can start.
-                wake_early();
-            }
-        }
-        #[cfg(feature = "std")]
-        {
-            // `try_with`: during thread teardown the record is gone; there is nothing to save.
-            Outer(ON_THREAD.try_with(|t| t.replace(Some(exec))).ok().flatten())
-        }
-        #[cfg(not(feature = "std"))]
-        {
-            Outer()
+        if holder != ptr::from_ref(exec).cast_mut() {
+            take_default(exec, holder);
         }
     }
 
-    /// `exec`'s loop ends on this thread. The default role, if `exec` holds it, stays.
-    pub(super) fn leave(outer: Outer) {
-        #[cfg(feature = "std")]
-        let _ = ON_THREAD.try_with(|t| t.set(outer.0));
-        #[cfg(not(feature = "std"))]
-        let Outer() = outer;
+    /// [`claim_default`] when `holder` holds the role (or nobody, if null).
+    #[cold]
+    #[inline(never)]
+    fn take_default(exec: &'static Executor, holder: *mut Executor) {
+        let p = ptr::from_ref(exec).cast_mut();
+        // SAFETY: only pointers made from `&'static Executor` are stored.
+        let busy = unsafe { holder.as_ref() }.is_some_and(|h| h.running.load(Relaxed));
+        // Release: a thread that reads the pointer (Acquire) sees the executor built.
+        // Failure means another executor took the role meanwhile: it keeps it.
+        let took = !busy
+            && DEFAULT
+                .compare_exchange(holder, p, Release, Relaxed)
+                .is_ok();
+        if took && holder.is_null() {
+            // The first executor: the timers that waited for one can start.
+            wake_early();
+        }
     }
 
     /// Wakes (and forgets) every waker in [`EARLY`], outside the lock.
@@ -390,11 +386,18 @@ mod running {
         None
     }
 
-    /// The executor whose loop this thread is inside (`std`), else the default one.
+    /// The executor whose code this thread runs (`std`: the record), else the default one.
     pub(super) fn get() -> Option<&'static Executor> {
-        #[cfg(feature = "std")]
-        if let Some(exec) = ON_THREAD.try_with(|t| t.get()).ok().flatten() {
-            return Some(exec);
+        // Null without `std`.
+        let word = polling::current();
+        if word.addr() & EXEC_TAG != 0 {
+            // SAFETY: tagged words are made by `record` from a `&'static Executor`.
+            return Some(unsafe { &*word.map_addr(|a| a & !EXEC_TAG).cast::<Executor>() });
+        }
+        if let Some(task) = ptr::NonNull::new(word.cast_mut()) {
+            // The task this thread polls from the run queue right now: the executor holds it
+            // (QUEUED) until the poll ends, so its header is alive.
+            return Some(crate::task::TaskRef(task.cast()).core());
         }
         let p = DEFAULT.load(Acquire);
         // SAFETY: only pointers made from `&'static Executor` are stored, and executors are
@@ -408,14 +411,13 @@ mod running {
 mod running {
     use super::Executor;
 
-    #[derive(Clone, Copy)]
-    pub(super) struct Outer;
+    pub(super) type Record = ();
 
-    pub(super) fn enter(_: &'static Executor) -> Outer {
-        Outer
-    }
+    pub(super) fn enter(_: &'static Executor) -> Record {}
 
-    pub(super) fn leave(_: Outer) {}
+    pub(super) fn record(_: &'static Executor) -> Record {}
+
+    pub(super) fn claim_default(_: &'static Executor) {}
 
     pub(super) fn get_or_wait(_: &core::task::Waker) -> Option<&'static Executor> {
         None
@@ -772,30 +774,47 @@ impl Executor {
     /// are exact only while one thread at a time runs the executor.
     pub fn run_until_idle(&'static self) -> u64 {
         let local = self.owns_local();
-        let mut batch = self.queue.take_tasks();
+        let batch = self.queue.take_tasks();
         if batch.is_empty() && !self.timers_due() && !self.local_work(local) {
             return 0;
         }
-        let _record = ThreadRecord(running::enter(self));
+        running::claim_default(self);
+        // Two copies of the loop: the one for a thread that does not own local tasks has no
+        // check of the local run queue.
+        let polls = if local {
+            self.run_batches::<true>(batch)
+        } else {
+            self.run_batches::<false>(batch)
+        };
+        self.polls.add_single_writer(polls);
+        polls
+    }
+
+    /// [`run_until_idle`](Self::run_until_idle) once it found work: polls `batch`, the local
+    /// run queue if `LOCAL` (the calling context owns it), and due timers, until nothing is
+    /// ready. Returns the number of polls.
+    #[inline(always)]
+    fn run_batches<const LOCAL: bool>(&'static self, mut batch: Batch) -> u64 {
         let mut polls = 0;
         loop {
             for task in batch {
                 self.poll_task(task);
                 polls += 1;
             }
-            if local {
+            if LOCAL {
+                // Polls of run-queue tasks name their task in the thread's record; local
+                // polls name the executor.
+                let _record = running::record(self);
                 polls += self.poll_local();
             }
             let armed = self.fire_timers();
             batch = self.queue.take_tasks();
             // With no timer armed when `fire_timers` looked, none can be due now unless another
-            // thread armed one since, which is a race this call may lose either way. So with
-            // no local tasks and no timer, an empty take ends the call.
+            // thread armed one since, which is a race this call may lose either way.
             if batch.is_empty()
-                && ((!local && !armed)
-                    || (!self.local_work(local) && (!armed || !self.timers_due())))
+                && (!LOCAL || self.local.is_empty())
+                && (!armed || !self.timers_due())
             {
-                self.polls.add_single_writer(polls);
                 return polls;
             }
         }
@@ -810,7 +829,7 @@ impl Executor {
         );
         RunningGuard {
             exec: self,
-            _record: ThreadRecord(running::enter(self)),
+            _record: running::enter(self),
         }
     }
 
@@ -862,6 +881,7 @@ impl Executor {
     }
 
     /// Polls a task taken from the run queue. The caller counts the poll in `polls`.
+    #[inline(always)]
     fn poll_task(&self, task: TaskRef) {
         match task.start_poll() {
             Start::Poll { local: false } => {}
