@@ -717,19 +717,20 @@ impl TaskRef {
     }
 }
 
-/// Polls the `Stage<F>` behind `header` (the vtable's `poll`).
+/// Polls the `Stage<F>` at `stage` (what the vtable's `poll` of each storage kind does, with
+/// the stage's address computed from the header's at a fixed offset: no load of
+/// `Header::stage` on the way to the future).
 ///
 /// # Safety
 ///
-/// `header.stage` points to a live `Stage<F>`, and the caller is the executor polling the task.
-pub(crate) unsafe fn poll_stage<F: Future>(
-    header: NonNull<Header>,
-    cx: &mut Context<'_>,
-) -> Poll<()> {
+/// `stage` points to the task's live `Stage<F>`, and the caller is the executor polling the
+/// task.
+#[inline(always)]
+pub(crate) unsafe fn poll_stage<F: Future>(stage: *mut Stage<F>, cx: &mut Context<'_>) -> Poll<()> {
     // SAFETY: per the preconditions, the stage is a live `Stage<F>` we may use exclusively; it
     // never moves (boxed or static), so pinning it is sound.
     unsafe {
-        let stage = &mut *header.as_ref().stage.cast::<Stage<F>>();
+        let stage = &mut *stage;
         let Stage::Running(fut) = stage else {
             // A scheduled task is never complete (wakes ignore COMPLETE tasks).
             unreachable!("zcnet-executor: polled a finished task");
