@@ -479,17 +479,23 @@ impl TaskRef {
     /// `false` it must not use `self` again.
     #[inline]
     pub(crate) unsafe fn end_poll_pending(self) -> bool {
-        let flags = self.header().poll_flags.get();
-        if flags != 0 {
+        let flags = &self.header().poll_flags;
+        match flags.get() {
+            // SAFETY: forwarded from the caller; no clone took the spare.
+            0 => unsafe { self.let_go_after_poll(SPARE) },
+            // A clone took the spare (a task that stashes its waker): inline too.
+            SPARE_TAKEN => {
+                flags.set(0);
+                // SAFETY: forwarded from the caller.
+                unsafe { self.let_go_after_poll(0) }
+            }
             // SAFETY: forwarded from the caller.
-            return unsafe { self.end_poll_pending_flagged(flags) };
+            woken => unsafe { self.end_poll_pending_flagged(woken) },
         }
-        // SAFETY: forwarded from the caller; no clone took the spare.
-        unsafe { self.let_go_after_poll(SPARE) }
     }
 
-    /// [`end_poll_pending`](Self::end_poll_pending) when the poll left `flags` (non-zero) in
-    /// `poll_flags`: clears them and applies them.
+    /// [`end_poll_pending`](Self::end_poll_pending) when the poll left `flags` with
+    /// [`WOKEN_IN_POLL`] in `poll_flags`: clears them and applies them.
     ///
     /// # Safety
     ///
