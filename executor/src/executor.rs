@@ -411,11 +411,15 @@ mod running {
 mod running {
     use super::Executor;
 
-    pub(super) type Record = ();
+    pub(super) struct Record;
 
-    pub(super) fn enter(_: &'static Executor) -> Record {}
+    pub(super) fn enter(_: &'static Executor) -> Record {
+        Record
+    }
 
-    pub(super) fn record(_: &'static Executor) -> Record {}
+    pub(super) fn record(_: &'static Executor) -> Record {
+        Record
+    }
 
     pub(super) fn claim_default(_: &'static Executor) {}
 

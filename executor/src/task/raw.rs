@@ -230,8 +230,8 @@ impl TaskRef {
     ///
     /// On the thread polling the task (a task waking itself, or a future inside its poll
     /// waking it): no locked instruction. That thread ends the poll after this wake, so it
-    /// sets [`WOKEN_IN_POLL`] in the header's `poll_flags` and the end of the poll queues the task again
-    /// (program order carries the caller's writes to the next poll).
+    /// sets [`WOKEN_IN_POLL`] in the header's `poll_flags` and the end of the poll queues the
+    /// task again (program order carries the caller's writes to the next poll).
     ///
     /// Anywhere else: no locked instruction when the task is complete, else one
     /// compare-exchange, plus a lock-free push when it enqueues. A task already QUEUED or
