@@ -777,19 +777,25 @@ impl Executor {
     /// a task of the same executor, or while another thread runs it; the [`stats`](Self::stats)
     /// are exact only while one thread at a time runs the executor.
     pub fn run_until_idle(&'static self) -> u64 {
-        let local = self.owns_local();
+        // Two copies of the whole call: the one for a thread that does not own local tasks has
+        // no check of the local run queue.
+        if self.owns_local() {
+            self.run_until_idle_with::<true>()
+        } else {
+            self.run_until_idle_with::<false>()
+        }
+    }
+
+    /// [`run_until_idle`](Self::run_until_idle) with `LOCAL` what
+    /// [`owns_local`](Self::owns_local) said.
+    #[inline(always)]
+    fn run_until_idle_with<const LOCAL: bool>(&'static self) -> u64 {
         let batch = self.queue.take_tasks();
-        if batch.is_empty() && !self.timers_due() && !self.local_work(local) {
+        if batch.is_empty() && !self.timers_due() && (!LOCAL || self.local.is_empty()) {
             return 0;
         }
         running::claim_default(self);
-        // Two copies of the loop: the one for a thread that does not own local tasks has no
-        // check of the local run queue.
-        let polls = if local {
-            self.run_batches::<true>(batch)
-        } else {
-            self.run_batches::<false>(batch)
-        };
+        let polls = self.run_batches::<LOCAL>(batch);
         self.polls.add_single_writer(polls);
         polls
     }
