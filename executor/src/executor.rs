@@ -817,14 +817,13 @@ impl Executor {
                 let _record = running::record(self);
                 polls += self.poll_local();
             }
+            // With no timer armed when `fire_timers` looked, none can be due now unless another
+            // thread armed one since, which is a race this call may lose either way; so only
+            // with one armed does the end of the call look at the clock again.
             let armed = self.fire_timers();
             batch = self.queue.take_tasks();
-            // With no timer armed when `fire_timers` looked, none can be due now unless another
-            // thread armed one since, which is a race this call may lose either way.
-            if batch.is_empty()
-                && (!LOCAL || self.local.is_empty())
-                && (!armed || !self.timers_due())
-            {
+            let idle = batch.is_empty() && (!LOCAL || self.local.is_empty());
+            if idle && (!armed || !self.timers_due()) {
                 return polls;
             }
         }
