@@ -250,16 +250,6 @@ impl TaskRef {
         }
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
-        // The common case first, with one test: an idle task, queued with the executor's spare.
-        if cur & (COMPLETE | HELD) == 0 {
-            match state.compare_exchange(cur, (cur | QUEUED) + SPARE, AcqRel, Acquire) {
-                Ok(_) => {
-                    self.core().enqueue(self);
-                    return;
-                }
-                Err(actual) => cur = actual,
-            }
-        }
         loop {
             if cur & COMPLETE != 0 {
                 return;
@@ -284,6 +274,35 @@ impl TaskRef {
         }
     }
 
+    /// The common wake, tried by the waker before anything else: a task that is idle (neither
+    /// QUEUED, NOTIFIED nor COMPLETE) and not local (no [`LOCAL`]: a local task holds it until
+    /// it completes) is queued with one compare-exchange and a push. Such a task is being
+    /// polled nowhere (a poll holds QUEUED), so the polling thread's cells and the local run
+    /// queue do not apply to it. `by_value`: the caller's reference becomes the executor's
+    /// spare (a waker woken by value); otherwise the spare is added. Returns `false`, having
+    /// changed nothing, for any other task, or when the exchange lost a race: the caller then
+    /// takes the full path ([`wake_by_ref`](Self::wake_by_ref),
+    /// [`wake_and_release`](Self::wake_and_release)), whose exchange orders the caller's
+    /// writes the same way.
+    #[inline(always)]
+    pub(crate) fn wake_if_idle(self, by_value: bool) -> bool {
+        let state = &self.header().state;
+        let cur = state.load(Acquire);
+        if cur & (COMPLETE | HELD | LOCAL) != 0 {
+            return false;
+        }
+        let next = if by_value {
+            cur | QUEUED
+        } else {
+            (cur | QUEUED) + SPARE
+        };
+        if state.compare_exchange(cur, next, AcqRel, Acquire).is_err() {
+            return false;
+        }
+        self.core().enqueue(self);
+        true
+    }
+
     /// [`wake_by_ref`](Self::wake_by_ref) and [`ref_dec`](Self::ref_dec) in one
     /// compare-exchange (a waker woken by value); when it enqueues, the caller's reference
     /// becomes the executor's spare. On the thread polling the task, both without a locked
@@ -302,18 +321,6 @@ impl TaskRef {
         }
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
-        // The common case first, with one test: an idle task, queued; the caller's reference
-        // becomes the executor's spare.
-        if cur & (COMPLETE | HELD) == 0 {
-            debug_assert!(cur >= REF_ONE, "task reference count underflow");
-            match state.compare_exchange(cur, cur | QUEUED, AcqRel, Acquire) {
-                Ok(_) => {
-                    self.core().enqueue(self);
-                    return;
-                }
-                Err(actual) => cur = actual,
-            }
-        }
         loop {
             debug_assert!(cur >= REF_ONE, "task reference count underflow");
             let enqueue = cur & (HELD | COMPLETE) == 0;

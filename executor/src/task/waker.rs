@@ -20,6 +20,10 @@ unsafe fn clone(data: *const ()) -> RawWaker {
 
 unsafe fn wake(data: *const ()) {
     let task = task(data);
+    // The caller's reference becomes the executor's spare.
+    if task.wake_if_idle(true) {
+        return;
+    }
     if task.core().wake_on_owner_thread(task) {
         // SAFETY: `wake` consumes the waker, and with it one reference; the task is not used
         // afterwards (the local queue holds it through the executor's local reference).
@@ -32,6 +36,9 @@ unsafe fn wake(data: *const ()) {
 
 unsafe fn wake_by_ref(data: *const ()) {
     let task = task(data);
+    if task.wake_if_idle(false) {
+        return;
+    }
     if !task.core().wake_on_owner_thread(task) {
         task.wake_by_ref();
     }
