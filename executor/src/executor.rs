@@ -176,6 +176,11 @@ pub struct Executor {
 /// alive by the executor's local reference (see the task module's `LOCAL`), not by QUEUED, so
 /// it may sit in the lock-free run queue at the same time (a foreign wake): it is then polled
 /// once from each, which a future must tolerate like any spurious poll.
+///
+/// 16-byte aligned: the take clears both words with one 16-byte store, which must not straddle
+/// two cache lines (a split store is slow, and the next push's load of `tail` could not be
+/// forwarded from it).
+#[repr(align(16))]
 struct LocalQueue {
     head: core::cell::Cell<*mut Header>,
     tail: core::cell::Cell<*mut Header>,
