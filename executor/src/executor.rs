@@ -638,8 +638,7 @@ impl Executor {
                 unsafe { task.release_local_ref() };
                 continue;
             }
-            let waker = task_waker(task);
-            let mut cx = Context::from_waker(&waker);
+            let mut cx = Context::from_waker(task_waker(&task));
             polls += 1;
             // SAFETY: local tasks are polled only in the owning context (this one), one poll
             // at a time, and the local reference keeps the task alive; it is not complete.
@@ -907,8 +906,7 @@ impl Executor {
                 return;
             }
         }
-        let waker = task_waker(task);
-        let mut cx = Context::from_waker(&waker);
+        let mut cx = Context::from_waker(task_waker(&task));
         // Wakers of this task used on this thread during the poll leave word in its header
         // instead of locked instructions (see `sync::polling`); ends before the poll's outcome
         // is applied, also by unwinding.

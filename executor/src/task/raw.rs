@@ -2,6 +2,7 @@
 
 use core::cell::{Cell, UnsafeCell};
 use core::future::Future;
+use core::mem::ManuallyDrop;
 use core::pin::Pin;
 use core::ptr::NonNull;
 use core::task::{Context, Poll, Waker};
@@ -98,17 +99,27 @@ pub(crate) struct Header {
     /// that the end of a poll that had neither tests one byte. Read and written only by the
     /// thread that polls the task, while [`polling`] names it there (and zero outside a poll).
     pub(crate) poll_flags: Cell<u8>,
+    /// The task's waker as the executor lends it to each poll from either run queue, made once
+    /// at spawn (a `Waker` pointing to this header): a poll builds only its `Context`. Never
+    /// dropped; clones count their own references.
+    pub(crate) waker: ManuallyDrop<Waker>,
 }
 
 impl Header {
     /// A task header, queued (the spawner pushes it), with one reference: the join handle's.
     /// A `local` task also holds the executor's local reference (see [`LOCAL`]), released
     /// when it completes.
-    pub(crate) fn new(
+    ///
+    /// # Safety
+    ///
+    /// `at` is where the header is written and stays for the task's life (its waker points
+    /// there).
+    pub(crate) unsafe fn new(
         vtable: &'static TaskVTable,
         core: &'static Core,
         stage: *mut (),
         local: bool,
+        at: *const Header,
     ) -> Self {
         // The join handle's reference and the executor's spare (QUEUED), plus the local one.
         let state = if local {
@@ -127,6 +138,8 @@ impl Header {
             local_queued: Cell::new(false),
             local_next: Cell::new(core::ptr::null_mut()),
             poll_flags: Cell::new(0),
+            // SAFETY: `at` is the header's lasting address (the caller's promise).
+            waker: ManuallyDrop::new(unsafe { super::waker::waker_of(at) }),
         }
     }
 }

@@ -158,6 +158,7 @@ impl<const SIZE: usize> TaskStorage<SIZE> {
                 core,
                 stage.cast::<()>(),
                 local,
+                header,
             ));
             Ok(TaskRef(NonNull::new_unchecked(header)))
         }
@@ -300,14 +301,24 @@ mod boxed {
         future: F,
         local: bool,
     ) -> TaskRef {
-        let cell = Box::into_raw(Box::new(TaskCell {
-            header: Header::new(&BoxVTable::<F>::VTABLE, core, core::ptr::null_mut(), local),
-            stage: UnsafeCell::new(Stage::Running(future)),
-        }));
-        // SAFETY: `cell` is a fresh, unique allocation; the stage pointer stays valid as long
-        // as the cell, which is freed only by `dealloc_boxed`.
+        // The allocation first, so that the header is built knowing its address (its waker and
+        // stage pointers); all pointers derive from the raw one.
+        let cell = Box::into_raw(Box::<TaskCell<F>>::new_uninit()).cast::<TaskCell<F>>();
+        // SAFETY: `cell` is a fresh, unique allocation for a `TaskCell<F>`, written whole here;
+        // the header and stage pointers stay valid as long as the cell, which is freed only by
+        // `dealloc_boxed`.
         unsafe {
-            (*cell).header.stage = (*cell).stage.get().cast::<()>();
+            let stage = UnsafeCell::raw_get(&raw const (*cell).stage).cast::<()>();
+            cell.write(TaskCell {
+                header: Header::new(
+                    &BoxVTable::<F>::VTABLE,
+                    core,
+                    stage,
+                    local,
+                    cell.cast::<Header>(),
+                ),
+                stage: UnsafeCell::new(Stage::Running(future)),
+            });
             TaskRef(NonNull::new_unchecked(cell.cast::<Header>()))
         }
     }
