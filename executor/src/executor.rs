@@ -176,6 +176,11 @@ pub struct Executor {
 /// alive by the executor's local reference (see the task module's `LOCAL`), not by QUEUED, so
 /// it may sit in the lock-free run queue at the same time (a foreign wake): it is then polled
 /// once from each, which a future must tolerate like any spurious poll.
+///
+/// 16-byte aligned: the take clears both words with one 16-byte store, which must not straddle
+/// two cache lines (a split store is slow, and the next push's load of `tail` could not be
+/// forwarded from it).
+#[repr(align(16))]
 struct LocalQueue {
     head: core::cell::Cell<*mut Header>,
     tail: core::cell::Cell<*mut Header>,
@@ -244,11 +249,11 @@ fn main_wake(data: *const ()) {
 
 fn main_drop(_: *const ()) {}
 
-/// Releases the "running" flag and restores this thread's record in [`running`] when the run
-/// loop ends (also by unwinding).
+/// Releases the "running" flag and restores this thread's record in [`running`] (when the
+/// field drops, after this) when the run loop ends (also by unwinding).
 struct RunningGuard {
     exec: &'static Executor,
-    _record: ThreadRecord,
+    _record: running::Record,
 }
 
 impl Drop for RunningGuard {
@@ -257,22 +262,15 @@ impl Drop for RunningGuard {
     }
 }
 
-/// Restores this thread's record in [`running`] when `run_until_idle` or a loop ends (also by
-/// unwinding).
-struct ThreadRecord(running::Outer);
-
-impl Drop for ThreadRecord {
-    fn drop(&mut self) {
-        running::leave(self.0);
-    }
-}
-
 /// Which executor runs where, for timers polled with a waker that is not one of ours (see
 /// [`Executor::for_timers`]).
 ///
-/// * With `std`: a per-thread record of the executor whose loop (`run`, `block_on`,
-///   `run_until_idle` once it found something to do) the thread is inside; a nested loop of
-///   another executor saves and restores the outer one.
+/// * With `std`: a per-thread record of the executor whose code the thread runs, kept in the
+///   word of [`polling`]: while a task from the run queue is polled, that task (its executor
+///   is the one); around a loop (`run`, `block_on`) and around `run_until_idle`'s polls of
+///   local tasks, the executor's address with bit 0 set (`EXEC_TAG`). A nested loop of
+///   another executor, or a poll, saves and restores the outer one. So `run_until_idle` keeps
+///   no record of its own: each of its polls names its task anyway.
 /// * Always: the process's *default* executor. An executor takes the role when it starts a loop
 ///   while the role is free or its holder is not running a loop, and keeps it after its loop
 ///   ends, until another executor takes it that way. So a program (or kernel) with one
@@ -287,19 +285,17 @@ mod running {
     use core::task::Waker;
 
     use super::Executor;
-    use crate::sync::{AtomicPtr, Mutex, Ordering::*};
+    use crate::sync::{polling, AtomicPtr, Mutex, Ordering::*};
 
     static DEFAULT: AtomicPtr<Executor> = AtomicPtr::new(ptr::null_mut());
 
-    #[cfg(feature = "std")]
-    std::thread_local! {
-        static ON_THREAD: core::cell::Cell<Option<&'static Executor>> =
-            const { core::cell::Cell::new(None) };
-    }
+    /// Bit 0 of the [`polling`] word: the rest is an executor's address, not a task's (both
+    /// are at least 8-byte aligned, so a task's address never has it).
+    const EXEC_TAG: usize = 1;
 
-    /// What [`enter`] replaced on this thread, for [`leave`] to put back.
-    #[derive(Clone, Copy)]
-    pub(super) struct Outer(#[cfg(feature = "std")] Option<&'static Executor>);
+    /// This thread's record of an executor (see the module docs); dropping it puts back what
+    /// it replaced.
+    pub(super) type Record = polling::Scope;
 
     /// How many tasks can wait in [`wait`] at once without waking each other early.
     const EARLY_WAITERS: usize = 16;
@@ -310,42 +306,47 @@ mod running {
     static EARLY: Mutex<[Option<Waker>; EARLY_WAITERS]> =
         Mutex::new([const { None }; EARLY_WAITERS]);
 
-    /// `exec`'s loop starts on this thread (its `running` flag is already set).
-    pub(super) fn enter(exec: &'static Executor) -> Outer {
-        let p = ptr::from_ref(exec).cast_mut();
-        // Acquire: the holder is read below.
+    /// `exec`'s loop starts on this thread (its `running` flag is already set): it may take
+    /// the default role, and the thread records it until the returned record drops.
+    pub(super) fn enter(exec: &'static Executor) -> Record {
+        claim_default(exec);
+        record(exec)
+    }
+
+    /// The thread runs `exec`'s code until the returned record drops.
+    #[inline]
+    pub(super) fn record(exec: &'static Executor) -> Record {
+        polling::Scope::enter(ptr::from_ref(exec).cast::<()>().map_addr(|a| a | EXEC_TAG))
+    }
+
+    /// `exec` found work to do: it takes the default role if the role is free or its holder is
+    /// not running a loop. One load when it holds the role already.
+    #[inline]
+    pub(super) fn claim_default(exec: &'static Executor) {
+        // Acquire: the holder is read in `take_default`.
         let holder = DEFAULT.load(Acquire);
-        if holder != p {
-            // SAFETY: only pointers made from `&'static Executor` are stored.
-            let busy = unsafe { holder.as_ref() }.is_some_and(|h| h.running.load(Relaxed));
-            // Release: a thread that reads the pointer (Acquire) sees the executor built.
-            // Failure means another executor took the role meanwhile: it keeps it.
-            let took = !busy
-                && DEFAULT
-                    .compare_exchange(holder, p, Release, Relaxed)
-                    .is_ok();
-            if took && holder.is_null() {
-                // The first executor: the timers that waited for one can start.
-                wake_early();
-            }
-        }
-        #[cfg(feature = "std")]
-        {
-            // `try_with`: during thread teardown the record is gone; there is nothing to save.
-            Outer(ON_THREAD.try_with(|t| t.replace(Some(exec))).ok().flatten())
-        }
-        #[cfg(not(feature = "std"))]
-        {
-            Outer()
+        if holder != ptr::from_ref(exec).cast_mut() {
+            take_default(exec, holder);
         }
     }
 
-    /// `exec`'s loop ends on this thread. The default role, if `exec` holds it, stays.
-    pub(super) fn leave(outer: Outer) {
-        #[cfg(feature = "std")]
-        let _ = ON_THREAD.try_with(|t| t.set(outer.0));
-        #[cfg(not(feature = "std"))]
-        let Outer() = outer;
+    /// [`claim_default`] when `holder` holds the role (or nobody, if null).
+    #[cold]
+    #[inline(never)]
+    fn take_default(exec: &'static Executor, holder: *mut Executor) {
+        let p = ptr::from_ref(exec).cast_mut();
+        // SAFETY: only pointers made from `&'static Executor` are stored.
+        let busy = unsafe { holder.as_ref() }.is_some_and(|h| h.running.load(Relaxed));
+        // Release: a thread that reads the pointer (Acquire) sees the executor built.
+        // Failure means another executor took the role meanwhile: it keeps it.
+        let took = !busy
+            && DEFAULT
+                .compare_exchange(holder, p, Release, Relaxed)
+                .is_ok();
+        if took && holder.is_null() {
+            // The first executor: the timers that waited for one can start.
+            wake_early();
+        }
     }
 
     /// Wakes (and forgets) every waker in [`EARLY`], outside the lock.
@@ -390,11 +391,18 @@ mod running {
         None
     }
 
-    /// The executor whose loop this thread is inside (`std`), else the default one.
+    /// The executor whose code this thread runs (`std`: the record), else the default one.
     pub(super) fn get() -> Option<&'static Executor> {
-        #[cfg(feature = "std")]
-        if let Some(exec) = ON_THREAD.try_with(|t| t.get()).ok().flatten() {
-            return Some(exec);
+        // Null without `std`.
+        let word = polling::current();
+        if word.addr() & EXEC_TAG != 0 {
+            // SAFETY: tagged words are made by `record` from a `&'static Executor`.
+            return Some(unsafe { &*word.map_addr(|a| a & !EXEC_TAG).cast::<Executor>() });
+        }
+        if let Some(task) = ptr::NonNull::new(word.cast_mut()) {
+            // The task this thread polls from the run queue right now: the executor holds it
+            // (QUEUED) until the poll ends, so its header is alive.
+            return Some(crate::task::TaskRef(task.cast()).core());
         }
         let p = DEFAULT.load(Acquire);
         // SAFETY: only pointers made from `&'static Executor` are stored, and executors are
@@ -408,14 +416,17 @@ mod running {
 mod running {
     use super::Executor;
 
-    #[derive(Clone, Copy)]
-    pub(super) struct Outer;
+    pub(super) struct Record;
 
-    pub(super) fn enter(_: &'static Executor) -> Outer {
-        Outer
+    pub(super) fn enter(_: &'static Executor) -> Record {
+        Record
     }
 
-    pub(super) fn leave(_: Outer) {}
+    pub(super) fn record(_: &'static Executor) -> Record {
+        Record
+    }
+
+    pub(super) fn claim_default(_: &'static Executor) {}
 
     pub(super) fn get_or_wait(_: &core::task::Waker) -> Option<&'static Executor> {
         None
@@ -627,8 +638,7 @@ impl Executor {
                 unsafe { task.release_local_ref() };
                 continue;
             }
-            let waker = task_waker(task);
-            let mut cx = Context::from_waker(&waker);
+            let mut cx = Context::from_waker(task_waker(&task));
             polls += 1;
             // SAFETY: local tasks are polled only in the owning context (this one), one poll
             // at a time, and the local reference keeps the task alive; it is not complete.
@@ -771,25 +781,53 @@ impl Executor {
     /// a task of the same executor, or while another thread runs it; the [`stats`](Self::stats)
     /// are exact only while one thread at a time runs the executor.
     pub fn run_until_idle(&'static self) -> u64 {
-        let local = self.owns_local();
-        let mut batch = self.queue.take_tasks();
-        if batch.is_empty() && !self.timers_due() && !self.local_work(local) {
+        // Two copies of the whole call: the one for a thread that does not own local tasks has
+        // no check of the local run queue.
+        if self.owns_local() {
+            self.run_until_idle_with::<true>()
+        } else {
+            self.run_until_idle_with::<false>()
+        }
+    }
+
+    /// [`run_until_idle`](Self::run_until_idle) with `LOCAL` what
+    /// [`owns_local`](Self::owns_local) said.
+    #[inline(always)]
+    fn run_until_idle_with<const LOCAL: bool>(&'static self) -> u64 {
+        let batch = self.queue.take_tasks();
+        if batch.is_empty() && !self.timers_due() && (!LOCAL || self.local.is_empty()) {
             return 0;
         }
-        let _record = ThreadRecord(running::enter(self));
+        running::claim_default(self);
+        let polls = self.run_batches::<LOCAL>(batch);
+        self.polls.add_single_writer(polls);
+        polls
+    }
+
+    /// [`run_until_idle`](Self::run_until_idle) once it found work: polls `batch`, the local
+    /// run queue if `LOCAL` (the calling context owns it), and due timers, until nothing is
+    /// ready. Returns the number of polls.
+    #[inline(always)]
+    fn run_batches<const LOCAL: bool>(&'static self, mut batch: Batch) -> u64 {
         let mut polls = 0;
         loop {
             for task in batch {
                 self.poll_task(task);
                 polls += 1;
             }
-            if local {
+            if LOCAL {
+                // Polls of run-queue tasks name their task in the thread's record; local
+                // polls name the executor.
+                let _record = running::record(self);
                 polls += self.poll_local();
             }
-            self.fire_timers();
+            // With no timer armed when `fire_timers` looked, none can be due now unless another
+            // thread armed one since, which is a race this call may lose either way; so only
+            // with one armed does the end of the call look at the clock again.
+            let armed = self.fire_timers();
             batch = self.queue.take_tasks();
-            if batch.is_empty() && !self.timers_due() && !self.local_work(local) {
-                self.polls.add_single_writer(polls);
+            let idle = batch.is_empty() && (!LOCAL || self.local.is_empty());
+            if idle && (!armed || !self.timers_due()) {
                 return polls;
             }
         }
@@ -804,7 +842,7 @@ impl Executor {
         );
         RunningGuard {
             exec: self,
-            _record: ThreadRecord(running::enter(self)),
+            _record: running::enter(self),
         }
     }
 
@@ -856,6 +894,7 @@ impl Executor {
     }
 
     /// Polls a task taken from the run queue. The caller counts the poll in `polls`.
+    #[inline(always)]
     fn poll_task(&self, task: TaskRef) {
         match task.start_poll() {
             Start::Poll { local: false } => {}
@@ -867,8 +906,7 @@ impl Executor {
                 return;
             }
         }
-        let waker = task_waker(task);
-        let mut cx = Context::from_waker(&waker);
+        let mut cx = Context::from_waker(task_waker(&task));
         // Wakers of this task used on this thread during the poll leave word in its header
         // instead of locked instructions (see `sync::polling`); ends before the poll's outcome
         // is applied, also by unwinding.
@@ -892,12 +930,19 @@ impl Executor {
     }
 
     /// Moves due timers to the pending list and wakes them, in batches, outside the lock.
-    fn fire_timers(&self) {
-        if let Some(now) = self.clock_if_timer_due() {
+    /// Returns whether a timer was armed (`next_due` set) when it looked.
+    fn fire_timers(&self) -> bool {
+        let due = self.next_due.load(Acquire);
+        if due == u64::MAX {
+            // No timer armed: no clock read, no lock, no wheel walk.
+            return false;
+        }
+        let now = self.now().as_nanos();
+        if now >= due {
             self.fire_timers_at(now);
         }
-        // Else nothing can be due: no lock, no wheel walk (most turns), and with no timer
-        // armed not even a clock read.
+        // Else nothing can be due yet: no lock, no wheel walk (most turns).
+        true
     }
 
     /// [`fire_timers`](Self::fire_timers) once the clock (`now`, in nanoseconds) has reached

@@ -21,7 +21,7 @@ use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
 use crate::sync::Ordering::SeqCst;
-use crate::{Executor, Instant, Platform};
+use crate::{Executor, Instant, Platform, TaskStorage};
 
 const MS: u64 = 1_000_000;
 
@@ -666,5 +666,31 @@ fn join_handle_dropped_while_its_task_completes() {
         m.exec.run_until_idle();
         t.join().unwrap();
         assert!(woken.0.load(std::sync::atomic::Ordering::SeqCst) <= 1);
+    });
+}
+
+/// A join handle that never registered a waker is dropped on another thread while the executor
+/// completes its task: the completion's one-exchange path (taken when it sees the handle, and
+/// left for the full one when the handle's drop changed the state first) and the handle's drop
+/// (which drops the output if it sees the task complete, first or on a retry) drop the output
+/// exactly once and free the task exactly once.
+///
+/// The task lives in a `TaskStorage` slot, whose release shows that it was freed: a completed
+/// task holds nothing loom tracks once its output is gone.
+#[test]
+fn join_handle_without_a_waker_dropped_while_its_task_completes() {
+    loom::model(|| {
+        let m = Model::new();
+        let slot: &'static TaskStorage<64> = Box::leak(Box::new(TaskStorage::new()));
+        let out = Arc::new(());
+        let o = out.clone();
+        let h = m.exec.spawner().spawn_in(slot, async move { o }).unwrap();
+        let t = thread::spawn(move || drop(h));
+        m.exec.run_until_idle();
+        t.join().unwrap();
+        assert!(!slot.is_claimed(), "the task was freed");
+        assert_eq!(Arc::strong_count(&out), 1, "the output was dropped");
+        // SAFETY: the slot is free (checked above), so nothing refers to it any more.
+        drop(unsafe { Box::from_raw(core::ptr::from_ref(slot).cast_mut()) });
     });
 }

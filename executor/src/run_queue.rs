@@ -52,7 +52,21 @@ impl Batch {
     /// The batch of the taken stack `newest` (newest first, flags stripped), reversed so that
     /// tasks run in the order they were woken.
     fn reversed(newest: *mut Header) -> Batch {
-        let mut rest = newest;
+        match ptr::NonNull::new(newest) {
+            Some(node) => Self::reversed_from(node),
+            None => Batch::EMPTY,
+        }
+    }
+
+    /// [`reversed`](Self::reversed) of a stack that holds at least one task.
+    fn reversed_from(newest: ptr::NonNull<Header>) -> Batch {
+        // One task (the common case of a loop that keeps up): nothing to reverse.
+        if TaskRef(newest).header().next.load(Relaxed).is_null() {
+            return Batch {
+                head: newest.as_ptr(),
+            };
+        }
+        let mut rest = newest.as_ptr();
         let mut reversed: *mut Header = ptr::null_mut();
         while let Some(node) = ptr::NonNull::new(rest) {
             let task = TaskRef(node);
@@ -161,12 +175,12 @@ impl RunQueue {
     pub(crate) fn take_tasks(&self) -> Batch {
         let mut cur = self.head.load(Relaxed);
         loop {
-            if cur.addr() & !FLAGS == 0 {
+            let Some(newest) = ptr::NonNull::new(cur.map_addr(|a| a & !FLAGS)) else {
                 return Batch::EMPTY;
-            }
+            };
             let flags = ptr::without_provenance_mut(cur.addr() & FLAGS);
             match self.head.compare_exchange_weak(cur, flags, AcqRel, Relaxed) {
-                Ok(_) => return Batch::reversed(cur.map_addr(|a| a & !FLAGS)),
+                Ok(_) => return Batch::reversed_from(newest),
                 Err(actual) => cur = actual,
             }
         }

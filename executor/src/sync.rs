@@ -18,6 +18,11 @@ pub(crate) use core::sync::atomic::Ordering;
 /// reference in the header's poll-thread cells instead of a locked instruction on the state
 /// word (see the `task` module docs).
 ///
+/// The same word also records which executor's code the thread runs, for timers polled with
+/// a foreign waker (the executor module's `running`): a task's address names that task's
+/// executor, and outside task polls a loop stores its executor's address with bit 0 set,
+/// which never equals a task's address.
+///
 /// With `std` a thread-local (loom's under loom); without it there is no way to tell one context
 /// (an interrupt handler, another core) from another, so it always reads null and wakers take
 /// the lock-free path.
@@ -34,7 +39,8 @@ pub(crate) mod polling {
         static POLLING: core::cell::Cell<*const ()> = core::cell::Cell::new(ptr::null());
     }
 
-    /// The task the calling thread polls from the run queue right now (null: none).
+    /// The task the calling thread polls from the run queue right now (null: none), or a
+    /// tagged executor address (see the module docs).
     #[inline]
     pub(crate) fn current() -> *const () {
         #[cfg(any(feature = "std", loom))]

@@ -35,10 +35,10 @@
 //!   it completes: see LOCAL).
 //! * **The polling thread** (`sync::polling` names the task a thread polls from the run
 //!   queue; with `std` only): that thread holds the task and ends the poll after anything its
-//!   wakers do meanwhile, so there they touch plain cells in the header instead of the state
-//!   word. The first clone in a poll takes the spare (`Header::spare_taken`), a waker dropped
-//!   while a clone holds it gives it back, and a wake sets `Header::woken_in_poll`, which makes
-//!   the end of the poll queue the task again. The end of the poll (or the completion) folds
+//!   wakers do meanwhile, so there they touch a plain cell in the header (`Header::poll_flags`)
+//!   instead of the state word. The first clone in a poll takes the spare (`SPARE_TAKEN`), a
+//!   waker dropped while a clone holds it gives it back, and a wake sets `WOKEN_IN_POLL`, which
+//!   makes the end of the poll queue the task again. The end of the poll (or the completion) folds
 //!   both into its one locked instruction. Program order carries the waker's writes to the
 //!   next poll; wakes from any other thread or an interrupt handler keep the lock-free path.
 //! * **LOCAL**: the executor's own reference to a task spawned by a `LocalSpawner` is held (one

@@ -2,6 +2,7 @@
 
 use core::cell::{Cell, UnsafeCell};
 use core::future::Future;
+use core::mem::ManuallyDrop;
 use core::pin::Pin;
 use core::ptr::NonNull;
 use core::task::{Context, Poll, Waker};
@@ -27,10 +28,17 @@ pub(crate) const REF_ONE: usize = 1 << REF_SHIFT;
 
 /// The executor's spare reference: counted in the reference bits while the task is QUEUED
 /// and not COMPLETE (the executor holds it). A waker cloned during a poll on the polling thread
-/// takes it over without a locked instruction (`Header::spare_taken`); the executor's next
+/// takes it over without a locked instruction ([`SPARE_TAKEN`]); the executor's next
 /// locked instruction on the state word (the end of the poll, or its completion) then either
 /// lets go of the spare or, if a clone took it, leaves the count as it is.
 const SPARE: usize = REF_ONE;
+
+/// `Header::poll_flags`: during a poll from the run queue, the executor's spare reference (see
+/// [`SPARE`]) went to a waker clone made on the polling thread.
+pub(crate) const SPARE_TAKEN: u8 = 1 << 0;
+/// `Header::poll_flags`: during a poll from the run queue, a wake on the polling thread asked
+/// for another poll.
+pub(crate) const WOKEN_IN_POLL: u8 = 1 << 1;
 
 /// The executor holds the task: QUEUED, or (for an instant at the end of a poll, see
 /// [`TaskRef::end_poll_pending`]) NOTIFIED alone.
@@ -87,24 +95,31 @@ pub(crate) struct Header {
     pub(crate) local_queued: Cell<bool>,
     /// The local run queue's link; same rule as `local_queued`.
     pub(crate) local_next: Cell<*mut Header>,
-    /// During a poll from the run queue: the executor's spare reference (see [`SPARE`]) went
-    /// to a waker clone made on the polling thread. Read and written only by the thread that
-    /// polls the task, while [`polling`] names it there.
-    pub(crate) spare_taken: Cell<bool>,
-    /// During a poll from the run queue: a wake on the polling thread asked for another poll.
-    /// Same rule as `spare_taken`.
-    pub(crate) woken_in_poll: Cell<bool>,
+    /// During a poll from the run queue: [`SPARE_TAKEN`] and [`WOKEN_IN_POLL`], in one cell so
+    /// that the end of a poll that had neither tests one byte. Read and written only by the
+    /// thread that polls the task, while [`polling`] names it there (and zero outside a poll).
+    pub(crate) poll_flags: Cell<u8>,
+    /// The task's waker as the executor lends it to each poll from either run queue, made once
+    /// at spawn (a `Waker` pointing to this header): a poll builds only its `Context`. Never
+    /// dropped; clones count their own references.
+    pub(crate) waker: ManuallyDrop<Waker>,
 }
 
 impl Header {
     /// A task header, queued (the spawner pushes it), with one reference: the join handle's.
     /// A `local` task also holds the executor's local reference (see [`LOCAL`]), released
     /// when it completes.
-    pub(crate) fn new(
+    ///
+    /// # Safety
+    ///
+    /// `at` is where the header is written and stays for the task's life (its waker points
+    /// there).
+    pub(crate) unsafe fn new(
         vtable: &'static TaskVTable,
         core: &'static Core,
         stage: *mut (),
         local: bool,
+        at: *const Header,
     ) -> Self {
         // The join handle's reference and the executor's spare (QUEUED), plus the local one.
         let state = if local {
@@ -122,8 +137,9 @@ impl Header {
             local,
             local_queued: Cell::new(false),
             local_next: Cell::new(core::ptr::null_mut()),
-            spare_taken: Cell::new(false),
-            woken_in_poll: Cell::new(false),
+            poll_flags: Cell::new(0),
+            // SAFETY: `at` is the header's lasting address (the caller's promise).
+            waker: ManuallyDrop::new(unsafe { super::waker::waker_of(at) }),
         }
     }
 }
@@ -171,9 +187,12 @@ impl TaskRef {
     /// during a poll takes the executor's spare reference ([`SPARE`]): no locked instruction.
     /// Otherwise one locked addition.
     pub(crate) fn ref_inc(&self) {
-        if self.polled_here() && !self.header().spare_taken.get() {
-            self.header().spare_taken.set(true);
-            return;
+        if self.polled_here() {
+            let flags = &self.header().poll_flags;
+            if flags.get() & SPARE_TAKEN == 0 {
+                flags.set(flags.get() | SPARE_TAKEN);
+                return;
+            }
         }
         let prev = self.header().state.fetch_add(REF_ONE, Relaxed);
         // A reference count this large means wakers are being leaked in a loop; stop before
@@ -203,9 +222,12 @@ impl TaskRef {
     ///
     /// The caller owns one reference and does not use `self` afterwards.
     pub(crate) unsafe fn ref_dec(self) {
-        if self.polled_here() && self.header().spare_taken.get() {
-            self.header().spare_taken.set(false);
-            return;
+        if self.polled_here() {
+            let flags = &self.header().poll_flags;
+            if flags.get() & SPARE_TAKEN != 0 {
+                flags.set(flags.get() & !SPARE_TAKEN);
+                return;
+            }
         }
         let prev = self.header().state.fetch_sub(REF_ONE, AcqRel);
         debug_assert!(prev >= REF_ONE, "task reference count underflow");
@@ -221,8 +243,8 @@ impl TaskRef {
     ///
     /// On the thread polling the task (a task waking itself, or a future inside its poll
     /// waking it): no locked instruction. That thread ends the poll after this wake, so it
-    /// sets the header's `woken_in_poll` cell and the end of the poll queues the task again
-    /// (program order carries the caller's writes to the next poll).
+    /// sets [`WOKEN_IN_POLL`] in the header's `poll_flags` and the end of the poll queues the
+    /// task again (program order carries the caller's writes to the next poll).
     ///
     /// Anywhere else: no locked instruction when the task is complete, else one
     /// compare-exchange, plus a lock-free push when it enqueues. A task already QUEUED or
@@ -235,7 +257,8 @@ impl TaskRef {
     /// and `wake_of_a_queued_task_publishes_the_write_before_it`).
     pub(crate) fn wake_by_ref(self) {
         if self.polled_here() {
-            self.header().woken_in_poll.set(true);
+            let flags = &self.header().poll_flags;
+            flags.set(flags.get() | WOKEN_IN_POLL);
             return;
         }
         let state = &self.header().state;
@@ -264,6 +287,35 @@ impl TaskRef {
         }
     }
 
+    /// The common wake, tried by the waker before anything else: a task that is idle (neither
+    /// QUEUED, NOTIFIED nor COMPLETE) and not local (no [`LOCAL`]: a local task holds it until
+    /// it completes) is queued with one compare-exchange and a push. Such a task is being
+    /// polled nowhere (a poll holds QUEUED), so the polling thread's cells and the local run
+    /// queue do not apply to it. `by_value`: the caller's reference becomes the executor's
+    /// spare (a waker woken by value); otherwise the spare is added. Returns `false`, having
+    /// changed nothing, for any other task, or when the exchange lost a race: the caller then
+    /// takes the full path ([`wake_by_ref`](Self::wake_by_ref),
+    /// [`wake_and_release`](Self::wake_and_release)), whose exchange orders the caller's
+    /// writes the same way.
+    #[inline(always)]
+    pub(crate) fn wake_if_idle(self, by_value: bool) -> bool {
+        let state = &self.header().state;
+        let cur = state.load(Acquire);
+        if cur & (COMPLETE | HELD | LOCAL) != 0 {
+            return false;
+        }
+        let next = if by_value {
+            cur | QUEUED
+        } else {
+            (cur | QUEUED) + SPARE
+        };
+        if state.compare_exchange(cur, next, AcqRel, Acquire).is_err() {
+            return false;
+        }
+        self.core().enqueue(self);
+        true
+    }
+
     /// [`wake_by_ref`](Self::wake_by_ref) and [`ref_dec`](Self::ref_dec) in one
     /// compare-exchange (a waker woken by value); when it enqueues, the caller's reference
     /// becomes the executor's spare. On the thread polling the task, both without a locked
@@ -274,7 +326,8 @@ impl TaskRef {
     /// The caller owns one reference and does not use `self` afterwards.
     pub(crate) unsafe fn wake_and_release(self) {
         if self.polled_here() {
-            self.header().woken_in_poll.set(true);
+            let flags = &self.header().poll_flags;
+            flags.set(flags.get() | WOKEN_IN_POLL);
             // SAFETY: the caller's reference, not used afterwards; the executor holds the task.
             unsafe { self.ref_dec() };
             return;
@@ -315,13 +368,28 @@ impl TaskRef {
     /// A local task may have completed in a poll from the local run queue while it sat in
     /// this queue ([`Start::Completed`]): the executor then lets go of it
     /// ([`release_hold`](Self::release_hold)) without polling.
+    ///
+    /// The common case is one load and one test: a task that is not local, not complete and
+    /// not notified. (A local task holds [`LOCAL`] until it completes, so it always takes the
+    /// other path, which tells the executor to check the owning context.)
+    #[inline]
     pub(crate) fn start_poll(self) -> Start {
-        let state = &self.header().state;
-        let cur = state.load(Acquire);
+        let cur = self.header().state.load(Acquire);
         debug_assert!(
             cur & QUEUED != 0,
             "zcnet-executor: polled a task that is not queued"
         );
+        if cur & (COMPLETE | NOTIFIED | LOCAL) == 0 {
+            return Start::Poll { local: false };
+        }
+        self.start_poll_flagged(cur)
+    }
+
+    /// [`start_poll`](Self::start_poll) for a task whose state `cur` has COMPLETE, NOTIFIED or
+    /// LOCAL set.
+    #[inline(never)]
+    fn start_poll_flagged(self, cur: usize) -> Start {
+        let state = &self.header().state;
         if cur & COMPLETE != 0 {
             debug_assert!(
                 self.header().local,
@@ -417,8 +485,8 @@ impl TaskRef {
     /// next wake queues it, and the task is freed if nothing can reach it any more: returns
     /// `false`.
     ///
-    /// A wake on the polling thread during the poll (`woken_in_poll`) keeps the task held as it
-    /// is: no locked instruction (one addition if a clone took the spare, to restore it).
+    /// A wake on the polling thread during the poll ([`WOKEN_IN_POLL`]) keeps the task held as
+    /// it is: no locked instruction (one addition if a clone took the spare, to restore it).
     /// Otherwise one locked subtraction, with no load before it and no retry loop: it clears
     /// QUEUED whatever the state, and the spare with it unless a clone took it; only if
     /// NOTIFIED was set (a wake from another thread during the poll) a second instruction
@@ -429,20 +497,53 @@ impl TaskRef {
     ///
     /// Only the executor, right after a poll of a task it holds that returned `Pending`; on
     /// `false` it must not use `self` again.
+    #[inline]
     pub(crate) unsafe fn end_poll_pending(self) -> bool {
-        let h = self.header();
-        let state = &h.state;
-        let spare = if h.spare_taken.replace(false) {
-            0
-        } else {
-            SPARE
-        };
-        if h.woken_in_poll.replace(false) {
+        let flags = &self.header().poll_flags;
+        match flags.get() {
+            // SAFETY: forwarded from the caller; no clone took the spare.
+            0 => unsafe { self.let_go_after_poll(SPARE) },
+            // A clone took the spare (a task that stashes its waker): inline too.
+            SPARE_TAKEN => {
+                flags.set(0);
+                // SAFETY: forwarded from the caller.
+                unsafe { self.let_go_after_poll(0) }
+            }
+            // SAFETY: forwarded from the caller.
+            woken => unsafe { self.end_poll_pending_flagged(woken) },
+        }
+    }
+
+    /// [`end_poll_pending`](Self::end_poll_pending) when the poll left `flags` with
+    /// [`WOKEN_IN_POLL`] in `poll_flags`: clears them and applies them.
+    ///
+    /// # Safety
+    ///
+    /// As for `end_poll_pending`.
+    #[inline(never)]
+    unsafe fn end_poll_pending_flagged(self, flags: u8) -> bool {
+        self.header().poll_flags.set(0);
+        let spare = if flags & SPARE_TAKEN != 0 { 0 } else { SPARE };
+        if flags & WOKEN_IN_POLL != 0 {
             if spare == 0 {
-                state.fetch_add(SPARE, Relaxed);
+                self.header().state.fetch_add(SPARE, Relaxed);
             }
             return true;
         }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.let_go_after_poll(spare) }
+    }
+
+    /// The locked end of a poll that returned `Pending` with no wake on the polling thread:
+    /// clears QUEUED and lets go of `spare` (the spare, or 0 if a clone took it) in one
+    /// subtraction; see [`end_poll_pending`](Self::end_poll_pending) for the result.
+    ///
+    /// # Safety
+    ///
+    /// As for `end_poll_pending`.
+    #[inline(always)]
+    unsafe fn let_go_after_poll(self, spare: usize) -> bool {
+        let state = &self.header().state;
         let prev = state.fetch_sub(QUEUED + spare, AcqRel);
         debug_assert!(
             prev & QUEUED != 0,
@@ -453,7 +554,9 @@ impl TaskRef {
             state.fetch_add((SPARE + QUEUED) - NOTIFIED, AcqRel);
             return true;
         }
-        if unreachable(prev - QUEUED - spare) {
+        // QUEUED and NOTIFIED are clear now, so the task is unreachable exactly when no
+        // reference is left (`unreachable`, with its flag test already known).
+        if prev - (QUEUED + spare) < REF_ONE {
             // SAFETY: no reference left, and we just let go of the task.
             unsafe { self.dealloc() };
         }
@@ -474,11 +577,9 @@ impl TaskRef {
         let mut output_dropped = false;
         loop {
             if cur & JOIN_INTEREST == 0 && !output_dropped {
-                if let Some(drop_output) = self.header().vtable.drop_output {
-                    // SAFETY: no join handle exists (JOIN_INTEREST is never set again), and
-                    // the caller is the only one touching the stage.
-                    unsafe { drop_output(self.0) };
-                }
+                // SAFETY: no join handle exists (JOIN_INTEREST is never set again), and the
+                // caller is the only one touching the stage.
+                unsafe { self.drop_output() };
                 output_dropped = true;
             }
             match state.compare_exchange_weak(cur, next(cur), AcqRel, Acquire) {
@@ -493,20 +594,52 @@ impl TaskRef {
     /// when nothing else refers to it). A [`LOCAL`] task's own reference goes in the same
     /// exchange. One compare-exchange, two when a join waker is set.
     ///
+    /// The common case (no join waker, not local, and the output either left to a join handle
+    /// or without a destructor) is one load and that compare-exchange, inline; the rest, and a
+    /// failed exchange, go out of line.
+    ///
     /// # Safety
     ///
     /// Only the executor, right after a poll of a task it holds that returned `Ready`; it must
     /// not use `self` afterwards.
-    #[inline(never)]
+    #[inline]
     pub(crate) unsafe fn complete(self) {
         // The spare goes now, unless a waker clone made during this poll took it over.
         let h = self.header();
-        let spare = if h.spare_taken.replace(false) {
+        let spare = if h.poll_flags.replace(0) & SPARE_TAKEN != 0 {
             0
         } else {
             SPARE
         };
-        h.woken_in_poll.set(false);
+        let cur = h.state.load(Acquire);
+        if cur & (JOIN_WAKER | LOCAL) == 0
+            && (cur & JOIN_INTEREST != 0 || h.vtable.drop_output.is_none())
+        {
+            // Nothing to drop (a join handle takes the output, or it has no destructor), no
+            // join waker to wake, no local reference: let go of the task as `complete_with`
+            // would.
+            let next = ((cur | COMPLETE) & !HELD) - spare;
+            if h.state.compare_exchange(cur, next, AcqRel, Acquire).is_ok() {
+                // HELD is clear in `next`: unreachable exactly when no reference is left.
+                if next < REF_ONE {
+                    // SAFETY: no reference left, and we just let go of the task.
+                    unsafe { self.dealloc() };
+                }
+                return;
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.complete_with(spare) }
+    }
+
+    /// [`complete`](Self::complete) in full, with `spare` the reference count the executor's
+    /// spare still holds (0 if a waker clone took it).
+    ///
+    /// # Safety
+    ///
+    /// As for `complete`.
+    #[inline(never)]
+    unsafe fn complete_with(self, spare: usize) {
         let next_of = |cur: usize| {
             // The output is stored: the future is gone, so a local task's reference, which kept
             // it from being dropped elsewhere, goes now, unless the task sits in the local run
@@ -556,18 +689,13 @@ impl TaskRef {
     pub(crate) unsafe fn drop_join_handle(self) {
         let state = &self.header().state;
         let mut cur = state.load(Acquire);
-        let mut output_dropped = false;
+        if cur & COMPLETE != 0 {
+            // SAFETY: the executor saw JOIN_INTEREST when it completed the task and left the
+            // output to us; after COMPLETE the join handle has exclusive use of the stage, and
+            // our reference keeps the task alive until the exchange below.
+            unsafe { self.drop_output() };
+        }
         loop {
-            if cur & COMPLETE != 0 && !output_dropped {
-                if let Some(drop_output) = self.header().vtable.drop_output {
-                    // SAFETY: the executor saw JOIN_INTEREST when it completed the task and
-                    // left the output to us; after COMPLETE the join handle has exclusive use
-                    // of the stage, and our reference keeps the task alive until the exchange
-                    // below.
-                    unsafe { drop_output(self.0) };
-                }
-                output_dropped = true;
-            }
             let next = (cur & !JOIN_INTEREST) - REF_ONE;
             match state.compare_exchange_weak(cur, next, AcqRel, Acquire) {
                 Ok(_) => {
@@ -578,8 +706,28 @@ impl TaskRef {
                     }
                     return;
                 }
-                Err(actual) => cur = actual,
+                Err(actual) => {
+                    if actual & !cur & COMPLETE != 0 {
+                        // The task completed meanwhile (COMPLETE is set once, so this runs at
+                        // most once).
+                        // SAFETY: as above.
+                        unsafe { self.drop_output() };
+                    }
+                    cur = actual;
+                }
             }
+        }
+    }
+
+    /// Drops the output a finished stage holds, if its type has a destructor.
+    ///
+    /// # Safety
+    ///
+    /// The caller has exclusive use of the stage, which holds the output (or was consumed).
+    unsafe fn drop_output(self) {
+        if let Some(drop_output) = self.header().vtable.drop_output {
+            // SAFETY: per the preconditions.
+            unsafe { drop_output(self.0) };
         }
     }
 
@@ -595,19 +743,20 @@ impl TaskRef {
     }
 }
 
-/// Polls the `Stage<F>` behind `header` (the vtable's `poll`).
+/// Polls the `Stage<F>` at `stage` (what the vtable's `poll` of each storage kind does, with
+/// the stage's address computed from the header's at a fixed offset: no load of
+/// `Header::stage` on the way to the future).
 ///
 /// # Safety
 ///
-/// `header.stage` points to a live `Stage<F>`, and the caller is the executor polling the task.
-pub(crate) unsafe fn poll_stage<F: Future>(
-    header: NonNull<Header>,
-    cx: &mut Context<'_>,
-) -> Poll<()> {
+/// `stage` points to the task's live `Stage<F>`, and the caller is the executor polling the
+/// task.
+#[inline(always)]
+pub(crate) unsafe fn poll_stage<F: Future>(stage: *mut Stage<F>, cx: &mut Context<'_>) -> Poll<()> {
     // SAFETY: per the preconditions, the stage is a live `Stage<F>` we may use exclusively; it
     // never moves (boxed or static), so pinning it is sound.
     unsafe {
-        let stage = &mut *header.as_ref().stage.cast::<Stage<F>>();
+        let stage = &mut *stage;
         let Stage::Running(fut) = stage else {
             // A scheduled task is never complete (wakes ignore COMPLETE tasks).
             unreachable!("zcnet-executor: polled a finished task");

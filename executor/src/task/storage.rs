@@ -5,6 +5,7 @@ use core::fmt;
 use core::future::Future;
 use core::mem::{align_of, size_of, MaybeUninit};
 use core::ptr::NonNull;
+use core::task::{Context, Poll};
 
 use super::raw::{self, Header, Stage, TaskRef, TaskVTable};
 use crate::executor::Core;
@@ -138,8 +139,16 @@ impl<const SIZE: usize> TaskStorage<SIZE> {
         {
             return Err(SpawnError::Busy);
         }
-        let stage = self.stage.get().cast::<Stage<F>>();
-        let header = self.header.get().cast::<Header>();
+        // Both pointers derive from the whole storage, so that the executor may step from the
+        // header to the storage around it (`storage_of`).
+        let base = core::ptr::from_ref(self);
+        // SAFETY: field places of a live `TaskStorage`, not read here.
+        let (stage, header) = unsafe {
+            (
+                UnsafeCell::raw_get(&raw const (*base).stage).cast::<Stage<F>>(),
+                UnsafeCell::raw_get(&raw const (*base).header).cast::<Header>(),
+            )
+        };
         // SAFETY: winning `claimed` gives us the slot alone; the previous task (if any) was
         // fully dropped before `claimed` was released. Size and alignment were checked above.
         unsafe {
@@ -149,6 +158,7 @@ impl<const SIZE: usize> TaskStorage<SIZE> {
                 core,
                 stage.cast::<()>(),
                 local,
+                header,
             ));
             Ok(TaskRef(NonNull::new_unchecked(header)))
         }
@@ -166,7 +176,7 @@ struct StaticVTable<F, const SIZE: usize>(core::marker::PhantomData<F>);
 
 impl<F: Future, const SIZE: usize> StaticVTable<F, SIZE> {
     const VTABLE: TaskVTable = TaskVTable {
-        poll: raw::poll_stage::<F>,
+        poll: poll_static::<F, SIZE>,
         read_output: raw::read_output::<F>,
         drop_output: raw::drop_output_of::<F>(),
         dealloc: dealloc_static::<F, SIZE>,
@@ -177,18 +187,51 @@ fn static_vtable<F: Future, const SIZE: usize>() -> &'static TaskVTable {
     &StaticVTable::<F, SIZE>::VTABLE
 }
 
+/// The `TaskStorage<SIZE>` whose header `header` is.
+///
+/// # Safety
+///
+/// `header` was made by [`TaskStorage::spawn`] of a `TaskStorage<SIZE>`.
+unsafe fn storage_of<const SIZE: usize>(header: NonNull<Header>) -> *const TaskStorage<SIZE> {
+    let storage_header_offset = core::mem::offset_of!(TaskStorage<SIZE>, header);
+    // SAFETY: the header lives at that offset inside a `TaskStorage<SIZE>` (spawn put it there,
+    // with a pointer derived from the whole storage).
+    unsafe {
+        header
+            .as_ptr()
+            .cast::<u8>()
+            .sub(storage_header_offset)
+            .cast::<TaskStorage<SIZE>>()
+    }
+}
+
+/// Polls a task in a `TaskStorage<SIZE>` with future `F` (the vtable's `poll`).
+///
+/// # Safety
+///
+/// As for [`raw::poll_stage`], for a task spawned into a `TaskStorage<SIZE>` with future `F`.
+unsafe fn poll_static<F: Future, const SIZE: usize>(
+    header: NonNull<Header>,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    // SAFETY: per the preconditions; the stage sits at the start of the storage's stage area
+    // (spawn wrote it there), and the executor polling the task has exclusive use of it.
+    unsafe {
+        let storage = storage_of::<SIZE>(header);
+        raw::poll_stage((*storage).stage.get().cast::<Stage<F>>(), cx)
+    }
+}
+
 /// Drops the task in its static slot and releases the slot.
 ///
 /// # Safety
 ///
 /// The last reference to a task spawned into a `TaskStorage<SIZE>` with future `F`.
 unsafe fn dealloc_static<F: Future, const SIZE: usize>(header: NonNull<Header>) {
-    let storage_header_offset = core::mem::offset_of!(TaskStorage<SIZE>, header);
-    // SAFETY: the header lives at that offset inside a `TaskStorage<SIZE>` (spawn put it there);
-    // nobody else references the task any more, so dropping its contents is exclusive.
+    // SAFETY: the header was made by spawn into a `TaskStorage<SIZE>`; nobody else references
+    // the task any more, so dropping its contents is exclusive.
     unsafe {
-        let storage =
-            &*(header.as_ptr().cast::<u8>().sub(storage_header_offset) as *const TaskStorage<SIZE>);
+        let storage = &*storage_of::<SIZE>(header);
         core::ptr::drop_in_place(header.as_ref().stage.cast::<Stage<F>>());
         core::ptr::drop_in_place(header.as_ptr());
         storage.claimed.store(false, Release);
@@ -203,6 +246,7 @@ mod boxed {
     use core::cell::UnsafeCell;
     use core::future::Future;
     use core::ptr::NonNull;
+    use core::task::{Context, Poll};
 
     use super::super::raw::{self, Header, Stage, TaskRef, TaskVTable};
     use crate::executor::Core;
@@ -218,11 +262,26 @@ mod boxed {
 
     impl<F: Future> BoxVTable<F> {
         const VTABLE: TaskVTable = TaskVTable {
-            poll: raw::poll_stage::<F>,
+            poll: poll_boxed::<F>,
             read_output: raw::read_output::<F>,
             drop_output: raw::drop_output_of::<F>(),
             dealloc: dealloc_boxed::<F>,
         };
+    }
+
+    /// Polls a boxed task with future `F` (the vtable's `poll`).
+    ///
+    /// # Safety
+    ///
+    /// As for [`raw::poll_stage`], for a task made by `spawn_boxed::<F>`.
+    unsafe fn poll_boxed<F: Future>(header: NonNull<Header>, cx: &mut Context<'_>) -> Poll<()> {
+        // SAFETY: the header is the first field of a `#[repr(C)] TaskCell<F>` made by
+        // `Box::into_raw` in `spawn_boxed`; the executor polling it has exclusive use of the
+        // stage.
+        unsafe {
+            let cell = header.as_ptr().cast::<TaskCell<F>>();
+            raw::poll_stage((*cell).stage.get(), cx)
+        }
     }
 
     /// Frees a boxed task.
@@ -242,14 +301,24 @@ mod boxed {
         future: F,
         local: bool,
     ) -> TaskRef {
-        let cell = Box::into_raw(Box::new(TaskCell {
-            header: Header::new(&BoxVTable::<F>::VTABLE, core, core::ptr::null_mut(), local),
-            stage: UnsafeCell::new(Stage::Running(future)),
-        }));
-        // SAFETY: `cell` is a fresh, unique allocation; the stage pointer stays valid as long
-        // as the cell, which is freed only by `dealloc_boxed`.
+        // The allocation first, so that the header is built knowing its address (its waker and
+        // stage pointers); all pointers derive from the raw one.
+        let cell = Box::into_raw(Box::<TaskCell<F>>::new_uninit()).cast::<TaskCell<F>>();
+        // SAFETY: `cell` is a fresh, unique allocation for a `TaskCell<F>`, written whole here;
+        // the header and stage pointers stay valid as long as the cell, which is freed only by
+        // `dealloc_boxed`.
         unsafe {
-            (*cell).header.stage = (*cell).stage.get().cast::<()>();
+            let stage = UnsafeCell::raw_get(&raw const (*cell).stage).cast::<()>();
+            cell.write(TaskCell {
+                header: Header::new(
+                    &BoxVTable::<F>::VTABLE,
+                    core,
+                    stage,
+                    local,
+                    cell.cast::<Header>(),
+                ),
+                stage: UnsafeCell::new(Stage::Running(future)),
+            });
             TaskRef(NonNull::new_unchecked(cell.cast::<Header>()))
         }
     }

@@ -1,6 +1,5 @@
 //! Task wakers: a `Waker` is a counted pointer to the task's header.
 
-use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
 use core::task::{RawWaker, RawWakerVTable, Waker};
 
@@ -20,6 +19,10 @@ unsafe fn clone(data: *const ()) -> RawWaker {
 
 unsafe fn wake(data: *const ()) {
     let task = task(data);
+    // The caller's reference becomes the executor's spare.
+    if task.wake_if_idle(true) {
+        return;
+    }
     if task.core().wake_on_owner_thread(task) {
         // SAFETY: `wake` consumes the waker, and with it one reference; the task is not used
         // afterwards (the local queue holds it through the executor's local reference).
@@ -32,6 +35,9 @@ unsafe fn wake(data: *const ()) {
 
 unsafe fn wake_by_ref(data: *const ()) {
     let task = task(data);
+    if task.wake_if_idle(false) {
+        return;
+    }
     if !task.core().wake_on_owner_thread(task) {
         task.wake_by_ref();
     }
@@ -42,14 +48,24 @@ unsafe fn drop_waker(data: *const ()) {
     unsafe { task(data).ref_dec() };
 }
 
-/// A waker for `task` that borrows the executor's hold on it (QUEUED, during a poll): it must
-/// not outlive the poll, and is never dropped (clones count their own references).
-pub(crate) fn task_waker(task: TaskRef) -> ManuallyDrop<Waker> {
+/// The waker the executor lends to a poll of `task` (`Header::waker`): it borrows the
+/// executor's hold on the task, so it must not outlive the poll; clones count their own
+/// references.
+pub(crate) fn task_waker(task: &TaskRef) -> &Waker {
+    &task.header().waker
+}
+
+/// A waker pointing to the header at `header`, owning no reference (for `Header::waker`,
+/// which is never dropped).
+///
+/// # Safety
+///
+/// A task header lives at `header` for as long as the waker or a clone of it is used.
+pub(crate) unsafe fn waker_of(header: *const Header) -> Waker {
     // SAFETY: the vtable's functions uphold the RawWaker contract for a header pointer: clone
-    // adds a reference, wake/drop release one, all thread-safe through the state word.
-    ManuallyDrop::new(unsafe {
-        Waker::from_raw(RawWaker::new(task.0.as_ptr() as *const (), &VTABLE))
-    })
+    // adds a reference, wake/drop release one, all thread-safe through the state word; the
+    // header outlives the waker (the caller's promise).
+    unsafe { Waker::from_raw(RawWaker::new(header.cast::<()>(), &VTABLE)) }
 }
 
 /// The task behind `waker`, if it is one of this crate's task wakers.

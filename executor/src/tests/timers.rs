@@ -431,3 +431,34 @@ fn a_nested_loop_restores_the_outer_executor() {
     assert_eq!(outer.stats().timers_fired, 1);
     assert_eq!(outer.now(), Instant::from_nanos(4 * MS));
 }
+
+/// `run_until_idle` inside another executor's loop serves the wrapped timers of the tasks it
+/// polls itself, from the run queue and from its local run queue, not the outer executor.
+#[test]
+fn run_until_idle_inside_another_loop_serves_its_own_tasks_timers() {
+    let (_, outer) = virtual_executor();
+    let (inner_clock, inner) = virtual_executor();
+    let sent = inner
+        .spawner()
+        .spawn(wrapped(time::sleep(Duration::from_millis(3))));
+    // Its second sleep is armed in a poll from the local run queue (the first sleep's timer
+    // wakes it on this thread, which owns it).
+    let local = inner.local_spawner().spawn(wrapped(async {
+        time::sleep(Duration::from_millis(4)).await;
+        time::sleep(Duration::from_millis(1)).await;
+    }));
+    outer.block_on(async {
+        // The spawns queued both on the run queue.
+        assert_eq!(inner.run_until_idle(), 2);
+        assert_eq!(inner.armed_timers(), 2);
+        inner_clock.advance(4 * MS);
+        assert_eq!(inner.run_until_idle(), 2);
+        assert_eq!(inner.armed_timers(), 1);
+        inner_clock.advance(MS);
+        assert_eq!(inner.run_until_idle(), 1);
+    });
+    assert_eq!(inner.stats().timers_fired, 3);
+    assert_eq!(outer.stats().timers_fired, 0);
+    assert_eq!(outer.armed_timers(), 0);
+    assert!(sent.is_finished() && local.is_finished());
+}
