@@ -185,6 +185,10 @@ pub struct StackStats {
     pub gro_batches: u64,
     /// The segments those batches carried (`gro_segments / gro_batches` is the average batch).
     pub gro_segments: u64,
+    /// Received packets over several pool slots (a driver's large receive: a TAP read of a GSO
+    /// packet, see `Capabilities::rx_chains`) that zcnet's TCP took, each in one pass. Chains
+    /// that fail their checks are counted as drops instead (`ip/chain.rs`).
+    pub rx_chains: u64,
     /// SYN-ACKs sent with a SYN cookie: SYNs for a [`TcpListener`](crate::tcp::TcpListener)
     /// whose listening sockets were all busy, answered without keeping any state
     /// ([`Config::syn_cookies`](crate::Config::syn_cookies)).
@@ -261,6 +265,7 @@ pub(crate) struct Counters {
     tcp_timed_out: AtomicU64,
     gro_batches: AtomicU64,
     gro_segments: AtomicU64,
+    rx_chains: AtomicU64,
     syn_cookies_sent: AtomicU64,
     syn_cookies_validated: AtomicU64,
     syn_cookies_rejected: AtomicU64,
@@ -299,6 +304,7 @@ impl Counters {
             tcp_timed_out: AtomicU64::new(0),
             gro_batches: AtomicU64::new(0),
             gro_segments: AtomicU64::new(0),
+            rx_chains: AtomicU64::new(0),
             syn_cookies_sent: AtomicU64::new(0),
             syn_cookies_validated: AtomicU64::new(0),
             syn_cookies_rejected: AtomicU64::new(0),
@@ -400,6 +406,11 @@ impl Counters {
         }
     }
 
+    /// A received chain taken by TCP.
+    pub(crate) fn rx_chain(&self) {
+        bump(&self.rx_chains);
+    }
+
     /// A SYN cookie sent by the listener on `port` (logged with a logging feature).
     pub(crate) fn syn_cookie_sent(&self, _port: u16) {
         let _total = bump(&self.syn_cookies_sent);
@@ -456,6 +467,7 @@ impl Counters {
             tcp_timed_out: self.tcp_timed_out.load(Relaxed),
             gro_batches: self.gro_batches.load(Relaxed),
             gro_segments: self.gro_segments.load(Relaxed),
+            rx_chains: self.rx_chains.load(Relaxed),
             syn_cookies_sent: self.syn_cookies_sent.load(Relaxed),
             syn_cookies_validated: self.syn_cookies_validated.load(Relaxed),
             syn_cookies_rejected: self.syn_cookies_rejected.load(Relaxed),
