@@ -105,11 +105,37 @@ fn bulk(p: &zcnet_tests::net::Pair, rx: usize) -> (StackStats, usize) {
         )
         .await
         .unwrap();
-        c.write_all(&payload).await.unwrap();
-        c.flush().await.unwrap();
+        let sent = zcnet_executor::time::timeout(Duration::from_secs(600), async {
+            c.write_all(&payload).await.unwrap();
+            c.flush().await.unwrap();
+        })
+        .await;
+        if sent.is_err() {
+            panic!(
+                "stalled: A {:?} {:?}\nB {:?}\nwire {:?} {:?}",
+                a.stats(),
+                c.stats(),
+                b.stats(),
+                p.ends[0].tx_stats(),
+                p.ends[1].tx_stats()
+            );
+        }
         c
     });
-    let (server, digest, widest) = p.exec.block_on(server);
+    let (server, digest, widest) = match p.exec.block_on(zcnet_executor::time::timeout(
+        Duration::from_secs(600),
+        server,
+    )) {
+        Ok(r) => r,
+        Err(_) => panic!(
+            "B stalled: A {:?} {:?}\nB {:?}\nwire {:?} {:?}",
+            a.stats(),
+            client.stats(),
+            b.stats(),
+            p.ends[0].tx_stats(),
+            p.ends[1].tx_stats()
+        ),
+    };
     assert_eq!(digest, want, "the stream arrived byte-exact");
     let sb = b.stats();
     eprintln!(

@@ -5,8 +5,11 @@
 //! handed over as its [`RxFrame`], trimmed to the accepted payload (`advance` / `truncate`,
 //! no copy), and queued: in order, behind the data the application has not read yet, or out
 //! of order, until the hole before it fills (the connection's `Assembler` tracks the holes;
-//! this buffer keeps the frames). Both share one fixed array inside the connection
-//! ([`MAX_SEGMENTS`] places): nothing is allocated.
+//! this buffer keeps the frames). Both share one ring of places, one per frame of the slot
+//! budget: inside the connection for budgets up to [`INLINE_SEGMENTS`] (nothing allocated,
+//! and the only form without the `alloc` feature), allocated once when the socket opens for
+//! larger ones (with `alloc`, up to [`MAX_SEGMENTS`]), so the memory grows with the buffer
+//! the socket asked for: 32 bytes per frame of budget (see `TcpBuffers`).
 //!
 //! Two bounds limit what the buffer holds:
 //!
@@ -43,13 +46,21 @@
 //!
 //! [`PoolStats::rx_exhausted`]: zcnet_buffer::PoolStats::rx_exhausted
 
-use heapless::Deque;
 use zcnet_buffer::ledger::{self, CopySite};
 use zcnet_buffer::RxFrame;
 
-/// Most frames a connection queues, in order and out of order together (places inline in the
-/// connection, 32 bytes each); also the largest slot budget.
-pub(crate) const MAX_SEGMENTS: usize = 64;
+/// Places inline in the connection (32 bytes each): a slot budget up to this many frames
+/// allocates nothing.
+pub(crate) const INLINE_SEGMENTS: usize = 64;
+
+/// The largest slot budget: 4,096 frames with the `alloc` feature (a 4 MiB receive buffer at
+/// one frame per KiB; the places beyond [`INLINE_SEGMENTS`] are allocated when the socket
+/// opens), [`INLINE_SEGMENTS`] without.
+#[cfg(feature = "alloc")]
+pub(crate) const MAX_SEGMENTS: usize = 4096;
+/// The largest slot budget: [`INLINE_SEGMENTS`] without the `alloc` feature.
+#[cfg(not(feature = "alloc"))]
+pub(crate) const MAX_SEGMENTS: usize = INLINE_SEGMENTS;
 
 /// The smallest slot budget: even a socket opened with a tiny byte capacity may hold this many
 /// frames (a few out-of-order segments beside the in-order one).
@@ -70,7 +81,7 @@ pub(crate) const COPY_BREAK: usize = 256;
 /// the segment that fills it (a pool full of them would stall every connection on it).
 pub(crate) const OOO_POOL_SHARE: usize = 4;
 
-/// The slot budget of a socket opened with `bytes` of receive capacity:
+/// The slot budget of a socket opened with `bytes` of receive capacity (one frame per KiB):
 /// `clamp(ceil(bytes / BYTES_PER_SLOT), MIN_SEGMENTS, MAX_SEGMENTS)`.
 pub(crate) fn slot_budget(bytes: usize) -> usize {
     bytes
@@ -94,6 +105,161 @@ impl Seg {
     }
 }
 
+/// Where a [`SegQueue`] keeps its places.
+enum Places {
+    /// In the connection: budgets up to [`INLINE_SEGMENTS`].
+    Inline([Option<Seg>; INLINE_SEGMENTS]),
+    /// Allocated when the socket opened: larger budgets.
+    #[cfg(feature = "alloc")]
+    Heap(alloc::boxed::Box<[Option<Seg>]>),
+}
+
+/// A ring of queued frames with a fixed number of places (the slot budget's): the front is the
+/// oldest. Invariant: the `len` places from `head` (wrapping) are `Some`, the others `None`.
+struct SegQueue {
+    places: Places,
+    /// Index of the front's place.
+    head: usize,
+    len: usize,
+}
+
+impl SegQueue {
+    /// A queue of `n` places (at least 1, at most [`MAX_SEGMENTS`]): inline up to
+    /// [`INLINE_SEGMENTS`], else allocated.
+    fn new(n: usize) -> Self {
+        #[cfg(feature = "alloc")]
+        if n > INLINE_SEGMENTS {
+            let places = (0..n.min(MAX_SEGMENTS)).map(|_| None).collect();
+            return Self {
+                places: Places::Heap(places),
+                head: 0,
+                len: 0,
+            };
+        }
+        let _ = n;
+        Self {
+            places: Places::Inline([const { None }; INLINE_SEGMENTS]),
+            head: 0,
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn places(&self) -> &[Option<Seg>] {
+        match &self.places {
+            Places::Inline(p) => p,
+            #[cfg(feature = "alloc")]
+            Places::Heap(p) => p,
+        }
+    }
+
+    #[inline]
+    fn places_mut(&mut self) -> &mut [Option<Seg>] {
+        match &mut self.places {
+            Places::Inline(p) => p,
+            #[cfg(feature = "alloc")]
+            Places::Heap(p) => p,
+        }
+    }
+
+    /// The place of the `i`-th queued frame (`i < len`).
+    #[inline]
+    fn at(&self, i: usize) -> usize {
+        let cap = self.places().len();
+        let p = self.head + i;
+        if p >= cap {
+            p - cap
+        } else {
+            p
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_full(&self) -> bool {
+        self.len == self.places().len()
+    }
+
+    fn get(&self, i: usize) -> Option<&Seg> {
+        if i >= self.len {
+            return None;
+        }
+        self.places()[self.at(i)].as_ref()
+    }
+
+    fn get_mut(&mut self, i: usize) -> Option<&mut Seg> {
+        if i >= self.len {
+            return None;
+        }
+        let at = self.at(i);
+        self.places_mut()[at].as_mut()
+    }
+
+    #[cfg(test)]
+    fn front(&self) -> Option<&Seg> {
+        self.get(0)
+    }
+
+    fn front_mut(&mut self) -> Option<&mut Seg> {
+        self.get_mut(0)
+    }
+
+    fn push_back(&mut self, seg: Seg) -> Result<(), Seg> {
+        if self.is_full() {
+            return Err(seg);
+        }
+        let at = self.at(self.len);
+        self.places_mut()[at] = Some(seg);
+        self.len += 1;
+        Ok(())
+    }
+
+    fn pop_front(&mut self) -> Option<Seg> {
+        if self.len == 0 {
+            return None;
+        }
+        let at = self.head;
+        let seg = self.places_mut()[at].take();
+        self.head = self.at(1);
+        self.len -= 1;
+        seg
+    }
+
+    fn pop_back(&mut self) -> Option<Seg> {
+        if self.len == 0 {
+            return None;
+        }
+        let at = self.at(self.len - 1);
+        self.len -= 1;
+        self.places_mut()[at].take()
+    }
+
+    /// Swaps the `i`-th and `j`-th queued frames (both `< len`).
+    fn swap(&mut self, i: usize, j: usize) {
+        if i < self.len && j < self.len {
+            let (a, b) = (self.at(i), self.at(j));
+            self.places_mut().swap(a, b);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Seg> {
+        (0..self.len).filter_map(|i| self.get(i))
+    }
+
+    fn clear(&mut self) {
+        while self.pop_back().is_some() {}
+        self.head = 0;
+    }
+}
+
+impl core::fmt::Debug for SegQueue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 /// Segments dropped by the receive buffer since the stack last asked
 /// ([`RecvBuffer::take_drops`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -113,8 +279,8 @@ pub(crate) struct RecvBuffer {
     /// Most frames held at once (in order, out of order, held by the application).
     budget: usize,
     /// The frames: the first `in_order` in order, oldest first, then the out-of-order ones
-    /// sorted by `start`.
-    segs: Deque<Seg, MAX_SEGMENTS>,
+    /// sorted by `start`. One place per frame of the budget.
+    segs: SegQueue,
     /// How many of `segs` are in order.
     in_order: usize,
     /// In-order bytes (the sum of the lengths of the in-order frames).
@@ -133,10 +299,11 @@ pub(crate) struct RecvBuffer {
 impl RecvBuffer {
     /// An empty buffer of `capacity` bytes and the slot budget [`slot_budget`] derives from it.
     pub(crate) fn new(capacity: usize) -> Self {
+        let budget = slot_budget(capacity);
         Self {
             capacity,
-            budget: slot_budget(capacity),
-            segs: Deque::new(),
+            budget,
+            segs: SegQueue::new(budget),
             in_order: 0,
             len: 0,
             end: 0,
@@ -151,10 +318,10 @@ impl RecvBuffer {
         self.capacity
     }
 
-    /// Sets the slot budget (at most [`MAX_SEGMENTS`]).
+    /// Sets the slot budget (at most the places the buffer was made with).
     #[cfg(test)]
     pub(crate) fn set_budget(&mut self, budget: usize) {
-        self.budget = budget.min(MAX_SEGMENTS);
+        self.budget = budget.min(self.segs.places().len());
     }
 
     /// In-order bytes not yet read by the application.
@@ -467,7 +634,9 @@ mod tests {
         assert_eq!(slot_budget(6), MIN_SEGMENTS);
         assert_eq!(slot_budget(64 * 1024), 64);
         assert_eq!(slot_budget(10 * 1024 + 1), 11);
-        assert_eq!(slot_budget(1 << 30), 64);
+        assert_eq!(slot_budget(1 << 30), super::MAX_SEGMENTS);
+        #[cfg(feature = "alloc")]
+        assert_eq!(slot_budget(1024 * 1024), 1024);
     }
 
     #[test]

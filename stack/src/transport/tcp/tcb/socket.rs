@@ -2994,13 +2994,13 @@ impl<'a> Tcb<'a> {
     /// more data can be sent. According to the Linux kernel implementation, "significant" means
     /// doubling the receive window. The Linux kernel implementation can be found at
     /// <https://elixir.bootlin.com/linux/v6.9.9/source/net/ipv4/tcp.c#L1472>.
+    ///
+    /// Never during the handshake: every segment sent then is a SYN, whose window is unscaled
+    /// and at most 65,535 bytes, so a window past that could never be advertised and the update
+    /// would be due again after each one.
     fn window_to_update(&self) -> bool {
         match self.state {
-            State::SynSent
-            | State::SynReceived
-            | State::Established
-            | State::FinWait1
-            | State::FinWait2 => {
+            State::Established | State::FinWait1 | State::FinWait2 => {
                 let Some(last_win) = self.last_scaled_window() else {
                     return false;
                 };
