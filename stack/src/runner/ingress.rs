@@ -51,7 +51,7 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
         let frame = match st.tasks.pending_rx.take() {
             Some(f) => f,
             None if st.link.rx_chains => {
-                let chain = match st.tasks.pending_rx_chain.take() {
+                let mut chain = match st.tasks.pending_rx_chain.take() {
                     Some(c) => c,
                     None => match st.link.driver.poll_receive_chain(cx) {
                         Poll::Ready(c) => {
@@ -61,9 +61,9 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
                         Poll::Pending => break,
                     },
                 };
-                match one_frame(chain) {
-                    Ok(frame) => frame,
-                    Err(chain) => {
+                match one_frame(&mut chain) {
+                    Some(frame) => frame,
+                    None => {
                         if chain_step(&mut st, chain, now, cx, counters, gro).is_break() {
                             break;
                         }
@@ -184,15 +184,14 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
     Poll::Pending
 }
 
-/// A chain of one frame as that frame (the usual packet: it goes the single frame's way), else
-/// the chain back.
-fn one_frame(mut chain: RxChain) -> Result<RxFrame, RxChain> {
+/// The frame of a chain of one frame (the usual packet: it goes the single frame's way), taken
+/// out of it; `None` (the chain left as it is) for any other chain.
+fn one_frame(chain: &mut RxChain) -> Option<RxFrame> {
     if chain.frame_count() == 1 {
-        if let Some(frame) = chain.pop_front() {
-            return Ok(frame);
-        }
+        chain.pop_front()
+    } else {
+        None
     }
-    Err(chain)
 }
 
 /// A packet over several slots (or none): checked once (`ip/chain.rs`) and given to TCP whole

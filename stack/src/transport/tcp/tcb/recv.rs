@@ -106,6 +106,8 @@ impl Seg {
 }
 
 /// Where a [`SegQueue`] keeps its places.
+// The inline places are the point: a connection with a small budget allocates nothing.
+#[allow(clippy::large_enum_variant)]
 enum Places {
     /// In the connection: budgets up to [`INLINE_SEGMENTS`].
     Inline([Option<Seg>; INLINE_SEGMENTS]),
