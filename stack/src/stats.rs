@@ -44,20 +44,24 @@ pub enum DropReason {
     UnexpectedAnswer,
     /// A received frame smoltcp cannot parse: shorter than its Ethernet or IP header, IP
     /// lengths beyond the frame, the wrong IP version, a TCP, UDP or ICMP header cut short, a
-    /// broken IPv6 hop-by-hop header.
+    /// broken IPv6 hop-by-hop header. Also a packet received over several slots (a chain, see
+    /// `Capabilities::rx_chains`) whose headers do not fit its head slot, whose IP lengths
+    /// exceed what it holds, or that is not a TCP data segment (SYN, RST, no payload).
     Malformed,
     /// A received frame not addressed to the stack: an Ethernet destination that is neither
     /// its MAC, broadcast nor multicast, or an IP destination that is none of its addresses,
     /// broadcast or multicast (the stack does not forward).
     NotForUs,
     /// A received frame of a kind the stack does not handle: an Ethernet type other than ARP,
-    /// IPv4 and IPv6, or an IPv4 fragment (the stack does not reassemble).
+    /// IPv4 and IPv6, or an IPv4 fragment (the stack does not reassemble); a packet received
+    /// over several slots that is not TCP (only TCP segments are taken whole).
     Unsupported,
     /// A received datagram or segment the stack refused, answering it with a TCP reset, an
     /// ICMP destination unreachable (port or protocol) or an ICMPv6 parameter problem (unknown
     /// next header): no socket took it (for TCP, also a segment no connection accepts, such as
     /// an ACK to a listening port). Broadcast and multicast datagrams get no answer and are not
-    /// counted.
+    /// counted. A TCP segment received over several slots that no connection takes is counted
+    /// here too, unanswered (the peer's retransmission gets the answer).
     NoSocket,
     /// The link was down: a frame the driver refused with
     /// [`TxError::LinkDown`](zcnet_buffer::TxError::LinkDown), or a zero-copy datagram sent
