@@ -46,6 +46,7 @@
 //!
 //! [`PoolStats::rx_exhausted`]: zcnet_buffer::PoolStats::rx_exhausted
 
+use heapless::Deque;
 use zcnet_buffer::ledger::{self, CopySite};
 use zcnet_buffer::RxFrame;
 
@@ -105,154 +106,133 @@ impl Seg {
     }
 }
 
-/// Where a [`SegQueue`] keeps its places.
+/// The queued frames, oldest first, with a fixed number of places (the slot budget's):
+/// inline for budgets up to [`INLINE_SEGMENTS`] (`heapless`' ring, as cheap as it was when it
+/// was the only form), allocated once for larger ones. Each operation picks its form with one
+/// branch.
 // The inline places are the point: a connection with a small budget allocates nothing.
 #[allow(clippy::large_enum_variant)]
-enum Places {
+enum SegQueue {
     /// In the connection: budgets up to [`INLINE_SEGMENTS`].
-    Inline([Option<Seg>; INLINE_SEGMENTS]),
-    /// Allocated when the socket opened: larger budgets.
+    Inline(Deque<Seg, INLINE_SEGMENTS>),
+    /// Allocated when the socket opened, `cap` places: larger budgets. Never grows: pushes
+    /// stop at `cap`.
     #[cfg(feature = "alloc")]
-    Heap(alloc::boxed::Box<[Option<Seg>]>),
+    Heap {
+        ring: alloc::collections::VecDeque<Seg>,
+        cap: usize,
+    },
 }
 
-/// A ring of queued frames with a fixed number of places (the slot budget's): the front is the
-/// oldest. Invariant: the `len` places from `head` (wrapping) are `Some`, the others `None`.
-struct SegQueue {
-    places: Places,
-    /// Index of the front's place.
-    head: usize,
-    len: usize,
+/// `$body` with `$q` bound to the queue's ring, whichever form it has.
+macro_rules! on_ring {
+    ($self:expr, $q:ident => $body:expr) => {
+        match $self {
+            SegQueue::Inline($q) => $body,
+            #[cfg(feature = "alloc")]
+            SegQueue::Heap { ring: $q, .. } => $body,
+        }
+    };
 }
 
 impl SegQueue {
-    /// A queue of `n` places (at least 1, at most [`MAX_SEGMENTS`]): inline up to
-    /// [`INLINE_SEGMENTS`], else allocated.
+    /// A queue of `n` places (at most [`MAX_SEGMENTS`]): inline up to [`INLINE_SEGMENTS`],
+    /// else allocated.
     fn new(n: usize) -> Self {
         #[cfg(feature = "alloc")]
         if n > INLINE_SEGMENTS {
-            let places = (0..n.min(MAX_SEGMENTS)).map(|_| None).collect();
-            return Self {
-                places: Places::Heap(places),
-                head: 0,
-                len: 0,
+            let cap = n.min(MAX_SEGMENTS);
+            return SegQueue::Heap {
+                ring: alloc::collections::VecDeque::with_capacity(cap),
+                cap,
             };
         }
         let _ = n;
-        Self {
-            places: Places::Inline([const { None }; INLINE_SEGMENTS]),
-            head: 0,
-            len: 0,
-        }
+        SegQueue::Inline(Deque::new())
     }
 
-    #[inline]
-    fn places(&self) -> &[Option<Seg>] {
-        match &self.places {
-            Places::Inline(p) => p,
+    /// The number of places.
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        match self {
+            SegQueue::Inline(_) => INLINE_SEGMENTS,
             #[cfg(feature = "alloc")]
-            Places::Heap(p) => p,
+            SegQueue::Heap { cap, .. } => *cap,
         }
     }
 
     #[inline]
-    fn places_mut(&mut self) -> &mut [Option<Seg>] {
-        match &mut self.places {
-            Places::Inline(p) => p,
-            #[cfg(feature = "alloc")]
-            Places::Heap(p) => p,
-        }
-    }
-
-    /// The place of the `i`-th queued frame (`i < len`).
-    #[inline]
-    fn at(&self, i: usize) -> usize {
-        let cap = self.places().len();
-        let p = self.head + i;
-        if p >= cap {
-            p - cap
-        } else {
-            p
-        }
-    }
-
     fn len(&self) -> usize {
-        self.len
+        on_ring!(self, q => q.len())
     }
 
+    #[inline]
     fn is_full(&self) -> bool {
-        self.len == self.places().len()
+        match self {
+            SegQueue::Inline(q) => q.is_full(),
+            #[cfg(feature = "alloc")]
+            SegQueue::Heap { ring, cap } => ring.len() >= *cap,
+        }
     }
 
+    #[inline]
     fn get(&self, i: usize) -> Option<&Seg> {
-        if i >= self.len {
-            return None;
-        }
-        self.places()[self.at(i)].as_ref()
+        on_ring!(self, q => q.get(i))
     }
 
+    #[inline]
     fn get_mut(&mut self, i: usize) -> Option<&mut Seg> {
-        if i >= self.len {
-            return None;
-        }
-        let at = self.at(i);
-        self.places_mut()[at].as_mut()
+        on_ring!(self, q => q.get_mut(i))
     }
 
     #[cfg(test)]
     fn front(&self) -> Option<&Seg> {
-        self.get(0)
+        on_ring!(self, q => q.front())
     }
 
+    #[inline]
     fn front_mut(&mut self) -> Option<&mut Seg> {
-        self.get_mut(0)
+        on_ring!(self, q => q.front_mut())
     }
 
+    #[inline]
     fn push_back(&mut self, seg: Seg) -> Result<(), Seg> {
-        if self.is_full() {
-            return Err(seg);
+        match self {
+            SegQueue::Inline(q) => q.push_back(seg),
+            #[cfg(feature = "alloc")]
+            SegQueue::Heap { ring, cap } => {
+                if ring.len() >= *cap {
+                    return Err(seg);
+                }
+                ring.push_back(seg);
+                Ok(())
+            }
         }
-        let at = self.at(self.len);
-        self.places_mut()[at] = Some(seg);
-        self.len += 1;
-        Ok(())
     }
 
+    #[inline]
     fn pop_front(&mut self) -> Option<Seg> {
-        if self.len == 0 {
-            return None;
-        }
-        let at = self.head;
-        let seg = self.places_mut()[at].take();
-        self.head = self.at(1);
-        self.len -= 1;
-        seg
+        on_ring!(self, q => q.pop_front())
     }
 
+    #[inline]
     fn pop_back(&mut self) -> Option<Seg> {
-        if self.len == 0 {
-            return None;
-        }
-        let at = self.at(self.len - 1);
-        self.len -= 1;
-        self.places_mut()[at].take()
+        on_ring!(self, q => q.pop_back())
     }
 
     /// Swaps the `i`-th and `j`-th queued frames (both `< len`).
     fn swap(&mut self, i: usize, j: usize) {
-        if i < self.len && j < self.len {
-            let (a, b) = (self.at(i), self.at(j));
-            self.places_mut().swap(a, b);
+        if i < self.len() && j < self.len() {
+            on_ring!(self, q => q.swap(i, j))
         }
     }
 
     fn iter(&self) -> impl Iterator<Item = &Seg> {
-        (0..self.len).filter_map(|i| self.get(i))
+        (0..self.len()).filter_map(|i| self.get(i))
     }
 
     fn clear(&mut self) {
-        while self.pop_back().is_some() {}
-        self.head = 0;
+        on_ring!(self, q => q.clear())
     }
 }
 
@@ -323,7 +303,7 @@ impl RecvBuffer {
     /// Sets the slot budget (at most the places the buffer was made with).
     #[cfg(test)]
     pub(crate) fn set_budget(&mut self, budget: usize) {
-        self.budget = budget.min(self.segs.places().len());
+        self.budget = budget.min(self.segs.capacity());
     }
 
     /// In-order bytes not yet read by the application.
@@ -337,6 +317,7 @@ impl RecvBuffer {
     }
 
     /// Whether one more frame fits in the budget (and in the queue).
+    #[inline]
     fn slot_free(&self) -> bool {
         self.segs.len() + self.held < self.budget && !self.segs.is_full()
     }
@@ -368,11 +349,13 @@ impl RecvBuffer {
 
     /// Whether an in-order payload of `len` bytes can be kept now: in a slot of the budget, or
     /// (under [`COPY_BREAK`] bytes) in the tail of the last in-order frame.
+    #[inline]
     pub(crate) fn fits_in_order(&self, len: usize) -> bool {
         self.slot_free() || self.copy_break_fits(len)
     }
 
     /// Whether an in-order payload of `len` bytes would be copied into the last in-order frame.
+    #[inline]
     fn copy_break_fits(&self, len: usize) -> bool {
         len < COPY_BREAK
             && self.in_order > 0
@@ -512,6 +495,7 @@ impl RecvBuffer {
     }
 
     /// The first in-order frame.
+    #[inline]
     fn front_mut(&mut self) -> Option<&mut RxFrame> {
         if self.in_order == 0 {
             return None;
@@ -535,6 +519,7 @@ impl RecvBuffer {
     }
 
     /// Consumes `n` bytes (at most its length) of the first in-order frame.
+    #[inline]
     fn consume_front(&mut self, n: usize) {
         let Some(front) = self.front_mut() else {
             return;
