@@ -613,6 +613,8 @@ pub(crate) fn test_frame(data: &[u8]) -> RxFrame {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+
     use super::{slot_budget, test_frame, RecvBuffer, COPY_BREAK, MIN_SEGMENTS};
     use zcnet_buffer::ledger::{CopySite, LEDGER};
 
@@ -678,6 +680,44 @@ mod tests {
         assert!(rx.fits_in_order(1000));
         // One slot free, but fewer bytes: 4096 - 3000 in order.
         assert_eq!(rx.window(1460), 1096);
+    }
+
+    /// A 1 MiB buffer's budget of 1,024 frames (places allocated when it was made): more than
+    /// 64 frames held in order and out of order, the window counted over all of them, and
+    /// everything read back in order.
+    #[cfg(feature = "alloc")]
+    #[test]
+    fn a_large_budget_holds_more_than_64_frames() {
+        let mut rx = RecvBuffer::new(1024 * 1024);
+        assert_eq!(rx.window(1000), 1024 * 1000);
+        // 200 frames of 100 bytes in order, then 50 past a hole of 100 bytes.
+        for k in 0..200u32 {
+            assert!(rx.fits_in_order(300), "frame {k}");
+            rx.accept(0, test_frame(&[k as u8; 300]), 300);
+        }
+        for k in 0..50u32 {
+            let f = test_frame(&[(200 + k) as u8; 300]);
+            assert!(rx.fits_out_of_order(&f), "out-of-order frame {k}");
+            rx.accept(100 + 300 * k as usize, f, 0);
+        }
+        assert_eq!(rx.len(), 200 * 300);
+        // Out-of-order frames lie inside the window already offered: only in-order ones count.
+        assert_eq!(rx.window(1000), (1024 - 200) * 1000);
+        // The hole fills: all 250 frames and the filler in order.
+        rx.accept(0, test_frame(&[0xEE; 100]), 100 + 50 * 300);
+        assert!(!rx.has_out_of_order());
+        assert_eq!(rx.len(), 250 * 300 + 100);
+        let mut out = std::vec![0u8; rx.len()];
+        assert_eq!(rx.dequeue_slice(&mut out), out.len());
+        for k in 0..200usize {
+            assert!(out[k * 300..(k + 1) * 300].iter().all(|&b| b == k as u8));
+        }
+        assert!(out[60_000..60_100].iter().all(|&b| b == 0xEE));
+        assert!(out[60_100..]
+            .chunks(300)
+            .enumerate()
+            .all(|(k, c)| c.iter().all(|&b| b == (200 + k) as u8)));
+        assert!(rx.is_empty());
     }
 
     #[test]
