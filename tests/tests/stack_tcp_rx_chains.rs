@@ -5,7 +5,7 @@
 //!   them to a guest: checksum partial, marked verified) and arriving at B as chains: byte-exact
 //!   (SHA-256), B's TCP took chains (`StackStats::rx_chains`), and with a 1 MiB receive buffer
 //!   B's advertised window went past what 64 received segments allow (92,672 bytes with
-//!   1,448-byte segments); the pool audit at the end.
+//!   1,448-byte segments); the pool audit at the end. Once more over IPv6.
 //! * Chains that are no TCP segment for the stack, or lie about their lengths, or carry a wrong
 //!   checksum, are dropped and counted by reason, and their slots go back to the pool; a good
 //!   chain after them is taken.
@@ -25,7 +25,9 @@ use zcnet_buffer::{
 };
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
-use zcnet_stack::{DropReason, IpEndpoint, Stack, StackResources, StackStats};
+use zcnet_stack::{
+    DropReason, IpEndpoint, Ipv6Address, Ipv6Cidr, Stack, StackResources, StackStats, StaticV6,
+};
 use zcnet_tests::clock::VirtualClock;
 use zcnet_tests::craft::{tcp_bytes, PEER, STACK};
 use zcnet_tests::net::{pair_drivers, side_config, PairDriver, ADDR, SOCKETS};
@@ -45,6 +47,16 @@ fn stream() -> Vec<u8> {
 
 /// A's end sends super-segments whole; B's end takes them as chains.
 fn chain_pair(exec: &'static Executor, faults: Faults, slots: usize) -> zcnet_tests::net::Pair {
+    chain_pair_with(exec, faults, slots, |_, _| {})
+}
+
+/// [`chain_pair`] with each side's configuration adjusted by `configure`.
+fn chain_pair_with(
+    exec: &'static Executor,
+    faults: Faults,
+    slots: usize,
+    configure: impl FnMut(usize, &mut zcnet_stack::Config),
+) -> zcnet_tests::net::Pair {
     let sender = WireOffloads {
         tx_checksum: true,
         gso_max_size: 65535,
@@ -67,13 +79,18 @@ fn chain_pair(exec: &'static Executor, faults: Faults, slots: usize) -> zcnet_te
                 Box::new(b.with_offloads(receiver)),
             ]
         },
-        |_, _| {},
+        configure,
     )
 }
 
 /// Moves `LEN` bytes from A to B (B's receive buffer `rx`), checks them, and returns B's
 /// stack statistics and the largest window B advertised while reading.
 fn bulk(p: &zcnet_tests::net::Pair, rx: usize) -> (StackStats, usize) {
+    bulk_to(p, rx, ADDR[1].into())
+}
+
+/// [`bulk`] to B at `b_addr`.
+fn bulk_to(p: &zcnet_tests::net::Pair, rx: usize, b_addr: IpAddress) -> (StackStats, usize) {
     let [a, b] = p.stacks;
     let payload = stream();
     let want: [u8; 32] = Sha256::digest(&payload).into();
@@ -99,12 +116,9 @@ fn bulk(p: &zcnet_tests::net::Pair, rx: usize) -> (StackStats, usize) {
     });
     let client = p.exec.block_on(async move {
         let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(64 * 1024, 256 * 1024)).unwrap();
-        c.connect_timeout(
-            IpEndpoint::new(ADDR[1].into(), 9000),
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
+        c.connect_timeout(IpEndpoint::new(b_addr, 9000), Duration::from_secs(10))
+            .await
+            .unwrap();
         let sent = zcnet_executor::time::timeout(Duration::from_secs(600), async {
             c.write_all(&payload).await.unwrap();
             c.flush().await.unwrap();
@@ -168,6 +182,30 @@ fn sixteen_mib_arrive_as_chains_byte_exact_with_a_window_past_64_segments() {
         widest > WINDOW_OF_64_SEGMENTS,
         "a 1 MiB receive buffer opens the window past 64 segments: {widest}"
     );
+    p.assert_slots_back();
+}
+
+#[test]
+fn sixteen_mib_over_ipv6_arrive_as_chains_byte_exact() {
+    const V6: [Ipv6Address; 2] = [
+        Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+        Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+    ];
+    let p = chain_pair_with(
+        Executor::leak(VirtualClock::leak()),
+        Faults::default(),
+        4096,
+        |i, c| {
+            c.ipv6 = Some(StaticV6 {
+                address: Ipv6Cidr::new(V6[i], 64),
+                gateway: None,
+            })
+        },
+    );
+    let (sb, widest) = bulk_to(&p, 1024 * 1024, V6[1].into());
+    assert!(sb.rx_chains > 0, "B's TCP took chains: {sb:?}");
+    assert_eq!(sb.dropped(DropReason::Malformed), 0, "{sb:?}");
+    assert!(widest > WINDOW_OF_64_SEGMENTS, "{widest}");
     p.assert_slots_back();
 }
 
