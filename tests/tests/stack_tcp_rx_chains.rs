@@ -30,7 +30,7 @@ use zcnet_stack::{
 };
 use zcnet_tests::clock::VirtualClock;
 use zcnet_tests::craft::{tcp_bytes, PEER, STACK};
-use zcnet_tests::net::{pair_drivers, side_config, PairDriver, ADDR, SOCKETS};
+use zcnet_tests::net::{pair_drivers_on, side_config, PairDriver, ADDR, SOCKETS};
 use zcnet_tests::sim_nic::SimNic;
 use zcnet_tests::wire::{Delivery, Faults};
 
@@ -57,6 +57,20 @@ fn chain_pair_with(
     slots: usize,
     configure: impl FnMut(usize, &mut zcnet_stack::Config),
 ) -> zcnet_tests::net::Pair {
+    let pools = [
+        FramePool::leak(PoolConfig::new(slots)).expect("pool"),
+        FramePool::leak(PoolConfig::new(slots)).expect("pool"),
+    ];
+    chain_pair_on(exec, pools, faults, configure)
+}
+
+/// [`chain_pair_with`] over `pools`.
+fn chain_pair_on(
+    exec: &'static Executor,
+    pools: [&'static FramePool; 2],
+    faults: Faults,
+    configure: impl FnMut(usize, &mut zcnet_stack::Config),
+) -> zcnet_tests::net::Pair {
     let sender = WireOffloads {
         tx_checksum: true,
         gso_max_size: 65535,
@@ -68,11 +82,11 @@ fn chain_pair_with(
         rx_chains: true,
         ..WireOffloads::default()
     };
-    pair_drivers::<SOCKETS, SOCKETS>(
+    pair_drivers_on::<SOCKETS, SOCKETS>(
         exec,
+        pools,
         faults,
         Delivery::Copy,
-        [slots, slots],
         |a, b| -> [PairDriver; 2] {
             [
                 Box::new(a.with_offloads(sender)),
@@ -206,6 +220,26 @@ fn sixteen_mib_over_ipv6_arrive_as_chains_byte_exact() {
     assert!(sb.rx_chains > 0, "B's TCP took chains: {sb:?}");
     assert_eq!(sb.dropped(DropReason::Malformed), 0, "{sb:?}");
     assert!(widest > WINDOW_OF_64_SEGMENTS, "{widest}");
+    p.assert_slots_back();
+}
+
+/// B's pool has 1,408-byte slots: a 64 KiB super-segment arrives over 47 of them, more than
+/// one batch takes (45), so its connection takes it in two consecutive batches; and every
+/// full-sized segment A sends alone arrives over two slots. Byte-exact, pool audit.
+#[test]
+fn chains_longer_than_a_batch_are_taken_in_pieces() {
+    let exec = Executor::leak(VirtualClock::leak());
+    let pools = [
+        FramePool::leak(PoolConfig::new(4096)).expect("pool"),
+        FramePool::leak(PoolConfig::new(4096).with_slot_size(1408)).expect("pool"),
+    ];
+    let p = chain_pair_on(exec, pools, Faults::default(), |_, _| {});
+    let (sb, _) = bulk(&p, 1024 * 1024);
+    assert!(sb.rx_chains > 0, "B's TCP took chains: {sb:?}");
+    assert!(
+        p.stacks[0].stats().tso_super_segments > 0,
+        "A sent super-segments whole"
+    );
     p.assert_slots_back();
 }
 
