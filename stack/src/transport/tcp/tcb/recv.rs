@@ -107,9 +107,9 @@ impl Seg {
 }
 
 /// The queued frames, oldest first, with a fixed number of places (the slot budget's):
-/// inline for budgets up to [`INLINE_SEGMENTS`] (`heapless`' ring, as cheap as it was when it
-/// was the only form), allocated once for larger ones. Each operation picks its form with one
-/// branch.
+/// inline for budgets up to [`INLINE_SEGMENTS`] (`heapless`' ring: nothing allocated, and the
+/// request/response path's receive queue), allocated once for larger ones. Each operation
+/// picks its form with one branch.
 // The inline places are the point: a connection with a small budget allocates nothing.
 #[allow(clippy::large_enum_variant)]
 enum SegQueue {
