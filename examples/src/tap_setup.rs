@@ -83,7 +83,9 @@ pub struct Options {
     /// and the TAP driver print to stderr ([`logger::level_for`](crate::logger::level_for)).
     pub verbosity: u8,
     /// Open the TAP without its virtio-net offloads (`--no-offloads`): bare frames, as a TAP
-    /// without `IFF_VNET_HDR` ([`TapConfig::offloads`]), to compare both in one run.
+    /// without `IFF_VNET_HDR` ([`TapConfig::offloads`]), to compare both in one run. With them
+    /// (the default) the TAP also takes the kernel's TCP super-segments on receive
+    /// ([`TapConfig::rx_gso`]).
     pub no_offloads: bool,
 }
 
@@ -283,7 +285,10 @@ impl Demo {
         let config = TapConfig::new(&options.tap)
             .with_mtu(options.mtu)
             .with_interface_mtu(!options.attach)
-            .with_offloads(!options.no_offloads);
+            .with_offloads(!options.no_offloads)
+            // The stack takes packets over several slots: the kernel's TCP may hand over
+            // super-segments of up to 64 KiB, read into chains.
+            .with_rx_gso(!options.no_offloads);
         let slot_size = config.slot_size();
         let slots = (POOL_SLOTS * DEFAULT_SLOT_SIZE / slot_size).max(MIN_POOL_SLOTS);
         let pool = FramePool::leak(PoolConfig::new(slots).with_slot_size(slot_size))

@@ -44,20 +44,24 @@ pub enum DropReason {
     UnexpectedAnswer,
     /// A received frame smoltcp cannot parse: shorter than its Ethernet or IP header, IP
     /// lengths beyond the frame, the wrong IP version, a TCP, UDP or ICMP header cut short, a
-    /// broken IPv6 hop-by-hop header.
+    /// broken IPv6 hop-by-hop header. Also a packet received over several slots (a chain, see
+    /// `Capabilities::rx_chains`) whose headers do not fit its head slot, whose IP lengths
+    /// exceed what it holds, or that is not a TCP data segment (SYN, RST, no payload).
     Malformed,
     /// A received frame not addressed to the stack: an Ethernet destination that is neither
     /// its MAC, broadcast nor multicast, or an IP destination that is none of its addresses,
     /// broadcast or multicast (the stack does not forward).
     NotForUs,
     /// A received frame of a kind the stack does not handle: an Ethernet type other than ARP,
-    /// IPv4 and IPv6, or an IPv4 fragment (the stack does not reassemble).
+    /// IPv4 and IPv6, or an IPv4 fragment (the stack does not reassemble); a packet received
+    /// over several slots that is not TCP (only TCP segments are taken whole).
     Unsupported,
     /// A received datagram or segment the stack refused, answering it with a TCP reset, an
     /// ICMP destination unreachable (port or protocol) or an ICMPv6 parameter problem (unknown
     /// next header): no socket took it (for TCP, also a segment no connection accepts, such as
     /// an ACK to a listening port). Broadcast and multicast datagrams get no answer and are not
-    /// counted.
+    /// counted. A TCP segment received over several slots that no connection takes is counted
+    /// here too, unanswered (the peer's retransmission gets the answer).
     NoSocket,
     /// The link was down: a frame the driver refused with
     /// [`TxError::LinkDown`](zcnet_buffer::TxError::LinkDown), or a zero-copy datagram sent
@@ -185,6 +189,10 @@ pub struct StackStats {
     pub gro_batches: u64,
     /// The segments those batches carried (`gro_segments / gro_batches` is the average batch).
     pub gro_segments: u64,
+    /// Received packets over several pool slots (a driver's large receive: a TAP read of a GSO
+    /// packet, see `Capabilities::rx_chains`) that zcnet's TCP took, each in one pass. Chains
+    /// that fail their checks are counted as drops instead (`ip/chain.rs`).
+    pub rx_chains: u64,
     /// SYN-ACKs sent with a SYN cookie: SYNs for a [`TcpListener`](crate::tcp::TcpListener)
     /// whose listening sockets were all busy, answered without keeping any state
     /// ([`Config::syn_cookies`](crate::Config::syn_cookies)).
@@ -261,6 +269,7 @@ pub(crate) struct Counters {
     tcp_timed_out: AtomicU64,
     gro_batches: AtomicU64,
     gro_segments: AtomicU64,
+    rx_chains: AtomicU64,
     syn_cookies_sent: AtomicU64,
     syn_cookies_validated: AtomicU64,
     syn_cookies_rejected: AtomicU64,
@@ -299,6 +308,7 @@ impl Counters {
             tcp_timed_out: AtomicU64::new(0),
             gro_batches: AtomicU64::new(0),
             gro_segments: AtomicU64::new(0),
+            rx_chains: AtomicU64::new(0),
             syn_cookies_sent: AtomicU64::new(0),
             syn_cookies_validated: AtomicU64::new(0),
             syn_cookies_rejected: AtomicU64::new(0),
@@ -400,6 +410,11 @@ impl Counters {
         }
     }
 
+    /// A received chain taken by TCP.
+    pub(crate) fn rx_chain(&self) {
+        bump(&self.rx_chains);
+    }
+
     /// A SYN cookie sent by the listener on `port` (logged with a logging feature).
     pub(crate) fn syn_cookie_sent(&self, _port: u16) {
         let _total = bump(&self.syn_cookies_sent);
@@ -456,6 +471,7 @@ impl Counters {
             tcp_timed_out: self.tcp_timed_out.load(Relaxed),
             gro_batches: self.gro_batches.load(Relaxed),
             gro_segments: self.gro_segments.load(Relaxed),
+            rx_chains: self.rx_chains.load(Relaxed),
             syn_cookies_sent: self.syn_cookies_sent.load(Relaxed),
             syn_cookies_validated: self.syn_cookies_validated.load(Relaxed),
             syn_cookies_rejected: self.syn_cookies_rejected.load(Relaxed),

@@ -170,6 +170,18 @@ pub fn pair_drivers<const A: usize, const B: usize>(
         FramePool::leak(PoolConfig::new(slots[0])).expect("pool"),
         FramePool::leak(PoolConfig::new(slots[1])).expect("pool"),
     ];
+    pair_drivers_on::<A, B>(exec, pools, faults, delivery, drivers, configure)
+}
+
+/// [`pair_drivers`] over pools the test made (slots of another size, say).
+pub fn pair_drivers_on<const A: usize, const B: usize>(
+    exec: &'static Executor,
+    pools: [&'static FramePool; 2],
+    faults: Faults,
+    delivery: Delivery,
+    drivers: impl FnOnce(WireEnd, WireEnd) -> [PairDriver; 2],
+    configure: impl FnMut(usize, &mut Config),
+) -> Pair {
     let (a, b) = wire_pair_with(exec, pools, faults, delivery);
     pair_over::<A, B>(exec, pools, (a, b), drivers, configure)
 }

@@ -210,6 +210,9 @@ pub struct TapNet {
     pub tap_name: String,
     /// The namespace holding the Linux side; deleted when the `TapNet` drops.
     pub netns: Netns,
+    /// Receive slots the TAP keeps posted while idle
+    /// ([`TapConfig::posted_rx_slots`]: 1, or 33 with `rx_gso`).
+    pub rx_posted: usize,
 }
 
 /// Pool slots that hold a whole frame at `mtu` and the TAP's virtio-net header in front of it
@@ -284,6 +287,7 @@ impl TapNet {
         let tap = Tap::open(platform, pool, &tap_config)
             .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
         let tap_stats = tap.stats_handle();
+        let rx_posted = tap_config.posted_rx_slots(slot_size);
         adopt(&netns, &tap_name);
         let resources: &'static StackResources<N> = StackResources::leak();
         let mut config = Config {
@@ -306,16 +310,17 @@ impl TapNet {
             tap_stats,
             tap_name,
             netns,
+            rx_posted,
         }
     }
 }
 
 impl TapNet {
-    /// The end-of-test pool audit ([`assert_slots_back`]): every slot back, the one the TAP
-    /// keeps posted for its next read excepted. Call it once the test's sockets are closed and
-    /// dropped and the stack has run.
+    /// The end-of-test pool audit ([`assert_slots_back`]): every slot back, the ones the TAP
+    /// keeps posted for its next read ([`rx_posted`](Self::rx_posted)) excepted. Call it once
+    /// the test's sockets are closed and dropped and the stack has run.
     pub fn assert_slots_back(&self) {
-        assert_slots_back(self.pool, 1);
+        assert_slots_back(self.pool, self.rx_posted);
     }
 }
 

@@ -7,12 +7,14 @@
 //! segments in batches (software GRO) throughout, faults and all, and both senders send
 //! super-segments, split in software into one frame per segment (the wire does not segment);
 //! once more over a wire whose ends segment them as a TSO NIC does (each segment then meets
-//! the faults on its own).
+//! the faults on its own), and once over ends that carry them whole and hand them up as chains
+//! of slots (a super-segment lost, reordered, duplicated or corrupted as one packet; the
+//! receivers check each chain once and take it whole).
 
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use zcnet_buffer::sim::wire::WireOffloads;
+use zcnet_buffer::sim::wire::{GsoMode, WireOffloads};
 use zcnet_executor::time::timeout;
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{CongestionControl, TcpBuffers, TcpSocket};
@@ -99,27 +101,44 @@ fn socket(stack: Stack, cc: CongestionControl) -> TcpSocket {
     s
 }
 
+/// What the wire's ends do with super-segments.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ends {
+    /// Nothing: the stacks split them in software.
+    Plain,
+    /// They cut them into segments, as a TSO NIC does.
+    Segment,
+    /// They carry them whole and deliver them as chains.
+    Whole,
+}
+
 #[test]
 fn ten_megabytes_each_way_byte_exact_under_loss_reorder_duplication_and_corruption() {
-    ten_megabytes_each_way(CongestionControl::None, false);
+    ten_megabytes_each_way(CongestionControl::None, Ends::Plain);
 }
 
 #[test]
 fn the_same_with_reno() {
-    ten_megabytes_each_way(CongestionControl::Reno, false);
+    ten_megabytes_each_way(CongestionControl::Reno, Ends::Plain);
 }
 
 #[test]
 fn the_same_with_cubic() {
-    ten_megabytes_each_way(CongestionControl::Cubic, false);
+    ten_megabytes_each_way(CongestionControl::Cubic, Ends::Plain);
 }
 
 #[test]
 fn the_same_with_cubic_over_ends_that_segment() {
-    ten_megabytes_each_way(CongestionControl::Cubic, true);
+    ten_megabytes_each_way(CongestionControl::Cubic, Ends::Segment);
 }
 
-fn ten_megabytes_each_way(cc: CongestionControl, tso: bool) {
+#[test]
+fn the_same_with_cubic_over_ends_that_deliver_chains() {
+    ten_megabytes_each_way(CongestionControl::Cubic, Ends::Whole);
+}
+
+fn ten_megabytes_each_way(cc: CongestionControl, ends: Ends) {
+    let tso = ends != Ends::Plain;
     let faults = Faults {
         seed: 0x5eed,
         loss: 0.05,
@@ -136,7 +155,13 @@ fn ten_megabytes_each_way(cc: CongestionControl, tso: bool) {
         let offloads = WireOffloads {
             tx_checksum: true,
             gso_max_size: 65535,
-            ..WireOffloads::default()
+            gso_mode: if ends == Ends::Whole {
+                GsoMode::Whole
+            } else {
+                GsoMode::Segment
+            },
+            rx_checksum: ends == Ends::Whole,
+            rx_chains: ends == Ends::Whole,
         };
         pair_drivers::<4, 4>(
             exec,
@@ -197,7 +222,7 @@ fn ten_megabytes_each_way(cc: CongestionControl, tso: bool) {
     );
     for w in [w0, w1] {
         assert!(
-            !tso || w.segmented > 0,
+            ends != Ends::Segment || w.segmented > 0,
             "the ends cut super-segments: {w:?}"
         );
         assert!(
@@ -206,10 +231,15 @@ fn ten_megabytes_each_way(cc: CongestionControl, tso: bool) {
         );
     }
     for s in [a.stats(), b.stats()] {
-        assert!(
-            s.gro_batches > 0 && s.gro_segments >= 2 * s.gro_batches,
-            "segments taken in batches: {s:?}"
-        );
+        if ends == Ends::Whole {
+            // Super-segments arrive whole: each chain is one pass.
+            assert!(s.rx_chains > 0, "chains taken whole: {s:?}");
+        } else {
+            assert!(
+                s.gro_batches > 0 && s.gro_segments >= 2 * s.gro_batches,
+                "segments taken in batches: {s:?}"
+            );
+        }
         if tso {
             // The ends segment: every super-segment went to them whole.
             assert!(

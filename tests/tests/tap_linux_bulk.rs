@@ -1,5 +1,7 @@
 //! TCP bulk against the Linux kernel over a TAP in a test-made namespace (see
-//! `zcnet_tests::netns`): 100 MiB from a Linux client to a zcnet server, and 100 MiB from a zcnet
+//! `zcnet_tests::netns`): 100 MiB from a Linux client to a zcnet server (once more with the TAP
+//! handing over the kernel's super-segments as chains, and a 1 MiB receive window), and 100 MiB
+//! from a zcnet
 //! server to a Linux client (in super-segments the TAP segments, and again with that offload off
 //! and the stack cutting them), each byte-exact by SHA-256 (both sides hash what they sent or got,
 //! and the digests and byte counts are compared); and 32 MiB through a zcnet echo server, both
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use zcnet_executor::time::{sleep, timeout};
 use zcnet_stack::tcp::{TcpBuffers, TcpListener};
+use zcnet_stack::DropReason;
 use zcnet_tests::netns::{ChildGuard, TapNet, ZCNET_ADDR};
 
 /// Bytes per direction.
@@ -95,11 +98,59 @@ fn settle_and_audit(net: &TapNet) {
 fn linux_sends_100_mib_to_zcnet_byte_exact() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let net = TapNet::new(1500);
-    let mut listener = TcpListener::bind(net.stack, 5001, 1, buffers).expect("listen");
+    linux_sends_100_mib(&net, buffers, "Linux -> zcnet");
+    settle_and_audit(&net);
+}
+
+/// Receive buffers of 1 MiB on the zcnet side: a window past what 64 received segments allow.
+fn big_buffers() -> Option<TcpBuffers> {
+    Some(TcpBuffers::with_capacity(1024 * 1024, BUF))
+}
+
+/// [`linux_sends_100_mib_to_zcnet_byte_exact`] with the TAP taking the kernel's super-segments
+/// (`TapConfig::rx_gso`: TSO negotiated on the TAP, GSO packets of up to 64 KiB read into
+/// chains) and a 1 MiB receive buffer: the chains reach zcnet's TCP whole
+/// (`StackStats::rx_chains`), the bytes arrive exact, and the window the connection offers
+/// goes past 64 segments of 1,448 bytes.
+#[test]
+fn linux_sends_100_mib_to_zcnet_in_super_segments_byte_exact() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let net = TapNet::with_tap(1500, |c| c.with_rx_gso(true));
+    let widest = linux_sends_100_mib(&net, big_buffers, "Linux -> zcnet, super-segments");
+    let (tap, stack) = (net.tap_stats.get(), net.stack.stats());
+    eprintln!("widest window {widest}\n{tap:?}\n{stack:?}");
+    assert!(
+        tap.rx_chains > 0,
+        "the TAP read GSO packets into chains: {tap:?}"
+    );
+    assert!(stack.rx_chains > 0, "zcnet's TCP took chains: {stack:?}");
+    for reason in [
+        DropReason::Malformed,
+        DropReason::BadChecksum,
+        DropReason::Unsupported,
+    ] {
+        assert_eq!(stack.dropped(reason), 0, "{reason:?}: {stack:?}");
+    }
+    assert!(
+        widest > 64 * 1448,
+        "a 1 MiB receive buffer opens the window past 64 segments: {widest}"
+    );
+    settle_and_audit(&net);
+}
+
+/// A Linux client sends 100 MiB to a zcnet server whose sockets get `make_buffers` (see
+/// [`linux_sends_100_mib_to_zcnet_byte_exact`]); returns the widest receive window the
+/// server's connection offered while it read (`TcpStats::window`).
+fn linux_sends_100_mib(
+    net: &TapNet,
+    make_buffers: fn() -> Option<TcpBuffers>,
+    what: &str,
+) -> usize {
+    let mut listener = TcpListener::bind(net.stack, 5001, 1, make_buffers).expect("listen");
     let server = net.exec.local_spawner().spawn(async move {
         let mut s = listener.accept().await.expect("accept");
         let mut h = Sha256::new();
-        let mut got = 0usize;
+        let (mut got, mut widest) = (0usize, 0usize);
         while let Some(n) = s
             .read_with(|data| {
                 h.update(&*data);
@@ -109,6 +160,7 @@ fn linux_sends_100_mib_to_zcnet_byte_exact() {
             .expect("read")
         {
             got += n;
+            widest = widest.max(s.stats().window);
         }
         let digest = format!("{:x}", h.finalize());
         s.write_all(format!("{digest} {got}").as_bytes())
@@ -116,7 +168,7 @@ fn linux_sends_100_mib_to_zcnet_byte_exact() {
             .expect("reply");
         s.close();
         s.closed().await;
-        (digest, got)
+        (digest, got, widest)
     });
     let script = format!(
         r#"
@@ -143,20 +195,20 @@ if reply.decode() != "%s %d" % (h.hexdigest(), N):
     sys.exit("zcnet's digest differs")
 "#
     );
-    let (out, elapsed, (digest, got)) = run_client(&net, &script, "python client", server);
+    let (out, elapsed, (digest, got, widest)) = run_client(net, &script, "python client", server);
     assert_eq!(got, TOTAL);
     assert_eq!(
         digest,
         field(&out, "sha256"),
         "SHA-256 of the bytes received"
     );
-    report("Linux -> zcnet", elapsed);
+    report(what, elapsed);
     let s = net.tap_stats.get();
     assert_eq!(s.rx_errors + s.tx_errors, 0, "{s:?}");
     // The kernel's segments arrived with their checksums checked or partial (TAP offloads):
     // zcnet trusted the mark instead of summing them again, and still got every byte right.
     assert!(s.rx_verified > 0, "{s:?}");
-    settle_and_audit(&net);
+    widest
 }
 
 /// A pseudo-random byte stream (xorshift64*, one 8-byte word at a time), the same for every

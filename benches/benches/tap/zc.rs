@@ -49,6 +49,13 @@ fn buffers() -> Option<TcpBuffers> {
     Some(TcpBuffers::with_capacity(sock_buf(), sock_buf()))
 }
 
+/// Whether the TAP takes the kernel's TCP super-segments on receive (`TapConfig::rx_gso`,
+/// read into chains the stack takes whole): on, unless `ZCNET_TAP_RX_GSO=0` in the
+/// environment (the server process inherits it), to compare both.
+fn rx_gso() -> bool {
+    std::env::var("ZCNET_TAP_RX_GSO").map_or(true, |v| v != "0")
+}
+
 /// Opens the TAP `tap`, serves `class`'s ports forever.
 pub fn serve(tap: &str, class: Class) -> ! {
     match class {
@@ -73,7 +80,8 @@ fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
         // peers' are; the TAP benchmark's classes run with the default offloads (TSO).
         &TapConfig::new(tap_name)
             .with_mac(STACK_MAC)
-            .with_offloads(!matches!(class, Class::Echo)),
+            .with_offloads(!matches!(class, Class::Echo))
+            .with_rx_gso(!matches!(class, Class::Echo) && rx_gso()),
     )
     .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
     let resources: &'static StackResources<N> = StackResources::leak();

@@ -183,13 +183,7 @@ fn check_tcp(
         // A broadcast or multicast destination: TCP is unicast only.
         return Verdict::Drop(DropReason::NotForUs);
     }
-    let bad_source = match src {
-        IpAddress::Ipv4(a) => {
-            a.is_unspecified() || a.is_multicast() || is_v4_broadcast(&st.iface, a)
-        }
-        IpAddress::Ipv6(a) => a.is_unspecified() || a.is_multicast(),
-    };
-    if bad_source {
+    if bad_tcp_source(st, src) {
         return Verdict::Drop(DropReason::Malformed);
     }
     // `payload` is a subslice of `frame`: its offset is the difference of their addresses.
@@ -201,6 +195,16 @@ fn check_tcp(
         start,
         len: payload.len(),
     })
+}
+
+/// Whether `src` cannot be a TCP peer: unspecified, multicast or (IPv4) broadcast.
+pub(super) fn bad_tcp_source(st: &State, src: IpAddress) -> bool {
+    match src {
+        IpAddress::Ipv4(a) => {
+            a.is_unspecified() || a.is_multicast() || is_v4_broadcast(&st.iface, a)
+        }
+        IpAddress::Ipv6(a) => a.is_unspecified() || a.is_multicast(),
+    }
 }
 
 fn check_v4(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {

@@ -31,6 +31,37 @@ pub(crate) fn verify(
     ) == 0xFFFF
 }
 
+/// [`verify`] for a segment of `len` bytes that lies in several pieces (a received chain's
+/// slots), read in order; `parts` may hold more bytes than `len`, the rest is not summed. A
+/// piece may end on an odd byte: the next one's sum is then byte-swapped (RFC 1071 §2(B)), so
+/// each piece is summed where it lies, wide, with no copy. `false` when `parts` hold fewer
+/// than `len` bytes.
+pub(crate) fn verify_parts<'a>(
+    src: &IpAddress,
+    dst: &IpAddress,
+    protocol: IpProtocol,
+    len: usize,
+    parts: impl IntoIterator<Item = &'a [u8]>,
+) -> bool {
+    if cfg!(fuzzing) {
+        return true;
+    }
+    let mut acc = pseudo_header(src, dst, protocol, len);
+    let mut left = len;
+    let mut odd = false;
+    for part in parts {
+        if left == 0 {
+            break;
+        }
+        let part = &part[..part.len().min(left)];
+        let s = sum(part);
+        acc = add(acc, if odd { s.swap_bytes() } else { s });
+        odd ^= part.len() % 2 == 1;
+        left -= part.len();
+    }
+    left == 0 && acc == 0xFFFF
+}
+
 /// The checksum field's value for `segment` (its checksum field zero) from `src` to `dst`.
 pub(crate) fn compute(
     src: &IpAddress,
@@ -404,5 +435,55 @@ mod tests {
                 assert!(!verify(&src, &dst, IpProtocol::Tcp, &seg), "a flipped bit");
             }
         }
+    }
+
+    #[test]
+    fn a_segment_in_pieces_verifies_as_it_does_whole() {
+        let src = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 1));
+        let dst = IpAddress::Ipv4(Ipv4Address::new(10, 0, 0, 2));
+        let len = 3001;
+        let mut seg = bytes(len, 5);
+        seg[12] = 5 << 4;
+        let mut p = TcpPacket::new_unchecked(&mut seg[..]);
+        p.fill_checksum(&src, &dst);
+        assert!(verify(&src, &dst, IpProtocol::Tcp, &seg));
+        // Odd and even cut points, an empty piece, and bytes past `len` in the last piece.
+        let mut padded = seg.clone();
+        padded.extend_from_slice(&[0xAB; 7]);
+        for cuts in [
+            &[1usize, 2, 3][..],
+            &[7, 8, 1000, 1001],
+            &[20, 20, 2047],
+            &[1500],
+        ] {
+            let mut parts = std::vec::Vec::new();
+            let mut at = 0;
+            for &c in cuts {
+                parts.push(&padded[at..c]);
+                at = c;
+            }
+            parts.push(&padded[at..]);
+            assert!(
+                verify_parts(&src, &dst, IpProtocol::Tcp, len, parts.iter().copied()),
+                "cut at {cuts:?}"
+            );
+            // Fewer bytes than `len`: never valid.
+            assert!(!verify_parts(
+                &src,
+                &dst,
+                IpProtocol::Tcp,
+                len + 8,
+                parts.iter().copied()
+            ));
+        }
+        let mut bad = padded.clone();
+        bad[2999] ^= 1;
+        assert!(!verify_parts(
+            &src,
+            &dst,
+            IpProtocol::Tcp,
+            len,
+            [&bad[..999], &bad[999..]]
+        ));
     }
 }

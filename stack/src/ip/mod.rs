@@ -1,5 +1,5 @@
 //! The IP layer: what the stack checks of every received frame before any protocol sees it
-//! ([`check`]), and the addresses it holds and how it gets them ([`autoconf`]: static
+//! ([`check`]; a packet over several slots: [`chain`]), and the addresses it holds and how it gets them ([`autoconf`]: static
 //! configuration, DHCPv4, SLAAC and the IPv6 link-local address).
 //!
 //! [`asked`] remembers which DHCP and DNS servers the stack asked, so that ingress takes
@@ -12,6 +12,7 @@
 
 pub(crate) mod asked;
 pub(crate) mod autoconf;
+pub(crate) mod chain;
 pub(crate) mod check;
 pub(crate) mod checksum;
 pub(crate) mod emit;

@@ -43,6 +43,10 @@ pub(crate) struct LinkLayer {
     pub(crate) gso: gso::GsoSupport,
     /// Pieces of split super-segments waiting for room in the driver's queue (`gso.rs`).
     pub(crate) gso_held: gso::Held,
+    /// The driver may hand up packets over several slots (`Capabilities::rx_chains`): ingress
+    /// takes chains (`Driver::poll_receive_chain`) and gives those to TCP whole
+    /// (`ip/chain.rs`, `transport/tcp/chain.rs`).
+    pub(crate) rx_chains: bool,
     /// A slot leased as scratch space (see `device.rs`) until shutdown gives it back.
     pub(crate) scratch: Option<TxFrame>,
     /// The TX frame the next TX token writes into (see `device.rs`): reserved for a reply

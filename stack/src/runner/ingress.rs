@@ -1,9 +1,14 @@
 //! The ingress task's run: frames from the driver, each to the zero-copy datagram sockets,
 //! zcnet's TCP or smoltcp, at most `ingress_budget` per run.
 
+use core::ops::ControlFlow;
 use core::task::{Context, Poll};
 
-use crate::stack::Stack;
+use smoltcp::time::Instant;
+use zcnet_buffer::{RxChain, RxFrame};
+
+use crate::stack::{Stack, State};
+use crate::stats::Counters;
 use crate::stats::DropReason;
 use crate::transport::tcp::gro::Gro;
 
@@ -45,6 +50,28 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
     while processed < budget {
         let frame = match st.tasks.pending_rx.take() {
             Some(f) => f,
+            None if st.link.rx_chains => {
+                let mut chain = match st.tasks.pending_rx_chain.take() {
+                    Some(c) => c,
+                    None => match st.link.driver.poll_receive_chain(cx) {
+                        Poll::Ready(c) => {
+                            counters.frame_in();
+                            c
+                        }
+                        Poll::Pending => break,
+                    },
+                };
+                match one_frame(&mut chain) {
+                    Some(frame) => frame,
+                    None => {
+                        if chain_step(&mut st, chain, now, cx, counters, gro).is_break() {
+                            break;
+                        }
+                        processed += 1;
+                        continue;
+                    }
+                }
+            }
             None => match st.link.driver.poll_receive(cx) {
                 Poll::Ready(f) => {
                     counters.frame_in();
@@ -155,4 +182,45 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
     // Refills posted and answers sent in this run: one doorbell per queue (`Driver::flush`).
     st.link.driver.flush();
     Poll::Pending
+}
+
+/// The frame of a chain of one frame (the usual packet: it goes the single frame's way), taken
+/// out of it; `None` (the chain left as it is) for any other chain.
+fn one_frame(chain: &mut RxChain) -> Option<RxFrame> {
+    if chain.frame_count() == 1 {
+        chain.pop_front()
+    } else {
+        None
+    }
+}
+
+/// A packet over several slots (or none): checked once (`ip/chain.rs`) and given to TCP whole
+/// (`transport/tcp/chain.rs`), or dropped and counted. `Break` when it waits for a TX frame
+/// (kept, as a single frame is, until egress has run).
+#[inline(never)]
+fn chain_step(
+    st: &mut State,
+    chain: RxChain,
+    now: Instant,
+    cx: &mut Context<'_>,
+    counters: &Counters,
+    gro: &mut Gro,
+) -> ControlFlow<()> {
+    let seg = match crate::ip::chain::check_chain(st, &chain) {
+        Ok(seg) => seg,
+        Err(reason) => {
+            counters.drop(reason);
+            return ControlFlow::Continue(());
+        }
+    };
+    match crate::transport::tcp::chain::ingress(st, chain, seg, now, cx.waker(), counters, gro) {
+        None => ControlFlow::Continue(()),
+        Some(unprocessed) => {
+            st.tasks.pending_rx_chain = Some(unprocessed);
+            if st.tasks.egress_waker.is_some() {
+                st.tasks.ingress_waiting_tx = Some(cx.waker().clone());
+            }
+            ControlFlow::Break(())
+        }
+    }
 }

@@ -28,7 +28,7 @@ use core::pin::Pin;
 use core::task::{Context, Poll, Waker};
 
 use smoltcp::time::Instant as SmolInstant;
-use zcnet_buffer::RxFrame;
+use zcnet_buffer::{RxChain, RxFrame};
 use zcnet_executor::time::Sleep;
 use zcnet_executor::Instant;
 
@@ -126,6 +126,8 @@ pub(crate) struct Tasks {
     pub(crate) ingress_waiting_tx: Option<Waker>,
     /// A frame taken from the driver that could not be processed yet (no TX frame for a reply).
     pub(crate) pending_rx: Option<RxFrame>,
+    /// The same for a packet received over several slots (`transport/tcp/chain.rs`).
+    pub(crate) pending_rx_chain: Option<RxChain>,
     /// What the egress task sleeps until (`None`: until signalled).
     pub(crate) egress_deadline: Option<SmolInstant>,
     /// The egress task's timer. It lives here, not in the task, so that ingress can move it
@@ -158,6 +160,7 @@ impl Tasks {
             egress_waker: None,
             ingress_waiting_tx: None,
             pending_rx: None,
+            pending_rx_chain: None,
             egress_deadline: None,
             egress_timer: timer,
             ingress_budget: ingress_budget.max(1),

@@ -22,7 +22,7 @@
 //!
 //! Each connection holds at most a budget of slots (queued in order, out of order, and the
 //! segments the application holds), derived from the receive size of its
-//! [`TcpBuffers`] (one slot per KiB, 4 to 64): the
+//! [`TcpBuffers`] (one slot per KiB, 4 to 4,096): the
 //! window it advertises is at most one full segment per free slot, so an application that holds
 //! segments closes the window and the peer waits.
 //!
@@ -161,9 +161,25 @@ impl core::error::Error for TcpError {}
 /// more socket is an error at open ([`StackError::PoolBudget`]), not a stall later.
 ///
 /// The receive window offered is the smaller of the free bytes and one full segment per free
-/// frame of the budget. With the budget's ceiling of 64 frames, that is at most 92,672 bytes
-/// on Ethernet (1,448-byte segments with timestamps), however large `rx` is: an `rx` above
-/// about 90 KiB bounds the unread bytes but does not widen the window.
+/// frame of the budget (1,448 bytes on Ethernet with timestamps), so it follows `rx`: one frame
+/// per KiB leaves room for segments a little short of full. The receive budget's ceiling is
+/// 4,096 frames with the `alloc` feature (a 4 MiB window), 64 without (92,672 bytes: an `rx`
+/// above about 90 KiB then bounds the unread bytes but does not widen the window).
+///
+/// What a connection costs on its receive side, by `rx`:
+///
+/// | `rx` | frames of budget (pool slots reserved) | largest window | the queue of received frames |
+/// |---|---|---|---|
+/// | 4 KiB | 4 | 4 KiB | 64 places inside the connection (2 KiB), nothing allocated |
+/// | 64 KiB | 64 | 64 KiB | the same |
+/// | 256 KiB | 256 | 256 KiB | 8 KiB allocated when the socket opens (`alloc`) |
+/// | 1 MiB | 1,024 | 1 MiB | 32 KiB allocated |
+/// | 4 MiB and more | 4,096 | 4 MiB | 128 KiB allocated |
+///
+/// That is 32 bytes per frame of budget past 64, allocated once (the 2 KiB inside the
+/// connection stay unused then); the received bytes themselves stay in the pool slots they
+/// arrived in, at most one slot per frame of the budget. A segment received over several
+/// slots (a large receive, see `Capabilities::rx_chains`) takes one frame of budget per slot.
 ///
 /// ```
 /// use zcnet_stack::tcp::TcpBuffers;
@@ -194,7 +210,8 @@ impl TcpBuffers {
     }
 
     /// Frames the receive side may hold: in order, out of order, and segments the application
-    /// took with `recv_segment` and still holds (one per KiB, 4 to 64).
+    /// took with `recv_segment` and still holds (one per KiB, 4 to 4,096; to 64 without the
+    /// `alloc` feature).
     pub fn rx_frames(&self) -> usize {
         slot_budget(self.rx)
     }

@@ -721,6 +721,7 @@ impl Stack {
                     kinds: dcaps.gso_kinds,
                 },
                 gso_held: heapless::Deque::new(),
+                rx_chains: dcaps.rx_chains,
                 scratch: Some(scratch),
                 spare_tx: None,
                 carrier: crate::link::carrier::Link::new(),

@@ -91,6 +91,7 @@ fn teardown(st: &mut State) -> Result<StackDriver, StackError> {
     st.link.spare_tx = None;
     st.link.gso_held.clear();
     st.tasks.pending_rx = None;
+    st.tasks.pending_rx_chain = None;
     st.link.neighbors.shut_down();
     st.zc.shut_down();
     // TCP: orphans go, the rest close with the cause their operations report.

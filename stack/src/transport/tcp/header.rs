@@ -30,6 +30,10 @@ const MAX_WINDOW_SCALE: u8 = 14;
 
 /// The header of `packet` (a checked packet: `TcpPacket::new_checked`), payload left empty;
 /// `None` where smoltcp's `TcpRepr::parse` fails. The checksum is not verified.
+///
+/// Inlined into each caller: the ingress of every segment (where a call costs measurably,
+/// see the module docs) and the rarer one of a received chain.
+#[inline(always)]
 pub(crate) fn parse(packet: &TcpPacket<&[u8]>) -> Option<TcpRepr<'static>> {
     if packet.src_port() == 0 || packet.dst_port() == 0 {
         return None;
@@ -61,6 +65,7 @@ pub(crate) fn parse(packet: &TcpPacket<&[u8]>) -> Option<TcpRepr<'static>> {
 }
 
 /// Reads the options in `bytes` into `repr`; `None` on a malformed one.
+#[inline(always)]
 fn read_options(mut bytes: &[u8], repr: &mut TcpRepr<'_>) -> Option<()> {
     while let Some(&kind) = bytes.first() {
         match kind {

@@ -2,7 +2,7 @@
 //!
 //! * [`header`]: reads a received TCP header (options included) into a `TcpRepr`;
 //! * [`input`]: ingress hands a checked segment to the connection that takes it, or answers
-//!   it;
+//!   it; [`chain`]: the same for a segment received over several slots (a large receive);
 //! * [`output`]: egress asks the connections that are due for segments and writes their IP
 //!   and Ethernet headers;
 //! * [`table`]: the connection table (one place per socket slot), demultiplexing, kept
@@ -16,6 +16,7 @@
 //!   recovery.
 
 pub(crate) mod backlog;
+pub(crate) mod chain;
 pub(crate) mod cookie;
 pub(crate) mod gro;
 pub(crate) mod header;

@@ -5,8 +5,11 @@
 //! handed over as its [`RxFrame`], trimmed to the accepted payload (`advance` / `truncate`,
 //! no copy), and queued: in order, behind the data the application has not read yet, or out
 //! of order, until the hole before it fills (the connection's `Assembler` tracks the holes;
-//! this buffer keeps the frames). Both share one fixed array inside the connection
-//! ([`MAX_SEGMENTS`] places): nothing is allocated.
+//! this buffer keeps the frames). Both share one ring of places, one per frame of the slot
+//! budget: inside the connection for budgets up to [`INLINE_SEGMENTS`] (nothing allocated,
+//! and the only form without the `alloc` feature), allocated once when the socket opens for
+//! larger ones (with `alloc`, up to [`MAX_SEGMENTS`]), so the memory grows with the buffer
+//! the socket asked for: 32 bytes per frame of budget (see `TcpBuffers`).
 //!
 //! Two bounds limit what the buffer holds:
 //!
@@ -47,9 +50,18 @@ use heapless::Deque;
 use zcnet_buffer::ledger::{self, CopySite};
 use zcnet_buffer::RxFrame;
 
-/// Most frames a connection queues, in order and out of order together (places inline in the
-/// connection, 32 bytes each); also the largest slot budget.
-pub(crate) const MAX_SEGMENTS: usize = 64;
+/// Places inline in the connection (32 bytes each): a slot budget up to this many frames
+/// allocates nothing.
+pub(crate) const INLINE_SEGMENTS: usize = 64;
+
+/// The largest slot budget: 4,096 frames with the `alloc` feature (a 4 MiB receive buffer at
+/// one frame per KiB; the places beyond [`INLINE_SEGMENTS`] are allocated when the socket
+/// opens), [`INLINE_SEGMENTS`] without.
+#[cfg(feature = "alloc")]
+pub(crate) const MAX_SEGMENTS: usize = 4096;
+/// The largest slot budget: [`INLINE_SEGMENTS`] without the `alloc` feature.
+#[cfg(not(feature = "alloc"))]
+pub(crate) const MAX_SEGMENTS: usize = INLINE_SEGMENTS;
 
 /// The smallest slot budget: even a socket opened with a tiny byte capacity may hold this many
 /// frames (a few out-of-order segments beside the in-order one).
@@ -70,7 +82,7 @@ pub(crate) const COPY_BREAK: usize = 256;
 /// the segment that fills it (a pool full of them would stall every connection on it).
 pub(crate) const OOO_POOL_SHARE: usize = 4;
 
-/// The slot budget of a socket opened with `bytes` of receive capacity:
+/// The slot budget of a socket opened with `bytes` of receive capacity (one frame per KiB):
 /// `clamp(ceil(bytes / BYTES_PER_SLOT), MIN_SEGMENTS, MAX_SEGMENTS)`.
 pub(crate) fn slot_budget(bytes: usize) -> usize {
     bytes
@@ -94,6 +106,142 @@ impl Seg {
     }
 }
 
+/// The queued frames, oldest first, with a fixed number of places (the slot budget's):
+/// inline for budgets up to [`INLINE_SEGMENTS`] (`heapless`' ring: nothing allocated, and the
+/// request/response path's receive queue), allocated once for larger ones. Each operation
+/// picks its form with one branch.
+// The inline places are the point: a connection with a small budget allocates nothing.
+#[allow(clippy::large_enum_variant)]
+enum SegQueue {
+    /// In the connection: budgets up to [`INLINE_SEGMENTS`].
+    Inline(Deque<Seg, INLINE_SEGMENTS>),
+    /// Allocated when the socket opened, `cap` places: larger budgets. Never grows: pushes
+    /// stop at `cap`.
+    #[cfg(feature = "alloc")]
+    Heap {
+        ring: alloc::collections::VecDeque<Seg>,
+        cap: usize,
+    },
+}
+
+/// `$body` with `$q` bound to the queue's ring, whichever form it has.
+macro_rules! on_ring {
+    ($self:expr, $q:ident => $body:expr) => {
+        match $self {
+            SegQueue::Inline($q) => $body,
+            #[cfg(feature = "alloc")]
+            SegQueue::Heap { ring: $q, .. } => $body,
+        }
+    };
+}
+
+impl SegQueue {
+    /// A queue of `n` places (at most [`MAX_SEGMENTS`]): inline up to [`INLINE_SEGMENTS`],
+    /// else allocated.
+    fn new(n: usize) -> Self {
+        #[cfg(feature = "alloc")]
+        if n > INLINE_SEGMENTS {
+            let cap = n.min(MAX_SEGMENTS);
+            return SegQueue::Heap {
+                ring: alloc::collections::VecDeque::with_capacity(cap),
+                cap,
+            };
+        }
+        let _ = n;
+        SegQueue::Inline(Deque::new())
+    }
+
+    /// The number of places.
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        match self {
+            SegQueue::Inline(_) => INLINE_SEGMENTS,
+            #[cfg(feature = "alloc")]
+            SegQueue::Heap { cap, .. } => *cap,
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        on_ring!(self, q => q.len())
+    }
+
+    #[inline]
+    fn is_full(&self) -> bool {
+        match self {
+            SegQueue::Inline(q) => q.is_full(),
+            #[cfg(feature = "alloc")]
+            SegQueue::Heap { ring, cap } => ring.len() >= *cap,
+        }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> Option<&Seg> {
+        on_ring!(self, q => q.get(i))
+    }
+
+    #[inline]
+    fn get_mut(&mut self, i: usize) -> Option<&mut Seg> {
+        on_ring!(self, q => q.get_mut(i))
+    }
+
+    #[cfg(test)]
+    fn front(&self) -> Option<&Seg> {
+        on_ring!(self, q => q.front())
+    }
+
+    #[inline]
+    fn front_mut(&mut self) -> Option<&mut Seg> {
+        on_ring!(self, q => q.front_mut())
+    }
+
+    #[inline]
+    fn push_back(&mut self, seg: Seg) -> Result<(), Seg> {
+        match self {
+            SegQueue::Inline(q) => q.push_back(seg),
+            #[cfg(feature = "alloc")]
+            SegQueue::Heap { ring, cap } => {
+                if ring.len() >= *cap {
+                    return Err(seg);
+                }
+                ring.push_back(seg);
+                Ok(())
+            }
+        }
+    }
+
+    #[inline]
+    fn pop_front(&mut self) -> Option<Seg> {
+        on_ring!(self, q => q.pop_front())
+    }
+
+    #[inline]
+    fn pop_back(&mut self) -> Option<Seg> {
+        on_ring!(self, q => q.pop_back())
+    }
+
+    /// Swaps the `i`-th and `j`-th queued frames (both `< len`).
+    fn swap(&mut self, i: usize, j: usize) {
+        if i < self.len() && j < self.len() {
+            on_ring!(self, q => q.swap(i, j))
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Seg> {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    fn clear(&mut self) {
+        on_ring!(self, q => q.clear())
+    }
+}
+
+impl core::fmt::Debug for SegQueue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 /// Segments dropped by the receive buffer since the stack last asked
 /// ([`RecvBuffer::take_drops`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -113,8 +261,8 @@ pub(crate) struct RecvBuffer {
     /// Most frames held at once (in order, out of order, held by the application).
     budget: usize,
     /// The frames: the first `in_order` in order, oldest first, then the out-of-order ones
-    /// sorted by `start`.
-    segs: Deque<Seg, MAX_SEGMENTS>,
+    /// sorted by `start`. One place per frame of the budget.
+    segs: SegQueue,
     /// How many of `segs` are in order.
     in_order: usize,
     /// In-order bytes (the sum of the lengths of the in-order frames).
@@ -133,10 +281,11 @@ pub(crate) struct RecvBuffer {
 impl RecvBuffer {
     /// An empty buffer of `capacity` bytes and the slot budget [`slot_budget`] derives from it.
     pub(crate) fn new(capacity: usize) -> Self {
+        let budget = slot_budget(capacity);
         Self {
             capacity,
-            budget: slot_budget(capacity),
-            segs: Deque::new(),
+            budget,
+            segs: SegQueue::new(budget),
             in_order: 0,
             len: 0,
             end: 0,
@@ -151,10 +300,10 @@ impl RecvBuffer {
         self.capacity
     }
 
-    /// Sets the slot budget (at most [`MAX_SEGMENTS`]).
+    /// Sets the slot budget (at most the places the buffer was made with).
     #[cfg(test)]
     pub(crate) fn set_budget(&mut self, budget: usize) {
-        self.budget = budget.min(MAX_SEGMENTS);
+        self.budget = budget.min(self.segs.capacity());
     }
 
     /// In-order bytes not yet read by the application.
@@ -168,6 +317,7 @@ impl RecvBuffer {
     }
 
     /// Whether one more frame fits in the budget (and in the queue).
+    #[inline]
     fn slot_free(&self) -> bool {
         self.segs.len() + self.held < self.budget && !self.segs.is_full()
     }
@@ -199,11 +349,13 @@ impl RecvBuffer {
 
     /// Whether an in-order payload of `len` bytes can be kept now: in a slot of the budget, or
     /// (under [`COPY_BREAK`] bytes) in the tail of the last in-order frame.
+    #[inline]
     pub(crate) fn fits_in_order(&self, len: usize) -> bool {
         self.slot_free() || self.copy_break_fits(len)
     }
 
     /// Whether an in-order payload of `len` bytes would be copied into the last in-order frame.
+    #[inline]
     fn copy_break_fits(&self, len: usize) -> bool {
         len < COPY_BREAK
             && self.in_order > 0
@@ -343,6 +495,7 @@ impl RecvBuffer {
     }
 
     /// The first in-order frame.
+    #[inline]
     fn front_mut(&mut self) -> Option<&mut RxFrame> {
         if self.in_order == 0 {
             return None;
@@ -366,6 +519,7 @@ impl RecvBuffer {
     }
 
     /// Consumes `n` bytes (at most its length) of the first in-order frame.
+    #[inline]
     fn consume_front(&mut self, n: usize) {
         let Some(front) = self.front_mut() else {
             return;
@@ -459,6 +613,8 @@ pub(crate) fn test_frame(data: &[u8]) -> RxFrame {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+
     use super::{slot_budget, test_frame, RecvBuffer, COPY_BREAK, MIN_SEGMENTS};
     use zcnet_buffer::ledger::{CopySite, LEDGER};
 
@@ -467,7 +623,9 @@ mod tests {
         assert_eq!(slot_budget(6), MIN_SEGMENTS);
         assert_eq!(slot_budget(64 * 1024), 64);
         assert_eq!(slot_budget(10 * 1024 + 1), 11);
-        assert_eq!(slot_budget(1 << 30), 64);
+        assert_eq!(slot_budget(1 << 30), super::MAX_SEGMENTS);
+        #[cfg(feature = "alloc")]
+        assert_eq!(slot_budget(1024 * 1024), 1024);
     }
 
     #[test]
@@ -522,6 +680,44 @@ mod tests {
         assert!(rx.fits_in_order(1000));
         // One slot free, but fewer bytes: 4096 - 3000 in order.
         assert_eq!(rx.window(1460), 1096);
+    }
+
+    /// A 1 MiB buffer's budget of 1,024 frames (places allocated when it was made): more than
+    /// 64 frames held in order and out of order, the window counted over all of them, and
+    /// everything read back in order.
+    #[cfg(feature = "alloc")]
+    #[test]
+    fn a_large_budget_holds_more_than_64_frames() {
+        let mut rx = RecvBuffer::new(1024 * 1024);
+        assert_eq!(rx.window(1000), 1024 * 1000);
+        // 200 frames of 100 bytes in order, then 50 past a hole of 100 bytes.
+        for k in 0..200u32 {
+            assert!(rx.fits_in_order(300), "frame {k}");
+            rx.accept(0, test_frame(&[k as u8; 300]), 300);
+        }
+        for k in 0..50u32 {
+            let f = test_frame(&[(200 + k) as u8; 300]);
+            assert!(rx.fits_out_of_order(&f), "out-of-order frame {k}");
+            rx.accept(100 + 300 * k as usize, f, 0);
+        }
+        assert_eq!(rx.len(), 200 * 300);
+        // Out-of-order frames lie inside the window already offered: only in-order ones count.
+        assert_eq!(rx.window(1000), (1024 - 200) * 1000);
+        // The hole fills: all 250 frames and the filler in order.
+        rx.accept(0, test_frame(&[0xEE; 100]), 100 + 50 * 300);
+        assert!(!rx.has_out_of_order());
+        assert_eq!(rx.len(), 250 * 300 + 100);
+        let mut out = std::vec![0u8; rx.len()];
+        assert_eq!(rx.dequeue_slice(&mut out), out.len());
+        for k in 0..200usize {
+            assert!(out[k * 300..(k + 1) * 300].iter().all(|&b| b == k as u8));
+        }
+        assert!(out[60_000..60_100].iter().all(|&b| b == 0xEE));
+        assert!(out[60_100..]
+            .chunks(300)
+            .enumerate()
+            .all(|(k, c)| c.iter().all(|&b| b == (200 + k) as u8)));
+        assert!(rx.is_empty());
     }
 
     #[test]

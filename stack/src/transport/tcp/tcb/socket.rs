@@ -528,7 +528,15 @@ impl<'a> Tcb<'a> {
     /// `process` measure against.
     fn note_advertised(&mut self, ack: Option<TcpSeqNumber>, window: u16, shift: u8) {
         self.remote_last_ack = ack;
-        self.remote_last_win = window;
+        // Kept in the scale of the segments after the handshake (`last_edge` shifts it): a
+        // SYN's unscaled window is stored scaled down, its edge rounded down, so that the
+        // window after the handshake never starts past the receive buffer.
+        self.remote_last_win = if shift < self.remote_win_shift {
+            u16::try_from((usize::from(window) << shift) >> self.remote_win_shift)
+                .unwrap_or(u16::MAX)
+        } else {
+            window
+        };
         if let Some(ack) = ack {
             let edge = ack + (usize::from(window) << shift);
             self.rx_edge_max = Some(self.rx_edge_max.map_or(edge, |max| max.max(edge)));
@@ -776,6 +784,14 @@ impl<'a> Tcb<'a> {
                 .filter(|&max| max > self.local_seq_no)
                 .map_or(0, |max| max - self.local_seq_no),
             peer_window: self.remote_win_len,
+            window: self.rx_edge_max.map_or(0, |edge| {
+                let next = self.remote_seq_no + self.rx_buffer.len();
+                if edge > next {
+                    edge - next
+                } else {
+                    0
+                }
+            }),
         }
     }
 
@@ -2985,13 +3001,13 @@ impl<'a> Tcb<'a> {
     /// more data can be sent. According to the Linux kernel implementation, "significant" means
     /// doubling the receive window. The Linux kernel implementation can be found at
     /// <https://elixir.bootlin.com/linux/v6.9.9/source/net/ipv4/tcp.c#L1472>.
+    ///
+    /// Never during the handshake: every segment sent then is a SYN, whose window is unscaled
+    /// and at most 65,535 bytes, so a window past that could never be advertised and the update
+    /// would be due again after each one.
     fn window_to_update(&self) -> bool {
         match self.state {
-            State::SynSent
-            | State::SynReceived
-            | State::Established
-            | State::FinWait1
-            | State::FinWait2 => {
+            State::Established | State::FinWait1 | State::FinWait2 => {
                 let Some(last_win) = self.last_scaled_window() else {
                     return false;
                 };

@@ -138,6 +138,10 @@ pub struct TcpStats {
     pub unacked: usize,
     /// The window the peer advertised last, in bytes (scaled).
     pub peer_window: usize,
+    /// The receive window this side offers now, in bytes: from the next byte it expects to
+    /// the furthest right edge it advertised (how much more the peer may send), bounded by the
+    /// socket's receive size and frame budget ([`TcpBuffers`](crate::tcp::TcpBuffers)).
+    pub window: usize,
 }
 
 /// Milliseconds as a [`Duration`].
