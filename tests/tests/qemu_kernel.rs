@@ -195,6 +195,16 @@ fn check_checksum_offload(body: &str) {
     );
     assert_eq!(num(&["virtio", "tx_checksum_completed"]), 0, "{body}");
     assert_eq!(num(&["virtio", "tx_bad_checksum_mark"]), 0, "{body}");
+    // Large receive (the kernel's default `lro=1`): GUEST_TSO4/6 (bits 7, 8) and MRG_RXBUF
+    // (bit 15); the host's large segments of the iperf3 run came up as chains the stack took.
+    let large_receive = (1 << 7) | (1 << 8) | (1 << 15);
+    assert_eq!(
+        features & large_receive,
+        large_receive,
+        "GUEST_TSO4/6 and MRG_RXBUF: {body}"
+    );
+    assert!(num(&["virtio", "rx_merged"]) >= 1, "merged packets: {body}");
+    assert_eq!(num(&["virtio", "rx_chains_dropped"]), 0, "{body}");
 }
 
 /// `GET /exit` (the guest answers, checks its invariants — pool audit, driver drop and error

@@ -112,6 +112,9 @@ pub struct Cmdline {
     /// arming its interrupt (zcnet-virtio's `VirtioConfig::rx_recheck`; 0: at every drained
     /// pass); 1 by default.
     pub rx_recheck: u8,
+    /// `lro=0` turns large receive off (zcnet-virtio's `VirtioConfig::large_receive`: merged
+    /// RX buffers, the host's TCP segments of up to 64 KiB as frame chains); on by default.
+    pub lro: bool,
 }
 
 impl Default for Cmdline {
@@ -125,6 +128,7 @@ impl Default for Cmdline {
             virtio_mmio: [None; MAX_VIRTIO_MMIO],
             csum: true,
             rx_recheck: 1,
+            lro: true,
         }
     }
 }
@@ -157,6 +161,7 @@ impl Cmdline {
             "test" => self.test = parse_bool(value)?,
             "csum" => self.csum = parse_bool(value)?,
             "rx_recheck" => self.rx_recheck = value.parse().ok()?,
+            "lro" => self.lro = parse_bool(value)?,
             "idle" => self.idle_secs = Some(value.parse().ok()?),
             "irq" => {
                 self.irq = match value {

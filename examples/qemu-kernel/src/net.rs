@@ -131,7 +131,8 @@ pub fn start(spawner: LocalSpawner, boot: &BootInfo) -> Result<Net, NetError> {
     let transport = nic::doorbells(transport, &nic, true);
     let config = VirtioConfig::new()
         .with_checksum_offload(cmdline.csum)
-        .with_rx_recheck(cmdline.rx_recheck);
+        .with_rx_recheck(cmdline.rx_recheck)
+        .with_large_receive(cmdline.lro);
     let driver: Nic =
         VirtioNet::with_config(transport, pool, &NET_IRQ, config).map_err(NetError::Driver)?;
     nic::note_doorbells(driver.transport());

@@ -44,7 +44,7 @@ pub(crate) struct LinkLayer {
     /// Pieces of split super-segments waiting for room in the driver's queue (`gso.rs`).
     pub(crate) gso_held: gso::Held,
     /// The driver may hand up packets over several slots (`Capabilities::rx_chains`): ingress
-    /// takes chains (`Driver::poll_receive_chain`) and gives those to TCP whole
+    /// takes packets (`Driver::poll_receive_packet`) and gives chains to TCP whole
     /// (`ip/chain.rs`, `transport/tcp/chain.rs`).
     pub(crate) rx_chains: bool,
     /// A slot leased as scratch space (see `device.rs`) until shutdown gives it back.

@@ -5,7 +5,7 @@ use core::ops::ControlFlow;
 use core::task::{Context, Poll};
 
 use smoltcp::time::Instant;
-use zcnet_buffer::{RxChain, RxFrame};
+use zcnet_buffer::{RxChain, RxFrame, RxPacket};
 
 use crate::stack::{Stack, State};
 use crate::stats::Counters;
@@ -51,25 +51,30 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
         let frame = match st.tasks.pending_rx.take() {
             Some(f) => f,
             None if st.link.rx_chains => {
-                let mut chain = match st.tasks.pending_rx_chain.take() {
-                    Some(c) => c,
-                    None => match st.link.driver.poll_receive_chain(cx) {
-                        Poll::Ready(c) => {
+                // An ordinary packet comes up as its frame (no chain built and moved for it),
+                // a packet over several slots as a chain.
+                let packet = match st.tasks.pending_rx_chain.take() {
+                    Some(c) => RxPacket::Chain(c),
+                    None => match st.link.driver.poll_receive_packet(cx) {
+                        Poll::Ready(p) => {
                             counters.frame_in();
-                            c
+                            p
                         }
                         Poll::Pending => break,
                     },
                 };
-                match one_frame(&mut chain) {
-                    Some(frame) => frame,
-                    None => {
-                        if chain_step(&mut st, chain, now, cx, counters, gro).is_break() {
-                            break;
+                match packet {
+                    RxPacket::Frame(frame) => frame,
+                    RxPacket::Chain(mut chain) => match one_frame(&mut chain) {
+                        Some(frame) => frame,
+                        None => {
+                            if chain_step(&mut st, chain, now, cx, counters, gro).is_break() {
+                                break;
+                            }
+                            processed += 1;
+                            continue;
                         }
-                        processed += 1;
-                        continue;
-                    }
+                    },
                 }
             }
             None => match st.link.driver.poll_receive(cx) {
