@@ -50,22 +50,27 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
     while processed < budget {
         let frame = match st.tasks.pending_rx.take() {
             Some(f) => f,
-            None if st.link.rx_chains => {
-                // An ordinary packet comes up as its frame (no chain built and moved for it),
-                // a packet over several slots as a chain.
-                let packet = match st.tasks.pending_rx_chain.take() {
-                    Some(c) => RxPacket::Chain(c),
-                    None => match st.link.driver.poll_receive_packet(cx) {
-                        Poll::Ready(p) => {
-                            counters.frame_in();
-                            p
-                        }
-                        Poll::Pending => break,
-                    },
-                };
-                match packet {
-                    RxPacket::Frame(frame) => frame,
-                    RxPacket::Chain(mut chain) => match one_frame(&mut chain) {
+            // A chain kept from an earlier run (it waited for a TX frame). Tested before it is
+            // taken: taking an `Option` of a chain moves all of it, even when it is `None`.
+            None if st.link.rx_chains && st.tasks.pending_rx_chain.is_some() => {
+                if let Some(chain) = st.tasks.pending_rx_chain.take() {
+                    if chain_step(&mut st, chain, now, cx, counters, gro).is_break() {
+                        break;
+                    }
+                    processed += 1;
+                }
+                continue;
+            }
+            // An ordinary packet comes up as its frame (no chain built or moved for it), a
+            // packet over several slots as a chain.
+            None if st.link.rx_chains => match st.link.driver.poll_receive_packet(cx) {
+                Poll::Ready(RxPacket::Frame(frame)) => {
+                    counters.frame_in();
+                    frame
+                }
+                Poll::Ready(RxPacket::Chain(mut chain)) => {
+                    counters.frame_in();
+                    match one_frame(&mut chain) {
                         Some(frame) => frame,
                         None => {
                             if chain_step(&mut st, chain, now, cx, counters, gro).is_break() {
@@ -74,9 +79,10 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
                             processed += 1;
                             continue;
                         }
-                    },
+                    }
                 }
-            }
+                Poll::Pending => break,
+            },
             None => match st.link.driver.poll_receive(cx) {
                 Poll::Ready(f) => {
                     counters.frame_in();
