@@ -59,10 +59,11 @@ pub const LINUX_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 1);
 pub const ZCNET_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 2);
 /// Socket slots in an example's stack.
 pub const SOCKETS: usize = 320;
-/// Frames in an example's pool of 2 KiB slots (4 MiB): room for the TCP budgets of a few
-/// hundred connections (each reserves its buffers' frames when it opens). With a larger MTU
-/// the slots grow and the pool keeps the same memory, down to [`MIN_POOL_SLOTS`] slots.
-pub const POOL_SLOTS: usize = 2048;
+/// Frames in an example's pool of 2 KiB slots (16 MiB): room for the TCP budgets of a few
+/// hundred connections, or of the iperf3 example's listener with its 256 KiB streams (each
+/// connection reserves its buffers' frames when it opens). With a larger MTU the slots grow
+/// and the pool keeps the same memory, down to [`MIN_POOL_SLOTS`] slots.
+pub const POOL_SLOTS: usize = 8192;
 /// The fewest frames in an example's pool, whatever the slot size.
 pub const MIN_POOL_SLOTS: usize = 512;
 
@@ -458,6 +459,25 @@ fn block_exit_signals() -> Result<OwnedFd, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The iperf3 example's listener (its default backlog of connections, each with the
+    /// stream buffers) fits the TCP share of an example's pool (three quarters of it, the
+    /// stack's default): binding it fails otherwise.
+    #[test]
+    fn the_iperf3_listener_fits_the_pool() {
+        let config = crate::iperf3::Iperf3Config::default();
+        let per_connection = zcnet_stack::tcp::TcpBuffers::with_capacity(
+            crate::iperf3::STREAM_BUFFER,
+            crate::iperf3::STREAM_BUFFER,
+        )
+        .frames();
+        let share = POOL_SLOTS * 3 / 4;
+        assert!(
+            config.backlog * per_connection <= share,
+            "{} connections of {per_connection} frames against a share of {share}",
+            config.backlog
+        );
+    }
 
     fn parse(a: &[&str]) -> Result<Options, String> {
         Options::parse(a.iter().map(|s| s.to_string()))
