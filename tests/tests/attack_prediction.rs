@@ -1,5 +1,5 @@
 //! The numbers an attacker off the path must guess to spoof or count traffic, attacked over the
-//! in-memory wire with crafted frames (issue 31, items 1 and 5):
+//! in-memory wire with crafted frames:
 //!
 //! * initial sequence numbers: two stacks configured alike except for their secrets give
 //!   unrelated ISNs for the same four-tuple at the same time, and ISNs of one four-tuple

@@ -1,4 +1,4 @@
-//! Blind in-window attacks on an established connection (RFC 5961; issue 31, item 4), made over
+//! Blind in-window attacks on an established connection (RFC 5961), made over
 //! the in-memory wire with crafted frames. An attacker off the path who guessed the four-tuple
 //! and landed a sequence number somewhere in the receive window:
 //!
