@@ -496,8 +496,9 @@ fn in_netns(ns: &Netns, program: &str, args: &[String], limit: Duration) -> Stri
 
 // ---- measurements ---------------------------------------------------------------------------
 
-/// Mbit/s and bytes received by the receiving end, from `iperf3 -J`.
-fn iperf(ns: &Netns, secs: u64, reverse: bool) -> (f64, f64) {
+/// Mbit/s and bytes received by the receiving end, from `iperf3 -J` against guest `g` (whose
+/// console the benchmark prints if iperf3 fails).
+fn iperf(ns: &Netns, g: &mut Guest, secs: u64, reverse: bool) -> (f64, f64) {
     let mut args: Vec<String> = ["-c", GUEST, "-J", "-t"]
         .iter()
         .map(|s| s.to_string())
@@ -510,7 +511,7 @@ fn iperf(ns: &Netns, secs: u64, reverse: bool) -> (f64, f64) {
     let j = json::parse(out.as_bytes())
         .unwrap_or_else(|e| panic!("iperf3 -J gave no JSON ({e}): {out}"));
     if let Some(e) = j.get("error").and_then(Json::as_str) {
-        panic!("iperf3 failed: {e}");
+        g.fail(&format!("iperf3 failed: {e}"));
     }
     let get = |key: &str| {
         j.path(&["end", "sum_received", key])
@@ -1056,9 +1057,9 @@ fn main() {
             for reverse in [false, true] {
                 let key = if reverse { "iperf -R" } else { "iperf" };
                 for (v, elf) in &elfs {
-                    let g = Guest::boot(&ns, *v, elf, &cmdline(*v, ""));
+                    let mut g = Guest::boot(&ns, *v, elf, &cmdline(*v, ""));
                     let before = stats(&ns);
-                    let (mbit, bytes) = iperf(&ns, plan.iperf_secs, reverse);
+                    let (mbit, bytes) = iperf(&ns, &mut g, plan.iperf_secs, reverse);
                     let after = stats(&ns);
                     drop(g);
                     let busy = busy_percent(before, after);
