@@ -2,7 +2,7 @@
 //! headers.
 //!
 //! ```text
-//!  egress ─► for each connection due (Tcb::poll_at) ─► Tcb::dispatch ─► emit
+//!  egress ─► for each connection due (Tcb::poll_at) ─► Tcb::dispatch_polled ─► emit
 //!  emit: the payload is a send-queue frame's whole unacknowledged rest (the normal case):
 //!        Driver::poll_transmit_ready, then IP and TCP headers written into that frame's
 //!        headroom, the very slot to the driver (RETAINED → SENT; no copy)
@@ -31,8 +31,9 @@
 //!   never answers are counted where they drop ([`DropReason`]); the connection's own
 //!   retransmission covers them, as for a segment lost on the wire.
 //! * Egress dispatches a connection something happened to (a socket call, a segment in) at
-//!   once, and asks its `poll_at` after each segment: a connection with one segment to send
-//!   costs one `dispatch` and one `poll_at`. The last answer is kept in the connection's place
+//!   once, and asks its `poll_at` after each segment, unless the send fast path returned the
+//!   answer with the segment (it sent everything queued): a connection with one segment of
+//!   new data to send costs one `dispatch_polled` and no `poll_at`. The last answer is kept in the connection's place
 //!   (`table.rs`, "Kept deadlines") until something changes the connection, so a connection
 //!   nothing happened to costs no `poll_at` at all (a kept answer that is due goes straight to
 //!   `dispatch`), and egress and ingress learn the earliest deadline from the kept answers.
@@ -636,7 +637,7 @@ fn egress_run(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) 
             let was_open = tcb.state() != TcpState::Closed;
             let sent_max = tcb.sent_max();
             let mut sent = false;
-            let r = tcb.dispatch(&mut cx, |cx, (ip, tcp), zc| {
+            let r = tcb.dispatch_polled(&mut cx, |cx, (ip, tcp), zc| {
                 let tail = cx.gso.as_mut().map(|g| &mut *g.tail);
                 emit(&mut out, hop, &ip, &tcp, sent_max, zc, tail)?;
                 sent = true;
@@ -657,17 +658,24 @@ fn egress_run(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) 
                     out.counters.tcp_timed_out();
                 }
             }
-            if r.is_err() {
-                return Egress {
-                    starved: true,
-                    deadline: None,
-                };
-            }
-            // `dispatch` may have rewound to the first unacknowledged frame (a retransmission
-            // timeout, a fast retransmit) and found the device still holding it: register for
-            // that frame's return too, or nothing would wake egress when it comes back.
-            let blocked = tcb.tx_blocked(Some(out.tx_waker));
-            let polled = tcb.poll_at(&mut cx);
+            let known = match r {
+                Ok(known) => known,
+                Err(Starved) => {
+                    return Egress {
+                        starved: true,
+                        deadline: None,
+                    }
+                }
+            };
+            // The send fast path knows the next deadline (it sent everything queued: no frame
+            // waits for the device); otherwise `dispatch` may have rewound to the first
+            // unacknowledged frame (a retransmission timeout, a fast retransmit) and found the
+            // device still holding it: register for that frame's return too, or nothing would
+            // wake egress when it comes back.
+            let (blocked, polled) = match known {
+                Some(at) => (false, at),
+                None => (tcb.tx_blocked(Some(out.tx_waker)), tcb.poll_at(&mut cx)),
+            };
             match deadline_of(polled, now) {
                 Some(t) if t <= now && sent => continue,
                 // Due, yet `dispatch` sent nothing: it only ran its timers. Come back in a

@@ -12,7 +12,7 @@
 //!
 //! The stack drives a [`Tcb`](socket::Tcb) the way smoltcp's interface drives its socket: for
 //! an incoming segment, `accepts` then `process` (which may return a segment to send back); for
-//! outgoing ones, `dispatch` while `poll_at` says so (`transport/tcp/input.rs`, `output.rs`). Each call takes a
+//! outgoing ones, `dispatch_polled` while `poll_at` says so (`transport/tcp/input.rs`, `output.rs`). Each call takes a
 //! [`TcpContext`](context::TcpContext) with the time, the IP MTU, the interface's addresses and
 //! the stack's keys. The connections live in the stack's table (`transport/tcp/table.rs`); the
 //! application reaches them through `TcpSocket` (`socket/tcp.rs`).
@@ -110,9 +110,16 @@
 //!   window and a non-zero peer window, while no loss recovery runs and nothing is SACKed or
 //!   queued out of order, is taken in one pass that shares the full processing's steps for
 //!   the ACK, the window, TS.Recent, the timers and the data. The full processing is out of
-//!   line. `twin.rs` (tests and the `tcp_fast_path` fuzz target) runs two worlds side by
-//!   side, one with the fast path and one without, and requires the same state, segments,
-//!   answers and bytes after every operation.
+//!   line.
+//! * A fast path in `dispatch` (`socket/send_fast.rs`): new data of an ESTABLISHED
+//!   connection with no timer, loss recovery, RACK or path MTU event due, whose next
+//!   send-queue frame goes whole (with the frames after it, as a super-segment) within the
+//!   peer's window, the congestion window and the MSS, Nagle permitting, is sent without the
+//!   full preamble and checks; when everything queued went out, it returns the connection's
+//!   next deadline with the segment, so egress asks no `poll_at` after it.
+//! * `twin.rs` (tests and the `tcp_fast_path` fuzz target) runs two worlds side by side, one
+//!   with both fast paths and one without, and requires the same state, segments, answers
+//!   and bytes after every operation.
 //! * Logging: smoltcp's `net_trace!` / `net_debug!` lines are gone (comments where they
 //!   explained something); with the stack's `log` or `defmt` feature a connection's state
 //!   changes, resets and timeouts are logged through `event!` (`events.rs`).

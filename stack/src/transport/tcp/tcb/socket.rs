@@ -36,6 +36,7 @@ use super::timer::{AckDelayTimer, Timer, ACK_DELAY_DEFAULT};
 use super::waker::WakerRegistration;
 
 mod cookie_open;
+mod send_fast;
 pub(crate) use cookie_open::CookieOpen;
 
 /// A connection's local and remote endpoints.
@@ -208,6 +209,10 @@ pub(crate) struct Tcb<'a> {
     /// Whether `process` may take segments on the fast path (always, but for the
     /// differential checks in `twin.rs`, which compare it with the full processing).
     fast_path: bool,
+
+    /// Segments the send fast path sent (for the differential checks).
+    #[cfg(any(test, feature = "fuzzing"))]
+    fast_sends: u64,
 }
 
 /// The remote's MSS until it announces one (RFC 1122).
@@ -306,6 +311,8 @@ impl<'a> Tcb<'a> {
             path_mtu: PathMtu::default(),
             counters: TcpCounters::default(),
             fast_path: true,
+            #[cfg(any(test, feature = "fuzzing"))]
+            fast_sends: 0,
         }
     }
 
@@ -1732,7 +1739,7 @@ impl<'a> Tcb<'a> {
     /// copies the payload into its ring.
     ///
     /// Returns the segment to send back right away, if any (an RST, a challenge ACK, the ACK
-    /// of out-of-order data); other answers wait for [`dispatch`](Self::dispatch). The segment
+    /// of out-of-order data); other answers wait for [`dispatch_polled`](Self::dispatch_polled). The segment
     /// and the answer count in the connection's statistics (the caller sends the answer: it
     /// reserved a frame for it before).
     pub(crate) fn process(
@@ -3026,18 +3033,82 @@ impl<'a> Tcb<'a> {
         }
     }
 
+    /// [`dispatch_polled`](Self::dispatch_polled) without its answer (the unit tests' and the
+    /// differential checks' way to send).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn dispatch<F, E>(&mut self, cx: &mut TcpContext<'_>, emit: F) -> Result<(), E>
+    where
+        F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr), Option<TxFrame>) -> Result<(), E>,
+    {
+        self.dispatch_polled(cx, emit).map(|_| ())
+    }
+
     /// Run the timers and, if there is anything to send (a SYN, data, FIN, ACK, window
     /// update, RST, keep-alive or zero-window probe), build one segment and hand it to `emit`.
     ///
     /// `emit` gets the context back, the IP and TCP headers, and the payload's frame when the
     /// segment's payload is a send-buffer frame's whole unacknowledged rest (lent to the device
     /// as a retained `TxFrame`, data = payload; `repr.payload` is then empty), else `None` (the
-    /// payload, possibly empty, is `repr.payload`, a view into the send buffer to copy); it returns an error if it could not send the segment (no buffer, no
-    /// neighbour yet), which `dispatch` returns after leaving the connection as if nothing
-    /// was sent. Call again while [`poll_at`](Self::poll_at) says `Now`: one segment per call,
-    /// or with a context that offers super-segments ([`TcpContext::with_gso`]) one run of whole
-    /// frames: `emit`'s frame is the first, the others are in the context's chain.
-    pub(crate) fn dispatch<F, E>(&mut self, cx: &mut TcpContext<'_>, emit: F) -> Result<(), E>
+    /// payload, possibly empty, is `repr.payload`, a view into the send buffer to copy); it
+    /// returns an error if it could not send the segment (no buffer, no neighbour yet), which
+    /// is returned after leaving the connection as if nothing was sent. Call again while
+    /// [`poll_at`](Self::poll_at) says `Now`: one segment per call, or with a context that
+    /// offers super-segments ([`TcpContext::with_gso`]) one run of whole frames: `emit`'s
+    /// frame is the first, the others are in the context's chain.
+    ///
+    /// Returns the connection's next [`poll_at`](Self::poll_at) answer when the send path
+    /// knows it without asking (`None`: ask). An established connection's new data goes
+    /// through the send fast path (`socket/send_fast.rs`), the rest through the full
+    /// processing ([`dispatch_full`](Self::dispatch_full)).
+    pub(crate) fn dispatch_polled<F, E>(
+        &mut self,
+        cx: &mut TcpContext<'_>,
+        emit: F,
+    ) -> Result<Option<PollAt>, E>
+    where
+        F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr), Option<TxFrame>) -> Result<(), E>,
+    {
+        match self.dispatch_fast(cx, emit) {
+            Ok(sent) => {
+                #[cfg(any(test, feature = "fuzzing"))]
+                {
+                    self.fast_sends += 1;
+                }
+                if let Ok(Some(at)) = sent {
+                    debug_assert_eq!(at, self.poll_at(cx), "the send fast path's deadline");
+                }
+                sent
+            }
+            Err((send_fast::Declined, emit)) => self.dispatch_full(cx, emit).map(|()| None),
+        }
+    }
+
+    /// The header every segment `dispatch` sends starts from: an empty ACK of everything
+    /// received, at SND.NXT, with the window to offer and the timestamp option (when on).
+    #[inline(always)]
+    fn ack_repr(&self, tuple: Tuple, now: Instant) -> TcpRepr<'static> {
+        TcpRepr {
+            src_port: tuple.local.port,
+            dst_port: tuple.remote.port,
+            control: TcpControl::None,
+            seq_number: self.remote_last_seq,
+            ack_number: Some(self.remote_seq_no + self.rx_buffer.len()),
+            window_len: self.scaled_window(),
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None, None, None],
+            timestamp: self
+                .tsval(now)
+                .map(|tsval| TcpTimestampRepr::new(tsval, self.last_remote_tsval)),
+            payload: &[],
+        }
+    }
+
+    /// [`dispatch_polled`](Self::dispatch_polled)'s full processing: smoltcp's `dispatch`,
+    /// for every segment the send fast path does not take.
+    #[inline(never)]
+    fn dispatch_full<F, E>(&mut self, cx: &mut TcpContext<'_>, emit: F) -> Result<(), E>
     where
         F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr), Option<TxFrame>) -> Result<(), E>,
     {
@@ -3208,22 +3279,7 @@ impl<'a> Tcb<'a> {
 
         // Construct the basic TCP representation, an empty ACK packet.
         // We'll adjust this to be more specific as needed.
-        let mut repr = TcpRepr {
-            src_port: tuple.local.port,
-            dst_port: tuple.remote.port,
-            control: TcpControl::None,
-            seq_number: self.remote_last_seq,
-            ack_number: Some(self.remote_seq_no + self.rx_buffer.len()),
-            window_len: self.scaled_window(),
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None, None, None],
-            timestamp: self
-                .tsval(cx.now)
-                .map(|tsval| TcpTimestampRepr::new(tsval, self.last_remote_tsval)),
-            payload: &[],
-        };
+        let mut repr = self.ack_repr(tuple, cx.now);
 
         let mut is_zero_window_probe = false;
         // Whether the segment is loss recovery's retransmission of a hole.
@@ -3546,7 +3602,7 @@ impl<'a> Tcb<'a> {
         Ok(())
     }
 
-    /// When [`dispatch`](Self::dispatch) next has something to do: now, at a timer's
+    /// When [`dispatch_polled`](Self::dispatch_polled) next has something to do: now, at a timer's
     /// deadline, or only after a segment arrives or the application acts.
     pub(crate) fn poll_at(&self, cx: &mut TcpContext<'_>) -> PollAt {
         // The logic here mirrors the beginning of dispatch() closely.
@@ -3565,6 +3621,12 @@ impl<'a> Tcb<'a> {
         if now {
             return PollAt::Now;
         }
+        self.timers_at()
+    }
+
+    /// [`poll_at`](Self::poll_at)'s answer when nothing is to be sent now but what the timers
+    /// and a delayed ACK say: the earliest of them.
+    fn timers_at(&self) -> PollAt {
         // The earliest of the timers, without building the candidates first: this runs after
         // every segment in and out.
         let mut at: Option<Instant> = None;

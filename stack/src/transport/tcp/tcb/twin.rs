@@ -21,7 +21,7 @@ use core::fmt::Write;
 
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{IpAddress, IpEndpoint, IpRepr, TcpControl, TcpRepr, TcpSeqNumber};
-use zcnet_buffer::{FramePool, PoolConfig, RxFrame, DEFAULT_HEADROOM};
+use zcnet_buffer::{FramePool, PoolConfig, RxFrame, TxChain, DEFAULT_HEADROOM};
 
 use super::super::context::{ChallengeAcks, LocalAddrs, TcpContext, TcpKeys};
 use super::super::recv::RecvBuffer;
@@ -42,6 +42,8 @@ const B: IpEndpoint = IpEndpoint {
 };
 /// The IP MTU both sides have.
 const IP_MTU: usize = 1500;
+/// The most payload of a super-segment, when a send offers them (a few frames).
+const GSO_PAYLOAD: usize = 6000;
 /// Segments a wire direction holds; more are lost.
 const WIRE_LEN: usize = 64;
 /// Receive frames of each world's pool.
@@ -127,6 +129,8 @@ struct World {
     fast: u64,
     /// Segments the full processing took.
     slow: u64,
+    /// Sends that carried data (a super-segment counts once).
+    data_sends: u64,
 }
 
 /// How many segments each path took in a run's fast world.
@@ -136,6 +140,10 @@ pub(crate) struct Taken {
     pub(crate) fast: u64,
     /// Segments the full processing took.
     pub(crate) slow: u64,
+    /// Segments (or super-segments) the send fast path sent.
+    pub(crate) fast_sends: u64,
+    /// Sends that carried data.
+    pub(crate) data_sends: u64,
 }
 
 /// What one world did, as text and raw bytes: the two worlds' traces must be equal after
@@ -177,6 +185,7 @@ impl World {
             challenge_acks: ChallengeAcks::new(&env.prf),
             fast: 0,
             slow: 0,
+            data_sends: 0,
         };
         let _ = world.b.listen(B.port);
         let mut cx = TcpContext::new(Instant::ZERO, IP_MTU, &env.addr_a, &env.keys);
@@ -198,30 +207,61 @@ impl World {
         }
     }
 
-    /// `side` sends one segment if it has one; what it sent goes into `t`.
-    fn dispatch(&mut self, side: Side, now: Instant, t: &mut Trace) {
+    /// `side` sends one segment if it has one (with `gso`, possibly a super-segment, which
+    /// goes on the wire as one segment per frame, as the link's software GSO cuts it); what
+    /// it sent goes into `t`.
+    fn dispatch(&mut self, side: Side, now: Instant, gso: bool, t: &mut Trace) {
         let env = self.env;
         let addrs = self.addrs(side);
+        let mut tail = TxChain::new();
         let mut cx = TcpContext::new(now, IP_MTU, addrs, &env.keys);
-        let mut sent = None;
+        if gso {
+            cx = cx.with_gso(GSO_PAYLOAD, &mut tail);
+        }
+        let mut sent = Vec::new();
         let _ = self
             .tcb(side)
-            .dispatch(&mut cx, |_, (ip, tcp), zc| -> Result<(), ()> {
-                let payload = match &zc {
-                    Some(frame) => frame[..].to_vec(),
-                    None => tcp.payload.to_vec(),
+            .dispatch(&mut cx, |cx, (ip, tcp), zc| -> Result<(), ()> {
+                let mut pieces = match &zc {
+                    Some(frame) => alloc::vec![frame[..].to_vec()],
+                    None => alloc::vec![tcp.payload.to_vec()],
                 };
-                sent = Some(Seg {
-                    ip,
-                    tcp: TcpRepr {
+                if let Some(g) = cx.gso.as_mut() {
+                    pieces.extend(g.tail.drain().map(|f| f[..].to_vec()));
+                }
+                let count = pieces.len();
+                let mut seq = tcp.seq_number;
+                for (k, payload) in pieces.into_iter().enumerate() {
+                    let piece = TcpRepr {
+                        seq_number: seq,
+                        control: if k + 1 == count {
+                            tcp.control
+                        } else {
+                            TcpControl::None
+                        },
                         payload: &[],
                         ..tcp
-                    },
-                    payload,
-                });
+                    };
+                    seq += payload.len();
+                    let ip = IpRepr::new(
+                        ip.src_addr(),
+                        ip.dst_addr(),
+                        ip.next_header(),
+                        piece.buffer_len() + payload.len(),
+                        ip.hop_limit(),
+                    );
+                    sent.push(Seg {
+                        ip,
+                        tcp: piece,
+                        payload,
+                    });
+                }
                 Ok(())
             });
-        if let Some(seg) = sent {
+        if sent.iter().any(|seg| !seg.payload.is_empty()) {
+            self.data_sends += 1;
+        }
+        for seg in sent {
             let _ = write!(t, "{:?} {:?}", seg.ip, seg.tcp);
             t.bytes(&seg.payload);
             let wire = &mut self.wire[side as usize];
@@ -300,7 +340,8 @@ impl World {
                 }
             },
             // Send.
-            4..=7 => self.dispatch(side, now, t),
+            4..=6 => self.dispatch(side, now, false, t),
+            7 => self.dispatch(side, now, true, t),
             // Deliver.
             8..=11 => match self.wire[dir].pop_front() {
                 Some(seg) => self.deliver(dir, seg, now, t),
@@ -579,6 +620,8 @@ pub(crate) fn run(env: &'static TwinEnv, ops: &[u8]) -> Taken {
     Taken {
         fast: worlds[0].fast,
         slow: worlds[0].slow,
+        fast_sends: worlds[0].a.fast_sends + worlds[0].b.fast_sends,
+        data_sends: worlds[0].data_sends,
     }
 }
 
@@ -635,6 +678,9 @@ mod tests {
         // Every data segment after the handshake is on the fast path.
         assert!(taken.fast >= 500, "{taken:?}");
         assert!(taken.slow >= 1, "{taken:?}");
+        // And every data segment is sent on the send fast path.
+        assert_eq!(taken.fast_sends, taken.data_sends, "{taken:?}");
+        assert!(taken.fast_sends >= 400, "{taken:?}");
     }
 
     #[test]
@@ -662,8 +708,11 @@ mod tests {
             let taken = run(env, &ops);
             total.fast += taken.fast;
             total.slow += taken.slow;
+            total.fast_sends += taken.fast_sends;
+            total.data_sends += taken.data_sends;
         }
         std::println!("{total:?}");
         assert!(total.fast > 1000 && total.slow > 1000, "{total:?}");
+        assert!(total.fast_sends > 1000, "{total:?}");
     }
 }
