@@ -82,7 +82,7 @@ pub(crate) fn check_chain(st: &State, chain: &RxChain) -> Result<TcpSeg, DropRea
         if header < IPV4_HEADER_LEN || header > ip.len() || total < header || total > room {
             return Err(DropReason::Malformed);
         }
-        if ck.ipv4.rx() && !Ipv4Packet::new_unchecked(&ip[..header]).verify_checksum() {
+        if ck.ipv4.rx() && !super::checksum::verify_ipv4_header(&ip[..header]) {
             return Err(DropReason::BadChecksum);
         }
         if p.more_frags() || p.frag_offset() != 0 || p.next_header() != IpProtocol::Tcp {

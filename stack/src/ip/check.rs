@@ -212,7 +212,9 @@ fn check_v4(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {
         return Verdict::Doomed(DropReason::Malformed);
     };
     let ck = &st.link.caps.checksum;
-    if ck.ipv4.rx() && !p.verify_checksum() {
+    // `new_checked` made sure the whole header is there.
+    let header = ip.get(..usize::from(p.header_len())).unwrap_or(&[]);
+    if ck.ipv4.rx() && !super::checksum::verify_ipv4_header(header) {
         return Verdict::Drop(DropReason::BadChecksum);
     }
     if p.more_frags() || p.frag_offset() != 0 {

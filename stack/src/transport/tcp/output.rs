@@ -602,10 +602,6 @@ fn egress_run(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) 
             Some(e) => {
                 // A writer that found the pool empty waits for a returned slot, which wakes us.
                 e.tcb.wake_starved_sender();
-                // Data to resend that the device still has: register for its return first, so
-                // `poll_at` (which then leaves that data out) cannot miss it.
-                e.tcb
-                    .tx_blocked(Some(st.tasks.egress_waker.as_ref().unwrap_or(waker)));
                 // Something happened to the connection (a socket call, a segment in): straight
                 // to `dispatch`, which sends whatever is due and nothing else, and the `poll_at`
                 // after it gives the deadline. Asking `poll_at` first would cost a second one
@@ -639,7 +635,7 @@ fn egress_run(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) 
             let mut sent = false;
             let r = tcb.dispatch_polled(&mut cx, |cx, (ip, tcp), zc| {
                 let tail = cx.gso.as_mut().map(|g| &mut *g.tail);
-                emit(&mut out, hop, &ip, &tcp, sent_max, zc, tail)?;
+                emit(&mut out, hop, ip, tcp, sent_max, zc, tail)?;
                 sent = true;
                 Ok::<(), Starved>(())
             });

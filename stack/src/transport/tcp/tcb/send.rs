@@ -166,7 +166,7 @@ impl<'a> SendBuffer<'a> {
 
     /// Whether no more bytes can be queued.
     pub(crate) fn is_full(&self) -> bool {
-        self.len >= self.capacity || (self.tail_room() == 0 && self.frames.len() >= self.max_frames)
+        self.len >= self.capacity || (self.frames.len() >= self.max_frames && self.tail_room() == 0)
     }
 
     /// Forget all data.
@@ -252,10 +252,13 @@ impl<'a> SendBuffer<'a> {
     where
         F: FnOnce(&mut [u8]) -> (usize, R),
     {
-        if self.tail_room() == 0 && !self.grow(waker) {
-            return f(&mut []);
+        let mut room = self.tail_room();
+        if room == 0 {
+            if !self.grow(waker) {
+                return f(&mut []);
+            }
+            room = self.tail_room();
         }
-        let room = self.tail_room();
         let Some(tail) = self.frames.back_mut() else {
             return f(&mut []);
         };

@@ -3038,7 +3038,7 @@ impl<'a> Tcb<'a> {
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn dispatch<F, E>(&mut self, cx: &mut TcpContext<'_>, emit: F) -> Result<(), E>
     where
-        F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr), Option<TxFrame>) -> Result<(), E>,
+        F: FnOnce(&mut TcpContext<'_>, (&IpRepr, &TcpRepr), Option<TxFrame>) -> Result<(), E>,
     {
         self.dispatch_polled(cx, emit).map(|_| ())
     }
@@ -3066,7 +3066,7 @@ impl<'a> Tcb<'a> {
         emit: F,
     ) -> Result<Option<PollAt>, E>
     where
-        F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr), Option<TxFrame>) -> Result<(), E>,
+        F: FnOnce(&mut TcpContext<'_>, (&IpRepr, &TcpRepr), Option<TxFrame>) -> Result<(), E>,
     {
         match self.dispatch_fast(cx, emit) {
             Ok(sent) => {
@@ -3110,7 +3110,7 @@ impl<'a> Tcb<'a> {
     #[inline(never)]
     fn dispatch_full<F, E>(&mut self, cx: &mut TcpContext<'_>, emit: F) -> Result<(), E>
     where
-        F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr), Option<TxFrame>) -> Result<(), E>,
+        F: FnOnce(&mut TcpContext<'_>, (&IpRepr, &TcpRepr), Option<TxFrame>) -> Result<(), E>,
     {
         if self.tuple.is_none() {
             return Ok(());
@@ -3500,7 +3500,7 @@ impl<'a> Tcb<'a> {
         // to not waste time waiting for the retransmit timer on packets that we know
         // for sure will not be successfully transmitted.
         ip_repr.set_payload_len(repr.buffer_len() + zc_len);
-        emit(cx, (ip_repr, repr), zc)?;
+        emit(cx, (&ip_repr, &repr), zc)?;
 
         // Sequence space the segment occupies (a payload sent in place is not in `repr`).
         let segment_len = repr.segment_len() + zc_len;

@@ -240,7 +240,7 @@ impl World {
                             TcpControl::None
                         },
                         payload: &[],
-                        ..tcp
+                        ..*tcp
                     };
                     seq += payload.len();
                     let ip = IpRepr::new(

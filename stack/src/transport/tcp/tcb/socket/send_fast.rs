@@ -58,7 +58,7 @@ impl Tcb<'_> {
         emit: F,
     ) -> Result<Result<Option<PollAt>, E>, (Declined, F)>
     where
-        F: FnOnce(&mut TcpContext<'_>, (IpRepr, TcpRepr), Option<TxFrame>) -> Result<(), E>,
+        F: FnOnce(&mut TcpContext<'_>, (&IpRepr, &TcpRepr), Option<TxFrame>) -> Result<(), E>,
     {
         let now = cx.now;
         let Some(tuple) = self.tuple else {
@@ -158,7 +158,7 @@ impl Tcb<'_> {
             repr.header_len() + zc_len,
             self.hop_limit.unwrap_or(64),
         );
-        if let Err(e) = emit(cx, (ip_repr, repr), Some(zc)) {
+        if let Err(e) = emit(cx, (&ip_repr, &repr), Some(zc)) {
             return Ok(Err(e));
         }
 

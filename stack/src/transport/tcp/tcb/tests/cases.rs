@@ -120,9 +120,9 @@ where
             let tcp_repr = match &zc {
                 Some(frame) => TcpRepr {
                     payload: &frame[..],
-                    ..tcp_repr
+                    ..*tcp_repr
                 },
-                None => tcp_repr,
+                None => *tcp_repr,
             };
             assert_eq!(ip_repr.next_header(), IpProtocol::Tcp);
             assert_eq!(ip_repr.src_addr(), LOCAL_ADDR.into());
