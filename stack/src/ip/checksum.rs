@@ -118,43 +118,38 @@ pub(crate) fn partial(src: &IpAddress, dst: &IpAddress, protocol: IpProtocol, le
 
 /// The ones' complement sum of the pseudo-header (RFC 9293 §3.1 for IPv4, RFC 8200 §8.1 for
 /// IPv6): addresses, protocol and the upper-layer length.
+#[inline]
 fn pseudo_header(src: &IpAddress, dst: &IpAddress, protocol: IpProtocol, len: usize) -> u16 {
+    if let (IpAddress::Ipv4(s), IpAddress::Ipv4(d)) = (src, dst) {
+        // Six 16-bit words summed in registers: no buffer to fill and read back.
+        let words = |a: [u8; 4]| {
+            u32::from(u16::from_be_bytes([a[0], a[1]]))
+                + u32::from(u16::from_be_bytes([a[2], a[3]]))
+        };
+        let len = len as u32;
+        let total = words(s.octets())
+            + words(d.octets())
+            + u32::from(u8::from(protocol))
+            + (len >> 16)
+            + (len & 0xFFFF);
+        let folded = (total >> 16) + (total & 0xFFFF);
+        return ((folded >> 16) + (folded & 0xFFFF)) as u16;
+    }
+    pseudo_header_v6(src, dst, protocol, len)
+}
+
+/// [`pseudo_header`] for IPv6 (mixed versions never reach here, one IP header names both: the
+/// addresses are summed anyway rather than panic).
+#[inline(never)]
+fn pseudo_header_v6(src: &IpAddress, dst: &IpAddress, protocol: IpProtocol, len: usize) -> u16 {
     let mut b = [0u8; 40];
-    let n = match (src, dst) {
-        (IpAddress::Ipv4(s), IpAddress::Ipv4(d)) => {
-            // Six 16-bit words summed in registers: no buffer to fill and read back.
-            let words = |a: [u8; 4]| {
-                u32::from(u16::from_be_bytes([a[0], a[1]]))
-                    + u32::from(u16::from_be_bytes([a[2], a[3]]))
-            };
-            let len = len as u32;
-            let total = words(s.octets())
-                + words(d.octets())
-                + u32::from(u8::from(protocol))
-                + (len >> 16)
-                + (len & 0xFFFF);
-            let folded = (total >> 16) + (total & 0xFFFF);
-            return ((folded >> 16) + (folded & 0xFFFF)) as u16;
-        }
-        (IpAddress::Ipv6(s), IpAddress::Ipv6(d)) => {
-            b[..16].copy_from_slice(&s.octets());
-            b[16..32].copy_from_slice(&d.octets());
-            32
-        }
-        // Mixed versions never reach here (one IP header names both); sum the addresses
-        // anyway rather than panic.
-        (s, d) => {
-            let (s, d) = (octets(s), octets(d));
-            b[..16].copy_from_slice(&s);
-            b[16..32].copy_from_slice(&d);
-            32
-        }
-    };
+    b[..16].copy_from_slice(&octets(src));
+    b[16..32].copy_from_slice(&octets(dst));
     // Upper-layer length as 32 bits (its top half is zero for anything below 64 KiB, where the
     // IPv4 layout's 16 bits give the same sum), then three zero bytes and the protocol.
-    b[n..n + 4].copy_from_slice(&(len as u32).to_be_bytes());
-    b[n + 7] = protocol.into();
-    sum(&b[..n + 8])
+    b[32..36].copy_from_slice(&(len as u32).to_be_bytes());
+    b[39] = protocol.into();
+    sum(&b)
 }
 
 fn octets(a: &IpAddress) -> [u8; 16] {

@@ -2852,6 +2852,17 @@ impl<'a> Tcb<'a> {
         }
     }
 
+    /// Everything queued has gone out (the usual answer after a dispatch, or with nothing
+    /// written) in a state with no SYN or FIN to send: [`seq_to_transmit`](Self::seq_to_transmit)
+    /// is false, unless loss recovery has something to send again. Its general computation
+    /// gives the same answer (no octet between the next sequence number and the end of the
+    /// queue), at several times the cost.
+    #[inline(always)]
+    fn all_sent(&self) -> bool {
+        matches!(self.state, State::Established | State::CloseWait)
+            && self.remote_last_seq == self.local_seq_no + self.tx_buffer.len()
+    }
+
     /// Whether a segment occupying sequence space (SYN, data, FIN) may be sent now: window,
     /// congestion window and Nagle permitting.
     fn seq_to_transmit(&self, cx: &mut TcpContext<'_>) -> bool {
@@ -2862,13 +2873,7 @@ impl<'a> Tcb<'a> {
             return !self.tx_blocked(None);
         }
 
-        // Everything queued has gone out (the usual answer after a dispatch, or with nothing
-        // written) in a state with no SYN or FIN to send: nothing is due. The general
-        // computation below gives the same answer (no octet between the next sequence number
-        // and the end of the queue), at several times the cost.
-        if matches!(self.state, State::Established | State::CloseWait)
-            && self.remote_last_seq == self.local_seq_no + self.tx_buffer.len()
-        {
+        if self.all_sent() {
             return false;
         }
 
@@ -3614,8 +3619,10 @@ impl<'a> Tcb<'a> {
         let now = self.remote_last_ts.is_none()
             // Socket was aborted, we have an RST packet to transmit.
             || self.state == State::Closed
-            // We have a data or flag packet to transmit.
-            || self.seq_to_transmit(cx)
+            // We have a data or flag packet to transmit (the usual answer, that nothing is
+            // left, without the call).
+            || (!(self.all_sent() && self.retransmission_due().is_none())
+                && self.seq_to_transmit(cx))
             // The receive window has been raised significantly.
             || self.window_to_update();
         if now {
