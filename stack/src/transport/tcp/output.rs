@@ -223,7 +223,7 @@ pub(super) fn emit(
         return Ok(());
     }
     let ip_len = ip.header_len();
-    let tcp_len = tcp.header_len();
+    let tcp_len = tcp_header_len(tcp);
     let payload = tcp.payload;
     let total = ip_len + tcp_len + payload.len();
     if link + total > out.link.caps.max_transmission_unit || frame.set_len(total).is_err() {
@@ -274,10 +274,10 @@ fn emit_in_place(
     tcp: &TcpRepr<'_>,
     mut frame: TxFrame,
 ) -> Result<(), Starved> {
-    if !ready_for(out, &frame, ip, tcp)? {
+    let (link, ip_len, tcp_len) = (out.link.header_len(), ip.header_len(), tcp_header_len(tcp));
+    if !ready_for(out, &frame, link + ip_len + tcp_len)? {
         return Ok(());
     }
-    let (link, ip_len, tcp_len) = (out.link.header_len(), ip.header_len(), tcp.header_len());
     if link + ip_len + tcp_len + frame.len() > out.link.caps.max_transmission_unit {
         out.counters.drop(DropReason::TxTooLong);
         return Ok(());
@@ -299,14 +299,10 @@ fn emit_in_place(
 }
 
 /// Whether a send-buffer frame can go now: `Err` when the driver has no room for it (its
-/// waker registered), `Ok(false)` when its headroom cannot take the driver's, link, IP and TCP
-/// headers (counted as [`DropReason::TxHeadroom`]; the frame goes back to its connection).
-fn ready_for(
-    out: &mut Out<'_>,
-    frame: &TxFrame,
-    ip: &IpRepr,
-    tcp: &TcpRepr<'_>,
-) -> Result<bool, Starved> {
+/// waker registered), `Ok(false)` when its headroom cannot take the driver's headroom and
+/// `headers` (link, IP and TCP; counted as [`DropReason::TxHeadroom`]; the frame goes back to
+/// its connection).
+fn ready_for(out: &mut Out<'_>, frame: &TxFrame, headers: usize) -> Result<bool, Starved> {
     if out
         .link
         .driver
@@ -315,7 +311,6 @@ fn ready_for(
     {
         return Err(Starved);
     }
-    let headers = out.link.header_len() + ip.header_len() + tcp.header_len();
     if frame.headroom() < out.link.tx_headroom + headers {
         out.counters.drop(DropReason::TxHeadroom);
         return Ok(false);
@@ -337,10 +332,10 @@ fn emit_super(
     mut head: TxFrame,
     tail: &mut TxChain,
 ) -> Result<(), Starved> {
-    if !ready_for(out, &head, ip, tcp)? {
+    let (ip_len, tcp_len) = (ip.header_len(), tcp_header_len(tcp));
+    if !ready_for(out, &head, out.link.header_len() + ip_len + tcp_len)? {
         return Ok(());
     }
-    let (ip_len, tcp_len) = (ip.header_len(), tcp.header_len());
     if out.link.caps.medium == Medium::Ethernet && hop.is_none() {
         out.counters.drop(DropReason::NotForUs);
         return Ok(());
@@ -383,6 +378,22 @@ fn emit_super(
         Err(_) => out.counters.drop(DropReason::NeighborTableFull),
     }
     Ok(())
+}
+
+/// `tcp.header_len()`: for the usual header (no option but a timestamp, 20 or 32 bytes)
+/// without smoltcp's option-by-option count. SACK blocks count even where smoltcp writes none
+/// (a segment without an ACK), as in smoltcp's.
+#[inline]
+pub(crate) fn tcp_header_len(tcp: &TcpRepr<'_>) -> usize {
+    let plain = tcp.max_seg_size.is_none()
+        && tcp.window_scale.is_none()
+        && !tcp.sack_permitted
+        && tcp.sack_ranges.iter().all(Option::is_none);
+    match (plain, tcp.timestamp.is_some()) {
+        (true, false) => 20,
+        (true, true) => 32,
+        (false, _) => tcp.header_len(),
+    }
 }
 
 /// Marks `frame` (its data the IP packet, the TCP header `ip_len` bytes in) for the device to
@@ -776,6 +787,7 @@ mod tests {
                         let mut ours = [0xa5u8; 64];
                         let mut theirs = [0xa5u8; 64];
                         let len = repr.header_len();
+                        assert_eq!(super::tcp_header_len(&repr), len, "{repr:?}");
                         let wrote = write_plain_header(&mut ours, &repr);
                         let expected = options == 0;
                         assert_eq!(wrote.is_some(), expected, "{repr:?}");

@@ -155,7 +155,7 @@ impl Tcb<'_> {
             tuple.local.addr,
             tuple.remote.addr,
             IpProtocol::Tcp,
-            repr.header_len() + zc_len,
+            TCP_HEADER_LEN + self.timestamp_option_len() + zc_len,
             self.hop_limit.unwrap_or(64),
         );
         if let Err(e) = emit(cx, (&ip_repr, &repr), Some(zc)) {
