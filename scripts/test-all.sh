@@ -35,10 +35,11 @@ cargo clippy -p zcnet-stack -p zcnet-virtio --features zcnet-stack/defmt,zcnet-v
 step "library crates build without std or alloc (the no_std configuration kernels use)"
 cargo check -p zcnet-buffer -p zcnet-executor -p zcnet-stack --no-default-features
 
-step "rustdoc (broken links are errors; the no_std stack's docs and its private items too)"
+step "rustdoc (broken links are errors; the no_std crates' docs and their private items too)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR=target/doc-nostd cargo doc -p zcnet-stack --no-deps --no-default-features
 RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR=target/doc-nostd cargo doc -p zcnet-stack --no-deps --no-default-features --document-private-items
+RUSTDOCFLAGS="-D warnings" CARGO_TARGET_DIR=target/doc-nostd cargo doc -p zcnet-buffer -p zcnet-executor --no-deps --no-default-features --document-private-items
 
 step "example kernel (examples/qemu-kernel): fmt, clippy (zcnet and the smoltcp baselines), build"
 # Its own cargo project (not a workspace member): its .cargo/config.toml (target, freestanding

@@ -103,7 +103,7 @@ impl Counter {
 
 /// A single-threaded executor with a hierarchical timer wheel, driven by a [`Platform`].
 ///
-/// It lives for `'static` (a `static`, or [`Executor::leak`]) because task headers and wakers
+/// It lives for `'static` (a `static`, or `Executor::leak` with `alloc`) because task headers and wakers
 /// point to it.
 ///
 /// ```
@@ -297,7 +297,7 @@ mod running {
     /// it replaced.
     pub(super) type Record = polling::Scope;
 
-    /// How many tasks can wait in [`wait`] at once without waking each other early.
+    /// How many tasks can wait for the first loop at once without waking each other early.
     const EARLY_WAITERS: usize = 16;
 
     /// Wakers of timers (and `time::now`) polled before any executor had run a loop: woken
@@ -544,7 +544,7 @@ impl Executor {
 
     /// A [`LocalSpawner`] without a check of who runs the executor: for `no_std` platforms,
     /// where the executor cannot tell one context from another. (With `std` it binds the
-    /// executor to the calling thread as [`local_spawner`](Self::local_spawner) does, and
+    /// executor to the calling thread as `local_spawner` (with `std`) does, and
     /// the binding is checked there too.)
     ///
     /// # Safety
@@ -1142,7 +1142,7 @@ impl Spawner {
 }
 
 /// Spawns tasks whose futures need not be `Send` onto an executor, whose loop must then run
-/// in the context that took the spawner (see [`Executor::local_spawner`]). `Copy`, but neither
+/// in the context that took the spawner (see `Executor::local_spawner`, with `std`). `Copy`, but neither
 /// `Send` nor `Sync`: it stays in that context. A local task's future is polled and dropped
 /// only by that loop; its wakers may be woken from anywhere.
 #[derive(Clone, Copy, Debug)]

@@ -24,7 +24,7 @@
 //!   no instruction of their own for reference counts), and a wake during a poll re-queues it
 //!   after the poll. Wakers used on the thread that polls their task, during the poll, take
 //!   no locked instruction.
-//! * [`Platform`]: the integrator's clock, wait and signal. With `std`, [`linux::LinuxPlatform`]
+//! * [`Platform`]: the integrator's clock, wait and signal. With `std`, `linux::LinuxPlatform`
 //!   serves all three with one `epoll_wait` and also dispatches fd readiness.
 //! * [`time`]: [`time::sleep`], [`time::sleep_until`], [`time::timeout`], [`time::interval`] on a
 //!   hierarchical timer wheel (6 levels × 64 slots, 1 ms ticks by default, O(1) insert and cancel,

@@ -4,8 +4,8 @@
 //! # Ground rules
 //!
 //! * **Slots never move.** The region is `'static` and the pool never frees it; a slot's bytes are
-//!   reachable only through the one lease that owns the slot (a [`PostedSlot`], [`RxFrame`],
-//!   [`TxFrame`] or [`InFlight`]). Leases are neither `Clone` nor `Copy`, so exactly one owner
+//!   reachable only through the one lease that owns the slot (a [`PostedSlot`], [`RxFrame`](crate::RxFrame),
+//!   [`TxFrame`] or [`InFlight`](crate::InFlight)). Leases are neither `Clone` nor `Copy`, so exactly one owner
 //!   exists per slot that is not FREE.
 //! * **The free list** is a Treiber stack threaded through [`SlotMeta::next`], whose head is one
 //!   `AtomicU64` (`head`, layout below). Pop and push are each one compare-exchange loop: no lock,

@@ -207,7 +207,7 @@ impl TaskRef {
     ///
     /// # Safety
     ///
-    /// The caller made the state [`unreachable`]: nobody else can reach the task.
+    /// The caller made the state [`unreachable()`]: nobody else can reach the task.
     unsafe fn dealloc(self) {
         // SAFETY: per the precondition.
         unsafe { (self.header().vtable.dealloc)(self.0) };

@@ -1,4 +1,4 @@
-//! Timers: [`sleep`], [`sleep_until`], [`timeout`], [`interval`], all backed by the executor's
+//! Timers: [`sleep()`], [`sleep_until`], [`timeout`], [`interval`], all backed by the executor's
 //! hierarchical timer wheel (see `wheel.rs` for its ground rules).
 //!
 //! # Which executor serves them
@@ -20,7 +20,7 @@
 //!
 //! Before any zcnet executor has run a loop there is no clock: a timer (or [`now`]) polled
 //! then waits for one. Its waker is kept (up to 16 at once without waking each other early)
-//! and woken when the first executor starts a loop; a [`sleep`]'s duration counts from then.
+//! and woken when the first executor starts a loop; a [`sleep()`]'s duration counts from then.
 //! A timer bound to an executor whose loop is not running fires once that loop runs again.
 //!
 //! [`Executor::sleep`](crate::Executor::sleep), [`Executor::sleep_until`](crate::Executor::sleep_until)
@@ -94,7 +94,7 @@ impl core::error::Error for Elapsed {}
 /// Runs `future` for at most `duration` from its first poll: `Ok(output)`, or `Err(Elapsed)`
 /// and the future dropped. Its timer is served by the executor chosen as the [module
 /// docs](self) say; [`Executor::timeout`](crate::Executor::timeout) names it instead.
-/// Before any executor has run a loop the deadline waits for one, as [`sleep`]'s does.
+/// Before any executor has run a loop the deadline waits for one, as [`sleep()`]'s does.
 pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
     Timeout::new(future, sleep(duration))
 }

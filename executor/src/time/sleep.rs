@@ -18,7 +18,7 @@ enum Deadline {
     After(Duration),
 }
 
-/// Completes at its deadline. Made by [`sleep`](super::sleep), [`sleep_until`](super::sleep_until)
+/// Completes at its deadline. Made by [`sleep()`](super::sleep()), [`sleep_until`](super::sleep_until)
 /// or [`Executor::sleep`](crate::Executor::sleep).
 ///
 /// Its timer entry is linked into the executor's wheel on the first poll (never before), and
