@@ -3,13 +3,32 @@
 use zcnet_buffer::{Driver, FramePool, PoolConfig};
 use zcnet_executor::linux::LinuxPlatform;
 use zcnet_executor::Executor;
-use zcnet_stack::{Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Stack, StackResources, StaticV4};
+use zcnet_stack::{
+    Config, Ipv4Address, Ipv4Cidr, Ipv4Config, Ipv6Address, Ipv6Cidr, Stack, StackResources,
+    StaticV4, StaticV6,
+};
 
 use crate::audit::assert_slots_back;
 use crate::wire::{wire_pair_one_thread, wire_pair_with, Delivery, Faults, WireEnd, WireHandle};
 
 /// Address of stack A (10.0.0.1) and stack B (10.0.0.2).
 pub const ADDR: [Ipv4Address; 2] = [Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2)];
+
+/// Unique local IPv6 addresses of stack A (`fd00::1`) and stack B (`fd00::2`), on one /64:
+/// what [`with_ula`] gives them.
+pub const ULA: [Ipv6Address; 2] = [
+    Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+    Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+];
+
+/// The configuration step of an IPv6 pair (for [`pair_with`] and its kin): gives stack `i` the
+/// static address [`ULA`]`[i]`/64 without a gateway, besides its IPv4 address.
+pub fn with_ula(i: usize, c: &mut Config) {
+    c.ipv6 = Some(StaticV6 {
+        address: Ipv6Cidr::new(ULA[i], 64),
+        gateway: None,
+    });
+}
 
 /// Two stacks, their executor, and read access to the wire ends' counters.
 #[derive(Debug)]

@@ -453,21 +453,13 @@ fn cookie_connections_wait_for_accept_within_the_backlog() {
 #[test]
 fn zcnet_clients_over_ipv6_connect_through_cookies() {
     use zcnet_stack::tcp::TcpSocket;
-    use zcnet_stack::{IpEndpoint, Ipv6Address, Ipv6Cidr, StaticV6};
-    const V6: [Ipv6Address; 2] = [
-        Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
-        Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
-    ];
+    use zcnet_stack::IpEndpoint;
+    use zcnet_tests::net::{with_ula, ULA};
     let p = zcnet_tests::net::pair_on_with(
         zcnet_executor::Executor::leak(zcnet_tests::clock::VirtualClock::leak()),
         zcnet_tests::wire::Faults::default(),
         1024,
-        |i, c| {
-            c.ipv6 = Some(StaticV6 {
-                address: Ipv6Cidr::new(V6[i], 64),
-                gateway: None,
-            })
-        },
+        with_ula,
     );
     let [a, b] = p.stacks;
     let mut listener =
@@ -480,7 +472,7 @@ fn zcnet_clients_over_ipv6_connect_through_cookies() {
             let data = data.clone();
             sp.spawn(async move {
                 let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(65536, 16384)).unwrap();
-                c.connect(IpEndpoint::new(V6[1].into(), PORT))
+                c.connect(IpEndpoint::new(ULA[1].into(), PORT))
                     .await
                     .unwrap();
                 c.write_all(&data).await.unwrap();

@@ -27,11 +27,11 @@ use zcnet_stack::raw::{IpProtocol, IpVersion, RawBuffers, RawSocket};
 use zcnet_stack::tcp::{TcpBuffers, TcpListener, TcpSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_stack::{
-    Config, DropReason, IpAddress, IpEndpoint, Ipv4Address, Ipv4Config, Ipv6Address, Ipv6Cidr,
-    Stack, StackError, StackResources, StaticV6,
+    Config, DropReason, IpAddress, IpEndpoint, Ipv4Address, Ipv4Config, Ipv6Address, Stack,
+    StackError, StackResources,
 };
 use zcnet_tests::clock::VirtualClock;
-use zcnet_tests::net::{pair_on_with, side_config, Pair, ADDR};
+use zcnet_tests::net::{pair_on_with, side_config, with_ula, Pair, ADDR, ULA};
 use zcnet_tests::recorder::{recorded_pair, Recorder};
 use zcnet_tests::sim_nic::SimNic;
 use zcnet_tests::wire::Faults;
@@ -552,16 +552,11 @@ fn v6_frame(dst: Ipv6Address, next: u8, payload: &[u8]) -> Vec<u8> {
     f.extend_from_slice(&[0x60, 0, 0, 0]);
     f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
     f.extend_from_slice(&[next, 64]);
-    f.extend_from_slice(&V6[0].octets());
+    f.extend_from_slice(&ULA[0].octets());
     f.extend_from_slice(&dst.octets());
     f.extend_from_slice(payload);
     f
 }
-
-const V6: [Ipv6Address; 2] = [
-    Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
-    Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
-];
 
 /// Hand-made frames injected on the wire, each of which smoltcp drops, land in B's drop
 /// counters by reason: wrong checksums (IPv4 header, TCP, UDP, ICMP, UDP over IPv6 with and
@@ -574,18 +569,13 @@ fn frames_smoltcp_drops_are_counted_by_reason() {
         Executor::leak(VirtualClock::leak()),
         Faults::default(),
         64,
-        |i, c| {
-            c.ipv6 = Some(StaticV6 {
-                address: Ipv6Cidr::new(V6[i], 64),
-                gateway: None,
-            });
-        },
+        with_ula,
     );
     let [a, b] = p.stacks;
     let wire = p.ends[0];
     let b_mac = p.ends[1].mac();
     let (a4, b4) = (ADDR[0].octets(), ADDR[1].octets());
-    let (a6, b6) = (V6[0].octets(), V6[1].octets());
+    let (a6, b6) = (ULA[0].octets(), ULA[1].octets());
     p.exec.block_on(async move {
         let sb = UdpSocket::bind(b, 5000, UdpBuffers::with_capacity(16, 8192)).unwrap();
         // B learns A's MAC (from A's ARP request), so that its answers can go out.
@@ -618,15 +608,15 @@ fn frames_smoltcp_drops_are_counted_by_reason() {
         let frames: Vec<Vec<u8>> = vec![
             // Right: delivered.
             v4_frame(b_mac, ADDR[1], 17, 0x4000, &good_udp),
-            v6_frame(V6[1], 17, &good_v6),
-            v6_frame(V6[1], 0, &hbh(&good_hbh)),
+            v6_frame(ULA[1], 17, &good_v6),
+            v6_frame(ULA[1], 0, &hbh(&good_hbh)),
             // Wrong checksums: 6.
             v4_frame(b_mac, ADDR[1], 17, 0x4000, &bad_udp),
             v4_frame(b_mac, ADDR[1], 6, 0x4000, &bad_syn),
             v4_frame(b_mac, ADDR[1], 1, 0x4000, &bad_echo),
             bad_ip,
-            v6_frame(V6[1], 17, &bad_v6),
-            v6_frame(V6[1], 0, &hbh(&bad_hbh)),
+            v6_frame(ULA[1], 17, &bad_v6),
+            v6_frame(ULA[1], 0, &hbh(&bad_hbh)),
             // Malformed: 2 (cut inside the IPv4 header; a UDP header cut short).
             v4_frame(b_mac, ADDR[1], 17, 0x4000, &good_udp)[..14 + 12].to_vec(),
             v4_frame(b_mac, ADDR[1], 17, 0x4000, &good_udp[..4]),

@@ -13,15 +13,10 @@ use zcnet_stack::dns::{DnsError, DnsKind, DnsSocket};
 use zcnet_stack::icmp::{IcmpBuffers, IcmpError, IcmpSocket};
 use zcnet_stack::raw::{IpProtocol, IpVersion, RawBuffers, RawError, RawSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
-use zcnet_stack::{IpAddress, Ipv4Address, Ipv6Address, Ipv6Cidr, StackError, StaticV6};
+use zcnet_stack::{IpAddress, Ipv4Address, Ipv6Address, StackError};
 use zcnet_tests::clock::VirtualClock;
-use zcnet_tests::net::{pair, pair_on_with, pair_with, ADDR, SOCKETS};
+use zcnet_tests::net::{pair, pair_on_with, pair_with, with_ula, ADDR, SOCKETS, ULA};
 use zcnet_tests::wire::Faults;
-
-const V6: [Ipv6Address; 2] = [
-    Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
-    Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
-];
 
 fn icmp(stack: zcnet_stack::Stack, ident: u16) -> IcmpSocket {
     IcmpSocket::bind(stack, ident, IcmpBuffers::with_capacity(8, 4096)).unwrap()
@@ -31,12 +26,7 @@ fn icmp(stack: zcnet_stack::Stack, ident: u16) -> IcmpSocket {
 /// an address nobody on the wire has times out with `TimedOut`.
 #[test]
 fn ping_is_answered_with_rtt_and_unknown_host_times_out() {
-    let p = pair_with(Faults::default(), 128, |i, c| {
-        c.ipv6 = Some(StaticV6 {
-            address: Ipv6Cidr::new(V6[i], 64),
-            gateway: None,
-        });
-    });
+    let p = pair_with(Faults::default(), 128, with_ula);
     let a = p.stacks[0];
     p.exec.block_on(async move {
         let sock = icmp(a, 0x5a5a);
@@ -44,7 +34,7 @@ fn ping_is_answered_with_rtt_and_unknown_host_times_out() {
         let t = Duration::from_secs(5);
         let rtt = sock.ping(ADDR[1].into(), 1, &payload, t).await.unwrap();
         assert!(rtt < t, "rtt {rtt:?}");
-        let rtt6 = sock.ping(V6[1].into(), 2, &payload, t).await.unwrap();
+        let rtt6 = sock.ping(ULA[1].into(), 2, &payload, t).await.unwrap();
         assert!(rtt6 < t, "rtt {rtt6:?}");
 
         // The lower-level calls: the reply carries the sequence number and payload back.

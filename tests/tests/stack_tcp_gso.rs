@@ -24,9 +24,11 @@ use zcnet_buffer::{
 };
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket, TcpStats};
-use zcnet_stack::{DropReason, IpAddress, IpEndpoint, Ipv6Address, Ipv6Cidr, StackStats, StaticV6};
+use zcnet_stack::{DropReason, IpAddress, IpEndpoint, StackStats};
 use zcnet_tests::clock::VirtualClock;
-use zcnet_tests::net::{pair_on, pair_on_with, pair_wrapped, Pair, PairDriver, ADDR};
+use zcnet_tests::net::{
+    pair_on, pair_on_with, pair_wrapped, with_ula, Pair, PairDriver, ADDR, ULA,
+};
 use zcnet_tests::wire::{Faults, WireEnd};
 
 const LEN: usize = 16 * 1024 * 1024;
@@ -281,22 +283,13 @@ fn runs_wait_in_order_for_a_small_transmit_queue() {
 
 #[test]
 fn sixteen_mib_in_super_segments_over_ipv6() {
-    const V6: [Ipv6Address; 2] = [
-        Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
-        Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
-    ];
     let p = pair_on_with(
         Executor::leak(VirtualClock::leak()),
         Faults::default(),
         512,
-        |i, c| {
-            c.ipv6 = Some(StaticV6 {
-                address: Ipv6Cidr::new(V6[i], 64),
-                gateway: None,
-            })
-        },
+        with_ula,
     );
-    let (s, c) = bulk_to(&p, 64 * 1024, V6[1].into());
+    let (s, c) = bulk_to(&p, 64 * 1024, ULA[1].into());
     assert!(s.gso_pieces > 2 * s.super_segments, "{s:?}");
     // IPv6's header is 20 bytes longer: 1428-byte segments.
     assert_eq!(c.mss, 1428, "{c:?}");

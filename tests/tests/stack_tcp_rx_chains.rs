@@ -25,12 +25,10 @@ use zcnet_buffer::{
 };
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
-use zcnet_stack::{
-    DropReason, IpEndpoint, Ipv6Address, Ipv6Cidr, Stack, StackResources, StackStats, StaticV6,
-};
+use zcnet_stack::{DropReason, IpEndpoint, Stack, StackResources, StackStats};
 use zcnet_tests::clock::VirtualClock;
 use zcnet_tests::craft::{tcp_bytes, PEER, STACK};
-use zcnet_tests::net::{pair_drivers_on, side_config, PairDriver, ADDR, SOCKETS};
+use zcnet_tests::net::{pair_drivers_on, side_config, with_ula, PairDriver, ADDR, SOCKETS, ULA};
 use zcnet_tests::sim_nic::SimNic;
 use zcnet_tests::wire::{Delivery, Faults};
 
@@ -201,22 +199,13 @@ fn sixteen_mib_arrive_as_chains_byte_exact_with_a_window_past_64_segments() {
 
 #[test]
 fn sixteen_mib_over_ipv6_arrive_as_chains_byte_exact() {
-    const V6: [Ipv6Address; 2] = [
-        Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
-        Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
-    ];
     let p = chain_pair_with(
         Executor::leak(VirtualClock::leak()),
         Faults::default(),
         4096,
-        |i, c| {
-            c.ipv6 = Some(StaticV6 {
-                address: Ipv6Cidr::new(V6[i], 64),
-                gateway: None,
-            })
-        },
+        with_ula,
     );
-    let (sb, widest) = bulk_to(&p, 1024 * 1024, V6[1].into());
+    let (sb, widest) = bulk_to(&p, 1024 * 1024, ULA[1].into());
     assert!(sb.rx_chains > 0, "B's TCP took chains: {sb:?}");
     assert_eq!(sb.dropped(DropReason::Malformed), 0, "{sb:?}");
     assert!(widest > WINDOW_OF_64_SEGMENTS, "{widest}");

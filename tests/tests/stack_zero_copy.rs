@@ -25,10 +25,9 @@ use zcnet_stack::icmp::{IcmpBuffers, IcmpSocket};
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
 use zcnet_stack::udp::{UdpBuffers, UdpSocket};
 use zcnet_stack::{
-    DropReason, IpAddress, IpEndpoint, IpListenEndpoint, Ipv4Address, Ipv6Address, Ipv6Cidr, Stack,
-    StackError, StaticV6,
+    DropReason, IpAddress, IpEndpoint, IpListenEndpoint, Ipv4Address, Stack, StackError,
 };
-use zcnet_tests::net::ADDR;
+use zcnet_tests::net::{with_ula, ADDR, ULA};
 use zcnet_tests::recorder::{recorded_pair, Recorder};
 use zcnet_tests::wire::Faults;
 
@@ -48,11 +47,6 @@ fn holds_tx(pool: &FramePool, n: usize) -> bool {
     let tx = pool.occupancy().get(SlotState::Tx);
     (n + SCRATCH..=n + SCRATCH + SPARE).contains(&tx)
 }
-
-const V6: [Ipv6Address; 2] = [
-    Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
-    Ipv6Address::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
-];
 
 fn exec() -> &'static Executor {
     Executor::leak(LinuxPlatform::leak().expect("epoll"))
@@ -548,12 +542,7 @@ fn randomly_corrupted_datagrams_are_never_delivered() {
 #[test]
 fn ipv6_datagrams_both_ways_in_place() {
     let exec = exec();
-    let (p, rec) = recorded_pair(exec, Faults::default(), 64, |i, c| {
-        c.ipv6 = Some(StaticV6 {
-            address: Ipv6Cidr::new(V6[i], 64),
-            gateway: None,
-        });
-    });
+    let (p, rec) = recorded_pair(exec, Faults::default(), 64, with_ula);
     let [a, b] = p.stacks;
     let pools = p.pools;
     exec.block_on(async move {
@@ -561,11 +550,11 @@ fn ipv6_datagrams_both_ways_in_place() {
         let zb = zc(b, 7061, 8);
         for i in 0..5u8 {
             let msg = vec![i; 700 + i as usize];
-            zc_send(&za, &msg, (V6[1], 7061)).await.unwrap();
+            zc_send(&za, &msg, (ULA[1], 7061)).await.unwrap();
             let d = zb.recv().await;
             assert_eq!(d.payload(), &msg[..]);
-            assert_eq!(d.src(), IpEndpoint::new(V6[0].into(), 7060));
-            assert_eq!(d.dst(), IpEndpoint::new(V6[1].into(), 7061));
+            assert_eq!(d.src(), IpEndpoint::new(ULA[0].into(), 7060));
+            assert_eq!(d.dst(), IpEndpoint::new(ULA[1].into(), 7061));
             let r = rec[1]
                 .rx_containing(d.payload().as_ptr(), d.payload().len())
                 .expect("payload inside a received frame");
@@ -580,7 +569,7 @@ fn ipv6_datagrams_both_ways_in_place() {
             assert_eq!(ptr as usize - t.addr, V6_HEADERS);
             let back = za.recv().await;
             assert!(back.payload().iter().all(|&x| x == !i));
-            assert_eq!(back.src(), IpEndpoint::new(V6[1].into(), 7061));
+            assert_eq!(back.src(), IpEndpoint::new(ULA[1].into(), 7061));
         }
         let solicitations = |r: &Recorder| {
             r.tx_frames()
