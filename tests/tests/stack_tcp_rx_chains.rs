@@ -163,6 +163,13 @@ fn bulk_to(p: &zcnet_tests::net::Pair, rx: usize, b_addr: IpAddress) -> (StackSt
         ),
     };
     assert_eq!(digest, want, "the stream arrived byte-exact");
+    // B counts the segments that crossed the wire (the chains' GSO marks say how many), not
+    // the slots they came up in: no segment carries more than an MSS at MTU 1500.
+    let rs = server.stats();
+    assert!(
+        rs.counters.segments_received >= rs.counters.bytes_received / 1460,
+        "{rs:?}"
+    );
     let sb = b.stats();
     eprintln!(
         "rx {rx}: B {sb:?}\nB's widest window {widest}\nwire A->B {:?}",

@@ -52,6 +52,10 @@ pub(crate) fn ingress(
         let packet = TcpPacket::new_checked(tcp.get(..header_len)?).ok()?;
         Some((super::header::parse(&packet)?, header_len))
     });
+    let gso_size = chain
+        .head()
+        .and_then(|h| h.gso_info())
+        .map(|g| usize::from(g.segment_size));
     let Some((repr, header_len)) = parsed else {
         counters.drop(DropReason::Malformed);
         return None;
@@ -82,6 +86,12 @@ pub(crate) fn ingress(
         return None;
     }
     counters.rx_chain();
+    // The wire segments the packet was (a device merged them, as its GSO mark says): the
+    // connection counts those as received, not the slots they came in. A chain cut into
+    // batches counts whole segments per batch, the rest with the last one.
+    let mss = gso_size.filter(|&s| s > 0);
+    let total = mss.map_or(chain.frame_count(), |s| payload_len.div_ceil(s)) as u64;
+    let mut counted = 0u64;
     let mut seq = repr.seq_number;
     let mut frames = Batch::new();
     loop {
@@ -106,7 +116,23 @@ pub(crate) fn ingress(
             piece.buffer_len() + n,
             seg.hop_limit,
         );
-        super::input::deliver_batch(st, place, &ip, &piece, &mut frames, now, waker, counters);
+        let segments = match mss {
+            _ if last => total.saturating_sub(counted),
+            Some(s) => (n / s) as u64,
+            None => frames.len() as u64,
+        };
+        counted += segments;
+        super::input::deliver_batch(
+            st,
+            place,
+            &ip,
+            &piece,
+            &mut frames,
+            segments,
+            now,
+            waker,
+            counters,
+        );
         // What the connection did not take (it ended mid-chain) is dropped.
         frames.clear();
         if last {

@@ -223,6 +223,7 @@ impl Gro {
                 &ip,
                 &h.repr,
                 &mut self.frames,
+                u64::from(segments),
                 now,
                 waker,
                 counters,

@@ -161,8 +161,8 @@ pub(super) fn deliver_one(
     answer_reserved(st, reply, now, waker, counters);
 }
 
-/// Hands a batch of segments (`repr`, `frames`: see [`Tcb::process_batch`]) to the
-/// connection at `i` and sends the answer it gets, if any.
+/// Hands a batch of `segments` wire segments (`repr`, `frames`: see [`Tcb::process_batch`])
+/// to the connection at `i` and sends the answer it gets, if any.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn deliver_batch(
     st: &mut State,
@@ -170,12 +170,13 @@ pub(super) fn deliver_batch(
     ip: &IpRepr,
     repr: &TcpRepr<'_>,
     frames: &mut gro::Batch,
+    segments: u64,
     now: Instant,
     waker: &Waker,
     counters: &Counters,
 ) {
     let reply = connection_answer(st, i, now, counters, |tcb, cx| {
-        tcb.process_batch(cx, ip, repr, frames)
+        tcb.process_batch(cx, ip, repr, frames, segments)
     });
     answer_reserved(st, reply, now, waker, counters);
 }

@@ -1765,7 +1765,9 @@ impl<'a> Tcb<'a> {
     }
 
     /// [`process`](Self::process) for in-order segments taken together (software GRO,
-    /// `transport/tcp/gro.rs`): `repr` is the first one's header with the last one's window
+    /// `transport/tcp/gro.rs`, and the packets a device merged, `transport/tcp/chain.rs`;
+    /// `segments` of them on the wire, counted as received): `repr` is the first one's header
+    /// with the last one's window
     /// (and PSH if any had it), `frames` their payloads in order, one frame each, which this
     /// takes from the front (what it leaves, the connection did not take). They share the
     /// acknowledgement and the timestamp (the GRO rules). On the fast path they are one pass:
@@ -1778,9 +1780,10 @@ impl<'a> Tcb<'a> {
         ip_repr: &IpRepr,
         repr: &TcpRepr,
         frames: &mut Batch,
+        segments: u64,
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
         let count = frames.len();
-        self.counters.segments_received += count as u64;
+        self.counters.segments_received += segments;
         let seg_len = frames.iter().map(|f| f.len()).sum();
         if self.fast_path {
             if let Some(ack_len) = self.fast_path_takes(repr, seg_len) {
