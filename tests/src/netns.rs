@@ -258,11 +258,22 @@ impl TapNet {
     /// [`ZCNET_ADDR`]/24, no IPv6). For example, `Ipv4Config::Dhcp` with a DHCP server in the
     /// namespace, or a static IPv6 address.
     pub fn with(mtu: usize, linux_addrs: &[&str], configure: impl FnOnce(&mut Config)) -> TapNet {
+        Self::with_all(mtu, linux_addrs, configure, |c| c)
+    }
+
+    /// [`with`](Self::with), with the TAP's configuration adjusted by `tap` as in
+    /// [`with_tap`](Self::with_tap).
+    pub fn with_all(
+        mtu: usize,
+        linux_addrs: &[&str],
+        configure: impl FnOnce(&mut Config),
+        tap: impl FnOnce(TapConfig) -> TapConfig,
+    ) -> TapNet {
         Self::build::<SOCKETS>(
             mtu,
-            |netns, tap| netns.adopt_with(tap, linux_addrs),
+            |netns, name| netns.adopt_with(name, linux_addrs),
             configure,
-            |c| c,
+            tap,
         )
     }
 
