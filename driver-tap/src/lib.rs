@@ -181,7 +181,10 @@ pub struct TapConfig {
     /// hands it to TCP whole): [`Driver::poll_receive`] drops such packets, counted in
     /// [`TapStats::rx_errors`], which is why it is off by default (a stack that polls single
     /// frames would lose every large packet). The driver keeps enough tail slots posted for
-    /// [`MAX_GSO_FRAME`] bytes (32 of 2 KiB).
+    /// [`MAX_GSO_FRAME`] bytes (32 of 2 KiB). TSO with ECN (`TUN_F_TSO_ECN`) is not asked:
+    /// the kernel marks a super-segment for it only on a connection that negotiated ECN,
+    /// which zcnet's TCP never does, and without it the kernel cuts such a packet into
+    /// frames before the TAP (the ECN flag of a header that has it is ignored).
     pub rx_gso: bool,
 }
 
