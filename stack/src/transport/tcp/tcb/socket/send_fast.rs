@@ -184,15 +184,12 @@ impl Tcb<'_> {
         }
         self.arm_probe(now);
 
-        // Everything queued went out, with the ACK of everything received: nothing is due
-        // but a larger window or the timers.
+        // Everything queued went out, with the ACK of everything received and the window
+        // just worked out (a window update is due only once the window doubles past the one
+        // advertised): nothing is due but the timers.
         if end != self.local_seq_no + self.tx_buffer.len() {
             return Ok(Ok(None));
         }
-        Ok(Ok(Some(if self.window_to_update() {
-            PollAt::Now
-        } else {
-            self.timers_at()
-        })))
+        Ok(Ok(Some(self.timers_at())))
     }
 }
