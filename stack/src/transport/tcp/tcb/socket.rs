@@ -2682,7 +2682,10 @@ impl<'a> Tcb<'a> {
         // Loss recovery learns what the remote holds; enough SACKed above the first
         // unacknowledged byte starts recovery without waiting for duplicate ACKs.
         let snd_max = self.sent_max.unwrap_or(self.remote_last_seq);
-        let sack = self.remote_has_sack.then_some(&repr.sack_ranges[..]);
+        // (No blocks at all, the usual ACK: the scoreboard only advances, as recording none
+        // would do. The parser fills the blocks from the first.)
+        let sack = (self.remote_has_sack && repr.sack_ranges[0].is_some())
+            .then_some(&repr.sack_ranges[..]);
         let was_in_recovery = self.recovery.in_recovery();
         self.recovery
             .on_ack(self.local_seq_no, sack, snd_max, ack_len > 0);
