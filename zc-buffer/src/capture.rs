@@ -627,6 +627,10 @@ impl<D: Driver, S: PcapSink> Driver for Capture<'_, D, S> {
         Driver::flush(&mut self.inner)
     }
 
+    fn receive_deferral(&mut self) -> Option<core::time::Duration> {
+        self.inner.receive_deferral()
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
