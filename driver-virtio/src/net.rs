@@ -349,9 +349,10 @@ pub struct VirtioConfig {
     /// the queue then sits full while the guest waits: give the executor a tick of some
     /// microseconds when deferring (the example kernel runs 10 µs ticks and defers 50 µs).
     pub rx_defer: Duration,
-    /// The bytes (of Ethernet frames) a stretch must receive for its drained pass to be
-    /// deferred ([`rx_defer`](Self::rx_defer)); 64 KiB by default, about one large-receive
-    /// packet, far above what request/response traffic brings per wake.
+    /// The bytes a stretch must receive for its drained pass to be deferred
+    /// ([`rx_defer`](Self::rx_defer)), counted as the device wrote them (virtio-net headers
+    /// included); 64 KiB by default, about one large-receive packet, far above what
+    /// request/response traffic brings per wake.
     pub rx_defer_bytes: u32,
 }
 

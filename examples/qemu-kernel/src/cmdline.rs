@@ -48,9 +48,10 @@ pub enum IrqMode {
 
 /// `rx_defer`'s default, in microseconds: on, because it costs request/response traffic and
 /// an idle guest nothing (only stretches of `rx_defer_bytes` are deferred) and saves a bulk
-/// receiver nearly all its RX interrupts at the same throughput (BENCHMARKS.md, the kernel
-/// section). 50 µs, five of the executor's ticks, waits out most of the pauses between the
-/// host's bursts while the RX queue (256 buffers) lasts far longer.
+/// receiver nearly all its RX interrupts and about an eighth of its CPU per MB, for about a
+/// tenth of its rate under TCG (BENCHMARKS.md, the kernel section; `rx_defer=0` for the
+/// rate). 50 µs, five of the executor's ticks, waits out most of the pauses between the host's
+/// bursts while the RX queue (256 buffers) lasts far longer.
 pub const DEFAULT_RX_DEFER_US: u32 = 50;
 
 /// The most `virtio_mmio.device=` words kept (QEMU's microvm has 8 transports without ACPI).
