@@ -413,9 +413,9 @@ pub trait Driver {
     /// idle link are never deferred, so they pay no latency and an idle link no wakeups.
     ///
     /// Only a caller that asks gets deferred: a driver never leaves its interrupt off by itself
-    /// (its `Pending` always arms it), and taking it back here is what the caller's answer to
-    /// the question commits it to. The stack asks at the end of each ingress run that ended
-    /// on `Pending`.
+    /// (its `Pending` always arms it, as the waker rule above says), and a caller that asks
+    /// commits itself to poll again after the delay it gets back. The stack asks right after
+    /// each ingress run's last `poll_receive*` call when that call returned `Pending`.
     ///
     /// The default answers `None`: right for drivers without interrupts to moderate (TAP).
     fn receive_deferral(&mut self) -> Option<core::time::Duration> {
