@@ -579,6 +579,9 @@ struct GuestStats {
     virtio: Option<VirtioCounts>,
     /// NIC interrupts the guest took (`kernel.nic.interrupts`).
     interrupts: f64,
+    /// Wakeups from `hlt` by the guest's timer (`kernel.wakeups.timer`): with receive
+    /// deferral (`rx_defer`), the deferred polls among them.
+    timer_wakeups: f64,
 }
 
 fn stats(ns: &Netns) -> GuestStats {
@@ -611,9 +614,11 @@ fn stats(ns: &Netns) -> GuestStats {
                 shared_interrupts: n("shared_interrupts"),
                 tx_checksum_offloaded: n("tx_checksum_offloaded"),
                 rx_checksum_vouched: n("rx_checksum_valid") + n("rx_checksum_partial"),
+                rx_deferrals: n("rx_deferrals"),
             }
         }),
         interrupts: num(&["kernel", "nic", "interrupts"]),
+        timer_wakeups: num(&["kernel", "wakeups", "timer"]),
     }
 }
 
@@ -625,23 +630,30 @@ struct VirtioCounts {
     shared_interrupts: f64,
     tx_checksum_offloaded: f64,
     rx_checksum_vouched: f64,
+    rx_deferrals: f64,
 }
 
 /// What zcnet-virtio did between two readings of an iperf3 run of `mb` MB, for the log: RX,
-/// TX and shared (one line for both queues: INTx, virtio-mmio) interrupts per MB, and the
-/// frames whose checksums the device handled.
+/// TX and shared (one line for both queues: INTx, virtio-mmio) interrupts per MB, receive
+/// deferrals per MB, and the frames whose checksums the device handled; for either kernel,
+/// the guest's timer wakeups per MB.
 fn virtio_note(before: GuestStats, after: GuestStats, mb: f64) -> String {
+    let timer = format!(
+        "; {:.1} timer wakeups per MB",
+        (after.timer_wakeups - before.timer_wakeups) / mb
+    );
     match (before.virtio, after.virtio) {
         (Some(b), Some(a)) => format!(
-            " (RX {:.1} + TX {:.1} + shared {:.1} interrupts per MB; checksums: {:.0} sent \
-             partial, {:.0} received vouched for)",
+            " (RX {:.1} + TX {:.1} + shared {:.1} interrupts per MB, {:.1} RX deferrals per MB; \
+             checksums: {:.0} sent partial, {:.0} received vouched for){timer}",
             (a.rx_interrupts - b.rx_interrupts) / mb,
             (a.tx_interrupts - b.tx_interrupts) / mb,
             (a.shared_interrupts - b.shared_interrupts) / mb,
+            (a.rx_deferrals - b.rx_deferrals) / mb,
             a.tx_checksum_offloaded - b.tx_checksum_offloaded,
             a.rx_checksum_vouched - b.rx_checksum_vouched,
         ),
-        _ => String::new(),
+        _ => timer,
     }
 }
 

@@ -139,6 +139,7 @@ pub(crate) struct Counters {
     pub(crate) tx_checksum_completed: AtomicU64,
     pub(crate) tx_bad_checksum_mark: AtomicU64,
     pub(crate) rx_rechecks: AtomicU64,
+    pub(crate) rx_deferrals: AtomicU64,
     pub(crate) rx_merged: AtomicU64,
     pub(crate) rx_chains_dropped: AtomicU64,
     pub(crate) tx_gso: AtomicU64,
@@ -175,6 +176,7 @@ impl Counters {
             tx_checksum_completed: AtomicU64::new(0),
             tx_bad_checksum_mark: AtomicU64::new(0),
             rx_rechecks: AtomicU64::new(0),
+            rx_deferrals: AtomicU64::new(0),
             rx_merged: AtomicU64::new(0),
             rx_chains_dropped: AtomicU64::new(0),
             tx_gso: AtomicU64::new(0),
@@ -217,6 +219,7 @@ impl Counters {
             tx_checksum_completed: get(&self.tx_checksum_completed),
             tx_bad_checksum_mark: get(&self.tx_bad_checksum_mark),
             rx_rechecks: get(&self.rx_rechecks),
+            rx_deferrals: get(&self.rx_deferrals),
             rx_merged: get(&self.rx_merged),
             rx_chains_dropped: get(&self.rx_chains_dropped),
             tx_gso: get(&self.tx_gso),
@@ -298,6 +301,10 @@ pub struct VirtioStats {
     /// Drained RX passes that woke their caller to look again (frames had come in lately)
     /// instead of asking for an RX interrupt ([`VirtioConfig::rx_recheck`](crate::VirtioConfig::rx_recheck)).
     pub rx_rechecks: u64,
+    /// Drained RX passes whose interrupt request was taken back because the caller polls again
+    /// from a timer ([`VirtioConfig::rx_defer`](crate::VirtioConfig::rx_defer)); each is also
+    /// counted in `rx_interrupt_requests`, so the requests that stood are the difference.
+    pub rx_deferrals: u64,
     /// Packets received over several buffers (merged receive buffers: large receive).
     pub rx_merged: u64,
     /// Merged packets dropped because the caller took frames (`Driver::poll_receive`), not

@@ -2146,3 +2146,151 @@ fn chains_are_counted_by_descriptor_and_refused_when_the_device_cannot_take_them
         "refused chains went back"
     );
 }
+
+/// The delay the deferral tests configure.
+const DEFER: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// A driver deferring after stretches of three full frames (each `HDR + 1514` bytes in its
+/// buffer), rechecks off so that every drained pass is the end of a stretch.
+fn deferring() -> (Net, FakeDevice, &'static VirtioIrq) {
+    let config = VirtioConfig::new()
+        .with_rx_recheck(0)
+        .with_rx_defer(DEFER, 3 * (HDR as u32 + 1514));
+    let (net, device, _pool, irq) = setup_config(FEATURES, 64, config);
+    (net, device, irq)
+}
+
+/// The device receives `n` full frames; then one pass takes them all (polls until `Pending`).
+fn full_frames_then_pass(net: &mut Net, device: &FakeDevice, cx: &mut Context<'_>, n: u8) {
+    for i in 0..n {
+        assert!(device.receive(&frame(1514, i), None));
+    }
+    let mut taken = 0;
+    while net.poll_receive(cx).is_ready() {
+        taken += 1;
+    }
+    assert_eq!(taken, usize::from(n));
+}
+
+#[test]
+fn a_bulk_stretch_is_deferred_and_a_short_one_arms_the_interrupt() {
+    let (mut net, device, irq) = deferring();
+    let (count, w) = waker();
+    let mut cx = Context::from_waker(&w);
+    assert!(net.poll_receive(&mut cx).is_pending());
+    assert_eq!(
+        net.receive_deferral(),
+        None,
+        "nothing received: no deferral"
+    );
+
+    // A bulk burst: one interrupt, then the drained pass hands the queue to the caller's timer.
+    full_frames_then_pass(&mut net, &device, &mut cx, 4);
+    assert_eq!(device.interrupts(RX), 1);
+    assert_eq!(net.receive_deferral(), Some(DEFER));
+    assert_eq!(net.receive_deferral(), None, "one answer per drained pass");
+    assert_eq!(irq.stats().rx_deferrals, 1);
+    // The next bursts land while the caller waits for its timer: no interrupt, and each
+    // deferred poll that again takes a bulk stretch defers again.
+    for _ in 0..5 {
+        full_frames_then_pass(&mut net, &device, &mut cx, 3);
+        assert_eq!(net.receive_deferral(), Some(DEFER));
+    }
+    assert_eq!(device.interrupts(RX), 1, "the stream interrupted once");
+    assert_eq!(irq.stats().rx_deferrals, 6);
+    // The stream thins out: a stretch of two frames arms the interrupt again, and the caller
+    // waits for its waker.
+    full_frames_then_pass(&mut net, &device, &mut cx, 2);
+    assert_eq!(net.receive_deferral(), None);
+    assert_eq!(wakes(&count), 0);
+    assert!(device.receive(&frame(60, 1), None));
+    assert_eq!(device.interrupts(RX), 2);
+    assert_eq!(wakes(&count), 0, "the test delivers interrupts by hand");
+    irq.handle_rx_interrupt();
+    assert_eq!(wakes(&count), 1, "the interrupt wakes the caller");
+    assert!(net.poll_receive(&mut cx).is_ready());
+
+    // A deferred poll that finds nothing arms the interrupt: an idle link is not polled.
+    assert!(net.poll_receive(&mut cx).is_pending());
+    full_frames_then_pass(&mut net, &device, &mut cx, 3);
+    assert_eq!(net.receive_deferral(), Some(DEFER));
+    assert!(net.poll_receive(&mut cx).is_pending());
+    assert_eq!(net.receive_deferral(), None);
+    let interrupts = device.interrupts(RX);
+    assert!(device.receive(&frame(60, 2), None));
+    assert_eq!(device.interrupts(RX), interrupts + 1);
+}
+
+#[test]
+fn request_response_traffic_is_never_deferred() {
+    let (mut net, device, irq) = deferring();
+    let (count, w) = waker();
+    let mut cx = Context::from_waker(&w);
+    assert!(net.poll_receive(&mut cx).is_pending());
+    // A request per wake, even of full frames, two at a time: every one interrupts at once.
+    for round in 1..=20 {
+        full_frames_then_pass(&mut net, &device, &mut cx, 1 + (round % 2) as u8);
+        assert_eq!(net.receive_deferral(), None);
+        assert_eq!(device.interrupts(RX), round);
+    }
+    // Many small frames in one stretch stay below the threshold too.
+    for i in 0..8 {
+        assert!(device.receive(&frame(100, i), None));
+    }
+    while net.poll_receive(&mut cx).is_ready() {}
+    assert_eq!(net.receive_deferral(), None);
+    assert_eq!(irq.stats().rx_deferrals, 0);
+    assert_eq!(wakes(&count), 0);
+}
+
+#[test]
+fn a_deferral_stands_only_for_a_caller_that_asks_at_once() {
+    // Off by default: a bulk stretch keeps its interrupt request.
+    let (mut net, device, _pool, irq) = setup_config(FEATURES, 64, VirtioConfig::new());
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(net.poll_receive(&mut cx).is_pending());
+    for _ in 0..3 {
+        full_frames_then_pass(&mut net, &device, &mut cx, 8);
+        // (The default recheck: one more pass before the interrupt is asked for.)
+        assert!(net.poll_receive(&mut cx).is_pending());
+        assert_eq!(net.receive_deferral(), None);
+    }
+    assert_eq!(irq.stats().rx_deferrals, 0);
+
+    // A caller that does not ask gets the interrupt as without deferral.
+    let (mut net, device, irq) = deferring();
+    assert!(net.poll_receive(&mut cx).is_pending());
+    full_frames_then_pass(&mut net, &device, &mut cx, 4);
+    let interrupts = device.interrupts(RX);
+    assert!(device.receive(&frame(60, 1), None));
+    assert_eq!(device.interrupts(RX), interrupts + 1, "the interrupt stood");
+    // An offer not taken before the next poll lapses.
+    while net.poll_receive(&mut cx).is_ready() {}
+    full_frames_then_pass(&mut net, &device, &mut cx, 4);
+    assert!(net.poll_receive(&mut cx).is_pending());
+    assert_eq!(net.receive_deferral(), None);
+    assert_eq!(irq.stats().rx_deferrals, 0);
+
+    // With rechecks, the stretch spans the recheck passes: the pass that arms the interrupt
+    // after them is the one deferred.
+    let config = VirtioConfig::new()
+        .with_rx_recheck(1)
+        .with_rx_defer(DEFER, 3 * (HDR as u32 + 1514));
+    let (mut net, device, _pool, irq) = setup_config(FEATURES, 64, config);
+    let (count, w) = waker();
+    let mut cx = Context::from_waker(&w);
+    assert!(net.poll_receive(&mut cx).is_pending());
+    full_frames_then_pass(&mut net, &device, &mut cx, 3);
+    assert_eq!(wakes(&count), 1, "the recheck wake");
+    assert_eq!(
+        net.receive_deferral(),
+        None,
+        "not yet: the caller looks again"
+    );
+    assert!(net.poll_receive(&mut cx).is_pending());
+    assert_eq!(net.receive_deferral(), Some(DEFER));
+    assert_eq!(irq.stats().rx_deferrals, 1);
+    let interrupts = device.interrupts(RX);
+    assert!(device.receive(&frame(60, 3), None));
+    assert_eq!(device.interrupts(RX), interrupts, "deferred: no interrupt");
+}

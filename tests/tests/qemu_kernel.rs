@@ -512,6 +512,11 @@ print("udp ok")
     assert_eq!(code, "200", "GET /stats: {body}");
     check_stats(&body, machine);
     check_checksum_offload(&body);
+    // The kernel defers its RX interrupt after bulk stretches (`rx_defer`, on by default):
+    // the 20 MB echo and iperf3 into the guest went through deferred polls.
+    let j = json::parse(body.as_bytes()).unwrap_or_else(|e| panic!("/stats: {e}: {body}"));
+    let deferrals = j.path(&["virtio", "rx_deferrals"]).and_then(Json::as_u64);
+    assert!(deferrals.is_some_and(|d| d >= 1), "no RX deferral: {body}");
 
     exit_through_http(
         &mut qemu,

@@ -627,6 +627,10 @@ impl<D: Driver, S: PcapSink> Driver for Capture<'_, D, S> {
         Driver::flush(&mut self.inner)
     }
 
+    fn receive_deferral(&mut self) -> Option<core::time::Duration> {
+        self.inner.receive_deferral()
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
@@ -802,6 +806,8 @@ mod tests {
         refuse: bool,
         /// `Driver::flush` calls.
         flushes: usize,
+        /// What `Driver::receive_deferral` answers.
+        deferral: Option<core::time::Duration>,
     }
 
     impl Driver for Loopback {
@@ -826,6 +832,9 @@ mod tests {
         fn flush(&mut self) {
             self.flushes += 1;
         }
+        fn receive_deferral(&mut self) -> Option<core::time::Duration> {
+            self.deferral.take()
+        }
         fn capabilities(&self) -> Capabilities {
             Capabilities::new(self.medium, 1500)
         }
@@ -844,6 +853,7 @@ mod tests {
             medium,
             refuse: false,
             flushes: 0,
+            deferral: None,
         }
     }
 
@@ -1082,7 +1092,7 @@ mod tests {
     }
 
     #[test]
-    fn the_drivers_flush_reaches_the_wrapped_driver_and_the_sink_keeps_its_own() {
+    fn the_drivers_flush_and_deferral_reach_the_wrapped_driver_and_the_sink_keeps_its_flush() {
         static COUNTERS: CaptureCounters = CaptureCounters::new();
         let mut dev = Capture::new(loopback(Medium::Ethernet), Vec::new(), || 0, &COUNTERS);
         round_trip(&mut dev, 60);
@@ -1094,6 +1104,12 @@ mod tests {
             1,
             "the inherent flush is the sink's"
         );
+        // A receive deferral is the wrapped driver's answer.
+        assert_eq!(dev.receive_deferral(), None);
+        let delay = core::time::Duration::from_micros(50);
+        dev.inner_mut().deferral = Some(delay);
+        assert_eq!(dev.receive_deferral(), Some(delay));
+        assert_eq!(dev.inner_mut().deferral, None, "asked once");
     }
 
     #[test]

@@ -400,6 +400,28 @@ pub trait Driver {
     /// The default does nothing: right for drivers that notify their device as they go.
     fn flush(&mut self) {}
 
+    /// Receive interrupt moderation, for a caller with a timer: asked right after a
+    /// `poll_receive*` call returned `Pending`. `Some(delay)`: the driver has turned its receive
+    /// interrupt off again (its `Pending` had asked for it), and the caller polls again once
+    /// `delay` has passed, from a timer, whether or not it was woken meanwhile; `None`: the
+    /// `Pending` stands as it is, the caller waits for its waker.
+    ///
+    /// A driver answers `Some` only after a stretch that received a lot (a bulk stream, whose
+    /// next packets are likely to come within `delay`): instead of an interrupt per burst the
+    /// stream is polled from the timer, and the interrupt is asked for again when a deferred
+    /// poll finds little or nothing. Request/response traffic, a packet or two per wake, and an
+    /// idle link are never deferred, so they pay no latency and an idle link no wakeups.
+    ///
+    /// Only a caller that asks gets deferred: a driver never leaves its interrupt off by itself
+    /// (its `Pending` always arms it, as the waker rule above says), and a caller that asks
+    /// commits itself to poll again after the delay it gets back. The stack asks right after
+    /// each ingress run's last `poll_receive*` call when that call returned `Pending`.
+    ///
+    /// The default answers `None`: right for drivers without interrupts to moderate (TAP).
+    fn receive_deferral(&mut self) -> Option<core::time::Duration> {
+        None
+    }
+
     /// What the device can do. Constant for the driver's lifetime.
     fn capabilities(&self) -> Capabilities;
 

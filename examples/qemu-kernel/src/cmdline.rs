@@ -46,6 +46,14 @@ pub enum IrqMode {
     Intx,
 }
 
+/// `rx_defer`'s default, in microseconds: on, because it costs request/response traffic and
+/// an idle guest nothing (only stretches of `rx_defer_bytes` are deferred) and saves a bulk
+/// receiver nearly all its RX interrupts and about an eighth of its CPU per MB, for about a
+/// tenth of its rate under TCG (BENCHMARKS.md, the kernel section; `rx_defer=0` for the
+/// rate). 50 µs, five of the executor's ticks, waits out most of the pauses between the host's
+/// bursts while the RX queue (256 buffers) lasts far longer.
+pub const DEFAULT_RX_DEFER_US: u32 = 50;
+
 /// The most `virtio_mmio.device=` words kept (QEMU's microvm has 8 transports without ACPI).
 pub const MAX_VIRTIO_MMIO: usize = 8;
 
@@ -115,6 +123,14 @@ pub struct Cmdline {
     /// `lro=0` turns large receive off (zcnet-virtio's `VirtioConfig::large_receive`: merged
     /// RX buffers, the host's TCP segments of up to 64 KiB as frame chains); on by default.
     pub lro: bool,
+    /// `rx_defer=µs`: receive interrupt moderation (zcnet-virtio's `VirtioConfig::rx_defer`):
+    /// after a drained stretch of at least `rx_defer_bytes`, the stack polls the RX queue
+    /// again from a timer this many microseconds later (rounded up to the executor's tick,
+    /// `TICK`) instead of taking an interrupt; 0: off.
+    pub rx_defer_us: u32,
+    /// `rx_defer_bytes=N`: the stretch that qualifies for deferral
+    /// (`VirtioConfig::rx_defer_bytes`).
+    pub rx_defer_bytes: u32,
 }
 
 impl Default for Cmdline {
@@ -129,6 +145,8 @@ impl Default for Cmdline {
             csum: true,
             rx_recheck: 1,
             lro: true,
+            rx_defer_us: DEFAULT_RX_DEFER_US,
+            rx_defer_bytes: zcnet_virtio::VirtioConfig::new().rx_defer_bytes,
         }
     }
 }
@@ -162,6 +180,8 @@ impl Cmdline {
             "csum" => self.csum = parse_bool(value)?,
             "rx_recheck" => self.rx_recheck = value.parse().ok()?,
             "lro" => self.lro = parse_bool(value)?,
+            "rx_defer" => self.rx_defer_us = value.parse().ok()?,
+            "rx_defer_bytes" => self.rx_defer_bytes = value.parse().ok()?,
             "idle" => self.idle_secs = Some(value.parse().ok()?),
             "irq" => {
                 self.irq = match value {

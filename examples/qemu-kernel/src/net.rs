@@ -132,7 +132,11 @@ pub fn start(spawner: LocalSpawner, boot: &BootInfo) -> Result<Net, NetError> {
     let config = VirtioConfig::new()
         .with_checksum_offload(cmdline.csum)
         .with_rx_recheck(cmdline.rx_recheck)
-        .with_large_receive(cmdline.lro);
+        .with_large_receive(cmdline.lro)
+        .with_rx_defer(
+            core::time::Duration::from_micros(cmdline.rx_defer_us as u64),
+            cmdline.rx_defer_bytes,
+        );
     let driver: Nic =
         VirtioNet::with_config(transport, pool, &NET_IRQ, config).map_err(NetError::Driver)?;
     nic::note_doorbells(driver.transport());

@@ -174,6 +174,7 @@ fn virtio_json(s: &VirtioStats) -> Json {
         ("tx_checksum_completed", s.tx_checksum_completed.into()),
         ("tx_bad_checksum_mark", s.tx_bad_checksum_mark.into()),
         ("rx_rechecks", s.rx_rechecks.into()),
+        ("rx_deferrals", s.rx_deferrals.into()),
         ("rx_merged", s.rx_merged.into()),
         ("rx_chains_dropped", s.rx_chains_dropped.into()),
         ("tx_gso", s.tx_gso.into()),

@@ -47,6 +47,8 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
     }
     let budget = st.tasks.ingress_budget;
     let mut processed = 0;
+    // The driver answered `Pending`: the run drained its receive queue.
+    let mut drained = false;
     while processed < budget {
         let frame = match st.tasks.pending_rx.take() {
             Some(f) => f,
@@ -81,14 +83,20 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
                         }
                     }
                 }
-                Poll::Pending => break,
+                Poll::Pending => {
+                    drained = true;
+                    break;
+                }
             },
             None => match st.link.driver.poll_receive(cx) {
                 Poll::Ready(f) => {
                     counters.frame_in();
                     f
                 }
-                Poll::Pending => break,
+                Poll::Pending => {
+                    drained = true;
+                    break;
+                }
             },
         };
         // Datagrams for zero-copy sockets stop here (moved into the socket's queue, or dropped
@@ -169,6 +177,15 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
             counters.drop(reason);
         }
         processed += 1;
+    }
+    // Asked at once, so that an interrupt request the driver takes back stands as briefly as
+    // possible (`Driver::receive_deferral`): after a bulk stretch the driver is polled again
+    // from ingress's timer instead of interrupting at the sender's next burst.
+    if drained {
+        if let Some(delay) = st.link.driver.receive_deferral() {
+            let at = stack.inner.exec.now().saturating_add(delay);
+            st.tasks.arm_ingress_timer(at, cx.waker());
+        }
     }
     gro.end_run(&mut st, now, cx.waker(), counters);
     if processed == budget {

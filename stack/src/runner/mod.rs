@@ -134,6 +134,10 @@ pub(crate) struct Tasks {
     /// earlier (registering egress's waker) without waking egress just to re-arm it. Never
     /// moved: the state sits in `'static` [`StackResources`](crate::StackResources) memory.
     egress_timer: Sleep,
+    /// The ingress task's timer, for a driver that defers its receive interrupt
+    /// ([`Driver::receive_deferral`](zcnet_buffer::Driver::receive_deferral)): armed only after
+    /// a run that drained a bulk stream, never on an idle link. Pinned as `egress_timer` is.
+    ingress_timer: Sleep,
     /// Frames one ingress run handles at most before it yields.
     pub(crate) ingress_budget: usize,
     /// The executor's local spawner, given to `Runner::spawn`: with it the stack's signals to
@@ -152,9 +156,9 @@ pub(crate) struct Tasks {
 }
 
 impl Tasks {
-    /// No task has run yet; egress's timer is `timer` (disarmed), ingress handles at most
-    /// `ingress_budget` frames per run.
-    pub(crate) fn new(timer: Sleep, ingress_budget: usize) -> Self {
+    /// No task has run yet; egress's timer is `timer` and ingress's `ingress_timer` (both
+    /// disarmed), ingress handles at most `ingress_budget` frames per run.
+    pub(crate) fn new(timer: Sleep, ingress_timer: Sleep, ingress_budget: usize) -> Self {
         Self {
             ingress_waker: None,
             egress_waker: None,
@@ -163,6 +167,7 @@ impl Tasks {
             pending_rx_chain: None,
             egress_deadline: None,
             egress_timer: timer,
+            ingress_timer,
             ingress_budget: ingress_budget.max(1),
             local: None,
             pool_owner: None,
@@ -174,6 +179,19 @@ impl Tasks {
     pub(crate) fn signal_egress(&self) {
         if let Some(w) = &self.egress_waker {
             wake(self.local.as_ref(), w);
+        }
+    }
+
+    /// Arms ingress's timer to wake `waker` (ingress's) at `at`: the driver deferred its
+    /// receive interrupt and is to be polled again then. Re-armed at every deferral (one
+    /// timer-wheel relink each, a few per millisecond of a bulk stream at most).
+    pub(crate) fn arm_ingress_timer(&mut self, at: Instant, waker: &Waker) {
+        // SAFETY: as in `arm_egress_timer`: the state never moves once in `StackResources`.
+        let mut timer = unsafe { Pin::new_unchecked(&mut self.ingress_timer) };
+        timer.as_mut().reset(at);
+        if timer.poll(&mut Context::from_waker(waker)).is_ready() {
+            // Already due (a zero delay): ingress goes round again.
+            wake(self.local.as_ref(), waker);
         }
     }
 

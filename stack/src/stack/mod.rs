@@ -727,7 +727,11 @@ impl Stack {
                 carrier: crate::link::carrier::Link::new(),
                 neighbors: crate::link::neighbor::Neighbors::new(),
             },
-            tasks: crate::runner::Tasks::new(exec.sleep_until(Instant::MAX), config.ingress_budget),
+            tasks: crate::runner::Tasks::new(
+                exec.sleep_until(Instant::MAX),
+                exec.sleep_until(Instant::MAX),
+                config.ingress_budget,
+            ),
             shut_down: false,
             shutdown_waiters: crate::waiters::WaitList::new(),
             counters: None,
