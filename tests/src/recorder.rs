@@ -218,6 +218,10 @@ impl<D: Driver> Driver for Recording<D> {
         self.inner.flush()
     }
 
+    fn receive_deferral(&mut self) -> Option<Duration> {
+        self.inner.receive_deferral()
+    }
+
     fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
         self.inner.poll_transmit_frame(cx)
     }

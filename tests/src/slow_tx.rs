@@ -145,9 +145,26 @@ impl<D: Driver> SlowCompletion<D> {
     }
 }
 
+/// The receive side, flushes and the receive deferral are the inner driver's, as they are.
 impl<D: Driver> Driver for SlowCompletion<D> {
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
         self.inner.poll_receive(cx)
+    }
+
+    fn poll_receive_chain(&mut self, cx: &mut Context<'_>) -> Poll<zcnet_buffer::RxChain> {
+        self.inner.poll_receive_chain(cx)
+    }
+
+    fn poll_receive_packet(&mut self, cx: &mut Context<'_>) -> Poll<zcnet_buffer::RxPacket> {
+        self.inner.poll_receive_packet(cx)
+    }
+
+    fn receive_deferral(&mut self) -> Option<Duration> {
+        self.inner.receive_deferral()
+    }
+
+    fn flush(&mut self) {
+        self.inner.flush()
     }
 
     fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
