@@ -98,5 +98,5 @@ mod inert_transport;
 
 pub use irq::{VirtioIrq, VirtioStats};
 pub use net::{VirtioConfig, VirtioError, VirtioNet, MIN_RX_BUFFER, MTU};
-pub use notify::{Doorbells, PciNotify, DIRECT_QUEUES};
+pub use notify::{Doorbells, PciNotify, QueueAreas, DIRECT_QUEUES};
 pub use shared::SharedTransport;
