@@ -357,7 +357,10 @@ impl Guest {
         check_interrupted();
         let mut child = ns
             .command("qemu-system-x86_64")
-            .args(["-accel", "tcg", "-cpu", "max", "-m", GUEST_MEM, "-smp", "1"])
+            // One CPU; `maxcpus=2` keeps TCG (before QEMU 8.1) from dropping the guest's fences,
+            // which lost virtio interrupt requests (zcnet-virtio's crate docs).
+            .args(["-accel", "tcg", "-cpu", "max", "-m", GUEST_MEM])
+            .args(["-smp", "1,maxcpus=2"])
             .args(["-machine", machine().qemu_machine()])
             .args(["-display", "none", "-serial", "stdio", "-monitor", "none"])
             .args([

@@ -68,6 +68,21 @@
 //!
 //! `examples/qemu-kernel/` in the repository is a complete x86_64 kernel doing all three.
 //!
+//! ## QEMU before 8.1 under TCG with one CPU
+//!
+//! Asking for an interrupt is a store (`used_event`), a full fence, then a load (`used.idx`);
+//! the device does the mirror image, and the fences make sure one side sees the other. QEMU's
+//! TCG before 8.1 drops the guest's fences when the machine can only ever have one CPU
+//! (`-smp 1`), although its device emulation runs on another host thread: the guest's store
+//! can then still sit in the host's store buffer while both sides read the other's old value,
+//! and the interrupt is never raised. The driver then sleeps with used buffers on its RX ring
+//! until something else polls it; with [`VirtioConfig::with_rx_defer`] off nothing does, and a
+//! TCP stream into the guest stalls for good (in the example kernel, about one 8-second iperf3
+//! stream in several, at gigabits per second). The same race
+//! can lose a TX interrupt request or a notification the device asked for. Give such a QEMU
+//! `-smp 1,maxcpus=2` (still one CPU; TCG then keeps the fences), or use KVM, QEMU 8.1 or
+//! later, or real hardware, where the fences hold.
+//!
 //! ## Features
 //!
 //! * `log`: the driver logs through the [`log`](https://docs.rs/log) crate (target
@@ -98,5 +113,5 @@ mod inert_transport;
 
 pub use irq::{VirtioIrq, VirtioStats};
 pub use net::{VirtioConfig, VirtioError, VirtioNet, MIN_RX_BUFFER, MTU};
-pub use notify::{Doorbells, PciNotify, DIRECT_QUEUES};
+pub use notify::{Doorbells, PciNotify, QueueAreas, DIRECT_QUEUES};
 pub use shared::SharedTransport;

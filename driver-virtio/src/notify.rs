@@ -87,7 +87,28 @@ pub struct Doorbells<T> {
     pci: Option<PciNotify>,
     /// Queue `q`'s doorbell address, once `queue_set` has read it (0: none, use `inner`).
     bells: [usize; DIRECT_QUEUES],
+    /// Queue `q`'s areas as the driver gave them to `queue_set` (`None` until then).
+    areas: [Option<QueueAreas>; DIRECT_QUEUES],
     count: Option<&'static AtomicU64>,
+}
+
+/// Where a split virtqueue lives, as its driver gave it to the device (`Transport::queue_set`):
+/// for a diagnostic reader of the rings ([`Doorbells::queue_areas`]).
+///
+/// The driver area (the avail ring) holds `flags` at offset 0, `idx` at 2, the ring from 4 and,
+/// with `VIRTIO_F_EVENT_IDX`, `used_event` at `4 + 2 * size`; the device area (the used ring)
+/// holds `flags` at 0, `idx` at 2, `size` 8-byte elements from 4 and `avail_event` at
+/// `4 + 8 * size` (virtio 1.x, 2.7). All fields are little-endian `u16`s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueAreas {
+    /// Entries in the queue.
+    pub size: u32,
+    /// Physical address of the descriptor table.
+    pub descriptors: u64,
+    /// Physical address of the driver area (the avail ring).
+    pub driver_area: u64,
+    /// Physical address of the device area (the used ring).
+    pub device_area: u64,
 }
 
 impl<T: Transport> Doorbells<T> {
@@ -99,6 +120,7 @@ impl<T: Transport> Doorbells<T> {
             inner,
             pci: None,
             bells: [0; DIRECT_QUEUES],
+            areas: [None; DIRECT_QUEUES],
             count: None,
         }
     }
@@ -136,6 +158,14 @@ impl<T: Transport> Doorbells<T> {
             .get(usize::from(queue))
             .copied()
             .filter(|&a| a != 0)
+    }
+
+    /// Where queue `queue` (below [`DIRECT_QUEUES`]) lives, once the driver has set it up:
+    /// what a kernel reads to print the rings' indices when its network stalls (the device's
+    /// `used.idx` against the driver's `avail.idx` and `used_event`). `None` before
+    /// `queue_set`, after `queue_unset`, and for other queues.
+    pub fn queue_areas(&self, queue: u16) -> Option<QueueAreas> {
+        self.areas.get(usize::from(queue)).copied().flatten()
     }
 
     /// Reads `queue`'s doorbell address from the device (PCI layout only): selects the queue,
@@ -210,10 +240,21 @@ impl<T: Transport> Transport for Doorbells<T> {
         if let Some(slot) = self.bells.get_mut(usize::from(queue)) {
             *slot = bell;
         }
+        if let Some(slot) = self.areas.get_mut(usize::from(queue)) {
+            *slot = Some(QueueAreas {
+                size,
+                descriptors,
+                driver_area,
+                device_area,
+            });
+        }
     }
     fn queue_unset(&mut self, queue: u16) {
         if let Some(slot) = self.bells.get_mut(usize::from(queue)) {
             *slot = 0;
+        }
+        if let Some(slot) = self.areas.get_mut(usize::from(queue)) {
+            *slot = None;
         }
         self.inner.queue_unset(queue)
     }
@@ -316,6 +357,31 @@ mod tests {
         t.notify(1);
         assert_eq!(t.inner().notified[1], 1);
         assert_eq!(KICKS.load(Relaxed), 5, "every notification counted");
+    }
+
+    #[test]
+    fn queue_areas_are_what_queue_set_gave_until_queue_unset() {
+        let mut t = Doorbells::new(Inner::default());
+        assert_eq!(t.queue_areas(0), None, "nothing before queue_set");
+        t.queue_set(0, 256, 0x1000, 0x2000, 0x3000);
+        t.queue_set(1, 128, 0x5000, 0x6000, 0x7000);
+        t.queue_set(DIRECT_QUEUES as u16, 64, 0x9000, 0xa000, 0xb000);
+        let areas = |size, descriptors, driver_area, device_area| QueueAreas {
+            size,
+            descriptors,
+            driver_area,
+            device_area,
+        };
+        assert_eq!(t.queue_areas(0), Some(areas(256, 0x1000, 0x2000, 0x3000)));
+        assert_eq!(t.queue_areas(1), Some(areas(128, 0x5000, 0x6000, 0x7000)));
+        assert_eq!(
+            t.queue_areas(DIRECT_QUEUES as u16),
+            None,
+            "past the kept ones"
+        );
+        t.queue_unset(0);
+        assert_eq!(t.queue_areas(0), None, "forgotten at queue_unset");
+        assert_eq!(t.queue_areas(1), Some(areas(128, 0x5000, 0x6000, 0x7000)));
     }
 
     #[test]

@@ -188,7 +188,9 @@ impl Machine {
 }
 
 /// QEMU's arguments: TCG (no KVM on these machines) with CPU model `max` (RDRAND, the kernel's
-/// source for the stack's secret), `machine`, 256 MiB, no display, the serial
+/// source for the stack's secret), one CPU with `maxcpus=2` (TCG before QEMU 8.1 drops the
+/// guest's memory fences when the machine can only have one CPU, and virtio interrupt requests
+/// are then lost now and then: zcnet-virtio's crate docs), `machine`, 256 MiB, no display, the serial
 /// port on stdio, no reboot, `isa-debug-exit` at 0xf4, the PVH `kernel` with command line
 /// `append`, and the machine's virtio-net ([`Machine::nic_args`]) on `-netdev <netdev>`, whose
 /// id must be `n0` (e.g. `user,id=n0,hostfwd=tcp:127.0.0.1:8080-:80`).
@@ -198,6 +200,8 @@ pub fn qemu_args(machine: Machine, kernel: &Path, netdev: &str, append: &str) ->
         "tcg",
         "-cpu",
         "max",
+        "-smp",
+        "1,maxcpus=2",
         "-machine",
         machine.qemu_machine(),
         "-m",

@@ -17,7 +17,7 @@ use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use virtio_drivers::transport::SomeTransport;
-use zcnet_virtio::Doorbells;
+use zcnet_virtio::{Doorbells, QueueAreas};
 
 use crate::cmdline::{BootInfo, IrqMode};
 use crate::mmio::{self, MmioError, NicMmio};
@@ -122,6 +122,56 @@ static DIRECT_DOORBELLS: AtomicBool = AtomicBool::new(false);
 pub fn note_doorbells(transport: &NicTransport) {
     let direct = transport.doorbell(0).is_some() && transport.doorbell(1).is_some();
     DIRECT_DOORBELLS.store(direct, Relaxed);
+    QUEUES.call_once(|| [transport.queue_areas(0), transport.queue_areas(1)]);
+}
+
+/// Where the zcnet driver's RX (0) and TX (1) virtqueues live, noted by [`note_doorbells`].
+static QUEUES: spin::Once<[Option<QueueAreas>; 2]> = spin::Once::new();
+
+/// The RX and TX virtqueues' indices as they are in memory now, for the console when the
+/// network seems stuck ([`Display`](fmt::Display): one `rx{..} tx{..}` line; empty before the
+/// driver set its queues up).
+///
+/// Per queue: `avail` (the driver's `avail.idx`: buffers ever posted), `used` (the device's
+/// `used.idx`: buffers ever returned), `used_event` (the driver asks for an interrupt once
+/// `used` passes it; one behind the driver's last popped index means "no interrupt"),
+/// `avail_event` (the device asks for a notification once `avail` passes it) and the two
+/// `flags` words. With the driver's `rx_posted` / `tx_in_flight` counters (`avail` minus the
+/// driver's last popped index) this tells whether the device holds buffers, has returned ones
+/// the driver never took, and whether an interrupt was asked for.
+#[derive(Clone, Copy, Debug)]
+pub struct Rings;
+
+impl fmt::Display for Rings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(queues) = QUEUES.get() else {
+            return Ok(());
+        };
+        for (name, areas) in ["rx", "tx"].iter().zip(queues) {
+            let Some(q) = areas else { continue };
+            let size = q.size as u64;
+            let read = |addr: u64| -> u16 {
+                // SAFETY: `addr` lies in a virtqueue area the driver gave the device (the
+                // layout in `QueueAreas`' docs, `size` entries); the kernel identity-maps its
+                // RAM and never frees virtqueues (the driver lives for the kernel's whole life).
+                // The device may write the field meanwhile: a volatile read of an aligned `u16`
+                // is a snapshot.
+                u16::from_le(unsafe { (addr as *const u16).read_volatile() })
+            };
+            write!(
+                f,
+                "{name}{{avail={} used={} used_event={} avail_event={} avail_flags={:#x} \
+                 used_flags={:#x}}} ",
+                read(q.driver_area + 2),
+                read(q.device_area + 2),
+                read(q.driver_area + 4 + 2 * size),
+                read(q.device_area + 4 + 8 * size),
+                read(q.driver_area),
+                read(q.device_area),
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// The virtio feature bits the driver accepted, once it has initialised the device; 0 for a

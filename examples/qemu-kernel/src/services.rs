@@ -20,17 +20,19 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 
-use zcnet_buffer::LinkState;
+use zcnet_buffer::{FramePool, LinkState};
 use zcnet_examples::echo::{EchoConfig, EchoServer, UdpEcho};
 use zcnet_examples::http::{DriverStats, ExtraRoutes, ExtraStats, HttpConfig, HttpServer};
 use zcnet_examples::iperf3::{CpuTime, Iperf3Config, Iperf3Server};
 use zcnet_examples::json::{object, Json};
 use zcnet_executor::{time, LocalSpawner};
+use zcnet_stack::StatsReader;
 use zcnet_virtio::VirtioStats;
 
 use crate::cmdline::Cmdline;
 use crate::exit::{exit, ExitCode};
 use crate::net::{Net, NET_IRQ};
+use crate::nic;
 use crate::nic_irq::Routing;
 use crate::platform::{self, wakeups};
 
@@ -55,6 +57,7 @@ const EXIT_GRACE: Duration = Duration::from_millis(200);
 /// Starts the servers and the kernel's own tasks on `spawner`. A server that cannot bind is
 /// reported and left out; the others still run.
 pub fn spawn(net: Net, cmdline: Cmdline, spawner: LocalSpawner) {
+    NIC_STATE_SOURCES.call_once(|| (net.pool, net.stack.stats_reader()));
     let http = HttpConfig {
         index_html: INDEX_HTML,
         backlog: 16,
@@ -254,8 +257,27 @@ pub fn kernel_json(routing: Routing) -> Json {
     ])
 }
 
+/// Prints the iperf3 server's line, then the NIC's state ([`print_nic_state`]): a test's end,
+/// or a test given up on (`client too slow`), is when a stuck receive or transmit path shows.
 fn iperf3_log(line: fmt::Arguments<'_>) {
     println!("iperf3: {line}");
+    print_nic_state();
+}
+
+/// The frame pool and the stack's counters, for [`print_nic_state`] (which `iperf3_log`, a plain
+/// `fn`, calls without a `Net` at hand).
+static NIC_STATE_SOURCES: spin::Once<(&'static FramePool, StatsReader)> = spin::Once::new();
+
+/// Prints, on lines starting `nic-state:`, the virtqueues' indices as they are in memory
+/// ([`nic::Rings`]), the driver's counters, the frame pool's occupancy and the stack's
+/// counters.
+fn print_nic_state() {
+    println!("nic-state: rings: {}", nic::Rings);
+    println!("nic-state: virtio: {:?}", NET_IRQ.stats());
+    if let Some((pool, stats)) = NIC_STATE_SOURCES.get() {
+        println!("nic-state: pool: {:?}", pool.occupancy());
+        println!("nic-state: stack: {:?}", stats.snapshot());
+    }
 }
 
 /// The kernel's CPU time: everything outside `hlt` (there is no user mode).
