@@ -3,7 +3,8 @@
 //! defers as zcnet-virtio does. A bulk stream into B is polled from ingress's timer after each
 //! large drained stretch, the deferred poll comes no sooner than asked unless something else
 //! woke ingress, the stream takes fewer interrupts than without deferral, request/response
-//! traffic is never deferred, and an idle link ends with the interrupt armed and no polls.
+//! traffic is never deferred, an idle link ends with the interrupt armed and no polls, and a
+//! shutdown takes a standing deferral's timer off the executor's wheel.
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
@@ -316,4 +317,60 @@ fn a_bulk_stream_is_polled_from_the_timer_and_an_idle_link_keeps_its_interrupt_a
     assert_eq!(l.deferred_at, None);
     drop(l);
     p.assert_slots_back();
+}
+
+/// Shutting both stacks down while a deferral stands (B's ingress timer armed, its poll not
+/// yet due) leaves nothing on the executor's timer wheel.
+#[test]
+fn shutdown_takes_a_standing_deferral_off_the_wheel() {
+    let (p, line) = moderated_pair(true);
+    let [a, b] = p.stacks;
+    let spawner = p.exec.local_spawner();
+    let server = spawner.spawn(async move {
+        let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(65536, 65536)).unwrap();
+        s.accept(9000).await.unwrap();
+        let mut buf = vec![0u8; 8192];
+        // Until the stack shuts down under it.
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    });
+    let client = spawner.spawn(async move {
+        let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(65536, 65536)).unwrap();
+        if c.connect(IpEndpoint::new(ADDR[1].into(), 9000))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let data = vec![0x5au8; LEN];
+        let _ = c.write_all(&data).await;
+    });
+    // Run on simulated time, a step at a time, until a deferral stands.
+    let mut steps = 0;
+    while line.lock().unwrap().deferred_at.is_none() {
+        steps += 1;
+        assert!(steps < 100_000, "no deferral granted");
+        if p.exec.run_until_idle() == 0 {
+            p.exec.block_on(p.exec.sleep(Duration::from_micros(10)));
+        }
+    }
+    assert!(p.exec.armed_timers() > 0);
+    let _ = a.shutdown().unwrap();
+    let _ = b.shutdown().unwrap();
+    p.exec.run_until_idle();
+    p.exec.block_on(async {
+        server.await;
+        client.await;
+    });
+    let l = line.lock().unwrap();
+    assert_eq!(
+        l.deferred_polls.len() as u64 + 1,
+        l.deferrals,
+        "the standing deferral's poll never came"
+    );
+    drop(l);
+    assert_eq!(p.exec.armed_timers(), 0, "nothing left on the wheel");
 }

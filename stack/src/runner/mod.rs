@@ -195,6 +195,13 @@ impl Tasks {
         }
     }
 
+    /// Takes ingress's timer off the wheel (the stack is shut down: no deferred poll is due).
+    pub(crate) fn disarm_ingress_timer(&mut self) {
+        // SAFETY: as in `arm_egress_timer`: the state never moves once in `StackResources`.
+        let timer = unsafe { Pin::new_unchecked(&mut self.ingress_timer) };
+        timer.reset(Instant::MAX);
+    }
+
     /// Arms egress's timer for `at` (`None`: disarms it) with egress's `waker`; `now` tells an
     /// armed deadline from one that has passed.
     pub(crate) fn arm_egress_timer(

@@ -97,12 +97,13 @@ fn teardown(st: &mut State) -> Result<StackDriver, StackError> {
     // TCP: orphans go, the rest close with the cause their operations report.
     let removed = st.tcp.shut_down();
     st.socket_count -= removed;
-    // Tasks: the timer leaves the wheel, then ingress and egress run once more and end.
+    // Tasks: the timers leave the wheel, then ingress and egress run once more and end.
     st.tasks.arm_egress_timer(
         smoltcp::time::Instant::ZERO,
         None,
         core::task::Waker::noop(),
     );
+    st.tasks.disarm_ingress_timer();
     if let Some(w) = st.tasks.egress_waker.take() {
         w.wake();
     }
