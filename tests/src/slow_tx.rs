@@ -218,7 +218,11 @@ impl<D: Driver> Driver for SlowCompletion<D> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        // Frames only: the device model holds one slot per hand-off, so a super-segment is
+        // cut into frames by the stack (software GSO) rather than handed over as a chain.
+        self.inner
+            .capabilities()
+            .with_gso(0, zcnet_buffer::GsoKinds::empty())
     }
 
     fn hardware_address(&self) -> HardwareAddress {
