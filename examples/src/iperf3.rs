@@ -1475,7 +1475,9 @@ async fn run_test(ctrl: &mut TcpSocket, shared: &Shared) -> Result<TestSummary, 
     match &mut streams {
         // The streams are finished with: close them as iperf3's own server does (FIN after
         // what is queued; a reset would fail a client still reading, as it may with -R).
-        // Dropped, they finish closing in the background.
+        // Dropped, they finish closing in the background; a stream that still holds data the
+        // client sent is reset by the stack instead (nobody reads it now), which frees its
+        // frames and budget at once, as Linux does for iperf3's own server.
         Streams::Tcp(socks) => socks.iter_mut().for_each(TcpSocket::close),
         // Dropped, the socket is unbound: later datagrams go to smoltcp, which has no socket
         // for them.

@@ -1087,14 +1087,29 @@ impl Drop for TcpSocket {
     /// socket keeps its slot in the stack's socket storage; once in TIME-WAIT, only until a new
     /// socket finds no free slot (see
     /// [`StackStats::time_wait_evictions`](crate::StackStats::time_wait_evictions)).
+    ///
+    /// A socket dropped with received data it has not read is reset instead, and so is a
+    /// dropped socket that receives data later (RFC 1122, 4.2.2.13): nobody can read that
+    /// data, and a peer with more to send would otherwise keep the closing connection, its
+    /// received frames and its pool budget, waiting for a window that never opens. Counted in
+    /// [`StackStats::tcp_unread_resets`](crate::StackStats::tcp_unread_resets).
     fn drop(&mut self) {
         let handle = self.conn.handle;
         let now = self.conn.stack.now();
+        let counters = &self.conn.stack.inner.counters;
         self.conn.stack.with(|st| {
-            let lingering = st.with_tcb(handle, |s, _| match s.state() {
+            let lingering = st.with_tcb(handle, |s, st| match s.state() {
                 // An abort whose RST egress has not sent yet: kept until it is sent.
                 TcpState::Closed => s.remote_endpoint().is_some(),
                 TcpState::Listen | TcpState::SynSent => false,
+                // Unread data: reset, kept until the RST is sent.
+                _ if s.can_recv() => {
+                    event!(tcp_aborted(s));
+                    st.meta.set_cause(CloseCause::Aborted);
+                    s.abort();
+                    counters.tcp_unread_reset();
+                    true
+                }
                 _ => {
                     s.close();
                     s.set_timeout(Some(LINGER));
