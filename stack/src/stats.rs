@@ -184,11 +184,11 @@ pub struct StackStats {
     /// [`set_timeout`](crate::tcp::TcpSocket::set_timeout). `connect_timeout` giving up is the
     /// application's choice and not counted.
     pub tcp_timed_out: u64,
-    /// TCP connections the stack reset because received data could never be read: the
-    /// application dropped the socket with data it had not read, or data came for a socket it
-    /// had already dropped (RFC 1122, 4.2.2.13: a RST tells the peer the data was lost). The
-    /// connection's frames go back to the pool when its RST is sent, instead of sitting in a
-    /// closing connection whose peer waits for the window to open.
+    /// TCP connections the stack reset because data came for a socket the application had
+    /// dropped: nobody could read it (RFC 1122, 4.2.2.13: a RST tells the peer the data was
+    /// lost). Data a socket had not read when it was dropped is discarded then, which opens the
+    /// window; a peer with more to send is reset when it sends, instead of keeping the closing
+    /// connection (and its pool budget) by probing a closed window.
     pub tcp_unread_resets: u64,
     /// Batches of two or more in-order TCP segments of one connection that ingress gave to
     /// the connection in one pass (software GRO, see the crate's TCP docs).

@@ -1,10 +1,12 @@
 //! A server that lets go of a connection whose received data it never read (an iperf3 server at
 //! the end of a test: the client's last bytes still in its receive buffer, more queued at the
-//! client behind a closed window). Nobody can read that data any more, so the stack resets the
-//! connection (RFC 1122, 4.2.2.13) and the connection's frames and pool budget come back at
-//! once. Kept as a closing connection instead, it would hold its full receive buffer of frames
+//! client behind a closed window). Nobody can read that data any more: the stack discards it
+//! when the socket drops (its frames go back to the pool, the window opens), and resets the
+//! connection when more data comes (RFC 1122, 4.2.2.13), so its pool budget comes back at once
+//! too. Kept as a closing connection instead, it would hold its full receive buffer of frames
 //! and its budget for as long as the peer keeps probing the zero window, and a listener on a
-//! pool budget that fits a few such connections could not re-arm after a few of them.
+//! pool budget that fits a few such connections could not re-arm after a few of them. A peer
+//! that sends nothing more (a request refused unread) gets the answer and the FIN, no reset.
 
 use std::time::Duration;
 
@@ -71,7 +73,7 @@ async fn accept_and_leave_unread(l: &mut TcpListener) {
 }
 
 /// One round: a [`flood`] client, the server accepts it on `l` and leaves its data unread;
-/// the client must be reset within 5 s (`round` names the round in the failure).
+/// the client must be reset within a second (`round` names the round in the failure).
 fn flood_left_unread(p: &Pair, l: &mut TcpListener, round: usize) {
     let [a, b] = p.stacks;
     let client = p.exec.local_spawner().spawn(flood(a));
@@ -82,7 +84,7 @@ fn flood_left_unread(p: &Pair, l: &mut TcpListener, round: usize) {
     });
     let ended = p
         .exec
-        .block_on(async move { timeout(Duration::from_secs(5), client).await });
+        .block_on(async move { timeout(Duration::from_secs(1), client).await });
     assert_eq!(
         ended,
         Ok(Err(TcpError::ConnectionReset)),
@@ -180,4 +182,48 @@ fn connections_left_unread_give_their_budget_back_to_the_listener() {
     drop(l);
     p.exec.block_on(sleep(Duration::from_millis(10)));
     p.assert_slots_back();
+}
+
+/// The server reads the start of what the client sent, answers, and drops the socket with the
+/// rest unread; the client sends nothing more. The unread data is discarded, the client reads
+/// the answer and the FIN (no reset), and the server's slots come back.
+#[test]
+fn a_request_left_partly_unread_still_gets_its_answer_and_fin() {
+    let p = virtual_pair(None);
+    let [a, b] = p.stacks;
+    let server = p.exec.local_spawner().spawn(async move {
+        let mut l = TcpListener::bind(b, PORT, BACKLOG, server_buffers).unwrap();
+        let mut s = l.accept().await.expect("accept");
+        // Everything the client sent arrives meanwhile.
+        sleep(Duration::from_millis(100)).await;
+        let mut head = [0u8; 16];
+        let n = s.read(&mut head).await.unwrap();
+        assert!(n > 0);
+        s.write_all(b"413 too long").await.unwrap();
+        drop(s);
+        l
+    });
+    let got = p.exec.block_on(async move {
+        let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(4096, 16 * 1024)).unwrap();
+        c.connect(IpEndpoint::new(ADDR[1].into(), PORT))
+            .await
+            .unwrap();
+        c.write_all(&[0x5a; SERVER_RX / 2]).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        loop {
+            match timeout(Duration::from_secs(5), c.read(&mut buf)).await {
+                Ok(Ok(0)) => return Ok(got),
+                Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => panic!("no FIN from the server; server {:?}", b.stats()),
+            }
+        }
+    });
+    assert_eq!(got, Ok(b"413 too long".to_vec()));
+    let l = p.exec.block_on(server);
+    assert_eq!(b.stats().tcp_unread_resets, 0, "{:?}", b.stats());
+    p.exec.block_on(sleep(Duration::from_millis(10)));
+    assert_slots_back(p.pools[1], 0);
+    drop(l);
 }
