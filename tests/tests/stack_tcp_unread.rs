@@ -48,11 +48,17 @@ fn virtual_pair(server_budget: Option<usize>) -> Pair {
     )
 }
 
+/// A client socket on `a` (64 KiB to send) connected to the server.
+async fn connect(a: Stack) -> Result<TcpSocket, TcpError> {
+    let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(4096, 64 * 1024)).unwrap();
+    c.connect(IpEndpoint::new(ADDR[1].into(), PORT)).await?;
+    Ok(c)
+}
+
 /// A client that connects to the server and sends [`CLIENT_SENDS`] bytes, more than the
 /// server's window lets through; returns how the writing ended.
 async fn flood(a: Stack) -> Result<(), TcpError> {
-    let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(4096, 64 * 1024)).unwrap();
-    c.connect(IpEndpoint::new(ADDR[1].into(), PORT)).await?;
+    let mut c = connect(a).await?;
     c.write_all(&[0x5a; CLIENT_SENDS]).await?;
     // Everything was taken: wait for the end the server chooses.
     let mut buf = [0u8; 64];
@@ -130,10 +136,7 @@ fn data_for_a_dropped_socket_resets_the_connection() {
         l
     });
     let ended = p.exec.block_on(async move {
-        let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(4096, 64 * 1024)).unwrap();
-        c.connect(IpEndpoint::new(ADDR[1].into(), PORT))
-            .await
-            .unwrap();
+        let mut c = connect(a).await.unwrap();
         c.write_all(b"hello").await.unwrap();
         // The server's FIN: it read the greeting and let go of the socket.
         let mut buf = [0u8; 8];
@@ -204,10 +207,7 @@ fn a_request_left_partly_unread_still_gets_its_answer_and_fin() {
         l
     });
     let got = p.exec.block_on(async move {
-        let mut c = TcpSocket::new(a, TcpBuffers::with_capacity(4096, 16 * 1024)).unwrap();
-        c.connect(IpEndpoint::new(ADDR[1].into(), PORT))
-            .await
-            .unwrap();
+        let mut c = connect(a).await.unwrap();
         c.write_all(&[0x5a; SERVER_RX / 2]).await.unwrap();
         let mut got = Vec::new();
         let mut buf = [0u8; 64];
