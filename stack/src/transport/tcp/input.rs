@@ -223,6 +223,7 @@ fn connection_answer(
     // until the peer gives up on a window that never opens. The RST replaces the answer.
     let unread = e.meta.orphaned() && e.tcb.can_recv() && e.tcb.state() != TcpState::Closed;
     if unread {
+        event!(tcp_aborted(e.tcb));
         e.meta.set_cause(CloseCause::Aborted);
         e.tcb.abort();
         counters.tcp_unread_reset();
