@@ -218,9 +218,10 @@ fn connection_answer(
     let drops = e.tcb.take_rx_drops();
     counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));
     counters.drop_n(DropReason::TcpOutOfOrderPurged, u64::from(drops.purged));
-    // Data for a socket its owner dropped (dropped with unread data, it was reset then): nobody
-    // will read it, so reset the connection (RFC 1122, 4.2.2.13) instead of holding its frames
-    // until the peer gives up on a window that never opens. The RST replaces the answer.
+    // Data for a socket its owner dropped (what it had not read was discarded at the drop, so
+    // any readable data is new): nobody will read it, so reset the connection (RFC 1122,
+    // 4.2.2.13) instead of holding its frames until the peer gives up on a window that never
+    // opens. The RST replaces the answer.
     let unread = e.meta.orphaned() && e.tcb.can_recv() && e.tcb.state() != TcpState::Closed;
     if unread {
         event!(tcp_aborted(e.tcb));
