@@ -858,6 +858,7 @@ pub fn stats_json(
         ("listener_rearm_failures", s.listener_rearm_failures.into()),
         ("time_wait_evictions", s.time_wait_evictions.into()),
         ("tcp_timed_out", s.tcp_timed_out.into()),
+        ("tcp_unread_resets", s.tcp_unread_resets.into()),
         ("link_up", Json::Bool(stack.link_state() == LinkState::Up)),
         ("link_downs", s.link_downs.into()),
         ("drops", drops),

@@ -1475,7 +1475,10 @@ async fn run_test(ctrl: &mut TcpSocket, shared: &Shared) -> Result<TestSummary, 
     match &mut streams {
         // The streams are finished with: close them as iperf3's own server does (FIN after
         // what is queued; a reset would fail a client still reading, as it may with -R).
-        // Dropped, they finish closing in the background.
+        // Dropped, they finish closing in the background. The stack discards what a stream
+        // received and we did not read, and resets a stream whose client sends more (it
+        // usually has more queued when the test ends), so the streams' frames and pool budget
+        // come back at once.
         Streams::Tcp(socks) => socks.iter_mut().for_each(TcpSocket::close),
         // Dropped, the socket is unbound: later datagrams go to smoltcp, which has no socket
         // for them.

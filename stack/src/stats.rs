@@ -184,6 +184,12 @@ pub struct StackStats {
     /// [`set_timeout`](crate::tcp::TcpSocket::set_timeout). `connect_timeout` giving up is the
     /// application's choice and not counted.
     pub tcp_timed_out: u64,
+    /// TCP connections the stack reset because data came for a socket the application had
+    /// dropped: nobody could read it (RFC 1122, 4.2.2.13: a RST tells the peer the data was
+    /// lost). Data a socket had not read when it was dropped is discarded then, which opens the
+    /// window; a peer with more to send is reset when it sends, instead of keeping the closing
+    /// connection (and its pool budget) by probing a closed window.
+    pub tcp_unread_resets: u64,
     /// Batches of two or more in-order TCP segments of one connection that ingress gave to
     /// the connection in one pass (software GRO, see the crate's TCP docs).
     pub gro_batches: u64,
@@ -267,6 +273,7 @@ pub(crate) struct Counters {
     link_downs: AtomicU64,
     challenge_acks_withheld: AtomicU64,
     tcp_timed_out: AtomicU64,
+    tcp_unread_resets: AtomicU64,
     gro_batches: AtomicU64,
     gro_segments: AtomicU64,
     rx_chains: AtomicU64,
@@ -306,6 +313,7 @@ impl Counters {
             link_downs: AtomicU64::new(0),
             challenge_acks_withheld: AtomicU64::new(0),
             tcp_timed_out: AtomicU64::new(0),
+            tcp_unread_resets: AtomicU64::new(0),
             gro_batches: AtomicU64::new(0),
             gro_segments: AtomicU64::new(0),
             rx_chains: AtomicU64::new(0),
@@ -401,6 +409,11 @@ impl Counters {
         bump(&self.tcp_timed_out);
     }
 
+    /// A TCP connection reset because received data could never be read.
+    pub(crate) fn tcp_unread_reset(&self) {
+        bump(&self.tcp_unread_resets);
+    }
+
     /// A batch of `segments` TCP segments taken in one pass (counted from two up).
     pub(crate) fn gro_batch(&self, segments: u32) {
         if segments > 1 {
@@ -469,6 +482,7 @@ impl Counters {
             link_downs: self.link_downs.load(Relaxed),
             challenge_acks_withheld: self.challenge_acks_withheld.load(Relaxed),
             tcp_timed_out: self.tcp_timed_out.load(Relaxed),
+            tcp_unread_resets: self.tcp_unread_resets.load(Relaxed),
             gro_batches: self.gro_batches.load(Relaxed),
             gro_segments: self.gro_segments.load(Relaxed),
             rx_chains: self.rx_chains.load(Relaxed),

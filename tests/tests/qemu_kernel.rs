@@ -364,8 +364,8 @@ fn iperf3(netns: &Netns, extra: &[&str]) -> (f64, f64) {
 
 /// A TAP in a namespace of the test's own, QEMU running inside it: the guest leases its address
 /// from dnsmasq, answers 100 pings without loss, echoes 20 MB of TCP byte-exact (SHA-256) while
-/// the client writes and reads concurrently, serves `iperf3 -c` and `-R`, echoes UDP, and exits
-/// 33 on `GET /exit`.
+/// the client writes and reads concurrently, serves `iperf3 -c`, `-R` and two `-P 4` tests in
+/// a row, holds no pool slot in the stack after them, echoes UDP, and exits 33 on `GET /exit`.
 fn qemu_kernel_over_tap_in_a_netns_dhcp_ping_echo_iperf3(machine: Machine) {
     require_tool(QEMU, "--version", "qemu-system-x86");
     for (tool, package) in [
@@ -488,6 +488,12 @@ print("seconds", round(time.monotonic() - t0, 2))
 
     iperf3(&netns, &[]);
     iperf3(&netns, &["-R"]);
+    // Tests in a row where the guest receives end with the client's last data unread in the
+    // guest's streams; the stack discards it and resets the streams when the client sends
+    // more, so their frames and TCP budget come back: the second four-stream test finds the
+    // listener re-armed, and `/stats` below finds no slot held by the stack.
+    iperf3(&netns, &["-P", "4"]);
+    iperf3(&netns, &["-P", "4"]);
 
     // UDP echo: a few datagrams of different sizes, each answered byte-exact.
     let script = format!(
@@ -517,6 +523,12 @@ print("udp ok")
     let j = json::parse(body.as_bytes()).unwrap_or_else(|e| panic!("/stats: {e}: {body}"));
     let deferrals = j.path(&["virtio", "rx_deferrals"]).and_then(Json::as_u64);
     assert!(deferrals.is_some_and(|d| d >= 1), "no RX deferral: {body}");
+    let held = j.path(&["pool", "stack"]).and_then(Json::as_u64);
+    assert_eq!(
+        held,
+        Some(0),
+        "slots held by the stack after the tests: {body}"
+    );
 
     exit_through_http(
         &mut qemu,

@@ -586,6 +586,49 @@ fn iperf3_client_measures_zcnet_normal_reverse_and_parallel() {
     assert_eq!(stats.tests_failed(), 0, "{:?}", stats.last_error());
 }
 
+/// iperf3 tests in a row on one server, each followed by a pool audit that wants every slot
+/// back. A test where zcnet receives ends with the client's last data unread in the server's
+/// stream sockets (and more queued at the client behind the closed window); the server closes
+/// and drops them, and the stack resets them (counted in `tcp_unread_resets`) so that their
+/// frames come back at once. Kept open until the client's zero-window probing gave up, each
+/// would hold a receive buffer of frames and its pool budget, and after a few tests the
+/// listener could not re-arm for the next test's streams.
+#[test]
+fn iperf3_tests_in_a_row_give_every_slot_back() {
+    require_tool("iperf3", "iperf3");
+    let net = TapNet::new(1500);
+    let stats = iperf3_server(&net);
+    let tests: [&[&str]; 6] = [
+        &[],
+        &["-R"],
+        &["-P", "4"],
+        &[],
+        &["-R", "-P", "4"],
+        &["-P", "4"],
+    ];
+    let mut receiving_streams = 0;
+    for (i, extra) in tests.into_iter().enumerate() {
+        iperf3_run(&net, &stats, extra);
+        if !extra.contains(&"-R") {
+            receiving_streams += if extra.contains(&"-P") { 4 } else { 1 };
+        }
+        // The resets go out and the closed connections are removed.
+        net.exec.block_on(sleep(Duration::from_millis(200)));
+        eprintln!("after test {i} ({extra:?}): {}", net.pool.occupancy());
+        net.assert_slots_back();
+    }
+    assert_eq!(stats.tests_failed(), 0, "{:?}", stats.last_error());
+    let st = net.stack.stats();
+    // At most one reset per stream zcnet received on (a stream the client had fully drained
+    // into the server's reads by the time it was closed needs none).
+    assert!(
+        st.tcp_unread_resets <= receiving_streams,
+        "{} resets for {receiving_streams} receiving streams",
+        st.tcp_unread_resets
+    );
+    assert_eq!(st.syn_cookie_accept_drops, 0, "{st:?}");
+}
+
 /// `iperf3 -u -b 50M -t 2`: zcnet receives the client's UDP stream on its zero-copy datagram
 /// socket; the client prints the loss and jitter the server measured (its JSON's `end.sum`
 /// fields come from the server's results), and they agree with the server's own counts.

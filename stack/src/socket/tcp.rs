@@ -1087,6 +1087,15 @@ impl Drop for TcpSocket {
     /// socket keeps its slot in the stack's socket storage; once in TIME-WAIT, only until a new
     /// socket finds no free slot (see
     /// [`StackStats::time_wait_evictions`](crate::StackStats::time_wait_evictions)).
+    ///
+    /// Received data the socket has not read is discarded when it drops: its frames go back to
+    /// the pool at once, and the window opens again. Data that comes after the drop resets the
+    /// connection (RFC 1122, 4.2.2.13: nobody can read it), counted in
+    /// [`StackStats::tcp_unread_resets`](crate::StackStats::tcp_unread_resets). So a peer with
+    /// more to send (a client still sending when the server lets go) is reset at once instead
+    /// of holding the closing connection, and its pool budget, by probing a closed window;
+    /// a peer that sent only what was discarded (a request the server refused unread) still
+    /// gets the answer and the FIN.
     fn drop(&mut self) {
         let handle = self.conn.handle;
         let now = self.conn.stack.now();
@@ -1096,6 +1105,15 @@ impl Drop for TcpSocket {
                 TcpState::Closed => s.remote_endpoint().is_some(),
                 TcpState::Listen | TcpState::SynSent => false,
                 _ => {
+                    // Nobody reads now: the unread data's frames go back to the pool, and the
+                    // window the FIN (or egress's window update) announces opens, so a peer
+                    // with more to send sends it and is reset (`transport/tcp/input.rs`).
+                    while s.can_recv() {
+                        match s.recv(|d| (d.len(), d.len())) {
+                            Ok(n) if n > 0 => {}
+                            _ => break,
+                        }
+                    }
                     s.close();
                     s.set_timeout(Some(LINGER));
                     true

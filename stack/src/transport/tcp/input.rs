@@ -32,8 +32,10 @@ use crate::ip::check::TcpSeg;
 use crate::link::neighbor::Traffic;
 use crate::stack::State;
 use crate::stats::{Counters, DropReason};
+use crate::transport::tcp::table::CloseCause;
 use crate::transport::tcp::tcb::context::TcpContext;
 use crate::transport::tcp::tcb::socket::Tcb;
+use crate::transport::tcp::tcb::state::State as TcpState;
 
 /// Ingress: hands the TCP segment `seg` of `frame` to the connection that takes it, or
 /// answers it (see the module docs); an in-order data segment of an established connection
@@ -211,12 +213,28 @@ fn connection_answer(
     let e = st.tcp.at(i)?;
     let mut cx =
         TcpContext::new(now, ip_mtu, &st.iface, e.keys).with_challenge_acks(&mut *e.challenge_acks);
-    let reply = process(e.tcb, &mut cx);
+    let mut reply = process(e.tcb, &mut cx);
     counters.challenge_acks_withheld(e.challenge_acks.take_withheld());
     let drops = e.tcb.take_rx_drops();
     counters.drop_n(DropReason::TcpRxBudget, u64::from(drops.budget));
     counters.drop_n(DropReason::TcpOutOfOrderPurged, u64::from(drops.purged));
-    reply.map(|r| (r, traffic_of(e.tcb.state())))
+    // Data for a socket its owner dropped (what it had not read was discarded at the drop, so
+    // any readable data is new): nobody will read it, so reset the connection (RFC 1122,
+    // 4.2.2.13) instead of holding its frames until the peer gives up on a window that never
+    // opens. The RST replaces the answer.
+    let unread = e.meta.orphaned() && e.tcb.can_recv() && e.tcb.state() != TcpState::Closed;
+    if unread {
+        event!(tcp_aborted(e.tcb));
+        e.meta.set_cause(CloseCause::Aborted);
+        e.tcb.abort();
+        counters.tcp_unread_reset();
+        reply = None;
+    }
+    let reply = reply.map(|r| (r, traffic_of(e.tcb.state())));
+    if unread {
+        st.signal_egress();
+    }
+    reply
 }
 
 /// Sends an immediate answer (a TX frame was reserved for it).

@@ -144,6 +144,11 @@ impl TcpMeta {
         self.write_shut = true;
     }
 
+    /// Whether the owner dropped the socket (the connection is an orphan).
+    pub(crate) fn orphaned(&self) -> bool {
+        self.orphan.is_some()
+    }
+
     /// Watch (`true`) the connection for a timeout, or stop watching it.
     pub(crate) fn set_watched(&mut self, on: bool) {
         self.watched = on;
