@@ -999,11 +999,17 @@ impl Tap {
             }
         };
         loop {
-            // SAFETY: `fd` is open; the first `count` iovecs point at the packet's bytes, which
-            // the frames in `packet` keep alive and unchanged for the call's duration (the
-            // kernel only reads them).
-            let r =
-                unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), count as libc::c_int) };
+            let r = if count == 1 {
+                // SAFETY: `fd` is open; `iov[0]` points at the frame's `len` bytes, which the
+                // frame in `packet` keeps alive and unchanged for the call's duration (the
+                // kernel only reads them).
+                unsafe { libc::write(self.fd.as_raw_fd(), iov[0].iov_base, iov[0].iov_len) }
+            } else {
+                // SAFETY: `fd` is open; the first `count` iovecs point at the packet's bytes,
+                // which the frames in `packet` keep alive and unchanged for the call's duration
+                // (the kernel only reads them).
+                unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), count as libc::c_int) }
+            };
             if r >= 0 {
                 let n = r as usize;
                 if n != len {
