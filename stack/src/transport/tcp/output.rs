@@ -385,15 +385,19 @@ fn emit_super(
 /// (a segment without an ACK), as in smoltcp's.
 #[inline]
 pub(crate) fn tcp_header_len(tcp: &TcpRepr<'_>) -> usize {
+    plain_header_len(tcp).unwrap_or_else(|| tcp.header_len())
+}
+
+/// The length of `tcp`'s header when its only option is a timestamp (or it has none): 32 or
+/// 20 bytes; `None` for a header with other options. SACK blocks count in smoltcp's header
+/// length even where it writes none (no ACK), so they make a header not plain.
+#[inline]
+fn plain_header_len(tcp: &TcpRepr<'_>) -> Option<usize> {
     let plain = tcp.max_seg_size.is_none()
         && tcp.window_scale.is_none()
         && !tcp.sack_permitted
         && tcp.sack_ranges.iter().all(Option::is_none);
-    match (plain, tcp.timestamp.is_some()) {
-        (true, false) => 20,
-        (true, true) => 32,
-        (false, _) => tcp.header_len(),
-    }
+    plain.then_some(if tcp.timestamp.is_some() { 32 } else { 20 })
 }
 
 /// Marks `frame` (its data the IP packet, the TCP header `ip_len` bytes in) for the device to
@@ -445,13 +449,7 @@ fn write_tcp(segment: &mut [u8], ip: &IpRepr, tcp: &TcpRepr<'_>, partial: bool) 
 /// the sum of its 16-bit words (for [`checksum::compute_with_header`]); `None` (nothing
 /// written) for a header with other options, or a segment too short for it.
 fn write_plain_header(segment: &mut [u8], tcp: &TcpRepr<'_>) -> Option<(usize, u32)> {
-    // SACK blocks count in smoltcp's header length even where it writes none (no ACK).
-    let sack_blocks = tcp.sack_ranges.iter().any(Option::is_some);
-    if tcp.max_seg_size.is_some() || tcp.window_scale.is_some() || tcp.sack_permitted || sack_blocks
-    {
-        return None;
-    }
-    let len = if tcp.timestamp.is_some() { 32 } else { 20 };
+    let len = plain_header_len(tcp)?;
     let h = segment.get_mut(..len)?;
     let flags: u8 = match tcp.control {
         TcpControl::None => 0,
