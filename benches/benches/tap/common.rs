@@ -25,6 +25,13 @@ pub fn sock_buf() -> usize {
         Err(_) => 64 * 1024,
     }
 }
+/// Whether the sink servers take what they receive in place (each stack's closure read:
+/// zcnet's and embassy-net's `read_with`, smoltcp's `recv`) instead of copying it into the
+/// application's buffer: `ZCNET_TAP_SINK=in-place` in the environment (the server processes
+/// inherit it). Off by default: every peer copies.
+pub fn sink_in_place() -> bool {
+    std::env::var("ZCNET_TAP_SINK").is_ok_and(|v| v == "in-place")
+}
 /// The application's own read / write buffer (every peer copies through one of this size).
 pub const APP_BUF: usize = 64 * 1024;
 /// The stacks' MAC address (and the frame blaster's).
@@ -187,6 +194,9 @@ pub const ZC_CONN_SOCKETS: usize = CONN_SOCKETS + ZC_BACKLOG_CONN;
 pub trait Conn {
     /// Reads into `buf`: `Some(0)` at end of stream, `None` on an error.
     async fn recv(&mut self, buf: &mut [u8]) -> Option<usize>;
+    /// Takes what was received in place and drops it: the count, `Some(0)` at end of stream,
+    /// `None` on an error.
+    async fn discard(&mut self) -> Option<usize>;
     /// Writes some of `buf`: the count, `None` on an error.
     async fn send(&mut self, buf: &[u8]) -> Option<usize>;
     /// Closes the sending half and, where the API has one, waits for the close to go out.
@@ -206,6 +216,7 @@ async fn send_all<C: Conn>(c: &mut C, mut buf: &[u8]) -> bool {
 /// Serves one connection on `port` with the shared logic.
 pub async fn serve_conn<C: Conn>(c: &mut C, port: u16, buf: &mut [u8]) {
     match port {
+        SINK_PORT if sink_in_place() => while let Some(1..) = c.discard().await {},
         SINK_PORT => while let Some(1..) = c.recv(buf).await {},
         ECHO_PORT => {
             while let Some(n @ 1..) = c.recv(buf).await {

@@ -57,6 +57,9 @@ impl Conn for EmbConn<'_, '_> {
     async fn recv(&mut self, buf: &mut [u8]) -> Option<usize> {
         self.0.read(buf).await.ok()
     }
+    async fn discard(&mut self) -> Option<usize> {
+        self.0.read_with(|b| (b.len(), b.len())).await.ok()
+    }
     async fn send(&mut self, buf: &[u8]) -> Option<usize> {
         self.0.write(buf).await.ok()
     }

@@ -43,7 +43,10 @@
 //! * **bulk** (`sink` / `source`): one TCP connection moves N bytes, Linux to the stack (the
 //!   server reads into a 64 KiB buffer and discards) or the stack to Linux (the server writes
 //!   a constant 64 KiB buffer); timed by the client from connect to the last byte. 64 KiB
-//!   receive and send rings on every socket of every peer, MTU 1500.
+//!   receive and send rings on every socket of every peer, MTU 1500. With
+//!   `ZCNET_TAP_SINK=in-place` the sink servers take the data in place and drop it (each
+//!   stack's closure read: zcnet's and embassy-net's `read_with`, smoltcp's `recv`), copying
+//!   nothing (the row is then `bulk sink in place`).
 //! * **ceiling**: no stack; a frame blaster on the same kind of TAP fd writes 1514-byte
 //!   UDP frames to a UDP sink in the namespace (frames Linux delivered to the socket, per
 //!   second), and reads the frames a Linux UDP blaster sends (frames read per second).
@@ -155,6 +158,16 @@ struct Plan {
     idle_secs: u64,
 }
 
+/// The name of the Linux → stack bulk rows: `bulk sink`, or `bulk sink in place` when the
+/// servers take what they receive in place ([`common::sink_in_place`]).
+fn sink_work() -> &'static str {
+    if common::sink_in_place() {
+        "bulk sink in place"
+    } else {
+        "bulk sink"
+    }
+}
+
 fn bulk(plan: &Plan, s: &mut Samples) {
     let mut servers: Vec<Server> = PEERS
         .iter()
@@ -173,7 +186,11 @@ fn bulk(plan: &Plan, s: &mut Samples) {
                 let b = kv(&r, "bytes") as f64;
                 let ns = kv(&r, "ns") as f64;
                 let gb = b / 1e9;
-                let work = format!("bulk {dir}");
+                let work = if dir == "sink" {
+                    sink_work().to_string()
+                } else {
+                    format!("bulk {dir}")
+                };
                 s.add(&work, srv.peer, "MB/s", b / ns * 1e3);
                 s.add(&work, srv.peer, "cpu s/GB", d.cpu_ns as f64 / 1e9 / gb);
                 s.add(
@@ -431,7 +448,7 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
         "zcnet share of ceiling: wall / per CPU-s",
     ]);
     for (dir, label, ceil, ceil_cpu) in [
-        ("bulk sink", "Linux → stack", rx.med, rxc.med),
+        (sink_work(), "Linux → stack", rx.med, rxc.med),
         ("bulk source", "stack → Linux", tx.med, txc.med),
     ] {
         let (a, b, c) = (
@@ -468,7 +485,7 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
         "polls/MB",
     ]);
     for (dir, label) in [
-        ("bulk sink", "Linux → stack"),
+        (sink_work(), "Linux → stack"),
         ("bulk source", "stack → Linux"),
     ] {
         for p in PEERS {
@@ -494,7 +511,7 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
         "zcnet / smoltcp CPU per GB",
     ]);
     for (dir, label) in [
-        ("bulk sink", "Linux → stack"),
+        (sink_work(), "Linux → stack"),
         ("bulk source", "stack → Linux"),
     ] {
         let a = s.get(dir, z, "cpu s/GB").med;
@@ -630,7 +647,7 @@ fn charts(plan: &Plan, s: &Samples) {
         bulk.series.push((
             p.name().into(),
             vec![
-                s.get("bulk sink", p, "MB/s").med,
+                s.get(sink_work(), p, "MB/s").med,
                 s.get("bulk source", p, "MB/s").med,
             ],
         ));

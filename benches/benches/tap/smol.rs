@@ -85,6 +85,13 @@ fn service(s: &mut tcp::Socket, slot: &mut Slot) {
         return;
     }
     match slot.port {
+        SINK_PORT if common::sink_in_place() => {
+            while s.can_recv() {
+                if s.recv(|b| (b.len(), b.len())).unwrap_or(0) == 0 {
+                    break;
+                }
+            }
+        }
         SINK_PORT => {
             while s.can_recv() {
                 if s.recv_slice(&mut slot.buf).unwrap_or(0) == 0 {

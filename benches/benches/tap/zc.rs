@@ -36,6 +36,12 @@ impl Conn for ZcConn {
     async fn recv(&mut self, buf: &mut [u8]) -> Option<usize> {
         self.0.read(buf).await.ok()
     }
+    async fn discard(&mut self) -> Option<usize> {
+        match self.0.read_with(|b| (b.len(), b.len())).await {
+            Ok(n) => Some(n.unwrap_or(0)),
+            Err(_) => None,
+        }
+    }
     async fn send(&mut self, buf: &[u8]) -> Option<usize> {
         self.0.write(buf).await.ok()
     }
