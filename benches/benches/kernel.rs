@@ -47,6 +47,10 @@
 //!      emulation and the TAP) over wrk's requests: the host's side of each request, including
 //!      what handing work between QEMU's threads costs the host (more when they run on
 //!      different CPUs, see `ZCNET_KERNEL_CPUS` below).
+//!    * **where QEMU and wrk ran**: during each wrk run the benchmark reads, every
+//!      millisecond, which host CPU QEMU's vCPU thread, its main loop and wrk last ran on
+//!      (`/proc/<pid>/task/<tid>/stat`; QEMU names its threads, `-name debug-threads=on`) and
+//!      reports the share of readings that found all three on the same CPU.
 //!    * **kicks and interrupts per MB** of each iperf3 run (10^6 bytes received by the
 //!      receiving end): `/stats`'s `kernel.nic.kicks` (queue notifications, counted by the
 //!      transport wrapper both kernels' drivers go through) and `kernel.nic.interrupts` (NIC
@@ -377,6 +381,8 @@ impl Guest {
             .args(["-smp", "1,maxcpus=2"])
             .args(["-machine", machine().qemu_machine()])
             .args(["-display", "none", "-serial", "stdio", "-monitor", "none"])
+            // Thread names ("CPU 0/TCG" for the vCPU), for `Placement`.
+            .args(["-name", "debug-threads=on"])
             .args([
                 "-no-reboot",
                 "-device",
@@ -539,6 +545,88 @@ fn process_cpu_ns(pid: u32) -> f64 {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     assert!(hz > 0, "sysconf(_SC_CLK_TCK) failed");
     (ticks(11) + ticks(12)) * 1e9 / hz as f64
+}
+
+/// Field `n` (1-based, as in proc(5)) of thread `tid`'s `stat` line in process `pid`.
+fn stat_field(pid: u32, tid: u32, n: usize) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    // The fields after the `)` that ends the command name (which may hold spaces) start at 3.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(n - 3)?
+        .parse()
+        .ok()
+}
+
+/// The host CPU thread `tid` of process `pid` last ran on (field 39, `processor`).
+fn last_cpu(pid: u32, tid: u32) -> Option<u32> {
+    stat_field(pid, tid, 39)
+}
+
+/// This process's child named `wrk` (`ip netns exec` and `taskset` exec what they run, so wrk
+/// is the benchmark's own child), if one runs.
+fn wrk_pid() -> Option<u32> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "wrk")
+                && stat_field(pid, pid, 4) == Some(me)
+        })
+}
+
+/// Samples, every millisecond until stopped, whether QEMU's vCPU thread (named `CPU 0/TCG`), its
+/// main loop (the thread whose id is the process's) and wrk last ran on the same host CPU.
+struct Placement {
+    stop: std::sync::Arc<AtomicBool>,
+    sampler: std::thread::JoinHandle<(u32, u32)>,
+}
+
+impl Placement {
+    fn start(pid: u32) -> Placement {
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let sampler = std::thread::spawn(move || {
+            let vcpu = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .find(|tid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                        .is_ok_and(|c| c.contains("/TCG"))
+                });
+            let (mut same, mut all) = (0, 0);
+            let mut wrk = None;
+            while !flag.load(Ordering::Relaxed) {
+                if wrk.is_none() {
+                    wrk = wrk_pid();
+                }
+                if let (Some(vcpu), Some(wrk)) = (vcpu, wrk) {
+                    if let (Some(a), Some(b), Some(c)) =
+                        (last_cpu(pid, vcpu), last_cpu(pid, pid), last_cpu(wrk, wrk))
+                    {
+                        all += 1;
+                        same += u32::from(a == b && b == c);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (same, all)
+        });
+        Placement { stop, sampler }
+    }
+
+    /// The share of readings (percent) that found all three on one CPU; `None` without any
+    /// reading (no thread named as a TCG vCPU, or no wrk found).
+    fn finish(self) -> Option<f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        let (same, all) = self.sampler.join().expect("the placement sampler panicked");
+        (all > 0).then(|| f64::from(same) * 100.0 / f64::from(all))
+    }
 }
 
 /// Runs `program args` inside the namespace; its stdout. Killed (and the benchmark fails) past
@@ -935,6 +1023,19 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
             target: Target::None,
         });
     }
+    for &c in plan.conns {
+        rows.push(Row {
+            metric: match c {
+                1 => "QEMU's vCPU, main loop and wrk on one host CPU, 1 connection",
+                10 => "QEMU's vCPU, main loop and wrk on one host CPU, 10 connections",
+                50 => "QEMU's vCPU, main loop and wrk on one host CPU, 50 connections",
+                _ => "QEMU's vCPU, main loop and wrk on one host CPU",
+            },
+            key: format!("wrk c={c} together"),
+            unit: "% of readings",
+            target: Target::None,
+        });
+    }
     rows.extend([
         Row {
             metric: "bytes copied per request (memcpy + memmove)",
@@ -1174,7 +1275,9 @@ fn main() {
                     let g = Guest::boot(&ns, *v, elf, &cmdline(*v, ""));
                     let before = stats(&ns);
                     let host_before = process_cpu_ns(g.child.id());
+                    let placement = Placement::start(g.child.id());
                     let (rps, n, errors) = wrk(&ns, c, plan.wrk_secs);
+                    let together = placement.finish();
                     let host_after = process_cpu_ns(g.child.id());
                     let after = stats(&ns);
                     drop(g);
@@ -1186,13 +1289,18 @@ fn main() {
                     let host_us = (host_after - host_before) / 1e3 / (n.max(1) as f64);
                     s.add(&format!("{key} cpu"), *v, cpu_us);
                     s.add(&format!("{key} host"), *v, host_us);
+                    if let Some(p) = together {
+                        s.add(&format!("{key} together"), *v, p);
+                    }
                     s.add("wrk errors", *v, errors as f64);
                     eprintln!(
                         "run {run} {key} {}: {rps:.0} req/s ({n} requests, {errors} errors), \
                          guest busy {cpu_us:.1} us per request, {:.0}%; QEMU {host_us:.1} us \
-                         of host CPU per request",
+                         of host CPU per request; its vCPU thread, main loop and wrk on one \
+                         host CPU in {} of the readings",
                         v.name(),
-                        busy_percent(before, after)
+                        busy_percent(before, after),
+                        together.map_or("none".to_string(), |p| format!("{p:.0}%"))
                     );
                 }
             }
