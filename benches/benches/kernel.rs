@@ -42,6 +42,15 @@
 //!      the share of the time the guest was not halted (`kernel.busy_ns` over
 //!      `kernel.uptime_ns`), for iperf3 the guest's busy microseconds per MB received by the
 //!      receiving end, and for wrk its busy microseconds per request.
+//!    * **host CPU per request**: around each wrk run the QEMU process's CPU time (user and
+//!      system, `/proc/<pid>/stat`, all its threads: the vCPU, the main loop with the device
+//!      emulation and the TAP) over wrk's requests: the host's side of each request, including
+//!      what handing work between QEMU's threads costs the host (more when they run on
+//!      different CPUs, see `ZCNET_KERNEL_CPUS` below).
+//!    * **where QEMU and wrk ran**: during each wrk run the benchmark reads, every
+//!      millisecond, which host CPU QEMU's vCPU thread, its main loop and wrk last ran on
+//!      (`/proc/<pid>/task/<tid>/stat`; QEMU names its threads, `-name debug-threads=on`) and
+//!      reports the share of readings that found all three on the same CPU.
 //!    * **kicks and interrupts per MB** of each iperf3 run (10^6 bytes received by the
 //!      receiving end): `/stats`'s `kernel.nic.kicks` (queue notifications, counted by the
 //!      transport wrapper both kernels' drivers go through) and `kernel.nic.interrupts` (NIC
@@ -76,7 +85,13 @@
 //!   virtio-mmio, no PCI, no ACPI) instead of `q35`;
 //! * `ZCNET_KERNEL_ZCNET_ARGS` appends words to zcnet's (`csum=0`, `rx_recheck=0`: see
 //!   `examples/qemu-kernel/README.md`);
-//! * `ZCNET_KERNEL_NO_BUILD=1` uses the ELFs already in `target/kernel-bench/`.
+//! * `ZCNET_KERNEL_NO_BUILD=1` uses the ELFs already in `target/kernel-bench/`;
+//! * `ZCNET_KERNEL_CPUS=LIST` runs QEMU and the Linux side (iperf3, wrk, curl) under
+//!   `taskset -c LIST` (e.g. `0`: all on one host CPU). Without it the host's scheduler places
+//!   them. At one connection the request rate depends on that placement more than on either
+//!   kernel: each request passes twice between QEMU's vCPU thread and its main loop (the
+//!   request's interrupt, the response's queue notification), and a hand-over to a thread
+//!   whose CPU sleeps waits for that CPU to wake (BENCHMARKS.md, the kernel section).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -181,7 +196,11 @@ fn require_tools() {
         ("wrk", "--version", "wrk"),
         ("curl", "--version", "curl"),
         ("ip", "-V", "iproute2"),
+        ("taskset", "--version", "util-linux"),
     ] {
+        if tool == "taskset" && host_cpus().is_none() {
+            continue;
+        }
         let found = Command::new(tool)
             .arg(arg)
             .stdout(Stdio::null())
@@ -355,14 +374,15 @@ impl Guest {
     /// Boots `elf` with `cmdline` and waits for `READY`.
     fn boot(ns: &Netns, variant: Variant, elf: &Path, cmdline: &str) -> Guest {
         check_interrupted();
-        let mut child = ns
-            .command("qemu-system-x86_64")
+        let mut child = ns_command(ns, "qemu-system-x86_64")
             // One CPU; `maxcpus=2` keeps TCG (before QEMU 8.1) from dropping the guest's fences,
             // which lost virtio interrupt requests (zcnet-virtio's crate docs).
             .args(["-accel", "tcg", "-cpu", "max", "-m", GUEST_MEM])
             .args(["-smp", "1,maxcpus=2"])
             .args(["-machine", machine().qemu_machine()])
             .args(["-display", "none", "-serial", "stdio", "-monitor", "none"])
+            // Thread names ("CPU 0/TCG" for the vCPU), for `Placement`.
+            .args(["-name", "debug-threads=on"])
             .args([
                 "-no-reboot",
                 "-device",
@@ -486,11 +506,134 @@ fn linux_waits_on_guest(netns: &str) -> bool {
     }
 }
 
+/// `ZCNET_KERNEL_CPUS`: the host CPUs QEMU and the Linux side are confined to, if any.
+fn host_cpus() -> Option<String> {
+    std::env::var("ZCNET_KERNEL_CPUS")
+        .ok()
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+}
+
+/// `program` inside the namespace, under `taskset -c` with `ZCNET_KERNEL_CPUS`. `ip netns exec`
+/// and `taskset` both exec what they run, so the child's pid is `program`'s.
+fn ns_command(ns: &Netns, program: &str) -> Command {
+    match host_cpus() {
+        None => ns.command(program),
+        Some(cpus) => {
+            let mut c = ns.command("taskset");
+            c.args(["-c", &cpus, program]);
+            c
+        }
+    }
+}
+
+/// CPU time (user and system, all threads, nanoseconds) process `pid` has used so far.
+fn process_cpu_ns(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/stat: {e}"));
+    // The fields after the command name, which is in parentheses and may hold spaces:
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the `)`.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> f64 {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("/proc/{pid}/stat has no field {}: {stat}", i + 3))
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    assert!(hz > 0, "sysconf(_SC_CLK_TCK) failed");
+    (ticks(11) + ticks(12)) * 1e9 / hz as f64
+}
+
+/// Field `n` (1-based, as in proc(5)) of thread `tid`'s `stat` line in process `pid`.
+fn stat_field(pid: u32, tid: u32, n: usize) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    // The fields after the `)` that ends the command name (which may hold spaces) start at 3.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(n - 3)?
+        .parse()
+        .ok()
+}
+
+/// The host CPU thread `tid` of process `pid` last ran on (field 39, `processor`).
+fn last_cpu(pid: u32, tid: u32) -> Option<u32> {
+    stat_field(pid, tid, 39)
+}
+
+/// This process's child named `wrk` (`ip netns exec` and `taskset` exec what they run, so wrk
+/// is the benchmark's own child), if one runs.
+fn wrk_pid() -> Option<u32> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "wrk")
+                && stat_field(pid, pid, 4) == Some(me)
+        })
+}
+
+/// Samples, every millisecond until stopped, whether QEMU's vCPU thread (named `CPU 0/TCG`), its
+/// main loop (the thread whose id is the process's) and wrk last ran on the same host CPU.
+struct Placement {
+    stop: std::sync::Arc<AtomicBool>,
+    sampler: std::thread::JoinHandle<(u32, u32)>,
+}
+
+impl Placement {
+    fn start(pid: u32) -> Placement {
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let sampler = std::thread::spawn(move || {
+            let vcpu = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .find(|tid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                        .is_ok_and(|c| c.contains("/TCG"))
+                });
+            let (mut same, mut all) = (0, 0);
+            let mut wrk = None;
+            while !flag.load(Ordering::Relaxed) {
+                if wrk.is_none() {
+                    wrk = wrk_pid();
+                }
+                if let (Some(vcpu), Some(wrk)) = (vcpu, wrk) {
+                    if let (Some(a), Some(b), Some(c)) =
+                        (last_cpu(pid, vcpu), last_cpu(pid, pid), last_cpu(wrk, wrk))
+                    {
+                        all += 1;
+                        same += u32::from(a == b && b == c);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (same, all)
+        });
+        Placement { stop, sampler }
+    }
+
+    /// The share of readings (percent) that found all three on one CPU; `None` without any
+    /// reading (no thread named as a TCG vCPU, or no wrk found).
+    fn finish(self) -> Option<f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        let (same, all) = self.sampler.join().expect("the placement sampler panicked");
+        (all > 0).then(|| f64::from(same) * 100.0 / f64::from(all))
+    }
+}
+
 /// Runs `program args` inside the namespace; its stdout. Killed (and the benchmark fails) past
 /// `limit`, or when it fails.
 fn in_netns(ns: &Netns, program: &str, args: &[String], limit: Duration) -> String {
     check_interrupted();
-    let r = zcnet_benches::run_within(ns.command(program).args(args), limit, || {
+    let r = zcnet_benches::run_within(ns_command(ns, program).args(args), limit, || {
         INTERRUPTED.load(Ordering::SeqCst)
     });
     check_interrupted();
@@ -867,6 +1010,32 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
             target: Target::None,
         });
     }
+    for &c in plan.conns {
+        rows.push(Row {
+            metric: match c {
+                1 => "QEMU host CPU per request, 1 connection",
+                10 => "QEMU host CPU per request, 10 connections",
+                50 => "QEMU host CPU per request, 50 connections",
+                _ => "QEMU host CPU per request",
+            },
+            key: format!("wrk c={c} host"),
+            unit: "µs",
+            target: Target::None,
+        });
+    }
+    for &c in plan.conns {
+        rows.push(Row {
+            metric: match c {
+                1 => "QEMU's vCPU, main loop and wrk on one host CPU, 1 connection",
+                10 => "QEMU's vCPU, main loop and wrk on one host CPU, 10 connections",
+                50 => "QEMU's vCPU, main loop and wrk on one host CPU, 50 connections",
+                _ => "QEMU's vCPU, main loop and wrk on one host CPU",
+            },
+            key: format!("wrk c={c} together"),
+            unit: "% of readings",
+            target: Target::None,
+        });
+    }
     rows.extend([
         Row {
             metric: "bytes copied per request (memcpy + memmove)",
@@ -976,7 +1145,7 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
     println!(
         "example kernel under QEMU TCG ({}), zcnet vs smoltcp's own poll loop (`--features {}`) \
          ({}): {} run(s) each, interleaved; iperf3 {} s, wrk {} s, {} requests for the copy \
-         count, idle {} s; medians",
+         count, idle {} s; host CPUs {}; medians",
         machine().name(),
         baseline_feature(),
         mode.label(),
@@ -984,7 +1153,10 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
         plan.iperf_secs,
         plan.wrk_secs,
         plan.requests,
-        plan.idle_secs
+        plan.idle_secs,
+        host_cpus().map_or("as the scheduler places them".to_string(), |c| format!(
+            "{c} (taskset)"
+        ))
     );
     println!();
     print!("{}", t.to_markdown());
@@ -1102,7 +1274,11 @@ fn main() {
                 for (v, elf) in &elfs {
                     let g = Guest::boot(&ns, *v, elf, &cmdline(*v, ""));
                     let before = stats(&ns);
+                    let host_before = process_cpu_ns(g.child.id());
+                    let placement = Placement::start(g.child.id());
                     let (rps, n, errors) = wrk(&ns, c, plan.wrk_secs);
+                    let together = placement.finish();
+                    let host_after = process_cpu_ns(g.child.id());
                     let after = stats(&ns);
                     drop(g);
                     // Guest CPU per request: its time outside `hlt` over wrk's requests (the
@@ -1110,13 +1286,21 @@ fn main() {
                     // percent of a run).
                     let cpu_us = (after.busy_ns - before.busy_ns) / 1e3 / (n.max(1) as f64);
                     s.add(&key, *v, rps);
+                    let host_us = (host_after - host_before) / 1e3 / (n.max(1) as f64);
                     s.add(&format!("{key} cpu"), *v, cpu_us);
+                    s.add(&format!("{key} host"), *v, host_us);
+                    if let Some(p) = together {
+                        s.add(&format!("{key} together"), *v, p);
+                    }
                     s.add("wrk errors", *v, errors as f64);
                     eprintln!(
                         "run {run} {key} {}: {rps:.0} req/s ({n} requests, {errors} errors), \
-                         guest busy {cpu_us:.1} us per request, {:.0}%",
+                         guest busy {cpu_us:.1} us per request, {:.0}%; QEMU {host_us:.1} us \
+                         of host CPU per request; its vCPU thread, main loop and wrk on one \
+                         host CPU in {} of the readings",
                         v.name(),
-                        busy_percent(before, after)
+                        busy_percent(before, after),
+                        together.map_or("none".to_string(), |p| format!("{p:.0}%"))
                     );
                 }
             }
