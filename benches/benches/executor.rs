@@ -6,6 +6,7 @@
 //! cargo bench -p zcnet-benches --bench executor            # full run (BENCHMARKS.md)
 //! cargo bench -p zcnet-benches --bench executor -- --quick # CI smoke run
 //! ZCNET_EXEC_ONLY=wake+poll, cargo bench ...                # only the workloads so named
+//! ZCNET_EXEC_ONLY='wake+poll, long-lived task$' cargo bench ... # only the one named exactly
 //! ```
 //!
 //! Workloads, each reported as the median ns per round trip over several runs (interleaved run
@@ -559,10 +560,14 @@ fn main() {
     header.extend(["embassy / zcnet static", "LocalPool / zcnet Box"]);
     let mut table = Table::new(&header);
 
-    // `ZCNET_EXEC_ONLY=<text>`: only the workloads whose name contains it (for profiling one).
+    // `ZCNET_EXEC_ONLY=<text>`: only the workloads whose name contains it (for profiling one);
+    // `<name>$`: only the workload of exactly that name.
     let only = std::env::var("ZCNET_EXEC_ONLY").ok();
     for (name, mut benches) in workloads {
-        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+        if only.as_deref().is_some_and(|o| match o.strip_suffix('$') {
+            Some(exact) => name != exact,
+            None => !name.contains(o),
+        }) {
             continue;
         }
         // Warm-up, unmeasured.

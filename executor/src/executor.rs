@@ -20,10 +20,8 @@ use core::time::Duration;
 
 use crate::platform::{Instant, Platform};
 use crate::run_queue::{Batch, Notify, RunQueue};
-use crate::sync::{polling, AtomicBool, AtomicU64, Mutex, Ordering::*};
-use crate::task::{
-    header_from_waker, task_waker, Header, JoinHandle, SpawnError, Start, TaskRef, TaskStorage,
-};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering::*};
+use crate::task::{header_from_waker, Header, JoinHandle, SpawnError, Start, TaskRef, TaskStorage};
 use crate::time::wheel::Wheel;
 use crate::time::{Sleep, Timeout};
 
@@ -330,6 +328,12 @@ mod running {
         }
     }
 
+    /// Whether `exec` holds the default role. One load.
+    #[inline(always)]
+    pub(super) fn holds_default(exec: &'static Executor) -> bool {
+        ptr::eq(DEFAULT.load(Relaxed), exec)
+    }
+
     /// [`claim_default`] when `holder` holds the role (or nobody, if null).
     #[cold]
     #[inline(never)]
@@ -427,6 +431,10 @@ mod running {
     }
 
     pub(super) fn claim_default(_: &'static Executor) {}
+
+    pub(super) fn holds_default(_: &'static Executor) -> bool {
+        true
+    }
 
     pub(super) fn get_or_wait(_: &core::task::Waker) -> Option<&'static Executor> {
         None
@@ -608,6 +616,20 @@ impl Executor {
         }
     }
 
+    /// Whether a context is bound to this executor's local tasks (a local spawner was taken):
+    /// until then the local run queue stays empty. One load.
+    #[inline(always)]
+    fn local_bound(&self) -> bool {
+        #[cfg(feature = "std")]
+        {
+            self.local_owner.load(Relaxed) != 0
+        }
+        #[cfg(not(feature = "std"))]
+        {
+            self.local_declared.load(Relaxed)
+        }
+    }
+
     /// Whether the local run queue is empty (for the crate's tests).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn local_queue_is_empty(&self) -> bool {
@@ -638,11 +660,10 @@ impl Executor {
                 unsafe { task.release_local_ref() };
                 continue;
             }
-            let mut cx = Context::from_waker(task_waker(&task));
             polls += 1;
             // SAFETY: local tasks are polled only in the owning context (this one), one poll
             // at a time, and the local reference keeps the task alive; it is not complete.
-            if let Poll::Ready(()) = unsafe { task.poll(&mut cx) } {
+            if let Poll::Ready(()) = unsafe { task.poll_local() } {
                 // SAFETY: the poll from the local queue returned `Ready`; not used again.
                 unsafe { task.complete_local() };
             }
@@ -773,14 +794,60 @@ impl Executor {
     /// for integrators that drive the executor from a loop of their own. Returns the number of
     /// task polls it made.
     ///
-    /// A call that finds no task queued and no timer due returns at once, having read two words
-    /// (and the clock only if a timer is armed). Unlike [`run`](Self::run) and
+    /// A call that finds no task queued and no timer due returns at once, having read a few
+    /// words (and the clock only if a timer is armed). Unlike [`run`](Self::run) and
     /// [`block_on`](Self::block_on) it does not claim the executor: it never waits on the
     /// platform, which is what only one thread may do, and a task is polled by one thread at a
     /// time whoever runs it (the task's QUEUED bit, see `task`). So it may be called from inside
     /// a task of the same executor, or while another thread runs it; the [`stats`](Self::stats)
     /// are exact only while one thread at a time runs the executor.
+    ///
+    /// Inlined into the caller: while no timer is armed, no context is bound to the local tasks
+    /// and the executor holds the default role (see `running`), it is a loop that takes the run
+    /// queue and polls what it took, with nothing else to look after, so it needs no call frame
+    /// of its own. Otherwise, and when a poll arms a timer or binds the local tasks, the call
+    /// goes on out of line with the timers, the local run queue and the default role.
+    #[inline(always)]
     pub fn run_until_idle(&'static self) -> u64 {
+        if !(self.no_timer_armed() && !self.local_bound() && running::holds_default(self)) {
+            return self.run_until_idle_full();
+        }
+        let mut batch = self.queue.take_tasks();
+        if batch.is_empty() {
+            return 0;
+        }
+        let mut polls = 0;
+        loop {
+            for task in batch {
+                self.poll_task(task);
+                polls += 1;
+            }
+            // The default role may have gone to another executor meanwhile: harmless, the
+            // next call that finds work claims it again.
+            if !self.no_timer_armed() || self.local_bound() {
+                // A poll armed a timer or bound the local tasks: the rest runs out of line.
+                self.polls.add_single_writer(polls);
+                return polls + self.run_until_idle_full();
+            }
+            batch = self.queue.take_tasks();
+            if batch.is_empty() {
+                self.polls.add_single_writer(polls);
+                return polls;
+            }
+        }
+    }
+
+    /// Whether no timer is armed (`next_due` says none): then none can be due, and the clock
+    /// need not be read. One load.
+    #[inline(always)]
+    fn no_timer_armed(&self) -> bool {
+        self.next_due.load(Acquire) == u64::MAX
+    }
+
+    /// [`run_until_idle`](Self::run_until_idle) with every duty: the timers, the local run
+    /// queue when the calling context owns it, and the default role. Out of line.
+    #[inline(never)]
+    fn run_until_idle_full(&'static self) -> u64 {
         // Two copies of the whole call: the one for a thread that does not own local tasks has
         // no check of the local run queue.
         if self.owns_local() {
@@ -906,15 +973,12 @@ impl Executor {
                 return;
             }
         }
-        let mut cx = Context::from_waker(task_waker(&task));
         // Wakers of this task used on this thread during the poll leave word in its header
-        // instead of locked instructions (see `sync::polling`); ends before the poll's outcome
-        // is applied, also by unwinding.
-        let scope = polling::Scope::enter(task.0.as_ptr().cast::<()>());
+        // instead of locked instructions: the poll names the task in `sync::polling` until it
+        // returns (see `task::poll_stage`).
         // SAFETY: we took the task from the run queue: we hold it (QUEUED) until the end of
         // the poll.
-        let poll = unsafe { task.poll(&mut cx) };
-        drop(scope);
+        let poll = unsafe { task.poll() };
         match poll {
             // SAFETY: we hold the task and its poll returned `Ready`; not used again.
             Poll::Ready(()) => unsafe { task.complete() },
