@@ -15,6 +15,8 @@
 //! * `spawn+wake+poll, detached`: spawn a task whose future stashes a clone of its waker and
 //!   returns `Pending` on its first poll; run the executor (first poll); wake the stashed waker;
 //!   run the executor again (second poll: `Ready`, the task is freed or its slot released).
+//!   zcnet spawns it with no join handle (`spawn_detached`, `spawn_detached_in`), as embassy
+//!   and `spawn_local` do.
 //! * `spawn+wake+poll+join`: the same, keeping the join handle and taking the output through it
 //!   once the task is done (zcnet `JoinHandle`, futures `RemoteHandle`), then dropping it.
 //!   embassy-executor has no join handles: n/a.
@@ -216,13 +218,19 @@ fn zc_round_trip(exec: &'static Executor, how: ZcSpawn, join: bool, ops: u64) ->
     let mut cx = Context::from_waker(Waker::noop());
     let polls = exec.stats().polls;
     let r = time_ops(ops, || {
-        let mut handle = zc_spawn(exec, how, &ZC_SLOT, PendOnce::new());
         if !join {
-            drop(handle);
+            match how {
+                ZcSpawn::Boxed => exec.spawner().spawn_detached(PendOnce::new()),
+                ZcSpawn::Static => exec
+                    .spawner()
+                    .spawn_detached_in(&ZC_SLOT, PendOnce::new())
+                    .expect("slot free"),
+            }
             exec.run_until_idle();
             take_stash().wake();
             exec.run_until_idle();
         } else {
+            let mut handle = zc_spawn(exec, how, &ZC_SLOT, PendOnce::new());
             exec.run_until_idle();
             take_stash().wake();
             exec.run_until_idle();

@@ -328,12 +328,6 @@ mod running {
         }
     }
 
-    /// Whether `exec` holds the default role. One load.
-    #[inline(always)]
-    pub(super) fn holds_default(exec: &'static Executor) -> bool {
-        ptr::eq(DEFAULT.load(Relaxed), exec)
-    }
-
     /// [`claim_default`] when `holder` holds the role (or nobody, if null).
     #[cold]
     #[inline(never)]
@@ -431,10 +425,6 @@ mod running {
     }
 
     pub(super) fn claim_default(_: &'static Executor) {}
-
-    pub(super) fn holds_default(_: &'static Executor) -> bool {
-        true
-    }
 
     pub(super) fn get_or_wait(_: &core::task::Waker) -> Option<&'static Executor> {
         None
@@ -582,9 +572,21 @@ impl Executor {
         future: F,
         local: bool,
     ) -> Result<JoinHandle<F::Output>, SpawnError> {
-        let task = storage.spawn(self, future, local)?;
+        let task = storage.spawn(self, future, local, true)?;
         self.enqueue(task);
         Ok(JoinHandle::new(task))
+    }
+
+    /// [`spawn_static`](Self::spawn_static) with no join handle.
+    fn spawn_static_detached<F: Future + 'static, const SIZE: usize>(
+        &'static self,
+        storage: &'static TaskStorage<SIZE>,
+        future: F,
+        local: bool,
+    ) -> Result<(), SpawnError> {
+        let task = storage.spawn(self, future, local, false)?;
+        self.enqueue(task);
+        Ok(())
     }
 
     /// Spawns `future` (a local task if `local`) in a box and queues it.
@@ -594,9 +596,17 @@ impl Executor {
         future: F,
         local: bool,
     ) -> JoinHandle<F::Output> {
-        let task = crate::task::spawn_boxed(self, future, local);
+        let task = crate::task::spawn_boxed(self, future, local, true);
         self.enqueue(task);
         JoinHandle::new(task)
+    }
+
+    /// [`spawn_boxed`](Self::spawn_boxed) with no join handle.
+    #[cfg(feature = "alloc")]
+    fn spawn_boxed_detached<F: Future + 'static>(&'static self, future: F, local: bool) {
+        let task = crate::task::spawn_boxed(self, future, local, false);
+        // Nothing of ours refers to the task after this: it may complete and be freed at once.
+        self.enqueue(task);
     }
 
     /// Whether the calling context owns this executor's local tasks, and so may use the local
@@ -802,28 +812,28 @@ impl Executor {
     /// a task of the same executor, or while another thread runs it; the [`stats`](Self::stats)
     /// are exact only while one thread at a time runs the executor.
     ///
-    /// Inlined into the caller: while no timer is armed, no context is bound to the local tasks
-    /// and the executor holds the default role (see `running`), it is a loop that takes the run
-    /// queue and polls what it took, with nothing else to look after, so it needs no call frame
-    /// of its own. Otherwise, and when a poll arms a timer or binds the local tasks, the call
-    /// goes on out of line with the timers, the local run queue and the default role.
+    /// Inlined into the caller: while no timer is armed and no context is bound to the local
+    /// tasks, it is a loop that takes the run queue and polls what it took (after one look at
+    /// the default role, see `running`), with nothing else to look after, so it needs no call
+    /// frame of its own. Otherwise, and when a poll arms a timer or binds the local tasks, the
+    /// call goes on out of line with the timers and the local run queue.
     #[inline(always)]
     pub fn run_until_idle(&'static self) -> u64 {
-        if !(self.no_timer_armed() && !self.local_bound() && running::holds_default(self)) {
+        if !self.no_timer_armed() || self.local_bound() {
             return self.run_until_idle_full();
         }
         let mut batch = self.queue.take_tasks();
         if batch.is_empty() {
             return 0;
         }
+        // Found work: one load when the executor holds the default role already.
+        running::claim_default(self);
         let mut polls = 0;
         loop {
             for task in batch {
                 self.poll_task(task);
                 polls += 1;
             }
-            // The default role may have gone to another executor meanwhile: harmless, the
-            // next call that finds work claims it again.
             if !self.no_timer_armed() || self.local_bound() {
                 // A poll armed a timer or bound the local tasks: the rest runs out of line.
                 self.polls.add_single_writer(polls);
@@ -1194,6 +1204,21 @@ impl Spawner {
         self.exec.spawn_static(storage, future, false)
     }
 
+    /// Spawns `future` into a `static` slot with no join handle (its output is dropped when it
+    /// completes); errors as [`spawn_in`](Self::spawn_in). The same as `spawn_in` followed by
+    /// dropping the handle, one locked instruction cheaper.
+    pub fn spawn_detached_in<F, const SIZE: usize>(
+        &self,
+        storage: &'static TaskStorage<SIZE>,
+        future: F,
+    ) -> Result<(), SpawnError>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.exec.spawn_static_detached(storage, future, false)
+    }
+
     /// Spawns `future` in a heap allocation.
     #[cfg(feature = "alloc")]
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
@@ -1202,6 +1227,18 @@ impl Spawner {
         F::Output: Send + 'static,
     {
         self.exec.spawn_boxed(future, false)
+    }
+
+    /// Spawns `future` in a heap allocation with no join handle (its output is dropped when it
+    /// completes). The same as [`spawn`](Self::spawn) followed by dropping the handle, one
+    /// locked instruction cheaper.
+    #[cfg(feature = "alloc")]
+    pub fn spawn_detached<F>(&self, future: F)
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.exec.spawn_boxed_detached(future, false);
     }
 }
 
@@ -1255,6 +1292,20 @@ impl LocalSpawner {
         self.exec.spawn_static(storage, future, true)
     }
 
+    /// Spawns `future` into a `static` slot with no join handle (its output is dropped when it
+    /// completes); errors as [`spawn_in`](Self::spawn_in). The same as `spawn_in` followed by
+    /// dropping the handle, one locked instruction cheaper.
+    pub fn spawn_detached_in<F, const SIZE: usize>(
+        &self,
+        storage: &'static TaskStorage<SIZE>,
+        future: F,
+    ) -> Result<(), SpawnError>
+    where
+        F: Future + 'static,
+    {
+        self.exec.spawn_static_detached(storage, future, true)
+    }
+
     /// Spawns `future` in a heap allocation.
     #[cfg(feature = "alloc")]
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
@@ -1262,6 +1313,17 @@ impl LocalSpawner {
         F: Future + 'static,
     {
         self.exec.spawn_boxed(future, true)
+    }
+
+    /// Spawns `future` in a heap allocation with no join handle (its output is dropped when it
+    /// completes). The same as [`spawn`](Self::spawn) followed by dropping the handle, one
+    /// locked instruction cheaper.
+    #[cfg(feature = "alloc")]
+    pub fn spawn_detached<F>(&self, future: F)
+    where
+        F: Future + 'static,
+    {
+        self.exec.spawn_boxed_detached(future, true);
     }
 }
 

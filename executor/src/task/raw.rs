@@ -111,9 +111,11 @@ pub(crate) struct Header {
 }
 
 impl Header {
-    /// A task header, queued (the spawner pushes it), with one reference: the join handle's.
-    /// A `local` task also holds the executor's local reference (see [`LOCAL`]), released
-    /// when it completes.
+    /// A task header, queued (the spawner pushes it), with one reference, the join handle's,
+    /// if `join`; without a join handle (a detached task) it holds none, which is the state a
+    /// join handle dropped at once leaves (JOIN_INTEREST clear, its reference gone), reached
+    /// without the join handle's compare-exchange. A `local` task also holds the executor's
+    /// local reference (see [`LOCAL`]), released when it completes.
     ///
     /// # Safety
     ///
@@ -124,14 +126,19 @@ impl Header {
         core: &'static Core,
         stage: *mut (),
         local: bool,
+        join: bool,
         at: *const Header,
     ) -> Self {
-        // The join handle's reference and the executor's spare (QUEUED), plus the local one.
-        let state = if local {
-            QUEUED | JOIN_INTEREST | LOCAL | (2 * REF_ONE + SPARE)
-        } else {
-            QUEUED | JOIN_INTEREST | (REF_ONE + SPARE)
-        };
+        // The executor's spare (QUEUED), the join handle's reference, the local one.
+        let mut state = QUEUED | SPARE;
+        if join {
+            state |= JOIN_INTEREST;
+            state += REF_ONE;
+        }
+        if local {
+            state |= LOCAL;
+            state += REF_ONE;
+        }
         Self {
             state: AtomicUsize::new(state),
             next: AtomicPtr::new(core::ptr::null_mut()),

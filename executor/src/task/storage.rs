@@ -113,12 +113,14 @@ impl<const SIZE: usize> TaskStorage<SIZE> {
         self.claimed.load(Acquire)
     }
 
-    /// Claims the slot for `future` (a [`LOCAL`](super::raw::LOCAL) task if `local`).
+    /// Claims the slot for `future` (a [`LOCAL`](super::raw::LOCAL) task if `local`; with a
+    /// join handle's reference if `join`).
     pub(crate) fn spawn<F: Future + 'static>(
         &'static self,
         core: &'static Core,
         future: F,
         local: bool,
+        join: bool,
     ) -> Result<TaskRef, SpawnError> {
         let needed = size_of::<Stage<F>>();
         if needed > SIZE {
@@ -158,6 +160,7 @@ impl<const SIZE: usize> TaskStorage<SIZE> {
                 core,
                 stage.cast::<()>(),
                 local,
+                join,
                 header,
             ));
             Ok(TaskRef(NonNull::new_unchecked(header)))
@@ -298,11 +301,13 @@ mod boxed {
         drop(unsafe { Box::from_raw(header.as_ptr().cast::<TaskCell<F>>()) });
     }
 
-    /// Boxes `future` as a task (a [`LOCAL`](super::raw::LOCAL) one if `local`).
+    /// Boxes `future` as a task (a [`LOCAL`](super::raw::LOCAL) one if `local`; with a join
+    /// handle's reference if `join`).
     pub(crate) fn spawn_boxed<F: Future + 'static>(
         core: &'static Core,
         future: F,
         local: bool,
+        join: bool,
     ) -> TaskRef {
         // The allocation first, so that the header is built knowing its address (its waker and
         // stage pointers); all pointers derive from the raw one.
@@ -318,6 +323,7 @@ mod boxed {
                     core,
                     stage,
                     local,
+                    join,
                     cell.cast::<Header>(),
                 ),
                 stage: UnsafeCell::new(Stage::Running(future)),
