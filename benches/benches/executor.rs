@@ -6,6 +6,7 @@
 //! cargo bench -p zcnet-benches --bench executor            # full run (BENCHMARKS.md)
 //! cargo bench -p zcnet-benches --bench executor -- --quick # CI smoke run
 //! ZCNET_EXEC_ONLY=wake+poll, cargo bench ...                # only the workloads so named
+//! ZCNET_EXEC_ONLY='wake+poll, long-lived task$' cargo bench ... # only the one named exactly
 //! ```
 //!
 //! Workloads, each reported as the median ns per round trip over several runs (interleaved run
@@ -14,6 +15,8 @@
 //! * `spawn+wake+poll, detached`: spawn a task whose future stashes a clone of its waker and
 //!   returns `Pending` on its first poll; run the executor (first poll); wake the stashed waker;
 //!   run the executor again (second poll: `Ready`, the task is freed or its slot released).
+//!   zcnet spawns it with no join handle (`spawn_detached`, `spawn_detached_in`), as embassy
+//!   and `spawn_local` do.
 //! * `spawn+wake+poll+join`: the same, keeping the join handle and taking the output through it
 //!   once the task is done (zcnet `JoinHandle`, futures `RemoteHandle`), then dropping it.
 //!   embassy-executor has no join handles: n/a.
@@ -215,13 +218,19 @@ fn zc_round_trip(exec: &'static Executor, how: ZcSpawn, join: bool, ops: u64) ->
     let mut cx = Context::from_waker(Waker::noop());
     let polls = exec.stats().polls;
     let r = time_ops(ops, || {
-        let mut handle = zc_spawn(exec, how, &ZC_SLOT, PendOnce::new());
         if !join {
-            drop(handle);
+            match how {
+                ZcSpawn::Boxed => exec.spawner().spawn_detached(PendOnce::new()),
+                ZcSpawn::Static => exec
+                    .spawner()
+                    .spawn_detached_in(&ZC_SLOT, PendOnce::new())
+                    .expect("slot free"),
+            }
             exec.run_until_idle();
             take_stash().wake();
             exec.run_until_idle();
         } else {
+            let mut handle = zc_spawn(exec, how, &ZC_SLOT, PendOnce::new());
             exec.run_until_idle();
             take_stash().wake();
             exec.run_until_idle();
@@ -559,10 +568,14 @@ fn main() {
     header.extend(["embassy / zcnet static", "LocalPool / zcnet Box"]);
     let mut table = Table::new(&header);
 
-    // `ZCNET_EXEC_ONLY=<text>`: only the workloads whose name contains it (for profiling one).
+    // `ZCNET_EXEC_ONLY=<text>`: only the workloads whose name contains it (for profiling one);
+    // `<name>$`: only the workload of exactly that name.
     let only = std::env::var("ZCNET_EXEC_ONLY").ok();
     for (name, mut benches) in workloads {
-        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+        if only.as_deref().is_some_and(|o| match o.strip_suffix('$') {
+            Some(exact) => name != exact,
+            None => !name.contains(o),
+        }) {
             continue;
         }
         // Warm-up, unmeasured.

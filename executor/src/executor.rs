@@ -20,10 +20,8 @@ use core::time::Duration;
 
 use crate::platform::{Instant, Platform};
 use crate::run_queue::{Batch, Notify, RunQueue};
-use crate::sync::{polling, AtomicBool, AtomicU64, Mutex, Ordering::*};
-use crate::task::{
-    header_from_waker, task_waker, Header, JoinHandle, SpawnError, Start, TaskRef, TaskStorage,
-};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering::*};
+use crate::task::{header_from_waker, Header, JoinHandle, SpawnError, Start, TaskRef, TaskStorage};
 use crate::time::wheel::Wheel;
 use crate::time::{Sleep, Timeout};
 
@@ -574,9 +572,21 @@ impl Executor {
         future: F,
         local: bool,
     ) -> Result<JoinHandle<F::Output>, SpawnError> {
-        let task = storage.spawn(self, future, local)?;
+        let task = storage.spawn(self, future, local, true)?;
         self.enqueue(task);
         Ok(JoinHandle::new(task))
+    }
+
+    /// [`spawn_static`](Self::spawn_static) with no join handle.
+    fn spawn_static_detached<F: Future + 'static, const SIZE: usize>(
+        &'static self,
+        storage: &'static TaskStorage<SIZE>,
+        future: F,
+        local: bool,
+    ) -> Result<(), SpawnError> {
+        let task = storage.spawn(self, future, local, false)?;
+        self.enqueue(task);
+        Ok(())
     }
 
     /// Spawns `future` (a local task if `local`) in a box and queues it.
@@ -586,9 +596,17 @@ impl Executor {
         future: F,
         local: bool,
     ) -> JoinHandle<F::Output> {
-        let task = crate::task::spawn_boxed(self, future, local);
+        let task = crate::task::spawn_boxed(self, future, local, true);
         self.enqueue(task);
         JoinHandle::new(task)
+    }
+
+    /// [`spawn_boxed`](Self::spawn_boxed) with no join handle.
+    #[cfg(feature = "alloc")]
+    fn spawn_boxed_detached<F: Future + 'static>(&'static self, future: F, local: bool) {
+        let task = crate::task::spawn_boxed(self, future, local, false);
+        // Nothing of ours refers to the task after this: it may complete and be freed at once.
+        self.enqueue(task);
     }
 
     /// Whether the calling context owns this executor's local tasks, and so may use the local
@@ -601,6 +619,20 @@ impl Executor {
         {
             let owner = self.local_owner.load(Relaxed);
             owner != 0 && owner == thread_id::current()
+        }
+        #[cfg(not(feature = "std"))]
+        {
+            self.local_declared.load(Relaxed)
+        }
+    }
+
+    /// Whether a context is bound to this executor's local tasks (a local spawner was taken):
+    /// until then the local run queue stays empty. One load.
+    #[inline(always)]
+    fn local_bound(&self) -> bool {
+        #[cfg(feature = "std")]
+        {
+            self.local_owner.load(Relaxed) != 0
         }
         #[cfg(not(feature = "std"))]
         {
@@ -638,11 +670,10 @@ impl Executor {
                 unsafe { task.release_local_ref() };
                 continue;
             }
-            let mut cx = Context::from_waker(task_waker(&task));
             polls += 1;
             // SAFETY: local tasks are polled only in the owning context (this one), one poll
             // at a time, and the local reference keeps the task alive; it is not complete.
-            if let Poll::Ready(()) = unsafe { task.poll(&mut cx) } {
+            if let Poll::Ready(()) = unsafe { task.poll_local() } {
                 // SAFETY: the poll from the local queue returned `Ready`; not used again.
                 unsafe { task.complete_local() };
             }
@@ -773,14 +804,60 @@ impl Executor {
     /// for integrators that drive the executor from a loop of their own. Returns the number of
     /// task polls it made.
     ///
-    /// A call that finds no task queued and no timer due returns at once, having read two words
-    /// (and the clock only if a timer is armed). Unlike [`run`](Self::run) and
+    /// A call that finds no task queued and no timer due returns at once, having read a few
+    /// words (and the clock only if a timer is armed). Unlike [`run`](Self::run) and
     /// [`block_on`](Self::block_on) it does not claim the executor: it never waits on the
     /// platform, which is what only one thread may do, and a task is polled by one thread at a
     /// time whoever runs it (the task's QUEUED bit, see `task`). So it may be called from inside
     /// a task of the same executor, or while another thread runs it; the [`stats`](Self::stats)
     /// are exact only while one thread at a time runs the executor.
+    ///
+    /// Inlined into the caller: while no timer is armed and no context is bound to the local
+    /// tasks, it is a loop that takes the run queue and polls what it took (after one look at
+    /// the default role, see `running`), with nothing else to look after, so it needs no call
+    /// frame of its own. Otherwise, and when a poll arms a timer or binds the local tasks, the
+    /// call goes on out of line with the timers and the local run queue.
+    #[inline(always)]
     pub fn run_until_idle(&'static self) -> u64 {
+        if !self.no_timer_armed() || self.local_bound() {
+            return self.run_until_idle_full();
+        }
+        let mut batch = self.queue.take_tasks();
+        if batch.is_empty() {
+            return 0;
+        }
+        // Found work: one load when the executor holds the default role already.
+        running::claim_default(self);
+        let mut polls = 0;
+        loop {
+            for task in batch {
+                self.poll_task(task);
+                polls += 1;
+            }
+            if !self.no_timer_armed() || self.local_bound() {
+                // A poll armed a timer or bound the local tasks: the rest runs out of line.
+                self.polls.add_single_writer(polls);
+                return polls + self.run_until_idle_full();
+            }
+            batch = self.queue.take_tasks();
+            if batch.is_empty() {
+                self.polls.add_single_writer(polls);
+                return polls;
+            }
+        }
+    }
+
+    /// Whether no timer is armed (`next_due` says none): then none can be due, and the clock
+    /// need not be read. One load.
+    #[inline(always)]
+    fn no_timer_armed(&self) -> bool {
+        self.next_due.load(Acquire) == u64::MAX
+    }
+
+    /// [`run_until_idle`](Self::run_until_idle) with every duty: the timers, the local run
+    /// queue when the calling context owns it, and the default role. Out of line.
+    #[inline(never)]
+    fn run_until_idle_full(&'static self) -> u64 {
         // Two copies of the whole call: the one for a thread that does not own local tasks has
         // no check of the local run queue.
         if self.owns_local() {
@@ -906,15 +983,12 @@ impl Executor {
                 return;
             }
         }
-        let mut cx = Context::from_waker(task_waker(&task));
         // Wakers of this task used on this thread during the poll leave word in its header
-        // instead of locked instructions (see `sync::polling`); ends before the poll's outcome
-        // is applied, also by unwinding.
-        let scope = polling::Scope::enter(task.0.as_ptr().cast::<()>());
+        // instead of locked instructions: the poll names the task in `sync::polling` until it
+        // returns (see `task::poll_stage`).
         // SAFETY: we took the task from the run queue: we hold it (QUEUED) until the end of
         // the poll.
-        let poll = unsafe { task.poll(&mut cx) };
-        drop(scope);
+        let poll = unsafe { task.poll() };
         match poll {
             // SAFETY: we hold the task and its poll returned `Ready`; not used again.
             Poll::Ready(()) => unsafe { task.complete() },
@@ -1130,6 +1204,21 @@ impl Spawner {
         self.exec.spawn_static(storage, future, false)
     }
 
+    /// Spawns `future` into a `static` slot with no join handle (its output is dropped when it
+    /// completes); errors as [`spawn_in`](Self::spawn_in). The same as `spawn_in` followed by
+    /// dropping the handle, one locked instruction cheaper.
+    pub fn spawn_detached_in<F, const SIZE: usize>(
+        &self,
+        storage: &'static TaskStorage<SIZE>,
+        future: F,
+    ) -> Result<(), SpawnError>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.exec.spawn_static_detached(storage, future, false)
+    }
+
     /// Spawns `future` in a heap allocation.
     #[cfg(feature = "alloc")]
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
@@ -1138,6 +1227,18 @@ impl Spawner {
         F::Output: Send + 'static,
     {
         self.exec.spawn_boxed(future, false)
+    }
+
+    /// Spawns `future` in a heap allocation with no join handle (its output is dropped when it
+    /// completes). The same as [`spawn`](Self::spawn) followed by dropping the handle, one
+    /// locked instruction cheaper.
+    #[cfg(feature = "alloc")]
+    pub fn spawn_detached<F>(&self, future: F)
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.exec.spawn_boxed_detached(future, false);
     }
 }
 
@@ -1191,6 +1292,20 @@ impl LocalSpawner {
         self.exec.spawn_static(storage, future, true)
     }
 
+    /// Spawns `future` into a `static` slot with no join handle (its output is dropped when it
+    /// completes); errors as [`spawn_in`](Self::spawn_in). The same as `spawn_in` followed by
+    /// dropping the handle, one locked instruction cheaper.
+    pub fn spawn_detached_in<F, const SIZE: usize>(
+        &self,
+        storage: &'static TaskStorage<SIZE>,
+        future: F,
+    ) -> Result<(), SpawnError>
+    where
+        F: Future + 'static,
+    {
+        self.exec.spawn_static_detached(storage, future, true)
+    }
+
     /// Spawns `future` in a heap allocation.
     #[cfg(feature = "alloc")]
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
@@ -1198,6 +1313,17 @@ impl LocalSpawner {
         F: Future + 'static,
     {
         self.exec.spawn_boxed(future, true)
+    }
+
+    /// Spawns `future` in a heap allocation with no join handle (its output is dropped when it
+    /// completes). The same as [`spawn`](Self::spawn) followed by dropping the handle, one
+    /// locked instruction cheaper.
+    #[cfg(feature = "alloc")]
+    pub fn spawn_detached<F>(&self, future: F)
+    where
+        F: Future + 'static,
+    {
+        self.exec.spawn_boxed_detached(future, true);
     }
 }
 

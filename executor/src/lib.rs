@@ -16,7 +16,9 @@
 //!
 //! * [`Executor`]: single-threaded run loop; wakers work from any thread or interrupt handler.
 //!   Tasks live in `static` [`TaskStorage`] slots or, with `alloc`, in boxes; [`JoinHandle`]s
-//!   yield their output; [`Executor::block_on`], [`Executor::run`], [`Executor::run_until_idle`].
+//!   yield their output (a task spawned with `spawn_detached` / `spawn_detached_in` has none,
+//!   and its output is dropped); [`Executor::block_on`], [`Executor::run`],
+//!   [`Executor::run_until_idle`].
 //!   [`Spawner`] spawns `Send` tasks from anywhere; [`LocalSpawner`] spawns tasks that are not
 //!   `Send` (a zcnet stack and its sockets), which only the loop in the owning context polls.
 //! * The run queue is an intrusive lock-free stack taken whole by the executor; a QUEUED bit

@@ -363,26 +363,40 @@ fn two_concurrent_wakers_enqueue_once() {
 /// The last reference to a completed, detached task is a waker that another thread wakes and
 /// drops while the executor drops its own references: freed exactly once (no leak of the Arc
 /// the future held; no double free, which would corrupt loom's Arc tracking).
+/// `last_reference_dropped_while_waking` and its pending variant for a task spawned with
+/// no join handle (`Spawner::spawn_detached`).
+#[test]
+fn detached_spawn_last_reference_dropped_while_waking() {
+    loom::model(|| last_waker_elsewhere(Poll::Ready(()), Waker::wake, true));
+    loom::model(|| last_waker_elsewhere(Poll::Pending, drop, true));
+}
+
 #[test]
 fn last_reference_dropped_while_waking() {
-    loom::model(|| last_waker_elsewhere(Poll::Ready(()), Waker::wake));
+    loom::model(|| last_waker_elsewhere(Poll::Ready(()), Waker::wake, false));
 }
 
 /// A detached task whose one poll returns `ready` and leaves a clone of its waker, which another
 /// thread takes and hands to `last` (wake it, or drop it) while the executor runs the poll. The
 /// task must be freed exactly once whatever the interleaving: a leak of the Arc its future
 /// holds, or a double free (which corrupts loom's Arc tracking), fails the model.
-fn last_waker_elsewhere(ready: Poll<()>, last: fn(Waker)) {
+///
+/// `spawn_detached`: spawned with no join handle at all, instead of a handle dropped at once.
+fn last_waker_elsewhere(ready: Poll<()>, last: fn(Waker), spawn_detached: bool) {
     let m = Model::new();
     let slot: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
     let s = slot.clone();
     let keep = Arc::new(());
-    let h = m.exec.spawner().spawn(poll_fn(move |cx| {
+    let f = poll_fn(move |cx| {
         let _ = &keep;
         *s.lock().unwrap() = Some(cx.waker().clone());
         ready
-    }));
-    drop(h);
+    });
+    if spawn_detached {
+        m.exec.spawner().spawn_detached(f);
+    } else {
+        drop(m.exec.spawner().spawn(f));
+    }
     let t = hand_off(&slot, last);
     m.exec.run_until_idle();
     t.join().unwrap();
@@ -646,7 +660,7 @@ fn earlier_timer_inserted_while_the_executor_sleeps() {
 /// last frees it, exactly once (a leak of the Arc the future holds, or a double free, fails).
 #[test]
 fn last_waker_dropped_while_the_task_is_polled() {
-    loom::model(|| last_waker_elsewhere(Poll::Pending, drop));
+    loom::model(|| last_waker_elsewhere(Poll::Pending, drop, false));
 }
 
 /// A join handle with a registered waker is dropped on another thread while the executor

@@ -11,9 +11,9 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsiz
 
 pub(crate) use core::sync::atomic::Ordering;
 
-/// Which task the calling thread is polling from the lock-free run queue: set by the executor
-/// around each such poll (saving and restoring an outer one, for a `run_until_idle` inside a
-/// task), null otherwise. A waker that finds its own task here runs on the thread that holds
+/// Which task the calling thread is polling from the lock-free run queue: set around each such
+/// poll by the task's poll function (`task::poll_stage`, saving and restoring an outer one, for
+/// a `run_until_idle` inside a task), null otherwise. A waker that finds its own task here runs on the thread that holds
 /// the task (QUEUED) and ends its poll afterwards, so it may leave word of a wake or of a
 /// reference in the header's poll-thread cells instead of a locked instruction on the state
 /// word (see the `task` module docs).

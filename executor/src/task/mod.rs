@@ -68,4 +68,4 @@ pub(crate) use raw::{Header, Start, TaskRef, COMPLETE};
 #[cfg(feature = "alloc")]
 pub(crate) use storage::spawn_boxed;
 pub use storage::{SpawnError, TaskStorage, STORAGE_ALIGN};
-pub(crate) use waker::{header_from_waker, task_waker};
+pub(crate) use waker::header_from_waker;

@@ -59,8 +59,13 @@ pub(crate) enum Stage<F: Future> {
 
 /// Type-erased operations on a task, one table per future type and storage kind.
 pub(crate) struct TaskVTable {
-    /// Polls the future (stage must be `Running`); on `Ready` stores the output.
-    pub(crate) poll: unsafe fn(NonNull<Header>, &mut Context<'_>) -> Poll<()>,
+    /// Polls the future of a task taken from the run queue (stage must be `Running`), with the
+    /// task's own waker, while [`polling`] names the task on the calling thread; on `Ready`
+    /// stores the output. See [`poll_stage`].
+    pub(crate) poll: unsafe fn(NonNull<Header>) -> Poll<()>,
+    /// The same for a poll from the local run queue: [`polling`] is left as it is (the local
+    /// queue holds no QUEUED bit, so the polling thread's shortcuts do not apply).
+    pub(crate) poll_local: unsafe fn(NonNull<Header>) -> Poll<()>,
     /// Moves the output into `*(dst as *mut Option<F::Output>)`.
     pub(crate) read_output: unsafe fn(NonNull<Header>, *mut ()),
     /// Drops the output a finished stage holds and marks the stage consumed; `None` when the
@@ -106,9 +111,11 @@ pub(crate) struct Header {
 }
 
 impl Header {
-    /// A task header, queued (the spawner pushes it), with one reference: the join handle's.
-    /// A `local` task also holds the executor's local reference (see [`LOCAL`]), released
-    /// when it completes.
+    /// A task header, queued (the spawner pushes it), with one reference, the join handle's,
+    /// if `join`; without a join handle (a detached task) it holds none, which is the state a
+    /// join handle dropped at once leaves (JOIN_INTEREST clear, its reference gone), reached
+    /// without the join handle's compare-exchange. A `local` task also holds the executor's
+    /// local reference (see [`LOCAL`]), released when it completes.
     ///
     /// # Safety
     ///
@@ -119,14 +126,19 @@ impl Header {
         core: &'static Core,
         stage: *mut (),
         local: bool,
+        join: bool,
         at: *const Header,
     ) -> Self {
-        // The join handle's reference and the executor's spare (QUEUED), plus the local one.
-        let state = if local {
-            QUEUED | JOIN_INTEREST | LOCAL | (2 * REF_ONE + SPARE)
-        } else {
-            QUEUED | JOIN_INTEREST | (REF_ONE + SPARE)
-        };
+        // The executor's spare (QUEUED), the join handle's reference, the local one.
+        let mut state = QUEUED | SPARE;
+        if join {
+            state |= JOIN_INTEREST;
+            state += REF_ONE;
+        }
+        if local {
+            state |= LOCAL;
+            state += REF_ONE;
+        }
         Self {
             state: AtomicUsize::new(state),
             next: AtomicPtr::new(core::ptr::null_mut()),
@@ -731,28 +743,58 @@ impl TaskRef {
         }
     }
 
-    /// Polls the future through the vtable.
+    /// Polls the future of a task taken from the run queue through the vtable (see
+    /// [`poll_stage`]).
     ///
     /// # Safety
     ///
     /// Only the executor, between `start_poll` and the end of the poll.
-    pub(crate) unsafe fn poll(self, cx: &mut Context<'_>) -> Poll<()> {
+    #[inline(always)]
+    pub(crate) unsafe fn poll(self) -> Poll<()> {
         // SAFETY: the caller holds the task (QUEUED, taken from the run queue, where a task is
         // at most once), which gives it exclusive use of the stage.
-        unsafe { (self.header().vtable.poll)(self.0, cx) }
+        unsafe { (self.header().vtable.poll)(self.0) }
+    }
+
+    /// Polls the future of a task taken from the local run queue through the vtable.
+    ///
+    /// # Safety
+    ///
+    /// Only the executor, in the context that owns its local tasks, for a local task that is
+    /// not complete (see `Executor::poll_local`).
+    #[inline(always)]
+    pub(crate) unsafe fn poll_local(self) -> Poll<()> {
+        // SAFETY: local tasks are polled only in the owning context, one poll at a time, which
+        // gives the caller exclusive use of the stage.
+        unsafe { (self.header().vtable.poll_local)(self.0) }
     }
 }
 
-/// Polls the `Stage<F>` at `stage` (what the vtable's `poll` of each storage kind does, with
-/// the stage's address computed from the header's at a fixed offset: no load of
-/// `Header::stage` on the way to the future).
+/// Polls the `Stage<F>` at `stage` of the task whose header is `header` (what the vtable's
+/// `poll` and `poll_local` of each storage kind do, with the stage's address computed from the
+/// header's at a fixed offset: no load of `Header::stage` on the way to the future).
+///
+/// The future gets a `Context` of the task's own waker (`Header::waker`). With `RECORD` (a poll
+/// from the run queue), [`polling`] names the task on the calling thread for the poll (see
+/// `sync::polling`), and names what it named before once the poll returns or unwinds. The
+/// `Context` is made here, in the code generated for `F`, so that the compiler builds it only on
+/// the paths of `F::poll` that use it (a poll that does not look at its waker builds none).
 ///
 /// # Safety
 ///
-/// `stage` points to the task's live `Stage<F>`, and the caller is the executor polling the
-/// task.
+/// `stage` points to the task's live `Stage<F>`, `header` is its header, and the caller is the
+/// executor polling the task: holding it (QUEUED, taken from the run queue) if `RECORD`, else
+/// in the context that owns the executor's local tasks.
 #[inline(always)]
-pub(crate) unsafe fn poll_stage<F: Future>(stage: *mut Stage<F>, cx: &mut Context<'_>) -> Poll<()> {
+pub(crate) unsafe fn poll_stage<F: Future, const RECORD: bool>(
+    header: NonNull<Header>,
+    stage: *mut Stage<F>,
+) -> Poll<()> {
+    // SAFETY: the header is alive while the executor polls the task (the caller's promise).
+    let waker = unsafe { &header.as_ref().waker };
+    let mut cx = Context::from_waker(waker);
+    // Ends when this returns, also by unwinding: before the executor applies the outcome.
+    let _scope = RECORD.then(|| polling::Scope::enter(header.as_ptr().cast::<()>()));
     // SAFETY: per the preconditions, the stage is a live `Stage<F>` we may use exclusively; it
     // never moves (boxed or static), so pinning it is sound.
     unsafe {
@@ -761,7 +803,7 @@ pub(crate) unsafe fn poll_stage<F: Future>(stage: *mut Stage<F>, cx: &mut Contex
             // A scheduled task is never complete (wakes ignore COMPLETE tasks).
             unreachable!("zcnet-executor: polled a finished task");
         };
-        match Pin::new_unchecked(fut).poll(cx) {
+        match Pin::new_unchecked(fut).poll(&mut cx) {
             Poll::Ready(out) => {
                 // Drops the future in place, then stores the output.
                 *stage = Stage::Finished(out);

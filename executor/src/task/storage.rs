@@ -5,7 +5,7 @@ use core::fmt;
 use core::future::Future;
 use core::mem::{align_of, size_of, MaybeUninit};
 use core::ptr::NonNull;
-use core::task::{Context, Poll};
+use core::task::Poll;
 
 use super::raw::{self, Header, Stage, TaskRef, TaskVTable};
 use crate::executor::Core;
@@ -113,12 +113,14 @@ impl<const SIZE: usize> TaskStorage<SIZE> {
         self.claimed.load(Acquire)
     }
 
-    /// Claims the slot for `future` (a [`LOCAL`](super::raw::LOCAL) task if `local`).
+    /// Claims the slot for `future` (a [`LOCAL`](super::raw::LOCAL) task if `local`; with a
+    /// join handle's reference if `join`).
     pub(crate) fn spawn<F: Future + 'static>(
         &'static self,
         core: &'static Core,
         future: F,
         local: bool,
+        join: bool,
     ) -> Result<TaskRef, SpawnError> {
         let needed = size_of::<Stage<F>>();
         if needed > SIZE {
@@ -158,6 +160,7 @@ impl<const SIZE: usize> TaskStorage<SIZE> {
                 core,
                 stage.cast::<()>(),
                 local,
+                join,
                 header,
             ));
             Ok(TaskRef(NonNull::new_unchecked(header)))
@@ -176,7 +179,8 @@ struct StaticVTable<F, const SIZE: usize>(core::marker::PhantomData<F>);
 
 impl<F: Future, const SIZE: usize> StaticVTable<F, SIZE> {
     const VTABLE: TaskVTable = TaskVTable {
-        poll: poll_static::<F, SIZE>,
+        poll: poll_static::<F, SIZE, true>,
+        poll_local: poll_static::<F, SIZE, false>,
         read_output: raw::read_output::<F>,
         drop_output: raw::drop_output_of::<F>(),
         dealloc: dealloc_static::<F, SIZE>,
@@ -205,20 +209,20 @@ unsafe fn storage_of<const SIZE: usize>(header: NonNull<Header>) -> *const TaskS
     }
 }
 
-/// Polls a task in a `TaskStorage<SIZE>` with future `F` (the vtable's `poll`).
+/// Polls a task in a `TaskStorage<SIZE>` with future `F` (the vtable's `poll` with `RECORD`,
+/// its `poll_local` without).
 ///
 /// # Safety
 ///
 /// As for [`raw::poll_stage`], for a task spawned into a `TaskStorage<SIZE>` with future `F`.
-unsafe fn poll_static<F: Future, const SIZE: usize>(
+unsafe fn poll_static<F: Future, const SIZE: usize, const RECORD: bool>(
     header: NonNull<Header>,
-    cx: &mut Context<'_>,
 ) -> Poll<()> {
     // SAFETY: per the preconditions; the stage sits at the start of the storage's stage area
     // (spawn wrote it there), and the executor polling the task has exclusive use of it.
     unsafe {
         let storage = storage_of::<SIZE>(header);
-        raw::poll_stage((*storage).stage.get().cast::<Stage<F>>(), cx)
+        raw::poll_stage::<F, RECORD>(header, (*storage).stage.get().cast::<Stage<F>>())
     }
 }
 
@@ -246,7 +250,7 @@ mod boxed {
     use core::cell::UnsafeCell;
     use core::future::Future;
     use core::ptr::NonNull;
-    use core::task::{Context, Poll};
+    use core::task::Poll;
 
     use super::super::raw::{self, Header, Stage, TaskRef, TaskVTable};
     use crate::executor::Core;
@@ -262,25 +266,27 @@ mod boxed {
 
     impl<F: Future> BoxVTable<F> {
         const VTABLE: TaskVTable = TaskVTable {
-            poll: poll_boxed::<F>,
+            poll: poll_boxed::<F, true>,
+            poll_local: poll_boxed::<F, false>,
             read_output: raw::read_output::<F>,
             drop_output: raw::drop_output_of::<F>(),
             dealloc: dealloc_boxed::<F>,
         };
     }
 
-    /// Polls a boxed task with future `F` (the vtable's `poll`).
+    /// Polls a boxed task with future `F` (the vtable's `poll` with `RECORD`, its
+    /// `poll_local` without).
     ///
     /// # Safety
     ///
     /// As for [`raw::poll_stage`], for a task made by `spawn_boxed::<F>`.
-    unsafe fn poll_boxed<F: Future>(header: NonNull<Header>, cx: &mut Context<'_>) -> Poll<()> {
+    unsafe fn poll_boxed<F: Future, const RECORD: bool>(header: NonNull<Header>) -> Poll<()> {
         // SAFETY: the header is the first field of a `#[repr(C)] TaskCell<F>` made by
         // `Box::into_raw` in `spawn_boxed`; the executor polling it has exclusive use of the
         // stage.
         unsafe {
             let cell = header.as_ptr().cast::<TaskCell<F>>();
-            raw::poll_stage((*cell).stage.get(), cx)
+            raw::poll_stage::<F, RECORD>(header, (*cell).stage.get())
         }
     }
 
@@ -295,11 +301,13 @@ mod boxed {
         drop(unsafe { Box::from_raw(header.as_ptr().cast::<TaskCell<F>>()) });
     }
 
-    /// Boxes `future` as a task (a [`LOCAL`](super::raw::LOCAL) one if `local`).
+    /// Boxes `future` as a task (a [`LOCAL`](super::raw::LOCAL) one if `local`; with a join
+    /// handle's reference if `join`).
     pub(crate) fn spawn_boxed<F: Future + 'static>(
         core: &'static Core,
         future: F,
         local: bool,
+        join: bool,
     ) -> TaskRef {
         // The allocation first, so that the header is built knowing its address (its waker and
         // stage pointers); all pointers derive from the raw one.
@@ -315,6 +323,7 @@ mod boxed {
                     core,
                     stage,
                     local,
+                    join,
                     cell.cast::<Header>(),
                 ),
                 stage: UnsafeCell::new(Stage::Running(future)),

@@ -48,13 +48,6 @@ unsafe fn drop_waker(data: *const ()) {
     unsafe { task(data).ref_dec() };
 }
 
-/// The waker the executor lends to a poll of `task` (`Header::waker`): it borrows the
-/// executor's hold on the task, so it must not outlive the poll; clones count their own
-/// references.
-pub(crate) fn task_waker(task: &TaskRef) -> &Waker {
-    &task.header().waker
-}
-
 /// A waker pointing to the header at `header`, owning no reference (for `Header::waker`,
 /// which is never dropped).
 ///

@@ -83,6 +83,57 @@ fn detached_task_frees_its_slot_when_done() {
     assert!(!SLOT.is_claimed());
 }
 
+/// `spawn_detached` / `spawn_detached_in`: no join handle; the task runs, is woken through a
+/// stashed waker, completes, its output (with a destructor) is dropped by the executor, and its
+/// memory is freed or its slot released, for `Spawner` and `LocalSpawner` tasks.
+#[test]
+fn detached_spawns_run_drop_their_output_and_free_the_task() {
+    static SLOT: TaskStorage<256> = TaskStorage::new();
+    static LOCAL_SLOT: TaskStorage<256> = TaskStorage::new();
+    let (_, exec) = virtual_executor();
+    let local = exec.local_spawner();
+    let out = Arc::new(());
+    let stash: Arc<Mutex<Vec<Waker>>> = Arc::new(Mutex::new(Vec::new()));
+    let task = |out: Arc<()>, stash: Arc<Mutex<Vec<Waker>>>| {
+        let mut pending = true;
+        core::future::poll_fn(move |cx| {
+            if core::mem::take(&mut pending) {
+                stash.lock().unwrap().push(cx.waker().clone());
+                return Poll::Pending;
+            }
+            Poll::Ready(out.clone())
+        })
+    };
+    exec.spawner()
+        .spawn_detached(task(out.clone(), stash.clone()));
+    exec.spawner()
+        .spawn_detached_in(&SLOT, task(out.clone(), stash.clone()))
+        .unwrap();
+    assert_eq!(
+        exec.spawner()
+            .spawn_detached_in(&SLOT, task(out.clone(), stash.clone()))
+            .unwrap_err(),
+        SpawnError::Busy
+    );
+    local.spawn_detached(task(out.clone(), stash.clone()));
+    local
+        .spawn_detached_in(&LOCAL_SLOT, task(out.clone(), stash.clone()))
+        .unwrap();
+    assert_eq!(exec.run_until_idle(), 4);
+    let wakers = core::mem::take(&mut *stash.lock().unwrap());
+    assert_eq!(wakers.len(), 4);
+    // Each future holds a clone of `out`, and each pending poll left one in the stash's
+    // closure: 1 + 4 futures.
+    assert_eq!(Arc::strong_count(&out), 5);
+    for w in wakers {
+        w.wake();
+    }
+    assert_eq!(exec.run_until_idle(), 4);
+    assert_eq!(Arc::strong_count(&out), 1, "futures and outputs dropped");
+    assert!(!SLOT.is_claimed());
+    assert!(!LOCAL_SLOT.is_claimed());
+}
+
 /// An output with a destructor is dropped exactly once whoever lets go of it: the executor
 /// at completion (no join handle), or the join handle dropped after completion without
 /// taking it. (Outputs without a destructor are left in place: nothing to drop.)
