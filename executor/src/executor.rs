@@ -264,7 +264,7 @@ impl Drop for RunningGuard {
 /// [`Executor::for_timers`]).
 ///
 /// * With `std`: a per-thread record of the executor whose code the thread runs, kept in the
-///   word of [`polling`]: while a task from the run queue is polled, that task (its executor
+///   word of `sync::polling`: while a task from the run queue is polled, that task (its executor
 ///   is the one); around a loop (`run`, `block_on`) and around `run_until_idle`'s polls of
 ///   local tasks, the executor's address with bit 0 set (`EXEC_TAG`). A nested loop of
 ///   another executor, or a poll, saves and restores the outer one. So `run_until_idle` keeps
