@@ -8,6 +8,9 @@ use zcnet_stack::{
     StaticV4, StaticV6,
 };
 
+use sha2::{Digest, Sha256};
+use zcnet_stack::tcp::TcpSocket;
+
 use crate::audit::assert_slots_back;
 use crate::wire::{wire_pair_one_thread, wire_pair_with, Delivery, Faults, WireEnd, WireHandle};
 
@@ -287,4 +290,30 @@ fn side<const S: usize>(
     let (stack, runner) = Stack::new(exec, pool, driver, config, resources).expect("stack");
     runner.spawn(exec.local_spawner());
     stack
+}
+
+/// Reads `len` bytes from `s` in place (`read_with`) and returns their SHA-256, calling
+/// `after_read` with the socket after each read (to sample its statistics).
+///
+/// # Panics
+/// If the connection fails or ends before `len` bytes.
+pub async fn read_sha256(
+    s: &mut TcpSocket,
+    len: usize,
+    mut after_read: impl FnMut(&TcpSocket),
+) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let mut got = 0;
+    while got < len {
+        got += s
+            .read_with(|d| {
+                h.update(&*d);
+                (d.len(), d.len())
+            })
+            .await
+            .unwrap()
+            .expect("data until the end");
+        after_read(s);
+    }
+    h.finalize().into()
 }

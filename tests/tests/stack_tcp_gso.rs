@@ -27,7 +27,7 @@ use zcnet_stack::tcp::{TcpBuffers, TcpSocket, TcpStats};
 use zcnet_stack::{DropReason, IpAddress, IpEndpoint, StackStats};
 use zcnet_tests::clock::VirtualClock;
 use zcnet_tests::net::{
-    pair_on, pair_on_with, pair_wrapped, with_ula, Pair, PairDriver, ADDR, ULA,
+    pair_on, pair_on_with, pair_wrapped, read_sha256, with_ula, Pair, PairDriver, ADDR, ULA,
 };
 use zcnet_tests::wire::{Faults, WireEnd};
 
@@ -147,7 +147,12 @@ async fn drain(
 }
 
 fn bulk(buffer: usize) {
-    let p = pair_on(Executor::leak(VirtualClock::leak()), Faults::default(), 512);
+    // Room for both sockets' frame budgets (one frame per KiB each way) in the TCP share.
+    let p = pair_on(
+        Executor::leak(VirtualClock::leak()),
+        Faults::default(),
+        1024,
+    );
     let _ = bulk_over(&p, buffer);
     p.assert_slots_back();
 }
@@ -166,20 +171,7 @@ fn bulk_to(p: &Pair, buffer: usize, b_addr: IpAddress) -> (StackStats, TcpStats)
     let server = p.exec.local_spawner().spawn(async move {
         let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(buffer, buffer)).unwrap();
         s.accept(9000).await.unwrap();
-        let mut h = Sha256::new();
-        let mut got = 0;
-        while got < LEN {
-            let n = s
-                .read_with(|d| {
-                    h.update(&*d);
-                    (d.len(), d.len())
-                })
-                .await
-                .unwrap()
-                .expect("data until the end");
-            got += n;
-        }
-        let digest: [u8; 32] = h.finalize().into();
+        let digest = read_sha256(&mut s, LEN, |_| {}).await;
         (s, digest)
     });
     let client = p.exec.block_on(async move {
@@ -245,7 +237,7 @@ fn runs_wait_in_order_for_a_small_transmit_queue() {
     let p = pair_wrapped(
         exec,
         Faults::default(),
-        512,
+        1024,
         |a, b| -> [PairDriver; 2] {
             let a = Arc::new(Mutex::new(a));
             a_end = Some(a.clone());

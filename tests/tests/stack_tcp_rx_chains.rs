@@ -28,7 +28,9 @@ use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
 use zcnet_stack::{DropReason, IpEndpoint, Stack, StackResources, StackStats};
 use zcnet_tests::clock::VirtualClock;
 use zcnet_tests::craft::{tcp_bytes, PEER, STACK};
-use zcnet_tests::net::{pair_drivers_on, side_config, with_ula, PairDriver, ADDR, SOCKETS, ULA};
+use zcnet_tests::net::{
+    pair_drivers_on, read_sha256, side_config, with_ula, PairDriver, ADDR, SOCKETS, ULA,
+};
 use zcnet_tests::sim_nic::SimNic;
 use zcnet_tests::wire::{Delivery, Faults};
 
@@ -109,21 +111,8 @@ fn bulk_to(p: &zcnet_tests::net::Pair, rx: usize, b_addr: IpAddress) -> (StackSt
     let server = p.exec.local_spawner().spawn(async move {
         let mut s = TcpSocket::new(b, TcpBuffers::with_capacity(rx, 16 * 1024)).unwrap();
         s.accept(9000).await.unwrap();
-        let mut h = Sha256::new();
-        let (mut got, mut widest) = (0, 0);
-        while got < LEN {
-            let n = s
-                .read_with(|d| {
-                    h.update(&*d);
-                    (d.len(), d.len())
-                })
-                .await
-                .unwrap()
-                .expect("data until the end");
-            got += n;
-            widest = widest.max(s.stats().window);
-        }
-        let digest: [u8; 32] = h.finalize().into();
+        let mut widest = 0;
+        let digest = read_sha256(&mut s, LEN, |s| widest = widest.max(s.stats().window)).await;
         (s, digest, widest)
     });
     let client = p.exec.block_on(async move {

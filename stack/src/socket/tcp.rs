@@ -181,6 +181,22 @@ impl core::error::Error for TcpError {}
 /// arrived in, at most one slot per frame of the budget. A segment received over several
 /// slots (a large receive, see `Capabilities::rx_chains`) takes one frame of budget per slot.
 ///
+/// The send side works the same way with `tx`: queued data lives in the pool frames egress
+/// sends (one segment's payload per frame at most), so the frame budget bounds what one
+/// connection can have in flight, and the queue of frames grows with it:
+///
+/// | `tx` | frames of budget (pool slots reserved) | most bytes in flight (MSS 1,448) | the queue of frames to send |
+/// |---|---|---|---|
+/// | 4 KiB | 4 | 4 KiB | 64 places inside the connection (1.5 KiB), nothing allocated |
+/// | 64 KiB | 64 | 64 KiB | the same |
+/// | 256 KiB | 256 | 256 KiB | 6 KiB allocated when the socket opens (`alloc`) |
+/// | 1 MiB | 1,024 | 1 MiB | 24 KiB allocated |
+/// | 4 MiB and more | 4,096 | 4 MiB | 96 KiB allocated |
+///
+/// That is 24 bytes per frame of budget past 64. Without the `alloc` feature the send budget
+/// stops at 64 frames too: at most 64 segments (92,672 bytes) are queued at once, whatever
+/// `tx` says.
+///
 /// ```
 /// use zcnet_stack::tcp::TcpBuffers;
 /// let b = TcpBuffers::with_capacity(16 * 1024, 4 * 1024);
@@ -216,7 +232,8 @@ impl TcpBuffers {
         slot_budget(self.rx)
     }
 
-    /// Frames the send queue may hold (one per KiB, 2 to 64).
+    /// Frames the send queue may hold, sent or not (one per KiB, 2 to 4,096; to 64 without the
+    /// `alloc` feature).
     pub fn tx_frames(&self) -> usize {
         frame_budget(self.tx)
     }

@@ -132,6 +132,7 @@ mod rack;
 mod recovery;
 pub(crate) mod recv;
 pub(crate) mod retries;
+mod ring;
 mod rtt;
 mod sack;
 pub(crate) mod send;

@@ -6,10 +6,10 @@
 //! no copy), and queued: in order, behind the data the application has not read yet, or out
 //! of order, until the hole before it fills (the connection's `Assembler` tracks the holes;
 //! this buffer keeps the frames). Both share one ring of places, one per frame of the slot
-//! budget: inside the connection for budgets up to [`INLINE_SEGMENTS`] (nothing allocated,
-//! and the only form without the `alloc` feature), allocated once when the socket opens for
-//! larger ones (with `alloc`, up to [`MAX_SEGMENTS`]), so the memory grows with the buffer
-//! the socket asked for: 32 bytes per frame of budget (see `TcpBuffers`).
+//! budget ([`FrameRing`]): inside the connection for budgets up to [`INLINE_FRAMES`] (nothing
+//! allocated, and the only form without the `alloc` feature), allocated once when the socket
+//! opens for larger ones (with `alloc`, up to [`MAX_SEGMENTS`]), so the memory grows with the
+//! buffer the socket asked for: 32 bytes per frame of budget (see `TcpBuffers`).
 //!
 //! Two bounds limit what the buffer holds:
 //!
@@ -45,23 +45,16 @@
 //! | application | `dequeue_with`, `dequeue_slice`, `pop_segment`, `release_segments` (and `peek`, `peek_slice` for the tests) |
 //!
 //! [`PoolStats::rx_exhausted`]: zcnet_buffer::PoolStats::rx_exhausted
+//! [`INLINE_FRAMES`]: super::ring::INLINE_FRAMES
 
-use heapless::Deque;
+use super::ring::{FrameRing, MAX_FRAMES};
 use zcnet_buffer::ledger::{self, CopySite};
 use zcnet_buffer::RxFrame;
 
-/// Places inline in the connection (32 bytes each): a slot budget up to this many frames
-/// allocates nothing.
-pub(crate) const INLINE_SEGMENTS: usize = 64;
-
 /// The largest slot budget: 4,096 frames with the `alloc` feature (a 4 MiB receive buffer at
-/// one frame per KiB; the places beyond [`INLINE_SEGMENTS`] are allocated when the socket
-/// opens), [`INLINE_SEGMENTS`] without.
-#[cfg(feature = "alloc")]
-pub(crate) const MAX_SEGMENTS: usize = 4096;
-/// The largest slot budget: [`INLINE_SEGMENTS`] without the `alloc` feature.
-#[cfg(not(feature = "alloc"))]
-pub(crate) const MAX_SEGMENTS: usize = INLINE_SEGMENTS;
+/// one frame per KiB; the places are allocated when the socket opens past
+/// [`INLINE_FRAMES`](super::ring::INLINE_FRAMES)), that many without.
+pub(crate) const MAX_SEGMENTS: usize = MAX_FRAMES;
 
 /// The smallest slot budget: even a socket opened with a tiny byte capacity may hold this many
 /// frames (a few out-of-order segments beside the in-order one).
@@ -106,141 +99,8 @@ impl Seg {
     }
 }
 
-/// The queued frames, oldest first, with a fixed number of places (the slot budget's):
-/// inline for budgets up to [`INLINE_SEGMENTS`] (`heapless`' ring: nothing allocated, and the
-/// request/response path's receive queue), allocated once for larger ones. Each operation
-/// picks its form with one branch.
-// The inline places are the point: a connection with a small budget allocates nothing.
-#[allow(clippy::large_enum_variant)]
-enum SegQueue {
-    /// In the connection: budgets up to [`INLINE_SEGMENTS`].
-    Inline(Deque<Seg, INLINE_SEGMENTS>),
-    /// Allocated when the socket opened, `cap` places: larger budgets. Never grows: pushes
-    /// stop at `cap`.
-    #[cfg(feature = "alloc")]
-    Heap {
-        ring: alloc::collections::VecDeque<Seg>,
-        cap: usize,
-    },
-}
-
-/// `$body` with `$q` bound to the queue's ring, whichever form it has.
-macro_rules! on_ring {
-    ($self:expr, $q:ident => $body:expr) => {
-        match $self {
-            SegQueue::Inline($q) => $body,
-            #[cfg(feature = "alloc")]
-            SegQueue::Heap { ring: $q, .. } => $body,
-        }
-    };
-}
-
-impl SegQueue {
-    /// A queue of `n` places (at most [`MAX_SEGMENTS`]): inline up to [`INLINE_SEGMENTS`],
-    /// else allocated.
-    fn new(n: usize) -> Self {
-        #[cfg(feature = "alloc")]
-        if n > INLINE_SEGMENTS {
-            let cap = n.min(MAX_SEGMENTS);
-            return SegQueue::Heap {
-                ring: alloc::collections::VecDeque::with_capacity(cap),
-                cap,
-            };
-        }
-        let _ = n;
-        SegQueue::Inline(Deque::new())
-    }
-
-    /// The number of places.
-    #[cfg(test)]
-    fn capacity(&self) -> usize {
-        match self {
-            SegQueue::Inline(_) => INLINE_SEGMENTS,
-            #[cfg(feature = "alloc")]
-            SegQueue::Heap { cap, .. } => *cap,
-        }
-    }
-
-    #[inline]
-    fn len(&self) -> usize {
-        on_ring!(self, q => q.len())
-    }
-
-    #[inline]
-    fn is_full(&self) -> bool {
-        match self {
-            SegQueue::Inline(q) => q.is_full(),
-            #[cfg(feature = "alloc")]
-            SegQueue::Heap { ring, cap } => ring.len() >= *cap,
-        }
-    }
-
-    #[inline]
-    fn get(&self, i: usize) -> Option<&Seg> {
-        on_ring!(self, q => q.get(i))
-    }
-
-    #[inline]
-    fn get_mut(&mut self, i: usize) -> Option<&mut Seg> {
-        on_ring!(self, q => q.get_mut(i))
-    }
-
-    #[cfg(test)]
-    fn front(&self) -> Option<&Seg> {
-        on_ring!(self, q => q.front())
-    }
-
-    #[inline]
-    fn front_mut(&mut self) -> Option<&mut Seg> {
-        on_ring!(self, q => q.front_mut())
-    }
-
-    #[inline]
-    fn push_back(&mut self, seg: Seg) -> Result<(), Seg> {
-        match self {
-            SegQueue::Inline(q) => q.push_back(seg),
-            #[cfg(feature = "alloc")]
-            SegQueue::Heap { ring, cap } => {
-                if ring.len() >= *cap {
-                    return Err(seg);
-                }
-                ring.push_back(seg);
-                Ok(())
-            }
-        }
-    }
-
-    #[inline]
-    fn pop_front(&mut self) -> Option<Seg> {
-        on_ring!(self, q => q.pop_front())
-    }
-
-    #[inline]
-    fn pop_back(&mut self) -> Option<Seg> {
-        on_ring!(self, q => q.pop_back())
-    }
-
-    /// Swaps the `i`-th and `j`-th queued frames (both `< len`).
-    fn swap(&mut self, i: usize, j: usize) {
-        if i < self.len() && j < self.len() {
-            on_ring!(self, q => q.swap(i, j))
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &Seg> {
-        (0..self.len()).filter_map(|i| self.get(i))
-    }
-
-    fn clear(&mut self) {
-        on_ring!(self, q => q.clear())
-    }
-}
-
-impl core::fmt::Debug for SegQueue {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
+/// The queued frames, oldest first, one place per frame of the slot budget.
+type SegQueue = FrameRing<Seg>;
 
 /// Segments dropped by the receive buffer since the stack last asked
 /// ([`RecvBuffer::take_drops`]).

@@ -22,7 +22,9 @@
 //! * The application may also queue a frame it filled in place
 //!   ([`push_frame`](SendBuffer::push_frame)): zero copies.
 //! * Bounds: at most `capacity` queued bytes (what the application gave at open) and at most
-//!   `max_frames` frames ([`MAX_FRAMES`] at most, stored inline).
+//!   `max_frames` frames, the frame budget: one place each in a [`FrameRing`], inside the
+//!   connection up to 64 frames, allocated once when the socket opens for more (with the
+//!   `alloc` feature, up to [`MAX_FRAMES`]).
 //!
 //! | who | what |
 //! |---|---|
@@ -36,11 +38,10 @@
 use core::marker::PhantomData;
 use core::task::{Context, Poll, Waker};
 
-use heapless::Deque;
 use zcnet_buffer::{FramePool, RetainedFrame, TxChain, TxFrame, MAX_CHAIN_SEGMENTS};
 
-/// The most frames one connection's send queue holds.
-pub(crate) const MAX_FRAMES: usize = 64;
+pub(crate) use super::ring::MAX_FRAMES;
+use super::ring::{on_ring, FrameRing};
 
 /// Where the next segment's payload is (from [`SendBuffer::locate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,12 +72,12 @@ pub(crate) enum Segment {
 /// sent yet. The state machine reads segments out of it by offset and drops acknowledged bytes.
 #[derive(Debug)]
 pub(crate) struct SendBuffer<'a> {
-    frames: Deque<RetainedFrame, MAX_FRAMES>,
+    frames: FrameRing<RetainedFrame>,
     /// Bytes in `frames`.
     len: usize,
     /// The most bytes queued at once.
     capacity: usize,
-    /// The most frames queued at once (`<= MAX_FRAMES`).
+    /// The most frames queued at once (`<= MAX_FRAMES`, the places of `frames`).
     max_frames: usize,
     /// Where new frames come from.
     pool: &'static FramePool,
@@ -112,11 +113,12 @@ impl<'a> SendBuffer<'a> {
         headroom: usize,
     ) -> Self {
         let headroom = headroom.min(pool.slot_size().saturating_sub(1));
+        let max_frames = max_frames.clamp(1, MAX_FRAMES);
         Self {
-            frames: Deque::new(),
+            frames: FrameRing::new(max_frames),
             len: 0,
             capacity,
-            max_frames: max_frames.clamp(1, MAX_FRAMES),
+            max_frames,
             pool,
             headroom,
             frame_len: pool.slot_size() - headroom,
@@ -182,6 +184,7 @@ impl<'a> SendBuffer<'a> {
     }
 
     /// Bytes that can still go into the tail frame.
+    #[inline]
     fn tail_room(&self) -> usize {
         match self.frames.back() {
             Some(t) if self.len - t.len() < self.sent => 0,
@@ -333,16 +336,17 @@ impl<'a> SendBuffer<'a> {
 
     /// The frame holding byte `offset` of the queue, as `(index, base, frame)` with `base` the
     /// offset of its first byte; `None` past the end. Starts at the cursor when it can.
+    #[inline]
     fn find(&self, offset: usize) -> Option<(usize, usize, &RetainedFrame)> {
+        // The queue's two slices, taken once (the deque's `get` works out its length and
+        // wraps the index on every call).
+        let (front, back) = self.frames.as_slices();
         let (start, mut base) =
-            if self.cursor_base <= offset && self.cursor_index < self.frames.len() {
+            if self.cursor_base <= offset && self.cursor_index < front.len() + back.len() {
                 (self.cursor_index, self.cursor_base)
             } else {
                 (0, 0)
             };
-        // The queue's two slices, taken once (the deque's `get` works out its length and
-        // wraps the index on every call).
-        let (front, back) = self.frames.as_slices();
         let mut index = start;
         while let Some(f) = match index.checked_sub(front.len()) {
             None => front.get(index),
@@ -394,25 +398,32 @@ impl<'a> SendBuffer<'a> {
         chain: &mut TxChain,
     ) -> usize {
         let mut taken = 0;
-        let mut i = index + 1;
-        while chain.frame_count() + 1 < MAX_CHAIN_SEGMENTS {
-            let Some(f) = self.frames.get_mut(i) else {
-                break;
-            };
-            let n = f.len();
-            if n == 0 || n > mss || (n < mss && !short_ok) || taken + n > limit || !f.is_idle() {
-                break;
+        on_ring!(&mut self.frames, frames => {
+            let mut i = index + 1;
+            while chain.frame_count() + 1 < MAX_CHAIN_SEGMENTS {
+                let Some(f) = frames.get_mut(i) else {
+                    break;
+                };
+                let n = f.len();
+                if n == 0
+                    || n > mss
+                    || (n < mss && !short_ok)
+                    || taken + n > limit
+                    || !f.is_idle()
+                {
+                    break;
+                }
+                let Poll::Ready(tx) = f.poll_send(&mut Context::from_waker(Waker::noop())) else {
+                    break;
+                };
+                if chain.push(tx).is_err() {
+                    // Not reached: the chain had room. The frame went back to the queue, idle.
+                    break;
+                }
+                taken += n;
+                i += 1;
             }
-            let Poll::Ready(tx) = f.poll_send(&mut Context::from_waker(Waker::noop())) else {
-                break;
-            };
-            if chain.push(tx).is_err() {
-                // Not reached: the chain had room. The frame went back to the queue, idle.
-                break;
-            }
-            taken += n;
-            i += 1;
-        }
+        });
         taken
     }
 
@@ -434,20 +445,22 @@ impl<'a> SendBuffer<'a> {
         let mut left = removed;
         let mut popped = 0;
         self.len -= left;
-        while left > 0 {
-            let Some(front) = self.frames.front_mut() else {
-                break;
-            };
-            let n = front.len();
-            if n <= left {
-                left -= n;
-                drop(self.frames.pop_front());
-                popped += 1;
-            } else {
-                front.advance(left);
-                left = 0;
+        on_ring!(&mut self.frames, frames => {
+            while left > 0 {
+                let Some(front) = frames.front_mut() else {
+                    break;
+                };
+                let n = front.len();
+                if n <= left {
+                    left -= n;
+                    drop(frames.pop_front());
+                    popped += 1;
+                } else {
+                    front.advance(left);
+                    left = 0;
+                }
             }
-        }
+        });
         // Every byte removed lay in front of the cursor's frame, unless that frame was
         // removed, or is now the front (then it starts at 0 whatever was cut from it).
         // (A base short of `removed` cannot happen; the front is always a right place to
