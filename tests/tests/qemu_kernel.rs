@@ -529,6 +529,12 @@ print("udp ok")
         Some(0),
         "slots held by the stack after the tests: {body}"
     );
+    // The pool's TCP share holds every listener's armed sockets and the tests' connections
+    // at once: no listener ever went without its armed sockets.
+    let rearm = j
+        .path(&["stack", "listener_rearm_failures"])
+        .and_then(Json::as_u64);
+    assert_eq!(rearm, Some(0), "listener re-arm failures: {body}");
 
     exit_through_http(
         &mut qemu,
