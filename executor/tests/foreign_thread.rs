@@ -3,6 +3,10 @@
 //! the process's default executor, also after its loop ended (they fire when it runs again). One test in its
 //! own binary, so that no other test's executor takes the default role.
 
+// Real threads and the real clock: under `--cfg loom` the executor's atomics are loom's, which
+// exist only inside a loom model (the crate's loom models are its `--lib` tests).
+#![cfg(not(loom))]
+
 use std::future::{pending, Future};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};

@@ -1,6 +1,10 @@
 //! The executor on the real Linux platform: idle costs nothing, an earlier timer inserted from
 //! another thread wakes a sleeping executor, and the epoll reactor re-arms correctly.
 
+// Real threads and the real clock: under `--cfg loom` the executor's atomics are loom's, which
+// exist only inside a loom model (the crate's loom models are its `--lib` tests).
+#![cfg(not(loom))]
+
 use std::future::Future;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
