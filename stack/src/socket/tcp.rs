@@ -29,7 +29,8 @@
 //! **Sending**: the connection keeps a queue of pool frames until the peer acknowledges them, and a
 //! segment goes out in the queued frame itself, headers written into its headroom. The send
 //! side's byte bound is the send size of its [`TcpBuffers`] and its frame budget one frame per
-//! KiB of it (2 to 64).
+//! KiB of it (2 to 4,096; to 64 without the `alloc` feature), so what one connection keeps in
+//! flight follows its send size.
 //!
 //! * [`TcpSocket::tx_frame`] + [`TcpSocket::send_frame`]: the caller writes the payload into the
 //!   frame the driver will transmit: **no copy**.
