@@ -419,18 +419,21 @@ impl Conn {
         poll_fn(|cx| {
             self.with(|s, st| {
                 if s.can_send() {
-                    if !s.ensure_send_room(st.egress_waker) {
-                        // The pool has no free slot: egress hears of the next one and wakes us.
-                        s.note_send_starved();
-                        s.register_send_waker(cx.waker(), st.local);
-                        return Poll::Pending;
+                    let write = f.take().expect("write polled after completion");
+                    match s.send_waking(st.egress_waker, write) {
+                        Ok(r) => {
+                            st.signal_egress();
+                            return Poll::Ready(Ok(r));
+                        }
+                        Err(back) => {
+                            // The pool has no free slot: egress hears of the next one and
+                            // wakes us.
+                            f = Some(back);
+                            s.note_send_starved();
+                            s.register_send_waker(cx.waker(), st.local);
+                            return Poll::Pending;
+                        }
                     }
-                    let f = f.take().expect("write polled after completion");
-                    let r = s
-                        .send_waking(st.egress_waker, f)
-                        .map_err(|_| TcpError::InvalidState);
-                    st.signal_egress();
-                    return Poll::Ready(r);
                 }
                 if s.may_send() || matches!(s.state(), TcpState::SynSent | TcpState::SynReceived) {
                     // Buffer full, or still connecting: wait.

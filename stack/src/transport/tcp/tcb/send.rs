@@ -223,13 +223,6 @@ impl<'a> SendBuffer<'a> {
         }
     }
 
-    /// Makes sure the tail frame has room for at least one byte (allocating a frame if needed;
-    /// see [`enqueue_with`](Self::enqueue_with) for `waker`). `false`: the queue is full or the
-    /// pool has no free slot.
-    pub(crate) fn ensure_room(&mut self, waker: Option<&Waker>) -> bool {
-        self.tail_room() > 0 || self.grow(waker)
-    }
-
     /// Records that the writer waits for a free slot (the egress task wakes it).
     pub(crate) fn set_starved(&mut self) {
         self.starved = true;
@@ -255,21 +248,37 @@ impl<'a> SendBuffer<'a> {
     where
         F: FnOnce(&mut [u8]) -> (usize, R),
     {
+        match self.fill_tail(waker, f) {
+            Ok(done) => done,
+            Err(f) => f(&mut []),
+        }
+    }
+
+    /// [`enqueue_with`](Self::enqueue_with) when there is room: `f` gets at least one byte
+    /// of room. `Err(f)`, `f` not called, when the queue is full or the pool has no free slot
+    /// (then `waker` waits for one).
+    ///
+    /// # Panics
+    /// If `f` returns more than the length of the slice it got.
+    pub(crate) fn fill_tail<R, F>(&mut self, waker: Option<&Waker>, f: F) -> Result<(usize, R), F>
+    where
+        F: FnOnce(&mut [u8]) -> (usize, R),
+    {
         let mut room = self.tail_room();
         if room == 0 {
             if !self.grow(waker) {
-                return f(&mut []);
+                return Err(f);
             }
             room = self.tail_room();
         }
-        let Some(tail) = self.frames.back_mut() else {
-            return f(&mut []);
+        let Some(tail) = self.frames.back_mut().filter(|_| room > 0) else {
+            return Err(f);
         };
         let (n, r) = f(&mut tail.spare_mut()[..room]);
         assert!(n <= room, "enqueued more bytes than there was room for");
         let _ = tail.commit(n);
         self.len += n;
-        (n, r)
+        Ok((n, r))
     }
 
     /// Queues as much of `data` as fits, copying it into the tail frames; returns how many

@@ -1042,12 +1042,26 @@ impl<'a> Tcb<'a> {
         if !self.may_send() {
             return Err(SendError::InvalidState);
         }
+        let old_length = self.begin_send();
+        let (size, result) = f(&mut self.tx_buffer);
+        self.end_send(old_length, size);
+        Ok(result)
+    }
 
-        let old_length = self.tx_buffer.len();
+    /// Readies the send buffer for the application's bytes; returns its length before them
+    /// (for [`end_send`](Self::end_send)).
+    #[inline]
+    fn begin_send(&mut self) -> usize {
         // New frames hold one full segment; a frame some of whose bytes went out takes no more.
         self.tx_buffer.set_frame_len(self.data_mss());
         self.tx_buffer.set_sent(self.flight_size());
-        let (size, result) = f(&mut self.tx_buffer);
+        self.tx_buffer.len()
+    }
+
+    /// After `size` bytes were queued on a send buffer `old_length` long: restarts the
+    /// timeout and zero-window-probe clocks when data starts waiting.
+    #[inline]
+    fn end_send(&mut self, old_length: usize, size: usize) {
         if size > 0 {
             // The connection might have been idle for a long time, and so remote_last_ts
             // would be far in the past. Unless we clear it here, we'll abort the connection
@@ -1066,7 +1080,6 @@ impl<'a> Tcb<'a> {
                 self.timer.set_for_zero_window_probe(Instant::ZERO, delay);
             }
         }
-        Ok(result)
     }
 
     /// Enqueue a sequence of octets to be sent, and fill it from a slice.
@@ -1203,12 +1216,6 @@ impl<'a> Tcb<'a> {
         )
     }
 
-    /// Makes sure the send buffer can take at least one more byte now (a frame from the pool
-    /// if needed; `egress` is registered for a returned slot when the pool has none).
-    pub(crate) fn ensure_send_room(&mut self, egress: Option<&Waker>) -> bool {
-        self.tx_buffer.ensure_room(egress)
-    }
-
     /// Records that the writer waits for a free pool slot: the egress task, which the pool wakes
     /// when a slot returns, wakes the writer ([`wake_starved_sender`](Self::wake_starved_sender)).
     pub(crate) fn note_send_starved(&mut self) {
@@ -1216,14 +1223,18 @@ impl<'a> Tcb<'a> {
     }
 
     /// Calls `f` with the free room of the send buffer's tail frame (a new frame if the tail
-    /// is full) and queues as many bytes as it returns; `egress` is registered for a returned
-    /// slot when the pool has none. `Err(SendError::InvalidState)` if the transmit half of the
-    /// connection is not open.
-    pub(crate) fn send_waking<F, R>(&mut self, egress: Option<&Waker>, f: F) -> Result<R, SendError>
+    /// is full) and queues as many bytes as it returns. `Err(f)`, `f` not called, when there is
+    /// no room now: the buffer is full, or the pool has no free slot (then `egress` is
+    /// registered for a returned one). For a connection whose transmit half is open
+    /// ([`may_send`](Self::may_send)).
+    pub(crate) fn send_waking<F, R>(&mut self, egress: Option<&Waker>, f: F) -> Result<R, F>
     where
         F: FnOnce(&mut [u8]) -> (usize, R),
     {
-        self.send_impl(|tx_buffer| tx_buffer.enqueue_with(egress, f))
+        let old_length = self.begin_send();
+        let (size, r) = self.tx_buffer.fill_tail(egress, f)?;
+        self.end_send(old_length, size);
+        Ok(r)
     }
 
     /// Queues a frame the application filled in place; `Ok(Err(frame))` gives it back when the
