@@ -128,7 +128,8 @@ pub struct Config {
     /// The stack's secret (see [`Secret`]): drawn by the integrator from a random source at
     /// every boot.
     pub secret: Secret,
-    /// Frames the ingress task handles per wakeup before it yields to other tasks.
+    /// Frames the ingress task handles per wakeup before it yields to other tasks. A packet
+    /// the driver delivers over several slots (a chain: a super-segment) counts as its slots.
     pub ingress_budget: usize,
     /// DNS servers a [`DnsSocket`](crate::dns::DnsSocket) asks, in order: the first `Some`
     /// entries up to the first `None`, at most [`MAX_DNS_SERVERS`]. Each is tried until it

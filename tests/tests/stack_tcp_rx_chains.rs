@@ -9,6 +9,9 @@
 //! * Chains that are no TCP segment for the stack, or lie about their lengths, or carry a wrong
 //!   checksum, are dropped and counted by reason, and their slots go back to the pool; a good
 //!   chain after them is taken.
+//! * A super-segment counts as its slots against ingress's budget: after one of a budget's
+//!   worth of slots, the ACK it made due goes out before ingress asks the driver for the next
+//!   packet (no read that finds the queue empty in between).
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -21,7 +24,7 @@ use smoltcp::wire::{
 use zcnet_buffer::sim::wire::{GsoMode, WireOffloads};
 use zcnet_buffer::{
     Capabilities, ChecksumOffloads, Driver, FramePool, HardwareAddress, LinkState, PoolConfig,
-    RxChain, RxFrame, TxChain, TxError, TxFrame,
+    RxChain, RxFrame, RxPacket, TxChain, TxError, TxFrame,
 };
 use zcnet_executor::Executor;
 use zcnet_stack::tcp::{TcpBuffers, TcpSocket};
@@ -32,7 +35,7 @@ use zcnet_tests::net::{
     pair_drivers_on, read_sha256, side_config, with_ula, PairDriver, ADDR, SOCKETS, ULA,
 };
 use zcnet_tests::sim_nic::SimNic;
-use zcnet_tests::wire::{Delivery, Faults};
+use zcnet_tests::wire::{Delivery, Faults, WireEnd};
 
 const LEN: usize = 16 * 1024 * 1024;
 /// The largest window 64 received segments of 1,448 bytes allow.
@@ -71,6 +74,17 @@ fn chain_pair_on(
     faults: Faults,
     configure: impl FnMut(usize, &mut zcnet_stack::Config),
 ) -> zcnet_tests::net::Pair {
+    chain_pair_wrapped(exec, pools, faults, |b| Box::new(b), configure)
+}
+
+/// [`chain_pair_on`] with B's end (its offloads set) in the driver `wrap_b` makes of it.
+fn chain_pair_wrapped(
+    exec: &'static Executor,
+    pools: [&'static FramePool; 2],
+    faults: Faults,
+    wrap_b: impl FnOnce(WireEnd) -> PairDriver,
+    configure: impl FnMut(usize, &mut zcnet_stack::Config),
+) -> zcnet_tests::net::Pair {
     let sender = WireOffloads {
         tx_checksum: true,
         gso_max_size: 65535,
@@ -90,7 +104,7 @@ fn chain_pair_on(
         |a, b| -> [PairDriver; 2] {
             [
                 Box::new(a.with_offloads(sender)),
-                Box::new(b.with_offloads(receiver)),
+                wrap_b(b.with_offloads(receiver)),
             ]
         },
         configure,
@@ -240,6 +254,156 @@ fn small_receive_buffers_take_chains_too() {
     assert!(
         widest <= 64 * 1024,
         "the window stays within the buffer: {widest}"
+    );
+    p.assert_slots_back();
+}
+
+/// What B's driver was asked, in order (see [`CallLog`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Call {
+    /// A packet over this many slots was delivered.
+    Chain(usize),
+    /// A packet in one frame was delivered.
+    Frame,
+    /// Asked for a packet, none was queued.
+    Empty,
+    /// A frame (or chain) handed over to send.
+    Sent,
+}
+
+/// A driver that forwards every call to `inner` and logs the receive polls (and what they
+/// gave) and the transmits, in order.
+struct CallLog<D> {
+    inner: D,
+    log: Arc<Mutex<Vec<Call>>>,
+}
+
+impl<D> CallLog<D> {
+    fn note(&self, call: Call) {
+        self.log.lock().unwrap().push(call);
+    }
+}
+
+impl<D: Driver> Driver for CallLog<D> {
+    fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<RxFrame> {
+        let r = self.inner.poll_receive(cx);
+        self.note(if r.is_ready() {
+            Call::Frame
+        } else {
+            Call::Empty
+        });
+        r
+    }
+    fn poll_receive_chain(&mut self, cx: &mut Context<'_>) -> Poll<RxChain> {
+        let r = self.inner.poll_receive_chain(cx);
+        self.note(match &r {
+            Poll::Ready(c) => Call::Chain(c.frame_count()),
+            Poll::Pending => Call::Empty,
+        });
+        r
+    }
+    fn poll_receive_packet(&mut self, cx: &mut Context<'_>) -> Poll<RxPacket> {
+        let r = self.inner.poll_receive_packet(cx);
+        self.note(match &r {
+            Poll::Ready(RxPacket::Frame(_)) => Call::Frame,
+            Poll::Ready(RxPacket::Chain(c)) => Call::Chain(c.frame_count()),
+            Poll::Pending => Call::Empty,
+        });
+        r
+    }
+    fn poll_transmit_frame(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
+        self.inner.poll_transmit_frame(cx)
+    }
+    fn poll_transmit_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.inner.poll_transmit_ready(cx)
+    }
+    fn transmit(&mut self, frame: TxFrame) -> Result<(), TxError> {
+        self.note(Call::Sent);
+        self.inner.transmit(frame)
+    }
+    fn transmit_chain(&mut self, chain: TxChain) -> Result<(), TxError> {
+        self.note(Call::Sent);
+        self.inner.transmit_chain(chain)
+    }
+    fn flush(&mut self) {
+        self.inner.flush()
+    }
+    fn receive_deferral(&mut self) -> Option<Duration> {
+        self.inner.receive_deferral()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn hardware_address(&self) -> HardwareAddress {
+        self.inner.hardware_address()
+    }
+    fn poll_link_state(&mut self, cx: &mut Context<'_>) -> LinkState {
+        self.inner.poll_link_state(cx)
+    }
+}
+
+/// 64 KiB receive buffers, as the TAP benchmark gives every socket, and each super-segment A
+/// sends arrives over more slots than B's ingress budget. Ingress ends its run
+/// after it, so the ACK goes out (carrying the window the reader reopened) before ingress
+/// reads again: right after each such chain B's driver sends, and is not first asked for a
+/// packet it does not have yet (over a TAP that is one `readv` per super-segment that can only
+/// fail, and the ACK an `readv` later). Byte-exact, pool audit.
+#[test]
+fn the_ack_of_a_super_segment_goes_out_before_the_next_read() {
+    let exec = Executor::leak(VirtualClock::leak());
+    // A's super-segments arrive over 17 slots or so here (A sends runs of half the window):
+    // B's budget is a few frames, so that each is a budget's worth.
+    let budget = 8;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let pools = [
+        FramePool::leak(PoolConfig::new(1024)).expect("pool"),
+        FramePool::leak(PoolConfig::new(1024)).expect("pool"),
+    ];
+    let b_log = log.clone();
+    let p = chain_pair_wrapped(
+        exec,
+        pools,
+        Faults::default(),
+        move |b| {
+            Box::new(CallLog {
+                inner: b,
+                log: b_log,
+            })
+        },
+        |side, config| {
+            if side == 1 {
+                config.ingress_budget = budget;
+            }
+        },
+    );
+    let (sb, _) = bulk(&p, 64 * 1024);
+    assert!(sb.rx_chains > 0, "B's TCP took chains: {sb:?}");
+    let calls = log.lock().unwrap().clone();
+    let mut big = 0;
+    let mut read_first = Vec::new();
+    for (i, call) in calls.iter().enumerate() {
+        let Call::Chain(slots) = *call else { continue };
+        if slots < budget {
+            continue;
+        }
+        big += 1;
+        // The chain's connection had data to acknowledge: what B's driver saw next.
+        if let Some(next) = calls[i + 1..].first() {
+            if *next != Call::Sent {
+                read_first.push((i, *next));
+            }
+        }
+    }
+    assert!(
+        big > 100,
+        "super-segments over at least {budget} slots arrived: {big} of {} calls",
+        calls.len()
+    );
+    assert!(
+        read_first.is_empty(),
+        "{} of {big} super-segments were followed by a read before their ACK, e.g. {:?}",
+        read_first.len(),
+        &read_first[..read_first.len().min(8)]
     );
     p.assert_slots_back();
 }

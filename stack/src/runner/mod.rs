@@ -2,7 +2,8 @@
 //! watcher.
 //!
 //! * **ingress** runs when the driver has frames (its waker is registered by
-//!   `Driver::poll_receive`), handles at most `ingress_budget` frames (TCP segments for the
+//!   `Driver::poll_receive`), handles at most `ingress_budget` frames (a chain counts as its
+//!   slots, so a super-segment's ACK goes out before the next read; TCP segments for the
 //!   stack to zcnet's TCP, `transport/tcp/input.rs`; the rest to smoltcp's `poll_ingress_single`), then
 //!   yields. It wakes egress only if smoltcp or a TCP connection now wants to transmit earlier
 //!   than egress planned to wake (a reply, an ACK due).
