@@ -743,7 +743,7 @@ impl WireEnd {
     /// sender's slot goes back. An empty wire is `Pending` here too (the receiver's waker
     /// registered, as the general path does). `None` for any other frame: the general path
     /// decides.
-    #[inline]
+    #[inline(always)]
     fn poll_plain(&mut self, cx: &mut Context<'_>) -> Option<Poll<RxFrame>> {
         if self.offloads.rx_checksum || !self.rx_spare.is_empty() {
             return None;
