@@ -985,6 +985,7 @@ impl WireEnd {
 
     /// Puts one packet on the wire (its length checked against the MTU, or the GSO size for a
     /// packet crossing whole), through the faults.
+    #[inline(always)]
     fn send(
         &mut self,
         payload: Payload,
@@ -1023,9 +1024,28 @@ impl WireEnd {
             }
             return Ok(());
         }
+        self.send_faulty(d, payload, gso, partial);
+        Ok(())
+    }
+
+    /// [`send`](Self::send) on a wire with faults or cut (`d`, the direction leaving this end,
+    /// held): each fault drawn for the packet, which is then queued, lost or tail-dropped.
+    #[inline(never)]
+    fn send_faulty(
+        &self,
+        d: &mut Direction,
+        payload: Payload,
+        gso: Option<GsoInfo>,
+        partial: bool,
+    ) {
+        let queued = |at, payload| Queued {
+            gso,
+            partial,
+            ..Queued::new(at, payload)
+        };
         if d.cut || d.rng.chance(d.faults.loss) {
             d.stats.lost += 1;
-            return Ok(()); // the frame drops here: "transmitted", its slot is free again
+            return; // the frame drops here: "transmitted", its slot is free again
         }
         let duplicate = d.rng.chance(d.faults.duplicate);
         let mut frames = [Some(payload), None];
@@ -1072,7 +1092,6 @@ impl WireEnd {
         if let Some(w) = &d.rx_waker {
             w.wake_by_ref();
         }
-        Ok(())
     }
 }
 
