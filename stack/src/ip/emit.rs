@@ -86,6 +86,7 @@ impl Ipv4Idents {
 /// is left as it is). IPv4 gets the next identification from `idents`, and its header
 /// checksum unless the driver computes it (`checksum.ipv4`), computed once with the
 /// identification in place. Don't Fragment is set; IPv6 has no checksum.
+#[inline(always)]
 pub(crate) fn write_header(
     buf: &mut [u8],
     repr: &IpRepr,
