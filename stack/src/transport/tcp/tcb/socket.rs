@@ -1915,7 +1915,8 @@ impl<'a> Tcb<'a> {
             if !self.rx_buffer.fits_in_order(n) {
                 break;
             }
-            self.rx_buffer.accept(0, frame, n);
+            // `fast_path_takes` found no out-of-order data queued.
+            self.rx_buffer.accept_in_order(frame);
             self.counters.bytes_received += n as u64;
             taken += n;
             self.schedule_delayed_ack(cx.now);
