@@ -224,14 +224,15 @@ fn check_v4(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {
     let (src, dst) = (p.src_addr(), p.dst_addr());
     let payload = p.payload();
     // smoltcp hands a DHCP answer (UDP 67 → 68) to its DHCP client whatever its destination.
-    let dhcp = p.next_header() == IpProtocol::Udp
+    let next = p.next_header();
+    let dhcp = next == IpProtocol::Udp
         && UdpPacket::new_checked(payload).is_ok_and(|u| u.src_port() == 67 && u.dst_port() == 68);
     let dst_ours = st.iface.has_ip_addr(dst);
     let ours = dst_ours || dst.is_multicast() || is_v4_broadcast(&st.iface, dst) || dhcp;
     if !ours {
         return Verdict::Doomed(DropReason::NotForUs);
     }
-    if p.next_header() == IpProtocol::Tcp {
+    if next == IpProtocol::Tcp {
         return check_tcp(
             st,
             frame,
@@ -246,15 +247,15 @@ fn check_v4(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {
     let verdict = check_transport(
         ck,
         verified,
-        p.next_header(),
+        next,
         IpAddress::Ipv4(src),
         IpAddress::Ipv4(dst),
         payload,
     );
-    if verdict == Verdict::Pass && p.next_header() == IpProtocol::Udp {
+    if verdict == Verdict::Pass && next == IpProtocol::Udp {
         return check_answer(st, IpAddress::Ipv4(src), IpAddress::Ipv4(dst), payload);
     }
-    if verdict == Verdict::Pass && p.next_header() == IpProtocol::Icmp && dst_ours {
+    if verdict == Verdict::Pass && next == IpProtocol::Icmp && dst_ours {
         return too_big(icmp_error::parse_v4(payload)).unwrap_or(verdict);
     }
     verdict
