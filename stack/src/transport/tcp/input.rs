@@ -51,7 +51,9 @@ pub(crate) fn ingress(
     counters: &Counters,
     gro: &mut Gro,
 ) -> Option<RxFrame> {
-    let Some((repr, payload_at)) = parse(&frame, &seg) else {
+    // Filled where it stays for the rest of the segment's way (not built, then moved here).
+    let mut repr = super::header::BLANK;
+    let Some(payload_at) = parse(&frame, &seg, &mut repr) else {
         counters.drop(DropReason::Malformed);
         return None;
     };
@@ -257,13 +259,16 @@ fn send_answer(
 /// Parses the TCP segment `seg` of `frame`: its header (a `TcpRepr` with an empty payload,
 /// borrowing nothing) and, when it carries any, where its payload lies in the frame (offset
 /// and length). `None` when malformed.
-fn parse(frame: &RxFrame, seg: &TcpSeg) -> Option<(TcpRepr<'static>, Option<(usize, usize)>)> {
+fn parse(
+    frame: &RxFrame,
+    seg: &TcpSeg,
+    repr: &mut TcpRepr<'static>,
+) -> Option<Option<(usize, usize)>> {
     let bytes = frame.get(seg.start..seg.start.checked_add(seg.len)?)?;
     let packet = TcpPacket::new_checked(bytes).ok()?;
     // The checksum was verified by `rx_check` (or by the device). Errors: port 0, options cut
     // short.
-    let header = super::header::parse(&packet)?;
+    super::header::parse_into(&packet, repr)?;
     let len = packet.payload().len();
-    let at = (len > 0).then(|| (seg.start + usize::from(packet.header_len()), len));
-    Some((header, at))
+    Some((len > 0).then(|| (seg.start + usize::from(packet.header_len()), len)))
 }
