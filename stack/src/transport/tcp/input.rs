@@ -57,13 +57,8 @@ pub(crate) fn ingress(
         counters.drop(DropReason::Malformed);
         return None;
     };
-    let ip = IpRepr::new(
-        seg.src,
-        seg.dst,
-        IpProtocol::Tcp,
-        repr.buffer_len() + payload_at.map_or(0, |(_, len)| len),
-        seg.hop_limit,
-    );
+    // Its payload: the TCP segment as it came (header, options as sent, and data).
+    let ip = IpRepr::new(seg.src, seg.dst, IpProtocol::Tcp, seg.len, seg.hop_limit);
     let found = st.tcp.find(&ip, &repr);
     let payload_len = payload_at.map_or(0, |(_, len)| len);
     let batch = found.is_some() && gro::batchable(&repr, payload_len);
