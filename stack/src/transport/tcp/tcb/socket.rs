@@ -525,6 +525,7 @@ impl<'a> Tcb<'a> {
     }
 
     /// The right edge of the window we advertised last (`None` before the first ACK we sent).
+    #[inline]
     fn last_edge(&self) -> Option<TcpSeqNumber> {
         let window = usize::from(self.remote_last_win) << self.remote_win_shift;
         self.remote_last_ack.map(|ack| ack + window)
@@ -533,6 +534,7 @@ impl<'a> Tcb<'a> {
     /// Records the ACK number and window field of a segment we send (`window` scaled by
     /// `shift`): what [`rx_window_floor`](Self::rx_window_floor) and the acceptability test of
     /// `process` measure against.
+    #[inline]
     fn note_advertised(&mut self, ack: Option<TcpSeqNumber>, window: u16, shift: u8) {
         self.remote_last_ack = ack;
         // Kept in the scale of the segments after the handshake (`last_edge` shifts it): a
