@@ -405,10 +405,17 @@ impl Neighbors {
     }
 
     /// The earliest time egress must run for a request or a give-up.
+    #[inline]
     pub(crate) fn deadline(&self) -> Option<Instant> {
         if !self.requests_wanted {
             return None;
         }
+        self.earliest_request()
+    }
+
+    /// [`deadline`](Self::deadline) while requests are wanted: the earliest entry's.
+    #[inline(never)]
+    fn earliest_request(&self) -> Option<Instant> {
         self.entries
             .iter()
             .flatten()
