@@ -19,7 +19,7 @@ use zcnet_buffer::{RxFrame, TxFrame};
 use crate::transport::tcp::gro::Batch;
 use zcnet_executor::LocalSpawner;
 
-use super::congestion::{AnyController, CongestionControl};
+use super::congestion::{AnyController, CongestionControl, Controller};
 use super::context::{PollAt, TcpContext};
 use super::error::{ConnectError, ListenError, RecvError, SendError};
 use super::path_mtu::{mss_for, PathMtu};
