@@ -3026,6 +3026,7 @@ impl<'a> Tcb<'a> {
     /// Never during the handshake: every segment sent then is a SYN, whose window is unscaled
     /// and at most 65,535 bytes, so a window past that could never be advertised and the update
     /// would be due again after each one.
+    #[inline(always)]
     fn window_to_update(&self) -> bool {
         match self.state {
             State::Established | State::FinWait1 | State::FinWait2 => {
@@ -3040,11 +3041,19 @@ impl<'a> Tcb<'a> {
                 if last_win >= 2 && usize::from(last_win) * 2 > ceiling {
                     return false;
                 }
-                let new_win = self.scaled_window();
-                new_win > 0 && new_win / 2 >= last_win
+                self.window_doubles(last_win)
             }
             _ => false,
         }
+    }
+
+    /// Whether the window to offer now is at least twice `last_win` (in units of the scale),
+    /// and not zero: [`window_to_update`](Self::window_to_update) once the cheap answers
+    /// failed.
+    #[inline(never)]
+    fn window_doubles(&self, last_win: u16) -> bool {
+        let new_win = self.scaled_window();
+        new_win > 0 && new_win / 2 >= last_win
     }
 
     /// [`dispatch_polled`](Self::dispatch_polled) without its answer (the unit tests' and the
