@@ -779,6 +779,7 @@ impl Executor {
         };
         let mut cx = Context::from_waker(&waker);
         let mut main_woken = true;
+        let mut owns = false;
         loop {
             if main_woken {
                 self.polls.add_single_writer(1);
@@ -786,7 +787,7 @@ impl Executor {
                     return v;
                 }
             }
-            main_woken = self.turn();
+            main_woken = self.turn(&mut owns);
         }
     }
 
@@ -794,8 +795,9 @@ impl Executor {
     /// this executor.
     pub fn run(&'static self) -> ! {
         let _running = self.enter();
+        let mut owns = false;
         loop {
-            self.turn();
+            self.turn(&mut owns);
         }
     }
 
@@ -924,11 +926,16 @@ impl Executor {
     }
 
     /// One turn of the loop: run the queued tasks, fire timers, and wait if there is nothing to
-    /// do. Returns whether `block_on`'s future was woken.
-    fn turn(&'static self) -> bool {
+    /// do. Returns whether `block_on`'s future was woken. `owns` is the loop's record that
+    /// this context owns the local tasks ([`owns_local`](Self::owns_local)): once it does, it
+    /// always will (the owner is bound once and never changes), so it is not asked again.
+    fn turn(&'static self, owns: &mut bool) -> bool {
         let (batch, mut main_woken) = self.queue.take_all();
         self.poll_batch(batch);
-        let local = self.owns_local();
+        if !*owns {
+            *owns = self.owns_local();
+        }
+        let local = *owns;
         if local {
             let polls = self.poll_local();
             self.polls.add_single_writer(polls);
