@@ -61,8 +61,8 @@ pub(crate) fn ingress(
     let ip = IpRepr::new(seg.src, seg.dst, IpProtocol::Tcp, seg.len, seg.hop_limit);
     let found = st.tcp.find(&ip, &repr);
     let payload_len = payload_at.map_or(0, |(_, len)| len);
-    let batch = found.is_some() && gro::batchable(&repr, payload_len);
-    if let (true, Some(i), Some((at, len))) = (batch, found, payload_at) {
+    // (`continues` and `follows` test `gro::batchable` themselves.)
+    if let (Some(i), Some((at, len))) = (found, payload_at) {
         if gro.continues(i, &repr, payload_len)
             && frame.advance(at).is_ok()
             && frame.truncate(len).is_ok()
@@ -90,14 +90,16 @@ pub(crate) fn ingress(
             };
             match payload {
                 // The segment after one processed at once, continuing it: starts a batch.
-                Some(f) if batch && gro.follows(i, &repr, payload_len) => {
+                Some(f) if gro.follows(i, &repr, payload_len) => {
                     gro.start(i, ip, &repr, f);
                     return None;
                 }
                 payload => {
                     // (A batch for a connection not established goes through the full
-                    // processing segment by segment: batching it costs nothing extra.)
-                    if batch {
+                    // processing segment by segment: batching it costs nothing extra.) A PSH
+                    // ends a run: nothing follows it (`processed` would keep no hint either),
+                    // so request/response segments skip the batching test.
+                    if repr.control != TcpControl::Psh && gro::batchable(&repr, payload_len) {
                         gro.processed(i, &repr, payload_len);
                     } else {
                         gro.forget();
