@@ -266,6 +266,8 @@ fn parse(
     // The checksum was verified by `rx_check` (or by the device). Errors: port 0, options cut
     // short.
     super::header::parse_into(&packet, repr)?;
-    let len = packet.payload().len();
-    Some((len > 0).then(|| (seg.start + usize::from(packet.header_len()), len)))
+    // `new_checked` found the header within the segment: the rest is the payload.
+    let header_len = usize::from(packet.header_len());
+    let len = bytes.len() - header_len;
+    Some((len > 0).then_some((seg.start + header_len, len)))
 }
