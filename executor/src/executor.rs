@@ -779,6 +779,7 @@ impl Executor {
         };
         let mut cx = Context::from_waker(&waker);
         let mut main_woken = true;
+        let mut owns = false;
         loop {
             if main_woken {
                 self.polls.add_single_writer(1);
@@ -786,7 +787,7 @@ impl Executor {
                     return v;
                 }
             }
-            main_woken = self.turn();
+            main_woken = self.turn(&mut owns);
         }
     }
 
@@ -794,8 +795,9 @@ impl Executor {
     /// this executor.
     pub fn run(&'static self) -> ! {
         let _running = self.enter();
+        let mut owns = false;
         loop {
-            self.turn();
+            self.turn(&mut owns);
         }
     }
 
@@ -924,11 +926,16 @@ impl Executor {
     }
 
     /// One turn of the loop: run the queued tasks, fire timers, and wait if there is nothing to
-    /// do. Returns whether `block_on`'s future was woken.
-    fn turn(&'static self) -> bool {
+    /// do. Returns whether `block_on`'s future was woken. `owns` is the loop's record that
+    /// this context owns the local tasks ([`owns_local`](Self::owns_local)): once it does, it
+    /// always will (the owner is bound once and never changes), so it is not asked again.
+    fn turn(&'static self, owns: &mut bool) -> bool {
         let (batch, mut main_woken) = self.queue.take_all();
         self.poll_batch(batch);
-        let local = self.owns_local();
+        if !*owns {
+            *owns = self.owns_local();
+        }
+        let local = *owns;
         if local {
             let polls = self.poll_local();
             self.polls.add_single_writer(polls);
@@ -960,8 +967,18 @@ impl Executor {
         main_woken
     }
 
-    /// Polls every task of `batch` and counts the polls.
+    /// Polls every task of `batch` and counts the polls. An empty batch (the usual one on an
+    /// executor whose tasks wake each other on its own thread) costs no call.
+    #[inline(always)]
     fn poll_batch(&self, batch: Batch) {
+        if !batch.is_empty() {
+            self.poll_tasks(batch);
+        }
+    }
+
+    /// [`poll_batch`](Self::poll_batch) of a batch with tasks in it.
+    #[inline(never)]
+    fn poll_tasks(&self, batch: Batch) {
         let mut polls = 0;
         for task in batch {
             self.poll_task(task);

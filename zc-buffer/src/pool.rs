@@ -1015,10 +1015,18 @@ impl FramePool {
 
     /// Pops a slot, or registers `cx` in `cell` and sets `bit` in the head in the same
     /// compare-exchange that finds the list empty (module ground rules).
+    #[inline]
     fn poll_pop(&self, cx: &mut Context<'_>, bit: u64, cell: &WakerCell) -> Poll<u32> {
         if let Some(slot) = self.pop() {
             return Poll::Ready(slot);
         }
+        self.poll_pop_empty(cx, bit, cell)
+    }
+
+    /// [`poll_pop`](Self::poll_pop) once the list was found empty: registers, then takes a
+    /// slot that came back meanwhile or marks the head waiting.
+    #[inline(never)]
+    fn poll_pop_empty(&self, cx: &mut Context<'_>, bit: u64, cell: &WakerCell) -> Poll<u32> {
         cell.register(cx.waker());
         let mut cur = self.head.0.load(Acquire);
         loop {

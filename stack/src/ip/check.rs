@@ -158,14 +158,15 @@ pub(crate) fn check(st: &State, frame: &[u8], verified: bool) -> Verdict {
 
 /// The verdict on a TCP segment `payload` (a slice of `frame`) from `src` to `dst`: for the
 /// stack's TCP when its header is whole, its checksum right and its addresses usable (a
-/// unicast destination of ours, a source that is not unspecified, broadcast or multicast),
-/// else dropped here, counted.
+/// unicast destination of ours, `dst_ours`: the interface has `dst`; a source that is not
+/// unspecified, broadcast or multicast), else dropped here, counted.
 #[allow(clippy::too_many_arguments)]
 fn check_tcp(
     st: &State,
     frame: &[u8],
     src: IpAddress,
     dst: IpAddress,
+    dst_ours: bool,
     hop_limit: u8,
     payload: &[u8],
     verified: bool,
@@ -179,7 +180,7 @@ fn check_tcp(
     {
         return Verdict::Drop(DropReason::BadChecksum);
     }
-    if !st.iface.has_ip_addr(dst) {
+    if !dst_ours {
         // A broadcast or multicast destination: TCP is unicast only.
         return Verdict::Drop(DropReason::NotForUs);
     }
@@ -223,19 +224,21 @@ fn check_v4(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {
     let (src, dst) = (p.src_addr(), p.dst_addr());
     let payload = p.payload();
     // smoltcp hands a DHCP answer (UDP 67 → 68) to its DHCP client whatever its destination.
-    let dhcp = p.next_header() == IpProtocol::Udp
+    let next = p.next_header();
+    let dhcp = next == IpProtocol::Udp
         && UdpPacket::new_checked(payload).is_ok_and(|u| u.src_port() == 67 && u.dst_port() == 68);
-    let ours =
-        st.iface.has_ip_addr(dst) || dst.is_multicast() || is_v4_broadcast(&st.iface, dst) || dhcp;
+    let dst_ours = st.iface.has_ip_addr(dst);
+    let ours = dst_ours || dst.is_multicast() || is_v4_broadcast(&st.iface, dst) || dhcp;
     if !ours {
         return Verdict::Doomed(DropReason::NotForUs);
     }
-    if p.next_header() == IpProtocol::Tcp {
+    if next == IpProtocol::Tcp {
         return check_tcp(
             st,
             frame,
             IpAddress::Ipv4(src),
             IpAddress::Ipv4(dst),
+            dst_ours,
             p.hop_limit(),
             payload,
             verified,
@@ -244,16 +247,15 @@ fn check_v4(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {
     let verdict = check_transport(
         ck,
         verified,
-        p.next_header(),
+        next,
         IpAddress::Ipv4(src),
         IpAddress::Ipv4(dst),
         payload,
     );
-    if verdict == Verdict::Pass && p.next_header() == IpProtocol::Udp {
+    if verdict == Verdict::Pass && next == IpProtocol::Udp {
         return check_answer(st, IpAddress::Ipv4(src), IpAddress::Ipv4(dst), payload);
     }
-    if verdict == Verdict::Pass && p.next_header() == IpProtocol::Icmp && st.iface.has_ip_addr(dst)
-    {
+    if verdict == Verdict::Pass && next == IpProtocol::Icmp && dst_ours {
         return too_big(icmp_error::parse_v4(payload)).unwrap_or(verdict);
     }
     verdict
@@ -281,7 +283,8 @@ fn check_v6(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {
         payload = &payload[2 + h.payload().len()..];
     }
     let dst = p.dst_addr();
-    if !(st.iface.has_ip_addr(dst) || dst.is_multicast() || dst.is_loopback()) {
+    let dst_ours = st.iface.has_ip_addr(dst);
+    if !(dst_ours || dst.is_multicast() || dst.is_loopback()) {
         return Verdict::Doomed(DropReason::NotForUs);
     }
     if next == IpProtocol::Tcp {
@@ -290,6 +293,7 @@ fn check_v6(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {
             frame,
             IpAddress::Ipv6(p.src_addr()),
             IpAddress::Ipv6(dst),
+            dst_ours,
             p.hop_limit(),
             payload,
             verified,
@@ -317,7 +321,7 @@ fn check_v6(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {
             payload,
         );
     }
-    if verdict == Verdict::Pass && next == IpProtocol::Icmpv6 && st.iface.has_ip_addr(dst) {
+    if verdict == Verdict::Pass && next == IpProtocol::Icmpv6 && dst_ours {
         return too_big(icmp_error::parse_v6(payload)).unwrap_or(verdict);
     }
     verdict

@@ -273,7 +273,8 @@ fn sum64_lanes(data: &[u8]) -> u64 {
 }
 
 /// [`sum64_lanes`] 32 bytes at a time in AVX2 registers: each 64-bit lane adds its word's two
-/// 32-bit halves, two loads per round into four accumulators.
+/// 32-bit halves, two loads per round into four accumulators; the last bytes (under 64) go
+/// through [`sum64_adc`].
 ///
 /// # Safety
 ///
@@ -304,7 +305,11 @@ unsafe fn sum64_avx2(data: &[u8]) -> u64 {
     let mut lanes = [0u64; 4];
     // SAFETY: `lanes` is 32 writable bytes; the store is unaligned.
     unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), both) };
-    lanes.iter().sum::<u64>() + sum64_lanes(rest)
+    // The rest (under 64 bytes) on the carry chain, which reads its tail without a copy. Its
+    // sum may use all 64 bits: the two add with an end-around carry (2^64 is 1 in the ones'
+    // complement sum).
+    let (total, carry) = lanes.iter().sum::<u64>().overflowing_add(sum64_adc(rest));
+    total + u64::from(carry)
 }
 
 /// `data` as native-endian 32-bit words into 64 bits, one accumulator: the tails of the

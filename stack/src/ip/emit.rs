@@ -52,27 +52,33 @@ impl Ipv4Idents {
     }
 
     /// The identification of the next packet from `src` to `dst` carrying `protocol`.
+    #[inline]
     pub(crate) fn next(&mut self, src: Ipv4Address, dst: Ipv4Address, protocol: IpProtocol) -> u16 {
         let (bucket, offset) = match self.last {
             Some((s, d, p, bucket, offset)) if s == src && d == dst && p == protocol => {
                 (bucket, offset)
             }
-            _ => {
-                let mut input = [0u8; 9];
-                input[..4].copy_from_slice(&src.octets());
-                input[4..8].copy_from_slice(&dst.octets());
-                input[8] = u8::from(protocol);
-                let h = self.prf.of(Use::Ipv4Id, &input);
-                // The low byte is the bucket (IDENT_BUCKETS is 256, checked above).
-                let (bucket, offset) = (h as u8, (h >> 16) as u16);
-                self.last = Some((src, dst, protocol, bucket, offset));
-                (bucket, offset)
-            }
+            _ => self.flow(src, dst, protocol),
         };
         let counter = &mut self.counters[usize::from(bucket)];
         let id = offset.wrapping_add(*counter);
         *counter = counter.wrapping_add(1);
         id
+    }
+
+    /// The bucket and offset of the flow from `src` to `dst` carrying `protocol` (a keyed
+    /// hash), kept as the last flow numbered.
+    #[inline(never)]
+    fn flow(&mut self, src: Ipv4Address, dst: Ipv4Address, protocol: IpProtocol) -> (u8, u16) {
+        let mut input = [0u8; 9];
+        input[..4].copy_from_slice(&src.octets());
+        input[4..8].copy_from_slice(&dst.octets());
+        input[8] = u8::from(protocol);
+        let h = self.prf.of(Use::Ipv4Id, &input);
+        // The low byte is the bucket (IDENT_BUCKETS is 256, checked above).
+        let (bucket, offset) = (h as u8, (h >> 16) as u16);
+        self.last = Some((src, dst, protocol, bucket, offset));
+        (bucket, offset)
     }
 }
 
@@ -80,6 +86,7 @@ impl Ipv4Idents {
 /// is left as it is). IPv4 gets the next identification from `idents`, and its header
 /// checksum unless the driver computes it (`checksum.ipv4`), computed once with the
 /// identification in place. Don't Fragment is set; IPv6 has no checksum.
+#[inline(always)]
 pub(crate) fn write_header(
     buf: &mut [u8],
     repr: &IpRepr,

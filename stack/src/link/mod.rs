@@ -89,6 +89,7 @@ impl LinkLayer {
 
     /// Hands a finished frame to the driver (see [`transmit`]); while the carrier is down the
     /// frame is dropped instead, counted as [`DropReason::LinkDown`](crate::DropReason::LinkDown).
+    #[inline(always)]
     pub(crate) fn transmit(&mut self, frame: TxFrame, counters: &Counters) -> Result<(), TxError> {
         if !self.carrier.is_up() {
             // The frame's slot goes back to the pool; the sender hears why.
@@ -109,6 +110,7 @@ impl LinkLayer {
     ///
     /// Errors: no room in the neighbour table, no headroom for the Ethernet header, the link
     /// down or the driver's refusal (those two counted, the others left to the caller).
+    #[inline(always)]
     pub(crate) fn send_ip(
         &mut self,
         mut frame: TxFrame,

@@ -63,7 +63,7 @@ use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
     HardwareAddress, Icmpv6Packet, Icmpv6Repr, IpAddress, IpCidr, IpProtocol, Ipv4Address,
-    Ipv6Address, Ipv6Packet, Ipv6Repr, NdiscNeighborFlags, NdiscRepr,
+    Ipv4Cidr, Ipv6Address, Ipv6Packet, Ipv6Repr, NdiscNeighborFlags, NdiscRepr,
 };
 use zcnet_buffer::{TxFrame, ETHERNET_HEADER_LEN};
 
@@ -405,10 +405,17 @@ impl Neighbors {
     }
 
     /// The earliest time egress must run for a request or a give-up.
+    #[inline]
     pub(crate) fn deadline(&self) -> Option<Instant> {
         if !self.requests_wanted {
             return None;
         }
+        self.earliest_request()
+    }
+
+    /// [`deadline`](Self::deadline) while requests are wanted: the earliest entry's.
+    #[inline(never)]
+    fn earliest_request(&self) -> Option<Instant> {
         self.entries
             .iter()
             .flatten()
@@ -476,12 +483,7 @@ pub(crate) fn next_hop(iface: &mut Interface, dst: IpAddress, now: Instant) -> O
 pub(crate) fn group_mac(iface: &Interface, ip: IpAddress) -> Option<EthernetAddress> {
     match ip {
         IpAddress::Ipv4(a) => {
-            let directed = iface.ip_addrs().iter().any(|c| match c {
-                IpCidr::Ipv4(c) => c.broadcast() == Some(a),
-                #[allow(unreachable_patterns)]
-                _ => false,
-            });
-            if a.is_broadcast() || directed {
+            if is_v4_broadcast(iface, a) {
                 Some(EthernetAddress::BROADCAST)
             } else if a.is_multicast() {
                 let o = a.octets();
@@ -900,10 +902,22 @@ fn build_request(
 pub(crate) fn is_v4_broadcast(iface: &Interface, a: Ipv4Address) -> bool {
     a.is_broadcast()
         || iface.ip_addrs().iter().any(|c| match c {
-            IpCidr::Ipv4(c) => c.broadcast() == Some(a),
+            IpCidr::Ipv4(c) => is_directed_broadcast(c, a),
             #[allow(unreachable_patterns)]
             _ => false,
         })
+}
+
+/// Whether `a` is the broadcast address of the network `c` (`c.broadcast() == Some(a)`, as a
+/// mask and two compares): all host bits set, the network bits `c`'s. A /31 or /32 has none.
+fn is_directed_broadcast(c: &Ipv4Cidr, a: Ipv4Address) -> bool {
+    let len = c.prefix_len();
+    if len >= 31 {
+        return false;
+    }
+    let host = u32::MAX >> len;
+    let a = u32::from(a);
+    a & host == host && (a ^ u32::from(c.address())) & !host == 0
 }
 
 #[cfg(test)]
@@ -1124,5 +1138,42 @@ mod tests {
         // Neither flag, same MAC: nothing changes.
         advertised(&mut n, Some(MAC), false, false, at(50));
         assert_eq!((n.mac, n.fresh_until), (Some(MAC), at(40) + life));
+    }
+
+    /// The directed-broadcast test answers as smoltcp's `Ipv4Cidr::broadcast` for every
+    /// prefix length, at the network's edges and inside it.
+    #[test]
+    fn directed_broadcast_is_smoltcps() {
+        let nets = [
+            [10, 0, 0, 1],
+            [192, 168, 200, 254],
+            [255, 255, 255, 255],
+            [0, 0, 0, 0],
+        ];
+        for net in nets {
+            for len in 0..=32u8 {
+                let c = Ipv4Cidr::new(Ipv4Address::from(net), len);
+                let edges = [c.broadcast(), Some(c.network().address())];
+                let probes = [
+                    0u32,
+                    1,
+                    0xFF,
+                    0xFFFF_FFFF,
+                    0x0A00_00FF,
+                    0xC0A8_C8FF,
+                    0x0A00_FFFF,
+                ]
+                .into_iter()
+                .flat_map(|b| [b, u32::from_be_bytes(net) ^ b])
+                .map(|b| Some(Ipv4Address::from_bits(b)));
+                for a in edges.into_iter().chain(probes).flatten() {
+                    assert_eq!(
+                        is_directed_broadcast(&c, a),
+                        c.broadcast() == Some(a),
+                        "{c} {a}"
+                    );
+                }
+            }
+        }
     }
 }

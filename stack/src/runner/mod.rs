@@ -205,29 +205,37 @@ impl Tasks {
 
     /// Arms egress's timer for `at` (`None`: disarms it) with egress's `waker`; `now` tells an
     /// armed deadline from one that has passed.
+    #[inline]
     pub(crate) fn arm_egress_timer(
         &mut self,
         now: SmolInstant,
         at: Option<SmolInstant>,
         waker: &Waker,
     ) {
+        // Lazy re-arm: a timer still armed for a deadline at or before `at` is kept. It fires
+        // early, egress runs once, finds nothing due and re-arms for the deadline then
+        // current. A TCP connection moves its deadline on nearly every segment (a
+        // retransmission deadline, then a delayed ACK, then a retransmission again), and a
+        // timer that fires early at most once per deadline costs far less than unlinking and
+        // relinking the wheel entry each time. A deadline already past means the timer fired
+        // (or is about to): that one is re-armed for real.
+        if let (Some(at), Some(armed)) = (at, self.egress_deadline) {
+            if armed <= at && armed > now {
+                return;
+            }
+        }
+        self.rearm_egress_timer(at, waker);
+    }
+
+    /// [`arm_egress_timer`](Self::arm_egress_timer) when the timer must move: armed for `at`
+    /// (`None`: disarmed).
+    #[inline(never)]
+    fn rearm_egress_timer(&mut self, at: Option<SmolInstant>, waker: &Waker) {
         // SAFETY: the state lives inside `StackInner`, written once into `'static`
         // `StackResources` memory and never moved afterwards, so the timer is pinned.
         let mut timer = unsafe { Pin::new_unchecked(&mut self.egress_timer) };
         match at {
             Some(at) => {
-                // Lazy re-arm: a timer still armed for a deadline at or before `at` is kept. It
-                // fires early, egress runs once, finds nothing due and re-arms for the deadline
-                // then current. A TCP connection moves its deadline on nearly every segment
-                // (a retransmission deadline, then a delayed ACK, then a retransmission again),
-                // and a timer that fires early at most once per deadline costs far less than
-                // unlinking and relinking the wheel entry each time. A deadline already past
-                // means the timer fired (or is about to): that one is re-armed for real.
-                if let Some(armed) = self.egress_deadline {
-                    if armed <= at && armed > now {
-                        return;
-                    }
-                }
                 timer.as_mut().reset(from_smol(at));
                 self.egress_deadline = Some(at);
                 if timer.poll(&mut Context::from_waker(waker)).is_ready() {

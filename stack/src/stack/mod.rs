@@ -356,7 +356,18 @@ impl State {
     /// connection still open at its deadline was already reset by its own timeout (set when it
     /// was orphaned); the deadline is a backstop. Only the TCP orphans that changed since the
     /// last reaping and those whose deadline came are looked at (`TcpTable::next_reapable`).
+    #[inline]
     pub(crate) fn reap_orphans(&mut self, now: SmolInstant) {
+        // No orphan at all, the usual case: nothing to look at, no call.
+        if self.metas.orphan_scan_len() == 0 && !self.tcp.orphans_due(now) {
+            return;
+        }
+        self.reap_orphans_now(now);
+    }
+
+    /// [`reap_orphans`](Self::reap_orphans) with orphans to look at.
+    #[inline(never)]
+    fn reap_orphans_now(&mut self, now: SmolInstant) {
         for i in 0..self.metas.orphan_scan_len() {
             let Some((handle, until)) = self.metas.orphan_at(i) else {
                 continue;

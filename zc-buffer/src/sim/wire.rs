@@ -740,14 +740,22 @@ impl WireEnd {
     /// frame is one of the sender's slots, due now, not corrupted, not crossing whole, on an
     /// end that checks no checksums, and copied (not lent: a copying wire, or a slot a TCP
     /// socket keeps): one slot of this end's pool takes a copy, as a NIC's DMA, and the
-    /// sender's slot goes back. `None` for any other frame, or none: the general path decides.
-    #[inline]
+    /// sender's slot goes back. An empty wire is `Pending` here too (the receiver's waker
+    /// registered, as the general path does). `None` for any other frame: the general path
+    /// decides.
+    #[inline(always)]
     fn poll_plain(&mut self, cx: &mut Context<'_>) -> Option<Poll<RxFrame>> {
         if self.offloads.rx_checksum || !self.rx_spare.is_empty() {
             return None;
         }
         let mut dir = self.shared.dir(1 - self.side);
-        let q = dir.queue.front()?;
+        // Held once: each access through the guard would ask which kind it is.
+        let d = &mut *dir;
+        let Some(q) = d.queue.front() else {
+            // Nothing on the wire: what the general path would answer.
+            set_waker(&mut d.rx_waker, cx);
+            return Some(Poll::Pending);
+        };
         let Payload::Slot(f) = &q.payload else {
             return None;
         };
@@ -765,13 +773,13 @@ impl WireEnd {
             Poll::Ready(s) => s,
             Poll::Pending => return Some(Poll::Pending),
         };
-        let Payload::Slot(f) = dir.queue.pop_front()?.payload else {
+        let Payload::Slot(f) = d.queue.pop_front()?.payload else {
             return None; // not reached: the front was a slot
         };
-        dir.stats.delivered += 1;
-        dir.slots_in_flight -= 1;
-        self.shared.in_flight[1 - self.side].store(dir.slots_in_flight, Relaxed);
-        let sender = dir.tx_waker.take();
+        d.stats.delivered += 1;
+        d.slots_in_flight -= 1;
+        self.shared.in_flight[1 - self.side].store(d.slots_in_flight, Relaxed);
+        let sender = d.tx_waker.take();
         drop(dir);
         if let Some(w) = sender {
             w.wake();
@@ -977,6 +985,7 @@ impl WireEnd {
 
     /// Puts one packet on the wire (its length checked against the MTU, or the GSO size for a
     /// packet crossing whole), through the faults.
+    #[inline(always)]
     fn send(
         &mut self,
         payload: Payload,
@@ -1015,9 +1024,28 @@ impl WireEnd {
             }
             return Ok(());
         }
+        self.send_faulty(d, payload, gso, partial);
+        Ok(())
+    }
+
+    /// [`send`](Self::send) on a wire with faults or cut (`d`, the direction leaving this end,
+    /// held): each fault drawn for the packet, which is then queued, lost or tail-dropped.
+    #[inline(never)]
+    fn send_faulty(
+        &self,
+        d: &mut Direction,
+        payload: Payload,
+        gso: Option<GsoInfo>,
+        partial: bool,
+    ) {
+        let queued = |at, payload| Queued {
+            gso,
+            partial,
+            ..Queued::new(at, payload)
+        };
         if d.cut || d.rng.chance(d.faults.loss) {
             d.stats.lost += 1;
-            return Ok(()); // the frame drops here: "transmitted", its slot is free again
+            return; // the frame drops here: "transmitted", its slot is free again
         }
         let duplicate = d.rng.chance(d.faults.duplicate);
         let mut frames = [Some(payload), None];
@@ -1064,7 +1092,6 @@ impl WireEnd {
         if let Some(w) = &d.rx_waker {
             w.wake_by_ref();
         }
-        Ok(())
     }
 }
 

@@ -14,7 +14,7 @@
 //! wrong length, is skipped; a window scale above 14 reads as 14; SACK blocks past the third
 //! are dropped; an end-of-list option ends the options).
 
-use smoltcp::wire::{TcpControl, TcpPacket, TcpRepr, TcpTimestampRepr};
+use smoltcp::wire::{TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, TcpTimestampRepr};
 
 /// Option kinds (RFC 9293, RFC 7323, RFC 2018).
 const END: u8 = 0;
@@ -35,6 +35,32 @@ const MAX_WINDOW_SCALE: u8 = 14;
 /// see the module docs) and the rarer one of a received chain.
 #[inline(always)]
 pub(crate) fn parse(packet: &TcpPacket<&[u8]>) -> Option<TcpRepr<'static>> {
+    let mut repr = BLANK;
+    parse_into(packet, &mut repr)?;
+    Some(repr)
+}
+
+/// A header for [`parse_into`] to fill: ports and numbers zero, no flags, no options.
+pub(crate) const BLANK: TcpRepr<'static> = TcpRepr {
+    src_port: 0,
+    dst_port: 0,
+    control: TcpControl::None,
+    seq_number: TcpSeqNumber(0),
+    ack_number: None,
+    window_len: 0,
+    window_scale: None,
+    max_seg_size: None,
+    sack_permitted: false,
+    sack_ranges: [None; 3],
+    timestamp: None,
+    payload: &[],
+};
+
+/// [`parse`] into `repr` (every field written; its old value is not read), where the caller
+/// keeps it: a header built where it is used, not built and then moved there. Its value is
+/// unspecified when `None`.
+#[inline(always)]
+pub(crate) fn parse_into(packet: &TcpPacket<&[u8]>, repr: &mut TcpRepr<'static>) -> Option<()> {
     if packet.src_port() == 0 || packet.dst_port() == 0 {
         return None;
     }
@@ -46,7 +72,7 @@ pub(crate) fn parse(packet: &TcpPacket<&[u8]>) -> Option<TcpRepr<'static>> {
         (false, false, true, _) => TcpControl::Rst,
         _ => return None,
     };
-    let mut repr = TcpRepr {
+    *repr = TcpRepr {
         src_port: packet.src_port(),
         dst_port: packet.dst_port(),
         control,
@@ -60,8 +86,7 @@ pub(crate) fn parse(packet: &TcpPacket<&[u8]>) -> Option<TcpRepr<'static>> {
         timestamp: None,
         payload: &[],
     };
-    read_options(packet.options(), &mut repr)?;
-    Some(repr)
+    read_options(packet.options(), repr)
 }
 
 /// Reads the options in `bytes` into `repr`; `None` on a malformed one.

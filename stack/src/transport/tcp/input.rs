@@ -51,21 +51,18 @@ pub(crate) fn ingress(
     counters: &Counters,
     gro: &mut Gro,
 ) -> Option<RxFrame> {
-    let Some((repr, payload_at)) = parse(&frame, &seg) else {
+    // Filled where it stays for the rest of the segment's way (not built, then moved here).
+    let mut repr = super::header::BLANK;
+    let Some(payload_at) = parse(&frame, &seg, &mut repr) else {
         counters.drop(DropReason::Malformed);
         return None;
     };
-    let ip = IpRepr::new(
-        seg.src,
-        seg.dst,
-        IpProtocol::Tcp,
-        repr.buffer_len() + payload_at.map_or(0, |(_, len)| len),
-        seg.hop_limit,
-    );
+    // Its payload: the TCP segment as it came (header, options as sent, and data).
+    let ip = IpRepr::new(seg.src, seg.dst, IpProtocol::Tcp, seg.len, seg.hop_limit);
     let found = st.tcp.find(&ip, &repr);
     let payload_len = payload_at.map_or(0, |(_, len)| len);
-    let batch = found.is_some() && gro::batchable(&repr, payload_len);
-    if let (true, Some(i), Some((at, len))) = (batch, found, payload_at) {
+    // (`continues` and `follows` test `gro::batchable` themselves.)
+    if let (Some(i), Some((at, len))) = (found, payload_at) {
         if gro.continues(i, &repr, payload_len)
             && frame.advance(at).is_ok()
             && frame.truncate(len).is_ok()
@@ -93,14 +90,16 @@ pub(crate) fn ingress(
             };
             match payload {
                 // The segment after one processed at once, continuing it: starts a batch.
-                Some(f) if batch && gro.follows(i, &repr, payload_len) => {
+                Some(f) if gro.follows(i, &repr, payload_len) => {
                     gro.start(i, ip, &repr, f);
                     return None;
                 }
                 payload => {
                     // (A batch for a connection not established goes through the full
-                    // processing segment by segment: batching it costs nothing extra.)
-                    if batch {
+                    // processing segment by segment: batching it costs nothing extra.) A PSH
+                    // ends a run: nothing follows it (`processed` would keep no hint either),
+                    // so request/response segments skip the batching test.
+                    if repr.control != TcpControl::Psh && gro::batchable(&repr, payload_len) {
                         gro.processed(i, &repr, payload_len);
                     } else {
                         gro.forget();
@@ -257,13 +256,18 @@ fn send_answer(
 /// Parses the TCP segment `seg` of `frame`: its header (a `TcpRepr` with an empty payload,
 /// borrowing nothing) and, when it carries any, where its payload lies in the frame (offset
 /// and length). `None` when malformed.
-fn parse(frame: &RxFrame, seg: &TcpSeg) -> Option<(TcpRepr<'static>, Option<(usize, usize)>)> {
+fn parse(
+    frame: &RxFrame,
+    seg: &TcpSeg,
+    repr: &mut TcpRepr<'static>,
+) -> Option<Option<(usize, usize)>> {
     let bytes = frame.get(seg.start..seg.start.checked_add(seg.len)?)?;
     let packet = TcpPacket::new_checked(bytes).ok()?;
     // The checksum was verified by `rx_check` (or by the device). Errors: port 0, options cut
     // short.
-    let header = super::header::parse(&packet)?;
-    let len = packet.payload().len();
-    let at = (len > 0).then(|| (seg.start + usize::from(packet.header_len()), len));
-    Some((header, at))
+    super::header::parse_into(&packet, repr)?;
+    // `new_checked` found the header within the segment: the rest is the payload.
+    let header_len = usize::from(packet.header_len());
+    let len = bytes.len() - header_len;
+    Some((len > 0).then_some((seg.start + header_len, len)))
 }

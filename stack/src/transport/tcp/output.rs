@@ -148,8 +148,18 @@ pub(crate) fn reserve(st: &mut State, waker: &Waker) -> bool {
 /// The next hop for `dst` on an Ethernet link (`None` on an IP link, or without a route: the
 /// segment is then dropped by [`emit`], counted).
 pub(super) fn hop_for(st: &mut State, dst: IpAddress, now: Instant) -> Option<IpAddress> {
-    match st.link.caps.medium {
-        Medium::Ethernet => neighbor::next_hop(&mut st.iface, dst, now),
+    hop_on(st.link.caps.medium, &mut st.iface, dst, now)
+}
+
+/// [`hop_for`] from the two parts of the state it reads (the TCP table stays free).
+fn hop_on(
+    medium: Medium,
+    iface: &mut Interface,
+    dst: IpAddress,
+    now: Instant,
+) -> Option<IpAddress> {
+    match medium {
+        Medium::Ethernet => neighbor::next_hop(iface, dst, now),
         _ => None,
     }
 }
@@ -604,25 +614,23 @@ fn egress_run(st: &mut State, now: Instant, waker: &Waker, counters: &Counters) 
             },
             None => false,
         };
-        // The route is looked up only for a connection that is due or that something happened
-        // to.
-        let remote = match st.tcp.at(i) {
-            Some(e) if due_kept => e.tcb.remote_endpoint(),
-            Some(e) => {
-                // A writer that found the pool empty waits for a returned slot, which wakes us.
-                e.tcb.wake_starved_sender();
-                // Something happened to the connection (a socket call, a segment in): straight
-                // to `dispatch`, which sends whatever is due and nothing else, and the `poll_at`
-                // after it gives the deadline. Asking `poll_at` first would cost a second one
-                // for every connection that has something to send.
-                e.tcb.remote_endpoint()
-            }
-            None => continue,
-        };
-        let hop = remote.and_then(|r| hop_for(st, r.addr, now));
         let Some(e) = st.tcp.at(i) else {
             continue;
         };
+        if !due_kept {
+            // A writer that found the pool empty waits for a returned slot, which wakes us.
+            e.tcb.wake_starved_sender();
+            // Something happened to the connection (a socket call, a segment in): straight
+            // to `dispatch`, which sends whatever is due and nothing else, and the `poll_at`
+            // after it gives the deadline. Asking `poll_at` first would cost a second one
+            // for every connection that has something to send.
+        }
+        // The route is looked up only for a connection that is due or that something happened
+        // to.
+        let hop = e
+            .tcb
+            .remote_endpoint()
+            .and_then(|r| hop_on(st.link.caps.medium, &mut st.iface, r.addr, now));
         let mut out = Out::new(
             &mut st.link,
             &st.tasks,

@@ -594,6 +594,7 @@ impl TcpTable {
 
     /// The connection and record of `h`. Panics if the place is empty: a handle lives only
     /// as long as the socket that owns the place (a bug otherwise, never the network's doing).
+    #[inline]
     pub(crate) fn get(&mut self, h: TcpHandle) -> (&mut Tcb<'static>, &mut TcpMeta) {
         self.touch(h.0);
         let slot = &mut self.slots[h.0];

@@ -96,23 +96,80 @@ impl AnyController {
         }
     }
 
-    /// The algorithm, to notify it.
+    /// The algorithm, to notify it: this controller, which hands each call to its algorithm
+    /// by a `match` (each algorithm's method can then be inlined, and an empty one, as most of
+    /// [`NoControl`](no_control::NoControl)'s are, costs nothing), not through a vtable.
     #[inline]
-    pub(super) fn inner_mut(&mut self) -> &mut dyn Controller {
-        match self {
-            AnyController::None(n) => n,
-            AnyController::Reno(r) => r,
-            AnyController::Cubic(c) => c,
-        }
+    pub(super) fn inner_mut(&mut self) -> &mut Self {
+        self
     }
 
-    /// The algorithm, to read its window.
+    /// The algorithm, to read its window (see [`inner_mut`](Self::inner_mut)).
     #[inline]
-    pub(super) fn inner(&self) -> &dyn Controller {
-        match self {
-            AnyController::None(n) => n,
-            AnyController::Reno(r) => r,
-            AnyController::Cubic(c) => c,
+    pub(super) fn inner(&self) -> &Self {
+        self
+    }
+}
+
+/// Calls `$call` on the algorithm `$c` of the controller `$any`.
+macro_rules! each {
+    ($any:expr, $c:ident => $call:expr) => {
+        match $any {
+            AnyController::None($c) => $call,
+            AnyController::Reno($c) => $call,
+            AnyController::Cubic($c) => $call,
         }
+    };
+}
+
+impl Controller for AnyController {
+    #[inline]
+    fn window(&self) -> usize {
+        each!(self, c => c.window())
+    }
+
+    #[inline]
+    fn set_remote_window(&mut self, remote_window: usize) {
+        each!(self, c => c.set_remote_window(remote_window))
+    }
+
+    #[inline]
+    fn on_ack(&mut self, now: Instant, len: usize, in_flight: usize, rtt: &RttEstimator) {
+        each!(self, c => c.on_ack(now, len, in_flight, rtt))
+    }
+
+    #[inline]
+    fn on_dup_ack(&mut self, now: Instant, len: usize, in_flight: usize) {
+        each!(self, c => c.on_dup_ack(now, len, in_flight))
+    }
+
+    #[inline]
+    fn on_rto(&mut self, now: Instant, in_flight: usize) {
+        each!(self, c => c.on_rto(now, in_flight))
+    }
+
+    #[inline]
+    fn on_loss(&mut self, now: Instant, in_flight: usize) {
+        each!(self, c => c.on_loss(now, in_flight))
+    }
+
+    #[inline]
+    fn ssthresh(&self) -> Option<usize> {
+        each!(self, c => c.ssthresh())
+    }
+
+    #[inline]
+    fn pre_transmit(&mut self, now: Instant) {
+        each!(self, c => c.pre_transmit(now))
+    }
+
+    #[inline]
+    fn post_transmit(&mut self, now: Instant, len: usize) {
+        each!(self, c => c.post_transmit(now, len))
+    }
+
+    #[inline]
+    fn set_mss(&mut self, mss: usize) {
+        each!(self, c => c.set_mss(mss))
     }
 }

@@ -79,6 +79,20 @@ struct Sent {
     lost: bool,
 }
 
+impl Sent {
+    /// `[start, end)`, sent once at `xmit`.
+    fn new(start: TcpSeqNumber, end: TcpSeqNumber, xmit: Instant) -> Self {
+        Sent {
+            start,
+            end,
+            xmit,
+            retransmitted: false,
+            sacked: false,
+            lost: false,
+        }
+    }
+}
+
 /// The RACK-TLP state of one connection (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Rack {
@@ -160,18 +174,24 @@ impl Rack {
 
     /// `[start, end)` was sent at `now`: appended if it is new sequence space, otherwise the
     /// logged segments it overlaps are marked sent again at `now`.
+    #[inline]
     pub(crate) fn on_send(&mut self, start: TcpSeqNumber, end: TcpSeqNumber, now: Instant) {
+        // New sequence space with room in the log (the usual send): appended, no call.
+        let new = start < end && self.log.back().is_none_or(|last| start >= last.end);
+        if new && !self.log.is_full() {
+            let _ = self.log.push_back(Sent::new(start, end, now));
+            return;
+        }
+        self.on_send_logged(start, end, now);
+    }
+
+    /// [`on_send`](Self::on_send) of a resend, or with the log full.
+    #[inline(never)]
+    fn on_send_logged(&mut self, start: TcpSeqNumber, end: TcpSeqNumber, now: Instant) {
         if start >= end {
             return;
         }
-        let fresh = Sent {
-            start,
-            end,
-            xmit: now,
-            retransmitted: false,
-            sacked: false,
-            lost: false,
-        };
+        let fresh = Sent::new(start, end, now);
         let full = self.log.is_full();
         match self.log.back_mut() {
             Some(last) if start >= last.end && full => {

@@ -310,6 +310,14 @@ impl RecvBuffer {
         debug_assert!(contig == 0 || self.end == base + contig as u64);
     }
 
+    /// [`accept`](Self::accept) of an in-order frame while no out-of-order frame is queued
+    /// (the fast path's segments): nothing queued becomes in-order with it, so it only joins
+    /// the back of the queue.
+    pub(crate) fn accept_in_order(&mut self, frame: RxFrame) {
+        debug_assert!(!self.has_out_of_order());
+        self.push_in_order(frame);
+    }
+
     /// The out-of-order frames.
     fn out_of_order(&self) -> impl Iterator<Item = &Seg> {
         self.segs.iter().skip(self.in_order)

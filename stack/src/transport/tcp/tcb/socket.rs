@@ -19,7 +19,7 @@ use zcnet_buffer::{RxFrame, TxFrame};
 use crate::transport::tcp::gro::Batch;
 use zcnet_executor::LocalSpawner;
 
-use super::congestion::{AnyController, CongestionControl};
+use super::congestion::{AnyController, CongestionControl, Controller};
 use super::context::{PollAt, TcpContext};
 use super::error::{ConnectError, ListenError, RecvError, SendError};
 use super::path_mtu::{mss_for, PathMtu};
@@ -525,6 +525,7 @@ impl<'a> Tcb<'a> {
     }
 
     /// The right edge of the window we advertised last (`None` before the first ACK we sent).
+    #[inline]
     fn last_edge(&self) -> Option<TcpSeqNumber> {
         let window = usize::from(self.remote_last_win) << self.remote_win_shift;
         self.remote_last_ack.map(|ack| ack + window)
@@ -533,6 +534,7 @@ impl<'a> Tcb<'a> {
     /// Records the ACK number and window field of a segment we send (`window` scaled by
     /// `shift`): what [`rx_window_floor`](Self::rx_window_floor) and the acceptability test of
     /// `process` measure against.
+    #[inline]
     fn note_advertised(&mut self, ack: Option<TcpSeqNumber>, window: u16, shift: u8) {
         self.remote_last_ack = ack;
         // Kept in the scale of the segments after the handshake (`last_edge` shifts it): a
@@ -1926,7 +1928,8 @@ impl<'a> Tcb<'a> {
             if !self.rx_buffer.fits_in_order(n) {
                 break;
             }
-            self.rx_buffer.accept(0, frame, n);
+            // `fast_path_takes` found no out-of-order data queued.
+            self.rx_buffer.accept_in_order(frame);
             self.counters.bytes_received += n as u64;
             taken += n;
             self.schedule_delayed_ack(cx.now);
@@ -3034,6 +3037,7 @@ impl<'a> Tcb<'a> {
     /// Never during the handshake: every segment sent then is a SYN, whose window is unscaled
     /// and at most 65,535 bytes, so a window past that could never be advertised and the update
     /// would be due again after each one.
+    #[inline(always)]
     fn window_to_update(&self) -> bool {
         match self.state {
             State::Established | State::FinWait1 | State::FinWait2 => {
@@ -3048,11 +3052,19 @@ impl<'a> Tcb<'a> {
                 if last_win >= 2 && usize::from(last_win) * 2 > ceiling {
                     return false;
                 }
-                let new_win = self.scaled_window();
-                new_win > 0 && new_win / 2 >= last_win
+                self.window_doubles(last_win)
             }
             _ => false,
         }
+    }
+
+    /// Whether the window to offer now is at least twice `last_win` (in units of the scale),
+    /// and not zero: [`window_to_update`](Self::window_to_update) once the cheap answers
+    /// failed.
+    #[inline(never)]
+    fn window_doubles(&self, last_win: u16) -> bool {
+        let new_win = self.scaled_window();
+        new_win > 0 && new_win / 2 >= last_win
     }
 
     /// [`dispatch_polled`](Self::dispatch_polled) without its answer (the unit tests' and the

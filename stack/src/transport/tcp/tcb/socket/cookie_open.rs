@@ -4,6 +4,7 @@
 use smoltcp::wire::{IpEndpoint, TcpSeqNumber};
 
 use super::{State, Tcb, Tuple, MIN_REMOTE_MSS};
+use crate::transport::tcp::tcb::congestion::Controller;
 use crate::transport::tcp::tcb::context::TcpContext;
 
 /// What the final ACK of a cookie handshake and its cookie gave back.

@@ -12,6 +12,7 @@ use smoltcp::wire::{IpProtocol, IpRepr, TcpControl, TcpRepr};
 use zcnet_buffer::TxFrame;
 
 use super::{State, Tcb, TCP_HEADER_LEN};
+use crate::transport::tcp::tcb::congestion::Controller;
 use crate::transport::tcp::tcb::context::{PollAt, TcpContext};
 use crate::transport::tcp::tcb::send::Segment;
 use crate::transport::tcp::tcb::timer::{AckDelayTimer, Timer};
