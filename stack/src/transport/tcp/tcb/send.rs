@@ -167,6 +167,7 @@ impl<'a> SendBuffer<'a> {
     }
 
     /// Whether no more bytes can be queued.
+    #[inline]
     pub(crate) fn is_full(&self) -> bool {
         self.len >= self.capacity || (self.frames.len() >= self.max_frames && self.tail_room() == 0)
     }
