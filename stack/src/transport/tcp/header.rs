@@ -79,12 +79,7 @@ pub(crate) fn parse_into(packet: &TcpPacket<&[u8]>, repr: &mut TcpRepr<'static>)
         seq_number: packet.seq_number(),
         ack_number: packet.ack().then(|| packet.ack_number()),
         window_len: packet.window_len(),
-        window_scale: None,
-        max_seg_size: None,
-        sack_permitted: false,
-        sack_ranges: [None; 3],
-        timestamp: None,
-        payload: &[],
+        ..BLANK
     };
     read_options(packet.options(), repr)
 }

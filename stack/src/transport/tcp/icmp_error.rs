@@ -41,8 +41,7 @@
 
 use smoltcp::time::Instant;
 use smoltcp::wire::{
-    IpAddress, IpEndpoint, IpProtocol, IpRepr, Ipv4Address, Ipv6Address, TcpControl, TcpRepr,
-    TcpSeqNumber,
+    IpAddress, IpEndpoint, IpProtocol, IpRepr, Ipv4Address, Ipv6Address, TcpRepr, TcpSeqNumber,
 };
 
 use crate::stack::State;
@@ -178,16 +177,8 @@ pub(crate) fn handle(st: &mut State, msg: TooBig, now: Instant, counters: &Count
     let repr = TcpRepr {
         src_port: msg.remote.port,
         dst_port: msg.local.port,
-        control: TcpControl::None,
-        seq_number: TcpSeqNumber(0),
         ack_number: Some(msg.seq),
-        window_len: 0,
-        window_scale: None,
-        max_seg_size: None,
-        sack_permitted: false,
-        sack_ranges: [None; 3],
-        timestamp: None,
-        payload: &[],
+        ..super::header::BLANK
     };
     let link_mtu = st.link.caps.ip_mtu();
     let Some(i) = st.tcp.find(&ip, &repr) else {

@@ -1482,16 +1482,7 @@ impl<'a> Tcb<'a> {
         let reply_repr = TcpRepr {
             src_port: repr.dst_port,
             dst_port: repr.src_port,
-            control: TcpControl::None,
-            seq_number: TcpSeqNumber(0),
-            ack_number: None,
-            window_len: 0,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None, None, None],
-            timestamp: None,
-            payload: &[],
+            ..crate::transport::tcp::header::BLANK
         };
         let ip_reply_repr = IpRepr::new(
             ip_repr.dst_addr(),
