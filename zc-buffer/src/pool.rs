@@ -564,6 +564,7 @@ impl FramePool {
 
     /// Takes a free slot as a [`TxFrame`] with [`headroom`](Self::headroom) reserved (FREE → TX),
     /// or `None` (counted in [`PoolStats::tx_exhausted`]).
+    #[inline(always)]
     pub fn try_alloc_tx(&'static self) -> Option<TxFrame> {
         match self.pop() {
             Some(slot) => Some(self.tx(slot)),
@@ -577,6 +578,7 @@ impl FramePool {
 
     /// Like [`try_alloc_tx`](Self::try_alloc_tx), but when no slot is free it registers `cx`'s
     /// waker, which the next returned slot wakes. For the one task that allocates TX frames.
+    #[inline(always)]
     pub fn poll_alloc_tx(&'static self, cx: &mut Context<'_>) -> Poll<TxFrame> {
         match self.poll_pop(cx, TX_WAITING, &self.tx_waiter) {
             Poll::Ready(slot) => Poll::Ready(self.tx(slot)),

@@ -59,12 +59,14 @@ impl PostedSlot {
     ///
     /// A `len` larger than the slot is an error (a misbehaving device); the slot then returns to
     /// the pool and the driver should count a drop.
+    #[inline(always)]
     pub fn complete(self, len: usize) -> Result<RxFrame, FrameError> {
         self.complete_range(0, len)
     }
 
     /// The device wrote a frame of `len` bytes starting `offset` bytes into the slot (after a
     /// virtio-net header, say). Errors like [`complete`](Self::complete).
+    #[inline(always)]
     pub fn complete_range(self, offset: usize, len: usize) -> Result<RxFrame, FrameError> {
         let capacity = self.capacity();
         let end = offset.checked_add(len).filter(|&end| end <= capacity);

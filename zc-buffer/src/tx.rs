@@ -133,6 +133,7 @@ impl TxFrame {
 
     /// Hands the frame to a socket that keeps it until acknowledged (TX → RETAINED), with its
     /// data as the payload. A frame that is already retained is given back as the error.
+    #[inline(always)]
     pub fn retain(self) -> Result<RetainedFrame, TxFrame> {
         if self.retained {
             return Err(self);
@@ -250,6 +251,7 @@ impl TxFrame {
 
     /// Hands the frame to the device (TX → DEVICE; a retained frame stays SENT). The driver
     /// keeps the returned lease until the device reports completion, then drops it.
+    #[inline(always)]
     pub fn into_device(self) -> InFlight {
         let this = ManuallyDrop::new(self);
         if !this.retained {
@@ -551,7 +553,7 @@ impl RetainedFrame {
     /// Lends the slot to the device (RETAINED → SENT) as a retained [`TxFrame`] whose data is
     /// the payload, with the headroom in front for headers; or, while the device still has it
     /// from the previous send, registers `cx`'s waker like [`poll_idle`](Self::poll_idle).
-    #[inline]
+    #[inline(always)]
     pub fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<TxFrame> {
         loop {
             if self.pool.try_resend(self.slot) {

@@ -457,6 +457,7 @@ fn settle(place: &mut Option<Held>, outcome: Result<(), DatagramError>) {
 /// The next hop for `dst`: `dst` itself when on-link (one of our subnets, IPv6 link-local,
 /// broadcast, multicast), else the router of the longest matching route that has not expired.
 /// `None`: no route.
+#[inline(always)]
 pub(crate) fn next_hop(iface: &mut Interface, dst: IpAddress, now: Instant) -> Option<IpAddress> {
     let direct = match dst {
         IpAddress::Ipv4(a) => a.is_broadcast() || a.is_multicast(),
@@ -465,6 +466,13 @@ pub(crate) fn next_hop(iface: &mut Interface, dst: IpAddress, now: Instant) -> O
     if direct || iface.ip_addrs().iter().any(|c| c.contains_addr(&dst)) {
         return Some(dst);
     }
+    routed_hop(iface, dst, now)
+}
+
+/// The router of the longest matching route for `dst` that has not expired (`next_hop`'s
+/// off-link case).
+#[inline(never)]
+fn routed_hop(iface: &mut Interface, dst: IpAddress, now: Instant) -> Option<IpAddress> {
     let mut best: Option<(u8, IpAddress)> = None;
     iface.routes_mut().update(|routes| {
         for r in routes.iter() {

@@ -333,6 +333,7 @@ impl RecvBuffer {
 
     /// Appends a payload to the in-order data: into the last in-order frame's tail if small
     /// (copy-break), else as a frame of its own, in front of the out-of-order ones.
+    #[inline(always)]
     fn push_in_order(&mut self, frame: RxFrame) {
         let n = frame.len();
         if n == 0 {

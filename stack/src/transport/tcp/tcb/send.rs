@@ -200,6 +200,7 @@ impl<'a> SendBuffer<'a> {
 
     /// Adds an empty frame at the tail; `false` without a budget or a free slot (with `waker`,
     /// registered in the pool's TX waiter for the next returned slot).
+    #[inline(always)]
     fn grow(&mut self, waker: Option<&Waker>) -> bool {
         if self.frames.len() >= self.max_frames || self.len >= self.capacity {
             return false;
@@ -383,6 +384,7 @@ impl<'a> SendBuffer<'a> {
 
     /// The frame of a [`Segment::Frame`], lent to the device as a retained [`TxFrame`] whose
     /// data is the payload; `None` if the device still has it.
+    #[inline(always)]
     pub(crate) fn take(&mut self, index: usize) -> Option<TxFrame> {
         let f = self.frames.get_mut(index)?;
         match f.poll_send(&mut Context::from_waker(Waker::noop())) {

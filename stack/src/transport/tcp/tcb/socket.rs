@@ -3465,7 +3465,7 @@ impl<'a> Tcb<'a> {
                                         short_ok,
                                         gso.tail,
                                     );
-                                    wire_segments = zc_len.div_ceil(effective_mss.max(1));
+                                    wire_segments = wire_segments_of(zc_len, effective_mss);
                                 }
                             }
                         }
@@ -3681,6 +3681,17 @@ impl<'a> Tcb<'a> {
             at = Some(earlier(at, t));
         }
         at.map_or(PollAt::Ingress, PollAt::Time)
+    }
+}
+
+/// Segments on the wire for a run of `len` payload bytes cut at `mss`: one without a
+/// division for a run that fits one segment (every request/response segment).
+#[inline(always)]
+fn wire_segments_of(len: usize, mss: usize) -> usize {
+    if len <= mss {
+        1
+    } else {
+        len.div_ceil(mss.max(1))
     }
 }
 

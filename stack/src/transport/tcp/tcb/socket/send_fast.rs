@@ -11,7 +11,7 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{IpProtocol, IpRepr, TcpControl, TcpRepr};
 use zcnet_buffer::TxFrame;
 
-use super::{State, Tcb, TCP_HEADER_LEN};
+use super::{wire_segments_of, State, Tcb, TCP_HEADER_LEN};
 use crate::transport::tcp::tcb::congestion::Controller;
 use crate::transport::tcp::tcb::context::{PollAt, TcpContext};
 use crate::transport::tcp::tcb::send::Segment;
@@ -144,7 +144,7 @@ impl Tcb<'_> {
                     !self.nagle,
                     gso.tail,
                 );
-                wire_segments = zc_len.div_ceil(effective_mss.max(1));
+                wire_segments = wire_segments_of(zc_len, effective_mss);
             }
         }
         let seq = self.remote_last_seq;
