@@ -17,6 +17,9 @@ use zcnet_tests::netns::{run, Netns, LINUX_ADDR, ZCNET_ADDR};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Peer {
     Zcnet,
+    /// zcnet with its TAP's offloads and receive super-segments off: 1514-byte frames with full
+    /// checksums, as the other peers' (the bulk workload only).
+    ZcnetPlain,
     Smoltcp,
     Embassy,
     Raw,
@@ -35,6 +38,7 @@ impl Peer {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Peer::Zcnet => "zcnet",
+            Peer::ZcnetPlain => "zcnet-plain",
             Peer::Smoltcp => "smoltcp",
             Peer::Embassy => "embassy",
             Peer::Raw => "raw",
@@ -43,6 +47,7 @@ impl Peer {
     pub(crate) fn parse(s: &str) -> Peer {
         match s {
             "zcnet" => Peer::Zcnet,
+            "zcnet-plain" => Peer::ZcnetPlain,
             "smoltcp" => Peer::Smoltcp,
             "embassy" => Peer::Embassy,
             "raw" => Peer::Raw,
@@ -233,7 +238,8 @@ pub(crate) fn run_child_role(args: &[String]) {
             &args[i + 3],
         );
         match peer {
-            Peer::Zcnet => zc::serve(tap, class),
+            Peer::Zcnet => zc::serve(tap, class, true),
+            Peer::ZcnetPlain => zc::serve(tap, class, false),
             Peer::Smoltcp => smol::serve(tap, class),
             Peer::Embassy => emb::serve(tap, class),
             Peer::Raw => raw::serve(tap),

@@ -46,7 +46,9 @@
 //!   receive and send rings on every socket of every peer, MTU 1500. With
 //!   `ZCNET_TAP_SINK=in-place` the sink servers take the data in place and drop it (each
 //!   stack's closure read: zcnet's and embassy-net's `read_with`, smoltcp's `recv`), copying
-//!   nothing (the row is then `bulk sink in place`).
+//!   nothing (the row is then `bulk sink in place`). zcnet runs twice here: with its TAP's
+//!   offloads (virtio-net header, partial checksums, TSO, receive super-segments) and as
+//!   `zcnet-plain` without any (1514-byte frames with full checksums, as the others).
 //! * **ceiling**: no stack; a frame blaster on the same kind of TAP fd writes 1514-byte
 //!   UDP frames to a UDP sink in the namespace (frames Linux delivered to the socket, per
 //!   second), and reads the frames a Linux UDP blaster sends (frames read per second).
@@ -79,6 +81,9 @@ use zcnet_benches::{Mode, Table};
 use zcnet_tests::netns::{require_root_and_tun, tap_name, Netns, ZCNET_ADDR};
 
 const PEERS: [Peer; 3] = [Peer::Zcnet, Peer::Smoltcp, Peer::Embassy];
+/// The bulk workload's peers: zcnet also without offloads, at the MTU-1500 frames the others
+/// send and receive.
+const BULK_PEERS: [Peer; 4] = [Peer::Zcnet, Peer::ZcnetPlain, Peer::Smoltcp, Peer::Embassy];
 
 /// One `stats` answer.
 #[derive(Clone, Copy, Debug)]
@@ -169,7 +174,7 @@ fn sink_work() -> &'static str {
 }
 
 fn bulk(plan: &Plan, s: &mut Samples) {
-    let mut servers: Vec<Server> = PEERS
+    let mut servers: Vec<Server> = BULK_PEERS
         .iter()
         .map(|&p| Server::start(p, Class::Bulk))
         .collect();
@@ -441,28 +446,33 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
     let mut t = Table::new(&[
         "direction",
         "zcnet",
+        "zcnet, no offloads",
         "smoltcp",
         "embassy-net",
         "zcnet / smoltcp",
         "zcnet / embassy",
+        "no offloads: zcnet / smoltcp, / embassy",
         "zcnet share of ceiling: wall / per CPU-s",
     ]);
     for (dir, label, ceil, ceil_cpu) in [
         (sink_work(), "Linux → stack", rx.med, rxc.med),
         ("bulk source", "stack → Linux", tx.med, txc.med),
     ] {
-        let (a, b, c) = (
+        let (a, p, b, c) = (
             s.get(dir, z, "MB/s"),
+            s.get(dir, Peer::ZcnetPlain, "MB/s"),
             s.get(dir, sm, "MB/s"),
             s.get(dir, e, "MB/s"),
         );
         t.row(vec![
             label.into(),
             fmt_med(a, 1),
+            fmt_med(p, 1),
             fmt_med(b, 1),
             fmt_med(c, 1),
             ratio(a.med, b.med),
             ratio(a.med, c.med),
+            format!("{}, {}", ratio(p.med, b.med), ratio(p.med, c.med)),
             format!(
                 "{:.0}% / {:.0}%",
                 a.med / (ceil * 1460.0 / 1e6) * 100.0,
@@ -488,7 +498,7 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
         (sink_work(), "Linux → stack"),
         ("bulk source", "stack → Linux"),
     ] {
-        for p in PEERS {
+        for p in BULK_PEERS {
             t.row(vec![
                 label.into(),
                 p.name().into(),
@@ -509,16 +519,23 @@ fn report(plan: &Plan, mode: Mode, s: &Samples) {
         "direction",
         "zcnet / embassy CPU per GB",
         "zcnet / smoltcp CPU per GB",
+        "no offloads: zcnet / embassy, / smoltcp CPU per GB",
     ]);
     for (dir, label) in [
         (sink_work(), "Linux → stack"),
         ("bulk source", "stack → Linux"),
     ] {
         let a = s.get(dir, z, "cpu s/GB").med;
+        let p = s.get(dir, Peer::ZcnetPlain, "cpu s/GB").med;
+        let (pe, ps) = (
+            s.get(dir, e, "cpu s/GB").med,
+            s.get(dir, sm, "cpu s/GB").med,
+        );
         t.row(vec![
             label.into(),
-            ratio(a, s.get(dir, e, "cpu s/GB").med),
-            ratio(a, s.get(dir, sm, "cpu s/GB").med),
+            ratio(a, pe),
+            ratio(a, ps),
+            format!("{}, {}", ratio(p, pe), ratio(p, ps)),
         ]);
     }
     println!();
@@ -643,7 +660,7 @@ fn charts(plan: &Plan, s: &Samples) {
         groups: vec!["Linux → stack".into(), "stack → Linux".into()],
         series: Vec::new(),
     };
-    for p in PEERS {
+    for p in BULK_PEERS {
         bulk.series.push((
             p.name().into(),
             vec![

@@ -62,16 +62,17 @@ fn rx_gso() -> bool {
     std::env::var("ZCNET_TAP_RX_GSO").map_or(true, |v| v != "0")
 }
 
-/// Opens the TAP `tap`, serves `class`'s ports forever.
-pub fn serve(tap: &str, class: Class) -> ! {
+/// Opens the TAP `tap`, serves `class`'s ports forever; with `offloads`, the TAP's default
+/// offloads and receive super-segments (never for the echo class, see below).
+pub fn serve(tap: &str, class: Class, offloads: bool) -> ! {
     match class {
         // Listening sockets plus the active connection and one closing, per port.
-        Class::Bulk | Class::Echo => run::<8>(tap, class),
-        Class::Http | Class::Idle => run::<{ ZC_CONN_SOCKETS }>(tap, class),
+        Class::Bulk | Class::Echo => run::<8>(tap, class, offloads),
+        Class::Http | Class::Idle => run::<{ ZC_CONN_SOCKETS }>(tap, class, offloads),
     }
 }
 
-fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
+fn run<const N: usize>(tap_name: &str, class: Class, offloads: bool) -> ! {
     let platform = LinuxPlatform::leak().expect("epoll");
     let exec = Executor::leak(platform);
     let _ = EXEC.set(exec);
@@ -83,11 +84,12 @@ fn run<const N: usize>(tap_name: &str, class: Class) -> ! {
         pool,
         // The loss benchmark (the echo class) keeps its rules: MTU 1500 and no offloads, every
         // segment a 1514-byte frame with its full checksum through its nftables hooks, as the
-        // peers' are; the TAP benchmark's classes run with the default offloads (TSO).
+        // peers' are; the TAP benchmark's classes run with the default offloads (TSO), or
+        // without any for its `zcnet-plain` bulk rows.
         &TapConfig::new(tap_name)
             .with_mac(STACK_MAC)
-            .with_offloads(!matches!(class, Class::Echo))
-            .with_rx_gso(!matches!(class, Class::Echo) && rx_gso()),
+            .with_offloads(offloads && !matches!(class, Class::Echo))
+            .with_rx_gso(offloads && !matches!(class, Class::Echo) && rx_gso()),
     )
     .unwrap_or_else(|e| panic!("cannot open TAP {tap_name}: {e}"));
     let resources: &'static StackResources<N> = StackResources::leak();
