@@ -2,13 +2,21 @@
 //! of the buffer's budget. Both directions keep their frames in one: the receive buffer its
 //! received segments, the send buffer the frames queued to send.
 //!
-//! The places live inside the connection for budgets up to [`INLINE_FRAMES`] (`heapless`'
-//! ring: nothing allocated, and the only form without the `alloc` feature), and are allocated
-//! once, when the socket opens, for larger budgets (with `alloc`, up to [`MAX_FRAMES`]), so a
+//! The places live inside the connection for budgets up to [`INLINE_FRAMES`] (nothing
+//! allocated, and the only form without the `alloc` feature), and are allocated once, when
+//! the socket opens, for larger budgets (with `alloc`, up to [`MAX_FRAMES`]), so a
 //! connection's memory grows with the buffers it asked for. A ring never grows: pushes past
-//! its places give the item back. Each operation picks its form with one branch.
+//! its places give the item back.
+//!
+//! Both forms share every operation: the places are found with one select, then the same code
+//! runs on them. An item goes into its place as a `T` (`ptr::write`, field by field from where
+//! the compiler keeps them); a queue that stored `MaybeUninit<T>` (as `heapless::Deque` does),
+//! or that took a different code path per form, had the compiler copy a pushed frame lease out
+//! of a stack copy just written field by field, and the wide loads of that copy wait for the
+//! narrow stores (a store-forwarding stall), once per frame queued in either direction.
 
-use heapless::Deque;
+use core::mem::MaybeUninit;
+use core::ptr;
 
 /// Places inside the connection: a budget up to this many frames allocates nothing.
 pub(crate) const INLINE_FRAMES: usize = 64;
@@ -21,35 +29,29 @@ pub(crate) const MAX_FRAMES: usize = 4096;
 #[cfg(not(feature = "alloc"))]
 pub(crate) const MAX_FRAMES: usize = INLINE_FRAMES;
 
-/// A ring of `T` with a fixed number of places, oldest first (see the module docs).
+/// Where a ring's places are.
 // The inline places are the point: a connection with a small budget allocates nothing.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum FrameRing<T> {
+enum Places<T> {
     /// In the connection: budgets up to [`INLINE_FRAMES`].
-    Inline(Deque<T, INLINE_FRAMES>),
-    /// Allocated when the socket opened, `cap` places: larger budgets.
+    Inline([MaybeUninit<T>; INLINE_FRAMES]),
+    /// Allocated when the socket opened, exactly the ring's `cap` places: larger budgets.
     #[cfg(feature = "alloc")]
-    Heap {
-        /// The places, allocated once with room for `cap`.
-        ring: alloc::collections::VecDeque<T>,
-        /// Places: pushes stop here.
-        cap: usize,
-    },
+    Heap(alloc::boxed::Box<[MaybeUninit<T>]>),
 }
 
-/// `$body` with `$q` bound to the ring's queue, whichever form it has: one branch, then
-/// `$body` compiled for each form. A loop over the queue goes inside `$body`, so that it
-/// branches on the form once, not once per step.
-macro_rules! on_ring {
-    ($self:expr, $q:ident => $body:expr) => {
-        match $self {
-            $crate::transport::tcp::tcb::ring::FrameRing::Inline($q) => $body,
-            #[cfg(feature = "alloc")]
-            $crate::transport::tcp::tcb::ring::FrameRing::Heap { ring: $q, .. } => $body,
-        }
-    };
+/// A ring of `T` with a fixed number of places, oldest first (see the module docs).
+pub(crate) struct FrameRing<T> {
+    /// The places: `cap` of them.
+    places: Places<T>,
+    /// The oldest item's place (`< cap`).
+    head: usize,
+    /// Items held (`<= cap`). Invariant: exactly the `len` places from `head` on, wrapping at
+    /// `cap`, hold an initialised item; the others none.
+    len: usize,
+    /// The number of places: [`INLINE_FRAMES`] inline, the budget when allocated (`>= 1`).
+    cap: usize,
 }
-pub(crate) use on_ring;
 
 impl<T> FrameRing<T> {
     /// A ring of `n` places (clamped to `1..=`[`MAX_FRAMES`]): inline up to
@@ -58,115 +60,183 @@ impl<T> FrameRing<T> {
         #[cfg(feature = "alloc")]
         if n > INLINE_FRAMES {
             let cap = n.min(MAX_FRAMES);
-            return FrameRing::Heap {
-                ring: alloc::collections::VecDeque::with_capacity(cap),
+            let places: alloc::vec::Vec<MaybeUninit<T>> =
+                (0..cap).map(|_| MaybeUninit::uninit()).collect();
+            return FrameRing {
+                places: Places::Heap(places.into_boxed_slice()),
+                head: 0,
+                len: 0,
                 cap,
             };
         }
         let _ = n;
-        FrameRing::Inline(Deque::new())
+        FrameRing {
+            places: Places::Inline([const { MaybeUninit::uninit() }; INLINE_FRAMES]),
+            head: 0,
+            len: 0,
+            cap: INLINE_FRAMES,
+        }
+    }
+
+    /// The first place; `cap` places follow it.
+    #[inline(always)]
+    fn base(&self) -> *const MaybeUninit<T> {
+        match &self.places {
+            Places::Inline(p) => p.as_ptr(),
+            #[cfg(feature = "alloc")]
+            Places::Heap(p) => p.as_ptr(),
+        }
+    }
+
+    /// The first place, for writing; `cap` places follow it.
+    #[inline(always)]
+    fn base_mut(&mut self) -> *mut MaybeUninit<T> {
+        match &mut self.places {
+            Places::Inline(p) => p.as_mut_ptr(),
+            #[cfg(feature = "alloc")]
+            Places::Heap(p) => p.as_mut_ptr(),
+        }
+    }
+
+    /// The place of the `i`-th item, for any `i <= cap` (`head + i`, wrapped at `cap`).
+    #[inline(always)]
+    fn place(&self, i: usize) -> usize {
+        let p = self.head + i;
+        if p >= self.cap {
+            p - self.cap
+        } else {
+            p
+        }
     }
 
     /// The number of places.
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        match self {
-            FrameRing::Inline(_) => INLINE_FRAMES,
-            #[cfg(feature = "alloc")]
-            FrameRing::Heap { cap, .. } => *cap,
-        }
+        self.cap
     }
 
     /// Items queued.
     #[inline(always)]
     pub(crate) fn len(&self) -> usize {
-        on_ring!(self, q => q.len())
+        self.len
     }
 
     /// Whether every place holds an item.
     #[inline(always)]
     pub(crate) fn is_full(&self) -> bool {
-        match self {
-            FrameRing::Inline(q) => q.is_full(),
-            #[cfg(feature = "alloc")]
-            FrameRing::Heap { ring, cap } => ring.len() >= *cap,
-        }
+        self.len >= self.cap
     }
 
     /// The `i`-th item, oldest first.
     #[inline(always)]
     pub(crate) fn get(&self, i: usize) -> Option<&T> {
-        on_ring!(self, q => q.get(i))
+        if i >= self.len {
+            return None;
+        }
+        // SAFETY: `i < len`: the place (`< cap`, inside the places) holds an initialised item.
+        Some(unsafe { (*self.base().add(self.place(i))).assume_init_ref() })
     }
 
     /// The `i`-th item, oldest first.
     #[inline(always)]
     pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
-        on_ring!(self, q => q.get_mut(i))
+        if i >= self.len {
+            return None;
+        }
+        let p = self.place(i);
+        // SAFETY: as in `get`; `&mut self` makes the borrow unique.
+        Some(unsafe { (*self.base_mut().add(p)).assume_init_mut() })
     }
 
     /// The oldest item.
     #[cfg(test)]
     pub(crate) fn front(&self) -> Option<&T> {
-        on_ring!(self, q => q.front())
+        self.get(0)
     }
 
     /// The oldest item.
     #[inline(always)]
     pub(crate) fn front_mut(&mut self) -> Option<&mut T> {
-        on_ring!(self, q => q.front_mut())
+        self.get_mut(0)
     }
 
     /// The newest item.
     #[inline(always)]
     pub(crate) fn back(&self) -> Option<&T> {
-        on_ring!(self, q => q.back())
+        self.get(self.len.wrapping_sub(1))
     }
 
     /// The newest item.
     #[inline(always)]
     pub(crate) fn back_mut(&mut self) -> Option<&mut T> {
-        on_ring!(self, q => q.back_mut())
+        self.get_mut(self.len.wrapping_sub(1))
     }
 
     /// The items in order, as the two contiguous runs the ring stores them in.
     #[inline(always)]
     pub(crate) fn as_slices(&self) -> (&[T], &[T]) {
-        on_ring!(self, q => q.as_slices())
+        let first = self.len.min(self.cap - self.head);
+        let base = self.base().cast::<T>();
+        // SAFETY: the first run is the places `head..head + first`, the second `0..len -
+        // first`: together the `len` places from `head` on, wrapped, all inside the `cap`
+        // places and holding initialised items; `MaybeUninit<T>` has `T`'s layout.
+        unsafe {
+            (
+                core::slice::from_raw_parts(base.add(self.head), first),
+                core::slice::from_raw_parts(base, self.len - first),
+            )
+        }
     }
 
     /// Adds `item` as the newest; gives it back when every place is taken.
     #[inline(always)]
     pub(crate) fn push_back(&mut self, item: T) -> Result<(), T> {
-        match self {
-            FrameRing::Inline(q) => q.push_back(item),
-            #[cfg(feature = "alloc")]
-            FrameRing::Heap { ring, cap } => {
-                if ring.len() >= *cap {
-                    return Err(item);
-                }
-                ring.push_back(item);
-                Ok(())
-            }
+        if self.len >= self.cap {
+            return Err(item);
         }
+        let p = self.place(self.len);
+        // SAFETY: `len < cap`, so place `p` (inside the places) holds no item: the write
+        // overwrites nothing that needs dropping; `len` then counts it.
+        unsafe { self.base_mut().add(p).cast::<T>().write(item) };
+        self.len += 1;
+        Ok(())
     }
 
     /// Removes the oldest item.
     #[inline(always)]
     pub(crate) fn pop_front(&mut self) -> Option<T> {
-        on_ring!(self, q => q.pop_front())
+        if self.len == 0 {
+            return None;
+        }
+        let p = self.head;
+        self.head = self.place(1);
+        self.len -= 1;
+        // SAFETY: place `p` held the oldest item; `head` and `len` no longer count it, so it
+        // is read out exactly once.
+        Some(unsafe { self.base().add(p).cast::<T>().read() })
     }
 
     /// Removes the newest item.
     #[inline(always)]
     pub(crate) fn pop_back(&mut self) -> Option<T> {
-        on_ring!(self, q => q.pop_back())
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        let p = self.place(self.len);
+        // SAFETY: place `p` held the newest item; `len` no longer counts it, so it is read out
+        // exactly once.
+        Some(unsafe { self.base().add(p).cast::<T>().read() })
     }
 
     /// Swaps the `i`-th and `j`-th items (nothing happens unless both are `< len`).
     pub(crate) fn swap(&mut self, i: usize, j: usize) {
-        if i < self.len() && j < self.len() {
-            on_ring!(self, q => q.swap(i, j))
+        if i < self.len && j < self.len {
+            let (a, b) = (self.place(i), self.place(j));
+            let base = self.base_mut();
+            // SAFETY: both places are inside the places and hold items; `ptr::swap` allows
+            // `a == b`.
+            unsafe { ptr::swap(base.add(a), base.add(b)) };
         }
     }
 
@@ -178,7 +248,13 @@ impl<T> FrameRing<T> {
 
     /// Drops every item (the places stay).
     pub(crate) fn clear(&mut self) {
-        on_ring!(self, q => q.clear())
+        while self.pop_front().is_some() {}
+    }
+}
+
+impl<T> Drop for FrameRing<T> {
+    fn drop(&mut self) {
+        self.clear();
     }
 }
 
@@ -234,7 +310,7 @@ mod tests {
     fn small_budgets_stay_inline() {
         for n in [0, 1, 4, INLINE_FRAMES] {
             let r = FrameRing::<u8>::new(n);
-            assert!(matches!(r, FrameRing::Inline(_)));
+            assert!(matches!(r.places, super::Places::Inline(_)));
             assert_eq!(r.capacity(), INLINE_FRAMES);
         }
         fill_and_wrap(4);

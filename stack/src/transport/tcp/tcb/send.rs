@@ -40,8 +40,8 @@ use core::task::{Context, Poll, Waker};
 
 use zcnet_buffer::{FramePool, RetainedFrame, TxChain, TxFrame, MAX_CHAIN_SEGMENTS};
 
+use super::ring::FrameRing;
 pub(crate) use super::ring::MAX_FRAMES;
-use super::ring::{on_ring, FrameRing};
 
 /// Where the next segment's payload is (from [`SendBuffer::locate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -410,32 +410,25 @@ impl<'a> SendBuffer<'a> {
         chain: &mut TxChain,
     ) -> usize {
         let mut taken = 0;
-        on_ring!(&mut self.frames, frames => {
-            let mut i = index + 1;
-            while chain.frame_count() + 1 < MAX_CHAIN_SEGMENTS {
-                let Some(f) = frames.get_mut(i) else {
-                    break;
-                };
-                let n = f.len();
-                if n == 0
-                    || n > mss
-                    || (n < mss && !short_ok)
-                    || taken + n > limit
-                    || !f.is_idle()
-                {
-                    break;
-                }
-                let Poll::Ready(tx) = f.poll_send(&mut Context::from_waker(Waker::noop())) else {
-                    break;
-                };
-                if chain.push(tx).is_err() {
-                    // Not reached: the chain had room. The frame went back to the queue, idle.
-                    break;
-                }
-                taken += n;
-                i += 1;
+        let mut i = index + 1;
+        while chain.frame_count() + 1 < MAX_CHAIN_SEGMENTS {
+            let Some(f) = self.frames.get_mut(i) else {
+                break;
+            };
+            let n = f.len();
+            if n == 0 || n > mss || (n < mss && !short_ok) || taken + n > limit || !f.is_idle() {
+                break;
             }
-        });
+            let Poll::Ready(tx) = f.poll_send(&mut Context::from_waker(Waker::noop())) else {
+                break;
+            };
+            if chain.push(tx).is_err() {
+                // Not reached: the chain had room. The frame went back to the queue, idle.
+                break;
+            }
+            taken += n;
+            i += 1;
+        }
         taken
     }
 
@@ -457,22 +450,20 @@ impl<'a> SendBuffer<'a> {
         let mut left = removed;
         let mut popped = 0;
         self.len -= left;
-        on_ring!(&mut self.frames, frames => {
-            while left > 0 {
-                let Some(front) = frames.front_mut() else {
-                    break;
-                };
-                let n = front.len();
-                if n <= left {
-                    left -= n;
-                    drop(frames.pop_front());
-                    popped += 1;
-                } else {
-                    front.advance(left);
-                    left = 0;
-                }
+        while left > 0 {
+            let Some(front) = self.frames.front_mut() else {
+                break;
+            };
+            let n = front.len();
+            if n <= left {
+                left -= n;
+                drop(self.frames.pop_front());
+                popped += 1;
+            } else {
+                front.advance(left);
+                left = 0;
             }
-        });
+        }
         // Every byte removed lay in front of the cursor's frame, unless that frame was
         // removed, or is now the front (then it starts at 0 whatever was cut from it).
         // (A base short of `removed` cannot happen; the front is always a right place to
