@@ -831,7 +831,7 @@ impl Executor {
         if !self.no_timer_armed() || self.local_bound() {
             return self.run_until_idle_full();
         }
-        let mut batch = self.queue.take_tasks();
+        let mut batch = self.queue.take_tasks(|| self.signal());
         if batch.is_empty() {
             return 0;
         }
@@ -850,7 +850,7 @@ impl Executor {
                 running::claim_default(self);
                 return polls + self.run_until_idle_full();
             }
-            batch = self.queue.take_tasks();
+            batch = self.queue.take_tasks(|| self.signal());
             if batch.is_empty() {
                 // Found work: the default role, one load when the executor holds it already.
                 // Taking it first wakes the timers that waited for an executor: their tasks
@@ -887,7 +887,7 @@ impl Executor {
     /// [`owns_local`](Self::owns_local) said.
     #[inline(always)]
     fn run_until_idle_with<const LOCAL: bool>(&'static self) -> u64 {
-        let batch = self.queue.take_tasks();
+        let batch = self.queue.take_tasks(|| self.signal());
         if batch.is_empty() && !self.timers_due() && (!LOCAL || self.local.is_empty()) {
             return 0;
         }
@@ -918,7 +918,7 @@ impl Executor {
             // thread armed one since, which is a race this call may lose either way; so only
             // with one armed does the end of the call look at the clock again.
             let armed = self.fire_timers();
-            batch = self.queue.take_tasks();
+            batch = self.queue.take_tasks(|| self.signal());
             let idle = batch.is_empty() && (!LOCAL || self.local.is_empty());
             if idle && (!armed || !self.timers_due()) {
                 return polls;

@@ -163,6 +163,32 @@ fn wake_vs_register_main_future() {
     });
 }
 
+/// `run_until_idle` on one thread takes the run queue while `block_on`'s loop on another takes
+/// it too, goes to sleep, and has its top-level future woken from a third thread. The take of
+/// `run_until_idle` is a swap when it saw no flag, so it may swap away a `SLEEPING` the loop
+/// set meanwhile (then it signals the platform) or a `MAIN_WOKEN` the wake set (then it puts
+/// it back): without either, the loop would sleep through the wake (a loom deadlock).
+#[test]
+fn run_until_idle_elsewhere_vs_the_loop_sleeping_and_its_wake() {
+    loom::model(|| {
+        let m = Model::new();
+        let exec = m.exec;
+        let keep = Arc::new(()); // leaked if the task is never dropped
+        exec.spawner().spawn_detached(async move {
+            let _keep = keep;
+        });
+        let gate = Arc::new(Gate::default());
+        let g = gate.clone();
+        let runner = thread::spawn(move || {
+            exec.run_until_idle();
+        });
+        let waker = thread::spawn(move || g.open());
+        exec.block_on(poll_fn(|cx| gate.poll(cx)));
+        runner.join().unwrap();
+        waker.join().unwrap();
+    });
+}
+
 /// An enqueue racing the executor between "queue empty" and "wait": a task woken from another
 /// thread while the executor goes idle is still run.
 #[test]
