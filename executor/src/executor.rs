@@ -318,20 +318,22 @@ mod running {
     }
 
     /// `exec` found work to do: it takes the default role if the role is free or its holder is
-    /// not running a loop. One load when it holds the role already.
+    /// not running a loop. One load when it holds the role already. Returns whether it woke
+    /// the timers that waited for a first executor (whose tasks may be queued now).
     #[inline]
-    pub(super) fn claim_default(exec: &'static Executor) {
+    pub(super) fn claim_default(exec: &'static Executor) -> bool {
         // Acquire: the holder is read in `take_default`.
         let holder = DEFAULT.load(Acquire);
         if holder != ptr::from_ref(exec).cast_mut() {
-            take_default(exec, holder);
+            return take_default(exec, holder);
         }
+        false
     }
 
     /// [`claim_default`] when `holder` holds the role (or nobody, if null).
     #[cold]
     #[inline(never)]
-    fn take_default(exec: &'static Executor, holder: *mut Executor) {
+    fn take_default(exec: &'static Executor, holder: *mut Executor) -> bool {
         let p = ptr::from_ref(exec).cast_mut();
         // SAFETY: only pointers made from `&'static Executor` are stored.
         let busy = unsafe { holder.as_ref() }.is_some_and(|h| h.running.load(Relaxed));
@@ -344,7 +346,9 @@ mod running {
         if took && holder.is_null() {
             // The first executor: the timers that waited for one can start.
             wake_early();
+            return true;
         }
+        false
     }
 
     /// Wakes (and forgets) every waker in [`EARLY`], outside the lock.
@@ -424,7 +428,9 @@ mod running {
         Record
     }
 
-    pub(super) fn claim_default(_: &'static Executor) {}
+    pub(super) fn claim_default(_: &'static Executor) -> bool {
+        false
+    }
 
     pub(super) fn get_or_wait(_: &core::task::Waker) -> Option<&'static Executor> {
         None
@@ -815,35 +821,43 @@ impl Executor {
     /// are exact only while one thread at a time runs the executor.
     ///
     /// Inlined into the caller: while no timer is armed and no context is bound to the local
-    /// tasks, it is a loop that takes the run queue and polls what it took (after one look at
-    /// the default role, see `running`), with nothing else to look after, so it needs no call
-    /// frame of its own. Otherwise, and when a poll arms a timer or binds the local tasks, the
-    /// call goes on out of line with the timers and the local run queue.
+    /// tasks, it is a loop that takes the run queue and polls what it took (and, once the
+    /// queue is empty, looks at the default role, see `running`), with nothing else to look
+    /// after, so it needs no call frame of its own. Otherwise, and when a poll arms a timer or
+    /// binds the local tasks, the call goes on out of line with the timers and the local run
+    /// queue.
     #[inline(always)]
     pub fn run_until_idle(&'static self) -> u64 {
         if !self.no_timer_armed() || self.local_bound() {
             return self.run_until_idle_full();
         }
-        let mut batch = self.queue.take_tasks();
+        let mut batch = self.queue.take_tasks(|| self.signal());
         if batch.is_empty() {
             return 0;
         }
-        // Found work: one load when the executor holds the default role already.
-        running::claim_default(self);
         let mut polls = 0;
         loop {
             for task in batch {
                 self.poll_task(task);
+                // Counted as it ends, after its locked instruction: nothing between the take
+                // and the poll but the poll's own work.
+                self.polls.add_single_writer(1);
                 polls += 1;
             }
             if !self.no_timer_armed() || self.local_bound() {
-                // A poll armed a timer or bound the local tasks: the rest runs out of line.
-                self.polls.add_single_writer(polls);
+                // A poll armed a timer or bound the local tasks: the rest runs out of line
+                // (which finds any task the default role's first taking woke).
+                running::claim_default(self);
                 return polls + self.run_until_idle_full();
             }
-            batch = self.queue.take_tasks();
+            batch = self.queue.take_tasks(|| self.signal());
             if batch.is_empty() {
-                self.polls.add_single_writer(polls);
+                // Found work: the default role, one load when the executor holds it already.
+                // Taking it first wakes the timers that waited for an executor: their tasks
+                // may be queued now.
+                if running::claim_default(self) {
+                    return polls + self.run_until_idle_full();
+                }
                 return polls;
             }
         }
@@ -873,7 +887,7 @@ impl Executor {
     /// [`owns_local`](Self::owns_local) said.
     #[inline(always)]
     fn run_until_idle_with<const LOCAL: bool>(&'static self) -> u64 {
-        let batch = self.queue.take_tasks();
+        let batch = self.queue.take_tasks(|| self.signal());
         if batch.is_empty() && !self.timers_due() && (!LOCAL || self.local.is_empty()) {
             return 0;
         }
@@ -904,7 +918,7 @@ impl Executor {
             // thread armed one since, which is a race this call may lose either way; so only
             // with one armed does the end of the call look at the clock again.
             let armed = self.fire_timers();
-            batch = self.queue.take_tasks();
+            batch = self.queue.take_tasks(|| self.signal());
             let idle = batch.is_empty() && (!LOCAL || self.local.is_empty());
             if idle && (!armed || !self.timers_due()) {
                 return polls;
@@ -1001,18 +1015,18 @@ impl Executor {
             }
         }
         // Wakers of this task used on this thread during the poll leave word in its header
-        // instead of locked instructions: the poll names the task in `sync::polling` until it
-        // returns (see `task::poll_stage`).
+        // instead of locked instructions: `scope` names the task in `sync::polling` from
+        // before the poll to the end of the poll (see `TaskRef::poll`).
         // SAFETY: we took the task from the run queue: we hold it (QUEUED) until the end of
         // the poll.
-        let poll = unsafe { task.poll() };
+        let (poll, scope) = unsafe { task.poll() };
         match poll {
             // SAFETY: we hold the task and its poll returned `Ready`; not used again.
-            Poll::Ready(()) => unsafe { task.complete() },
+            Poll::Ready(()) => unsafe { task.complete(scope) },
             Poll::Pending => {
                 // SAFETY: we hold the task and its poll returned `Pending`; on `false` we let
                 // go of it and do not use it again.
-                if unsafe { task.end_poll_pending() } {
+                if unsafe { task.end_poll_pending(scope) } {
                     // Woken during the poll: back in the queue, still held.
                     self.requeue(task);
                 }

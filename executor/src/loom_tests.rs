@@ -163,6 +163,32 @@ fn wake_vs_register_main_future() {
     });
 }
 
+/// `run_until_idle` on one thread takes the run queue while `block_on`'s loop on another takes
+/// it too, goes to sleep, and has its top-level future woken from a third thread. The take of
+/// `run_until_idle` is a swap when it saw no flag, so it may swap away a `SLEEPING` the loop
+/// set meanwhile (then it signals the platform) or a `MAIN_WOKEN` the wake set (then it puts
+/// it back): without either, the loop would sleep through the wake (a loom deadlock).
+#[test]
+fn run_until_idle_elsewhere_vs_the_loop_sleeping_and_its_wake() {
+    loom::model(|| {
+        let m = Model::new();
+        let exec = m.exec;
+        let keep = Arc::new(()); // leaked if the task is never dropped
+        exec.spawner().spawn_detached(async move {
+            let _keep = keep;
+        });
+        let gate = Arc::new(Gate::default());
+        let g = gate.clone();
+        let runner = thread::spawn(move || {
+            exec.run_until_idle();
+        });
+        let waker = thread::spawn(move || g.open());
+        exec.block_on(poll_fn(|cx| gate.poll(cx)));
+        runner.join().unwrap();
+        waker.join().unwrap();
+    });
+}
+
 /// An enqueue racing the executor between "queue empty" and "wait": a task woken from another
 /// thread while the executor goes idle is still run.
 #[test]
@@ -369,6 +395,62 @@ fn two_concurrent_wakers_enqueue_once() {
 fn detached_spawn_last_reference_dropped_while_waking() {
     loom::model(|| last_waker_elsewhere(Poll::Ready(()), Waker::wake, true));
     loom::model(|| last_waker_elsewhere(Poll::Pending, drop, true));
+}
+
+/// A detached task in a `TaskStorage` slot returns `Ready`, with an output loom tracks, from
+/// the poll that hands a clone of its waker to another thread, which hands it to `last` (drop
+/// it, or wake it) while the executor completes the task. When the clone is gone before the
+/// completion looks, nothing else refers to the task and the completion frees it with no
+/// locked instruction; otherwise whichever side lets go last frees it. Either way the output is
+/// dropped exactly once (a double drop or a leak of the Arc fails the model), the slot stays
+/// claimed while the clone exists, and it is released once both are done.
+fn detached_slot_task_completes_while_its_last_waker_goes(last: fn(Waker)) {
+    loom::model(move || {
+        let m = Model::new();
+        let slot: &'static TaskStorage<256> = Box::leak(Box::new(TaskStorage::new()));
+        let wakers: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+        let w = wakers.clone();
+        let out = Arc::new(());
+        let o = out.clone();
+        m.exec
+            .spawner()
+            .spawn_detached_in(slot, async move {
+                poll_fn(|cx| {
+                    *w.lock().unwrap() = Some(cx.waker().clone());
+                    Poll::Ready(())
+                })
+                .await;
+                o
+            })
+            .unwrap();
+        let t = thread::spawn(move || loop {
+            let w = wakers.lock().unwrap().take();
+            match w {
+                Some(w) => {
+                    // A waker refers to the task: its slot cannot be free yet.
+                    assert!(slot.is_claimed(), "slot freed while a waker refers to it");
+                    return last(w);
+                }
+                None => thread::yield_now(),
+            }
+        });
+        m.exec.run_until_idle();
+        t.join().unwrap();
+        assert!(!slot.is_claimed(), "the task was freed");
+        assert_eq!(Arc::strong_count(&out), 1, "the output was dropped");
+        // SAFETY: the slot is free (checked above), so nothing refers to it any more.
+        drop(unsafe { Box::from_raw(core::ptr::from_ref(slot).cast_mut()) });
+    });
+}
+
+#[test]
+fn detached_slot_task_completes_while_its_last_waker_is_dropped() {
+    detached_slot_task_completes_while_its_last_waker_goes(drop);
+}
+
+#[test]
+fn detached_slot_task_completes_while_its_last_waker_wakes() {
+    detached_slot_task_completes_while_its_last_waker_goes(Waker::wake);
 }
 
 #[test]

@@ -170,10 +170,53 @@ impl RunQueue {
 
     /// Takes every queued task (oldest first) for `run_until_idle`, which neither waits nor
     /// polls `block_on`'s future: the flags stay as they are (a `block_on` on the stack, or
-    /// another thread's loop, still sees its wake and its sleep). A load when nothing is queued,
-    /// else one compare-exchange (measured faster here than a swap).
-    pub(crate) fn take_tasks(&self) -> Batch {
-        let mut cur = self.head.load(Relaxed);
+    /// another thread's loop, still sees its wake and its sleep). A load when nothing is queued;
+    /// else, when the load saw no flag, one swap (it needs no retry, and measured faster here
+    /// than a compare-exchange), otherwise one compare-exchange that keeps the flags.
+    ///
+    /// A flag set between the load and the swap is swapped away with the tasks, and put back
+    /// at once: `MAIN_WOKEN` as `wake_main` sets it; `SLEEPING` (a loop that found the queue
+    /// empty after another take and went to wait) is not, and `signal` is called instead, as a
+    /// push that cleared it would (the loop wakes and looks again). `signal` is also called if
+    /// putting `MAIN_WOKEN` back finds a loop asleep.
+    #[inline(always)]
+    pub(crate) fn take_tasks(&self, signal: impl FnOnce()) -> Batch {
+        let cur = self.head.load(Relaxed);
+        if cur.is_null() {
+            return Batch::EMPTY;
+        }
+        if cur.addr() & FLAGS != 0 {
+            return self.take_tasks_keeping_flags(cur);
+        }
+        let old = self.head.swap(ptr::null_mut(), AcqRel);
+        if old.addr() & FLAGS == 0 {
+            // Null if another thread took the queue meanwhile.
+            return Batch::reversed(old);
+        }
+        if self.put_back_flags(old.addr() & FLAGS) == Notify::Signal {
+            signal();
+        }
+        Batch::reversed(old.map_addr(|a| a & !FLAGS))
+    }
+
+    /// [`take_tasks`](Self::take_tasks) after a swap took `flags` away with the tasks: puts
+    /// `MAIN_WOKEN` back; returns [`Notify::Signal`] when a loop waits that nothing else will
+    /// wake (it had set `SLEEPING`, which the swap took, or is found asleep now).
+    #[cold]
+    #[inline(never)]
+    fn put_back_flags(&self, flags: usize) -> Notify {
+        // A push clears SLEEPING and `wake_main` too, and `try_sleep` needs an empty word, so
+        // the two are never set together.
+        if flags & SLEEPING != 0 {
+            return Notify::Signal;
+        }
+        self.wake_main()
+    }
+
+    /// [`take_tasks`](Self::take_tasks) when the head word `cur` carries a flag: one
+    /// compare-exchange that leaves the flags in place (none when there is no task).
+    #[inline(never)]
+    fn take_tasks_keeping_flags(&self, mut cur: *mut Header) -> Batch {
         loop {
             let Some(newest) = ptr::NonNull::new(cur.map_addr(|a| a & !FLAGS)) else {
                 return Batch::EMPTY;

@@ -11,12 +11,13 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsiz
 
 pub(crate) use core::sync::atomic::Ordering;
 
-/// Which task the calling thread is polling from the lock-free run queue: set around each such
-/// poll by the task's poll function (`task::poll_stage`, saving and restoring an outer one, for
-/// a `run_until_idle` inside a task), null otherwise. A waker that finds its own task here runs on the thread that holds
-/// the task (QUEUED) and ends its poll afterwards, so it may leave word of a wake or of a
-/// reference in the header's poll-thread cells instead of a locked instruction on the state
-/// word (see the `task` module docs).
+/// Which task the calling thread is polling from the lock-free run queue: set by the executor
+/// from just before each such poll to just after the locked instruction that ends it, before
+/// any code of the task's can run again (`TaskRef::poll`, saving and restoring an outer one,
+/// for a `run_until_idle` inside a task), null otherwise. A waker that finds its own task here
+/// runs on the thread that holds the task (QUEUED) and ends its poll afterwards, so it may
+/// leave word of a wake or of a reference in the header's poll-thread cells instead of a
+/// locked instruction on the state word (see the `task` module docs).
 ///
 /// The same word also records which executor's code the thread runs, for timers polled with
 /// a foreign waker (the executor module's `running`): a task's address names that task's

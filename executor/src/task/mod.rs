@@ -32,7 +32,10 @@
 //!   completes the task. Whoever leaves the task with no reference and QUEUED clear
 //!   deallocates it: a boxed task is freed, a static slot becomes free for reuse. A pending
 //!   task that nothing can wake any more is dropped at that point too (a local task only once
-//!   it completes: see LOCAL).
+//!   it completes: see LOCAL). A task that completes while the state word holds nothing but
+//!   QUEUED and the spare (no waker, no join handle, no local reference, no wake pending) is
+//!   deallocated by the executor at once, with no instruction on the word: nobody else can
+//!   reach it.
 //! * **The polling thread** (`sync::polling` names the task a thread polls from the run
 //!   queue; with `std` only): that thread holds the task and ends the poll after anything its
 //!   wakers do meanwhile, so there they touch a plain cell in the header (`Header::poll_flags`)
@@ -52,7 +55,8 @@
 //!
 //! Locked instructions on the hot path: a wake of an idle task is one compare-exchange and a
 //! push; the executor's poll from the run queue is a load at its start and one locked
-//! subtraction at its end (none when the task woke itself on the polling thread). A waker
+//! subtraction at its end (none when the task woke itself on the polling thread); the
+//! completion is one compare-exchange, none when nothing else refers to the task. A waker
 //! cloned, dropped or woken on the polling thread during the poll takes none (a second clone
 //! in one poll takes one). A wake from another thread of a task already QUEUED or NOTIFIED is
 //! still a compare-exchange: see `TaskRef::wake_by_ref`. A local schedule

@@ -59,13 +59,9 @@ pub(crate) enum Stage<F: Future> {
 
 /// Type-erased operations on a task, one table per future type and storage kind.
 pub(crate) struct TaskVTable {
-    /// Polls the future of a task taken from the run queue (stage must be `Running`), with the
-    /// task's own waker, while [`polling`] names the task on the calling thread; on `Ready`
-    /// stores the output. See [`poll_stage`].
+    /// Polls the future (stage must be `Running`) with the task's own waker; on `Ready` stores
+    /// the output. See [`poll_stage`]. Copied into [`Header::poll`] at spawn.
     pub(crate) poll: unsafe fn(NonNull<Header>) -> Poll<()>,
-    /// The same for a poll from the local run queue: [`polling`] is left as it is (the local
-    /// queue holds no QUEUED bit, so the polling thread's shortcuts do not apply).
-    pub(crate) poll_local: unsafe fn(NonNull<Header>) -> Poll<()>,
     /// Moves the output into `*(dst as *mut Option<F::Output>)`.
     pub(crate) read_output: unsafe fn(NonNull<Header>, *mut ()),
     /// Drops the output a finished stage holds and marks the stage consumed; `None` when the
@@ -86,9 +82,11 @@ pub(crate) struct Header {
     /// Run-queue link. Written by the thread pushing the task, before the releasing
     /// compare-exchange that publishes it; read by the executor after taking the queue.
     pub(crate) next: AtomicPtr<Header>,
-    pub(crate) vtable: &'static TaskVTable,
+    /// The vtable's `poll`, kept here so that the executor reaches it with one load.
+    pub(crate) poll: unsafe fn(NonNull<Header>) -> Poll<()>,
     /// The executor that runs this task.
     pub(crate) core: &'static Core,
+    pub(crate) vtable: &'static TaskVTable,
     /// The join handle's waker; ownership per the JOIN_WAKER rule.
     pub(crate) join_waker: UnsafeCell<Option<Waker>>,
     /// The stage (`Stage<F>`), in the same allocation or static slot as the header.
@@ -142,8 +140,9 @@ impl Header {
         Self {
             state: AtomicUsize::new(state),
             next: AtomicPtr::new(core::ptr::null_mut()),
-            vtable,
+            poll: vtable.poll,
             core,
+            vtable,
             join_waker: UnsafeCell::new(None),
             stage,
             local,
@@ -505,58 +504,59 @@ impl TaskRef {
     /// turns the NOTIFIED-alone state it left into QUEUED again, spare included. In between the
     /// task is still held: wakers see NOTIFIED and leave it alone, and nobody frees it.
     ///
+    /// `scope` is the poll's record in [`polling`]: it ends right after that instruction,
+    /// before anything that can run code of the task's (its drop, a requeue's signal to the
+    /// platform); until then this thread runs none.
+    ///
     /// # Safety
     ///
     /// Only the executor, right after a poll of a task it holds that returned `Pending`; on
     /// `false` it must not use `self` again.
     #[inline]
-    pub(crate) unsafe fn end_poll_pending(self) -> bool {
+    pub(crate) unsafe fn end_poll_pending(self, scope: polling::Scope) -> bool {
         let flags = &self.header().poll_flags;
         match flags.get() {
             // SAFETY: forwarded from the caller; no clone took the spare.
-            0 => unsafe { self.let_go_after_poll(SPARE) },
+            0 => unsafe { self.let_go_after_poll(SPARE, scope) },
             // A clone took the spare (a task that stashes its waker): inline too.
             SPARE_TAKEN => {
                 flags.set(0);
                 // SAFETY: forwarded from the caller.
-                unsafe { self.let_go_after_poll(0) }
+                unsafe { self.let_go_after_poll(0, scope) }
             }
-            // SAFETY: forwarded from the caller.
-            woken => unsafe { self.end_poll_pending_flagged(woken) },
+            woken => {
+                drop(scope);
+                self.end_poll_pending_woken(woken);
+                true
+            }
         }
     }
 
     /// [`end_poll_pending`](Self::end_poll_pending) when the poll left `flags` with
-    /// [`WOKEN_IN_POLL`] in `poll_flags`: clears them and applies them.
-    ///
-    /// # Safety
-    ///
-    /// As for `end_poll_pending`.
+    /// [`WOKEN_IN_POLL`] in `poll_flags`: clears them and keeps the task held for its
+    /// requeue, with a spare (one addition if a clone took the one it had).
     #[inline(never)]
-    unsafe fn end_poll_pending_flagged(self, flags: u8) -> bool {
+    fn end_poll_pending_woken(self, flags: u8) {
+        debug_assert!(flags & WOKEN_IN_POLL != 0, "unknown poll flags {flags:#x}");
         self.header().poll_flags.set(0);
-        let spare = if flags & SPARE_TAKEN != 0 { 0 } else { SPARE };
-        if flags & WOKEN_IN_POLL != 0 {
-            if spare == 0 {
-                self.header().state.fetch_add(SPARE, Relaxed);
-            }
-            return true;
+        if flags & SPARE_TAKEN != 0 {
+            self.header().state.fetch_add(SPARE, Relaxed);
         }
-        // SAFETY: forwarded from the caller.
-        unsafe { self.let_go_after_poll(spare) }
     }
 
     /// The locked end of a poll that returned `Pending` with no wake on the polling thread:
     /// clears QUEUED and lets go of `spare` (the spare, or 0 if a clone took it) in one
-    /// subtraction; see [`end_poll_pending`](Self::end_poll_pending) for the result.
+    /// subtraction, then ends `scope`; see [`end_poll_pending`](Self::end_poll_pending) for
+    /// the result.
     ///
     /// # Safety
     ///
     /// As for `end_poll_pending`.
     #[inline(always)]
-    unsafe fn let_go_after_poll(self, spare: usize) -> bool {
+    unsafe fn let_go_after_poll(self, spare: usize, scope: polling::Scope) -> bool {
         let state = &self.header().state;
         let prev = state.fetch_sub(QUEUED + spare, AcqRel);
+        drop(scope);
         debug_assert!(
             prev & QUEUED != 0,
             "zcnet-executor: ended a poll it did not hold"
@@ -604,18 +604,22 @@ impl TaskRef {
     /// The poll returned `Ready` (output stored): sets COMPLETE, delivers the output to the join
     /// handle or drops it, wakes the join handle's waker, and lets go of the task (freeing it
     /// when nothing else refers to it). A [`LOCAL`] task's own reference goes in the same
-    /// exchange. One compare-exchange, two when a join waker is set.
+    /// exchange. One compare-exchange, two when a join waker is set, none when nothing but the
+    /// executor refers to the task (a detached task whose wakers are all gone: it is freed at
+    /// once, with no other thread to tell).
     ///
-    /// The common case (no join waker, not local, and the output either left to a join handle
-    /// or without a destructor) is one load and that compare-exchange, inline; the rest, and a
-    /// failed exchange, go out of line.
+    /// The common cases (nothing else refers to the task; or no join waker, not local, and the
+    /// output either left to a join handle or without a destructor) are one load and, for the
+    /// second, that compare-exchange, inline; the rest, and a failed exchange, go out of line.
     ///
     /// # Safety
     ///
     /// Only the executor, right after a poll of a task it holds that returned `Ready`; it must
-    /// not use `self` afterwards.
+    /// not use `self` afterwards. `scope` is the poll's record in [`polling`], ended before
+    /// anything that can run code of the task's (the output's drop, the join waker, the
+    /// task's deallocation).
     #[inline]
-    pub(crate) unsafe fn complete(self) {
+    pub(crate) unsafe fn complete(self, scope: polling::Scope) {
         // The spare goes now, unless a waker clone made during this poll took it over.
         let h = self.header();
         let spare = if h.poll_flags.replace(0) & SPARE_TAKEN != 0 {
@@ -624,6 +628,17 @@ impl TaskRef {
             SPARE
         };
         let cur = h.state.load(Acquire);
+        if cur == QUEUED + spare {
+            // Nothing but the executor's hold and its spare: no waker, no join handle, no
+            // local reference, no wake pending. Nobody else can reach the task (every way to
+            // it takes a reference, and only a reference makes another), so no locked
+            // instruction is needed to let go of it: it is freed at once, its output with it.
+            // The load (Acquire) saw the last reference let go of, with what its holder did.
+            drop(scope);
+            // SAFETY: nothing else refers to the task (above), and we hold it.
+            unsafe { self.dealloc() };
+            return;
+        }
         if cur & (JOIN_WAKER | LOCAL) == 0
             && (cur & JOIN_INTEREST != 0 || h.vtable.drop_output.is_none())
         {
@@ -632,6 +647,7 @@ impl TaskRef {
             // would.
             let next = ((cur | COMPLETE) & !HELD) - spare;
             if h.state.compare_exchange(cur, next, AcqRel, Acquire).is_ok() {
+                drop(scope);
                 // HELD is clear in `next`: unreachable exactly when no reference is left.
                 if next < REF_ONE {
                     // SAFETY: no reference left, and we just let go of the task.
@@ -640,6 +656,7 @@ impl TaskRef {
                 return;
             }
         }
+        drop(scope);
         // SAFETY: forwarded from the caller.
         unsafe { self.complete_with(spare) }
     }
@@ -743,20 +760,25 @@ impl TaskRef {
         }
     }
 
-    /// Polls the future of a task taken from the run queue through the vtable (see
-    /// [`poll_stage`]).
+    /// Polls the future of a task taken from the run queue (see [`poll_stage`]); the returned
+    /// scope names the task in [`polling`] on this thread, from before the poll until it is
+    /// dropped (the end of the poll hands it to [`end_poll_pending`](Self::end_poll_pending)
+    /// or [`complete`](Self::complete); an unwinding poll drops it on the way out).
     ///
     /// # Safety
     ///
     /// Only the executor, between `start_poll` and the end of the poll.
     #[inline(always)]
-    pub(crate) unsafe fn poll(self) -> Poll<()> {
+    pub(crate) unsafe fn poll(self) -> (Poll<()>, polling::Scope) {
+        let scope = polling::Scope::enter(self.0.as_ptr().cast::<()>());
         // SAFETY: the caller holds the task (QUEUED, taken from the run queue, where a task is
         // at most once), which gives it exclusive use of the stage.
-        unsafe { (self.header().vtable.poll)(self.0) }
+        let poll = unsafe { (self.header().poll)(self.0) };
+        (poll, scope)
     }
 
-    /// Polls the future of a task taken from the local run queue through the vtable.
+    /// Polls the future of a task taken from the local run queue; [`polling`] is left as it is
+    /// (the local queue holds no QUEUED bit, so the polling thread's shortcuts do not apply).
     ///
     /// # Safety
     ///
@@ -766,35 +788,32 @@ impl TaskRef {
     pub(crate) unsafe fn poll_local(self) -> Poll<()> {
         // SAFETY: local tasks are polled only in the owning context, one poll at a time, which
         // gives the caller exclusive use of the stage.
-        unsafe { (self.header().vtable.poll_local)(self.0) }
+        unsafe { (self.header().poll)(self.0) }
     }
 }
 
 /// Polls the `Stage<F>` at `stage` of the task whose header is `header` (what the vtable's
-/// `poll` and `poll_local` of each storage kind do, with the stage's address computed from the
-/// header's at a fixed offset: no load of `Header::stage` on the way to the future).
+/// `poll` of each storage kind does, with the stage's address computed from the header's at a
+/// fixed offset: no load of `Header::stage` on the way to the future).
 ///
-/// The future gets a `Context` of the task's own waker (`Header::waker`). With `RECORD` (a poll
-/// from the run queue), [`polling`] names the task on the calling thread for the poll (see
-/// `sync::polling`), and names what it named before once the poll returns or unwinds. The
-/// `Context` is made here, in the code generated for `F`, so that the compiler builds it only on
-/// the paths of `F::poll` that use it (a poll that does not look at its waker builds none).
+/// The future gets a `Context` of the task's own waker (`Header::waker`). The `Context` is made
+/// here, in the code generated for `F`, so that the compiler builds it only on the paths of
+/// `F::poll` that use it (a poll that does not look at its waker builds none). The record in
+/// [`polling`] of a poll from the run queue is the caller's ([`TaskRef::poll`]).
 ///
 /// # Safety
 ///
 /// `stage` points to the task's live `Stage<F>`, `header` is its header, and the caller is the
-/// executor polling the task: holding it (QUEUED, taken from the run queue) if `RECORD`, else
-/// in the context that owns the executor's local tasks.
+/// executor polling the task: holding it (QUEUED, taken from the run queue), or in the context
+/// that owns the executor's local tasks.
 #[inline(always)]
-pub(crate) unsafe fn poll_stage<F: Future, const RECORD: bool>(
+pub(crate) unsafe fn poll_stage<F: Future>(
     header: NonNull<Header>,
     stage: *mut Stage<F>,
 ) -> Poll<()> {
     // SAFETY: the header is alive while the executor polls the task (the caller's promise).
     let waker = unsafe { &header.as_ref().waker };
     let mut cx = Context::from_waker(waker);
-    // Ends when this returns, also by unwinding: before the executor applies the outcome.
-    let _scope = RECORD.then(|| polling::Scope::enter(header.as_ptr().cast::<()>()));
     // SAFETY: per the preconditions, the stage is a live `Stage<F>` we may use exclusively; it
     // never moves (boxed or static), so pinning it is sound.
     unsafe {

@@ -179,8 +179,7 @@ struct StaticVTable<F, const SIZE: usize>(core::marker::PhantomData<F>);
 
 impl<F: Future, const SIZE: usize> StaticVTable<F, SIZE> {
     const VTABLE: TaskVTable = TaskVTable {
-        poll: poll_static::<F, SIZE, true>,
-        poll_local: poll_static::<F, SIZE, false>,
+        poll: poll_static::<F, SIZE>,
         read_output: raw::read_output::<F>,
         drop_output: raw::drop_output_of::<F>(),
         dealloc: dealloc_static::<F, SIZE>,
@@ -209,20 +208,17 @@ unsafe fn storage_of<const SIZE: usize>(header: NonNull<Header>) -> *const TaskS
     }
 }
 
-/// Polls a task in a `TaskStorage<SIZE>` with future `F` (the vtable's `poll` with `RECORD`,
-/// its `poll_local` without).
+/// Polls a task in a `TaskStorage<SIZE>` with future `F` (the vtable's `poll`).
 ///
 /// # Safety
 ///
 /// As for [`raw::poll_stage`], for a task spawned into a `TaskStorage<SIZE>` with future `F`.
-unsafe fn poll_static<F: Future, const SIZE: usize, const RECORD: bool>(
-    header: NonNull<Header>,
-) -> Poll<()> {
+unsafe fn poll_static<F: Future, const SIZE: usize>(header: NonNull<Header>) -> Poll<()> {
     // SAFETY: per the preconditions; the stage sits at the start of the storage's stage area
     // (spawn wrote it there), and the executor polling the task has exclusive use of it.
     unsafe {
         let storage = storage_of::<SIZE>(header);
-        raw::poll_stage::<F, RECORD>(header, (*storage).stage.get().cast::<Stage<F>>())
+        raw::poll_stage::<F>(header, (*storage).stage.get().cast::<Stage<F>>())
     }
 }
 
@@ -266,27 +262,25 @@ mod boxed {
 
     impl<F: Future> BoxVTable<F> {
         const VTABLE: TaskVTable = TaskVTable {
-            poll: poll_boxed::<F, true>,
-            poll_local: poll_boxed::<F, false>,
+            poll: poll_boxed::<F>,
             read_output: raw::read_output::<F>,
             drop_output: raw::drop_output_of::<F>(),
             dealloc: dealloc_boxed::<F>,
         };
     }
 
-    /// Polls a boxed task with future `F` (the vtable's `poll` with `RECORD`, its
-    /// `poll_local` without).
+    /// Polls a boxed task with future `F` (the vtable's `poll`).
     ///
     /// # Safety
     ///
     /// As for [`raw::poll_stage`], for a task made by `spawn_boxed::<F>`.
-    unsafe fn poll_boxed<F: Future, const RECORD: bool>(header: NonNull<Header>) -> Poll<()> {
+    unsafe fn poll_boxed<F: Future>(header: NonNull<Header>) -> Poll<()> {
         // SAFETY: the header is the first field of a `#[repr(C)] TaskCell<F>` made by
         // `Box::into_raw` in `spawn_boxed`; the executor polling it has exclusive use of the
         // stage.
         unsafe {
             let cell = header.as_ptr().cast::<TaskCell<F>>();
-            raw::poll_stage::<F, RECORD>(header, (*cell).stage.get())
+            raw::poll_stage::<F>(header, (*cell).stage.get())
         }
     }
 
