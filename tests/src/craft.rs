@@ -1,7 +1,7 @@
 //! Crafted frames over the in-memory wire: the test plays the hosts on one end of a
 //! [`wire`](crate::wire), a stack runs on the other ([`WireTarget`]), and the test writes ARP
-//! requests, TCP segments and ICMP errors byte by byte ([`arp_request`], [`tcp_frame`],
-//! [`icmp_frag_needed`]) and reads what the stack sends back ([`WireTarget::recv`],
+//! requests, TCP segments, ICMP echo requests and errors byte by byte ([`arp_request`],
+//! [`tcp_frame`], [`icmp_echo_request`], [`icmp_frag_needed`]) and reads what the stack sends back ([`WireTarget::recv`],
 //! [`tcp_in`]).
 
 use std::future::poll_fn;
@@ -11,8 +11,8 @@ use std::time::Duration;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
-    EthernetRepr, IpAddress, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket,
-    TcpRepr, TcpSeqNumber,
+    EthernetRepr, Icmpv4Packet, Icmpv4Repr, IpAddress, IpProtocol, Ipv4Address, Ipv4Packet,
+    Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
 };
 use zcnet_buffer::{Driver, FramePool, PoolConfig};
 use zcnet_executor::time::timeout;
@@ -127,6 +127,22 @@ fn ipv4_frame(from: Host, to: Host, next_header: IpProtocol, payload: &[u8]) -> 
     ip.emit(&mut p, &ChecksumCapabilities::default());
     p.payload_mut().copy_from_slice(payload);
     f
+}
+
+/// An ICMPv4 echo request (a ping) from `from` to `to` with identifier `ident`, sequence
+/// number `seq` and `data`, checksums computed.
+pub fn icmp_echo_request(from: Host, to: Host, ident: u16, seq: u16, data: &[u8]) -> Vec<u8> {
+    let icmp = Icmpv4Repr::EchoRequest {
+        ident,
+        seq_no: seq,
+        data,
+    };
+    let mut m = vec![0u8; icmp.buffer_len()];
+    icmp.emit(
+        &mut Icmpv4Packet::new_unchecked(&mut m[..]),
+        &ChecksumCapabilities::default(),
+    );
+    ipv4_frame(from, to, IpProtocol::Icmp, &m)
 }
 
 /// The Ethernet frame carrying `tcp` from `from` to `to` in IPv4 (hop limit 64), checksums

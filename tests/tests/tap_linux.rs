@@ -32,7 +32,7 @@ fn assert_success(what: &str, status: std::process::ExitStatus, out: &str, err: 
     );
 }
 
-/// `ping -c 100 -i 0.01` from inside the namespace: 100 echo replies from smoltcp, none lost.
+/// `ping -c 100 -i 0.01` from inside the namespace: 100 echo replies from the stack, none lost.
 #[test]
 fn linux_pings_zcnet_100_times_none_lost() {
     let net = TapNet::new(1500);

@@ -173,11 +173,9 @@ fn zcnet_leases_an_address_from_dnsmasq_and_resolves_through_it() {
     });
     let dns_time = dns_started.elapsed();
     // Linux reaches zcnet at the leased address. (dnsmasq's unicast DHCP answers gave Linux
-    // zcnet's MAC without any ARP, and smoltcp drops a reply it generates on ingress, such as
-    // an echo reply, when the neighbour's MAC is unknown; the stack resolves its gateway as soon
-    // as the lease arrives, so by now Linux's MAC is known. The QEMU test pings straight after
-    // the lease with no loss allowed; here the executor runs only inside `block_on`, so an
-    // immediate ping would race the stack's first egress turn.)
+    // zcnet's MAC without any ARP; the stack resolves its gateway as soon as the lease arrives,
+    // and holds an echo reply to a sender whose MAC it does not know yet until the ARP answer
+    // comes. The QEMU test pings straight after the lease with no loss allowed.)
     let mut ping = ChildGuard::spawn(net.netns.command("ping").args([
         "-c",
         "3",

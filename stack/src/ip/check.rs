@@ -13,6 +13,10 @@
 //! answers a segment nobody takes with a RST, counted as `NoSocket` there. A TCP segment
 //! with a wrong checksum, a header cut short or such addresses is dropped here, counted.
 //!
+//! An ICMPv4 echo request to one of the stack's unicast addresses from a unicast source, its
+//! checksums right, never reaches smoltcp either: [`check`] returns [`Verdict::Echo`] and the
+//! stack answers it (`ip/echo.rs`), holding the reply while the sender's next hop resolves.
+//!
 //! | reason | what | how it is counted |
 //! |---|---|---|
 //! | [`BadChecksum`](DropReason::BadChecksum) | IPv4 header, TCP, UDP, ICMPv4 or ICMPv6 checksum wrong | ingress verifies these *instead of* smoltcp and drops the frame itself |
@@ -113,6 +117,9 @@ pub(crate) enum Verdict {
     /// An ICMP "fragmentation needed" / "packet too big" to one of our addresses about a TCP
     /// segment: zcnet's TCP takes it (`transport/tcp/icmp_error.rs`), smoltcp never sees it.
     TooBig(TooBig),
+    /// An ICMPv4 echo request to one of our unicast addresses from a unicast source, checksums
+    /// verified: the stack answers it (`ip/echo.rs`), smoltcp never sees it.
+    Echo(super::echo::EchoRequest),
 }
 
 /// Looks at `frame` as smoltcp will (see the [module docs](self)). `verified`: the driver
@@ -256,6 +263,9 @@ fn check_v4(st: &State, frame: &[u8], ip: &[u8], verified: bool) -> Verdict {
         return check_answer(st, IpAddress::Ipv4(src), IpAddress::Ipv4(dst), payload);
     }
     if verdict == Verdict::Pass && next == IpProtocol::Icmp && dst_ours {
+        if let Some(req) = super::echo::request(st, frame, &p) {
+            return Verdict::Echo(req);
+        }
         return too_big(icmp_error::parse_v4(payload)).unwrap_or(verdict);
     }
     verdict

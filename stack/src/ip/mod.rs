@@ -5,6 +5,9 @@
 //! [`asked`] remembers which DHCP and DNS servers the stack asked, so that ingress takes
 //! answers from those only.
 //!
+//! [`echo`] answers ICMPv4 echo requests (pings) to the stack's addresses through the
+//! neighbour table, so that a reply to a sender not resolved yet waits for the ARP answer.
+//!
 //! [`emit`] writes the IP header of the packets zcnet builds itself; [`checksum`] verifies and
 //! computes their TCP checksums.
 //!
@@ -15,4 +18,5 @@ pub(crate) mod autoconf;
 pub(crate) mod chain;
 pub(crate) mod check;
 pub(crate) mod checksum;
+pub(crate) mod echo;
 pub(crate) mod emit;

@@ -66,6 +66,8 @@ pub(crate) enum Sender {
     Datagram,
     /// A TCP segment, the stack's own or an unsolicited answer.
     Tcp(neighbor::Traffic),
+    /// The stack's reply to an ICMPv4 echo request (`ip/echo.rs`): an unsolicited answer.
+    EchoReply,
 }
 
 /// What became of an IP packet given to [`LinkLayer::send_ip`].
@@ -123,6 +125,7 @@ impl LinkLayer {
         let (datagram, traffic) = match sender {
             Sender::Datagram => (true, neighbor::Traffic::Own),
             Sender::Tcp(t) => (false, t),
+            Sender::EchoReply => (false, neighbor::Traffic::Unsolicited),
         };
         if let Some(hop) = hop {
             let HardwareAddress::Ethernet(our_mac) = iface.hardware_addr() else {

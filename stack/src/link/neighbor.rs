@@ -29,7 +29,8 @@
 //!   ([`Traffic::Own`]: made or last used by an application's datagram, a connection the
 //!   application opened or past its handshake, or the gateway's priming) or *unsolicited*
 //!   ([`Traffic::Unsolicited`]: made for an answer to an address that may be forged, a reset
-//!   for a segment no connection takes or a half-open connection's SYN-ACK, or snooped from an
+//!   for a segment no connection takes, a half-open connection's SYN-ACK or an echo reply
+//!   (`ip/echo.rs`), or snooped from an
 //!   ARP request or neighbour solicitation from an address the table did not hold). Own
 //!   traffic to an unsolicited entry makes it the stack's own. At most
 //!   [`MAX_UNSOLICITED_NEIGHBORS`] entries are unsolicited, and at most
@@ -315,9 +316,10 @@ impl Neighbors {
     /// Starts resolving `ip` ahead of any send, unless it is known or already resolving: egress
     /// sends the request, and the answer (an ARP reply aimed at us) also fills smoltcp's own
     /// cache. The stack primes its IPv4 gateway when an address is configured, because smoltcp
-    /// learns a neighbour only from ARP and drops a reply it generates to an unknown one (the
-    /// first echo reply to a peer that learned our MAC from a DHCP answer, without ARP). The
-    /// gateway's entry is the stack's own ([`Traffic::Own`]).
+    /// learns a neighbour only from ARP and drops an answer it generates to an unknown one (an
+    /// ICMP error to a peer that learned our MAC from a DHCP answer, without ARP; echo replies
+    /// are the stack's own and wait for the resolution, `ip/echo.rs`). The gateway's entry is
+    /// the stack's own ([`Traffic::Own`]).
     pub(crate) fn prime(&mut self, ip: IpAddress, now: Instant, counters: &Counters) {
         let _ = self.lookup(ip, now, Traffic::Own, counters);
     }

@@ -153,6 +153,21 @@ pub(super) fn step(stack: Stack, cx: &mut Context<'_>, gro: &mut Gro) -> Poll<()
                 processed += 1;
                 continue;
             }
+            crate::ip::check::Verdict::Echo(req) => {
+                // The reply may take the TX frame a held batch reserved for its answer.
+                gro.flush(&mut st, now, cx.waker(), counters);
+                if crate::ip::echo::answer(&mut st, &frame, req, now, cx.waker(), counters).is_err()
+                {
+                    // No TX frame for the reply: keep the request until egress ran, as below.
+                    st.tasks.pending_rx = Some(frame);
+                    if st.tasks.egress_waker.is_some() {
+                        st.tasks.ingress_waiting_tx = Some(cx.waker().clone());
+                    }
+                    break;
+                }
+                processed += 1;
+                continue; // the request's slot returns to the pool
+            }
             crate::ip::check::Verdict::Drop(reason) => {
                 counters.drop(reason);
                 processed += 1;

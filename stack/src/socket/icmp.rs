@@ -1,8 +1,9 @@
 //! ICMP echo: [`IcmpSocket`] sends echo requests ("pings") over IPv4 and IPv6 and receives the
 //! replies; [`IcmpSocket::ping`] does both and measures the round trip.
 //!
-//! A zcnet stack answers pings by itself (smoltcp's `auto-icmp-echo-reply`): no socket is
-//! needed to be pingable.
+//! A zcnet stack answers pings by itself (IPv4: `ip/echo.rs`, which holds a reply until the
+//! sender's MAC is known; IPv6: smoltcp's `auto-icmp-echo-reply`): no socket is needed to be
+//! pingable.
 //!
 //! A socket is bound to an *identifier* (the echo message's `ident` field) and receives only
 //! echo messages carrying it, so several sockets can ping at once with different identifiers.
