@@ -216,7 +216,9 @@ impl<'a> SendBuffer<'a> {
             self.starved = true;
             return false;
         };
-        if frame.set_headroom(self.headroom).is_err() {
+        // A fresh frame is never retained; said here, the compiler drops `retain`'s error path
+        // and builds the retained frame in registers instead of through a stack copy.
+        if frame.set_headroom(self.headroom).is_err() || frame.is_retained() {
             return false;
         }
         match frame.retain() {
